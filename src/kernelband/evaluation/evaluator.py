@@ -1,0 +1,423 @@
+"""Evaluate one candidate module against a task's reference.
+
+Stages, in order, each of which can end the evaluation with its outcome:
+
+1. load: import the candidate in a fresh worker (`compile_error`), then
+   compile its kernels without launching them, outside the GPU lock, so that
+   compiling overlaps with another candidate's timing;
+2. correctness, on every selected shape, with fresh random inputs: the
+   reference worker and the candidate worker build the same inputs from a seed
+   drawn for this evaluation, and the parent compares what comes back
+   (`wrong_output`, `runtime_error`, `crashed`, `timeout`, `suspicious`);
+   then the anti-cheat checks: a second call with other inputs, output
+   aliasing, NaN/Inf/zeros, tampered timers, work left running, no Triton;
+3. timing, reference and candidate in turn (ABBA), one timing per GPU;
+4. features: launch configuration, compiled resources, footprint, and Nsight
+   Compute counters when `ncu` is there.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import statistics
+import time
+from dataclasses import dataclass
+
+from kernelband.errors import TaskError, UserError
+from kernelband.evaluation import features as feature_mod
+from kernelband.evaluation import sol
+from kernelband.evaluation.compare import Mismatch, Outputs, compare
+from kernelband.evaluation.pool import Worker, WorkerGone, WorkerPool
+from kernelband.evaluation.records import PRESETS, EvalResult, Outcome, Preset, ShapeResult
+from kernelband.tasks.model import ShapeInfo, Task, TaskInfo
+
+# In interpreter mode a task keeps its smallest search shapes: at most this many, each at most this big.
+INTERPRETER_SHAPES = 3
+INTERPRETER_MAX_BYTES = 1 << 20
+# A shape measured this much faster than its speed-of-light bound is suspicious (5 % for noise and for a
+# kernel that beats the calibration's copy bandwidth by a little).
+SOL_TOLERANCE = 1.05
+# The representative shape (features, ncu): the largest search shape with inputs under this size.
+REPRESENTATIVE_MAX_BYTES = 64 << 20
+
+
+def detect_mode() -> str:
+    forced = os.environ.get("KERNELBAND_MODE")
+    if forced in ("gpu", "interpreter"):
+        return forced
+    try:
+        import torch
+        return "gpu" if torch.cuda.is_available() else "interpreter"
+    except Exception:  # noqa: BLE001
+        return "interpreter"
+
+
+def select_shapes(info: TaskInfo, mode: str, which: str = "search") -> list[ShapeInfo]:
+    search, held = info.search, info.held_out
+    if mode == "interpreter" and not info.interpreter_shapes_given:
+        search = _smallest(search, INTERPRETER_SHAPES)
+        held = _smallest(held, 1)
+    if which == "search":
+        return search
+    if which == "held_out":
+        return held
+    if which == "all":
+        return search + held
+    raise UserError(f"unknown shape selection {which!r}: use search, held_out or all")
+
+
+def _smallest(shapes: list[ShapeInfo], k: int) -> list[ShapeInfo]:
+    ordered = sorted(shapes, key=lambda s: s.nbytes)
+    small = [s for s in ordered if s.nbytes <= INTERPRETER_MAX_BYTES][:k]
+    return sorted(small or ordered[:1], key=lambda s: s.index)
+
+
+def representative(shapes: list[ShapeInfo]) -> ShapeInfo:
+    fitting = [s for s in shapes if s.nbytes <= REPRESENTATIVE_MAX_BYTES]
+    return max(fitting, key=lambda s: s.nbytes) if fitting else min(shapes, key=lambda s: s.nbytes)
+
+
+def _seed(seed: int, index: int, salt: int = 0) -> int:
+    return (seed * 1_000_003 + index * 7919 + salt * 104_729) % (2**31 - 1)
+
+
+class _Stop(Exception):
+    def __init__(self, outcome: Outcome, stage: str, detail: str, error: str = "", check: str | None = None):
+        super().__init__(detail)
+        self.outcome, self.stage, self.detail, self.error, self.check = outcome, stage, detail, error, check
+
+
+@dataclass
+class Limits:
+    load_s: float = 180.0  # import + compile of a module
+    run_s: float = 120.0  # one correctness run of one shape
+    time_s: float = 300.0  # one timing measurement of one shape
+
+
+class Evaluator:
+    """Evaluates candidates; thread-safe, so several can be in flight (one timing at a time per GPU)."""
+
+    def __init__(self, mode: str | None = None, warm: int = 2, device_index: int = 0, preset: str = "default",
+                 limits: Limits | None = None, memory_limit: int | None = None, use_ncu: bool | None = None,
+                 calibration_path: str | None = None):
+        self.mode = mode or detect_mode()
+        if preset not in PRESETS:
+            raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
+        self.preset = PRESETS[preset]
+        self.limits = limits or Limits()
+        if use_ncu is None:
+            from kernelband.evaluation import ncu
+            use_ncu = self.mode == "gpu" and ncu.available()
+        self.pool = WorkerPool(self.mode, warm=warm, device_index=device_index, memory_limit=memory_limit,
+                               profiler=use_ncu)
+        self.calibration_path = calibration_path
+        self.use_ncu = use_ncu
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> Evaluator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- reference ----------------------------------------------------------------------------
+    def _reference(self, task: Task) -> Worker:
+        worker = self.pool.reference(task.key)
+        if worker is not None:
+            return worker
+        worker = self.pool.acquire()
+        try:
+            reply = worker.request({"op": "load", "role": "ref", "task": task.wire(),
+                                    "module_source": task.module_source}, self.limits.load_s)
+        except WorkerGone as exc:
+            self.pool.release(worker)
+            raise TaskError(f"{task.ref}: the starting kernel could not be loaded ({exc.outcome}): "
+                            f"{_first_line(exc.detail)}") from None
+        if not reply.get("ok"):
+            self.pool.release(worker)
+            what = "task definition" if reply.get("outcome") == "task_error" else "starting kernel"
+            raise TaskError(f"{task.ref}: the {what} fails to load: {_last_line(reply.get('error', ''))}")
+        worker.info = TaskInfo.from_wire(reply["info"])
+        self.pool.keep_reference(task.key, worker)
+        return worker
+
+    def info(self, task: Task) -> TaskInfo:
+        """The task's shapes and settings, as its harness describes them (run in a worker)."""
+        return self._reference(task).info
+
+    def _peaks(self, ref: Worker) -> sol.Peaks | None:
+        if self.mode != "gpu":
+            return None
+        name = ref.ready.device.get("name", "")
+        peaks = sol.load(name, self.calibration_path)
+        if peaks is None:
+            reply = ref.request({"op": "calibrate"}, 300)
+            if reply.get("ok"):
+                peaks = sol.Peaks(**reply["peaks"])
+                sol.save(peaks, self.calibration_path)
+        return peaks
+
+    # -- evaluation ---------------------------------------------------------------------------
+    def evaluate(self, task: Task, source: str | None = None, preset: str | Preset | None = None,
+                 which: str = "search", seed: int | None = None) -> EvalResult:
+        preset = self.preset if preset is None else (PRESETS[preset] if isinstance(preset, str) else preset)
+        seed = secrets.randbits(31) if seed is None else seed
+        source = task.module_source if source is None else source
+        t_start = time.perf_counter()
+        ref = self._reference(task)
+        info: TaskInfo = ref.info
+        shapes = select_shapes(info, self.mode, which)
+        result = EvalResult(task=task.ref, outcome=Outcome.OK, preset=preset.name,
+                            interpreter=self.mode == "interpreter", seed=seed,
+                            device=ref.ready.device.get("name", "Triton interpreter (CPU)"),
+                            sandbox=ref.ready.sandbox.get("note", ""))
+        result.shapes = [ShapeResult(s.index, s.label, s.held_out) for s in shapes]
+        cand = self.pool.acquire()
+        try:
+            self._run_stages(task, info, ref, cand, source, shapes, preset, seed, result)
+        except _Stop as stop:
+            result.outcome, result.stage, result.detail = stop.outcome, stop.stage, stop.detail
+            result.error = stop.error or stop.detail
+            if stop.check:
+                result.checks.append(stop.check)
+        finally:
+            self.pool.release(cand)
+        result.seconds["total"] = time.perf_counter() - t_start
+        return result
+
+    def _ask(self, worker: Worker, message: dict, timeout: float, stage: str) -> dict:
+        """A request to the candidate: its failures are the candidate's outcome."""
+        try:
+            reply = worker.request(message, timeout)
+        except WorkerGone as exc:
+            raise _Stop(Outcome(exc.outcome), stage, f"{stage}: {_first_line(exc.detail)}", exc.detail) from None
+        if not reply.get("ok"):
+            outcome = reply.get("outcome", "runtime_error")
+            if outcome not in Outcome._value2member_map_:
+                outcome = "runtime_error"
+            error = reply.get("error", "")
+            raise _Stop(Outcome(outcome), stage, f"{stage}: {_last_line(error)}", error)
+        tampered = reply.get("tampered") or []
+        if tampered:
+            raise _Stop(Outcome.SUSPICIOUS, stage, f"{stage}: the candidate replaced {', '.join(tampered)}",
+                        check="tampering")
+        return reply
+
+    def _ask_ref(self, task: Task, ref: Worker, message: dict, timeout: float, what: str) -> dict:
+        try:
+            reply = ref.request(message, timeout)
+        except WorkerGone as exc:
+            self.pool.drop_reference(task.key)
+            raise TaskError(f"{task.ref}: the reference {exc.outcome} on {what}: {_first_line(exc.detail)}") from None
+        if not reply.get("ok"):
+            if reply.get("outcome") == "crashed":
+                self.pool.drop_reference(task.key)
+            raise TaskError(f"{task.ref}: the reference fails on {what}: {_last_line(reply.get('error', ''))}")
+        return reply
+
+    def _run_stages(self, task: Task, info: TaskInfo, ref: Worker, cand: Worker, source: str,
+                    shapes: list[ShapeInfo], preset: Preset, seed: int, result: EvalResult) -> None:
+        by_index = {s.index: r for s, r in zip(shapes, result.shapes)}
+        # 1. load and compile
+        t0 = time.perf_counter()
+        reply = self._ask(cand, {"op": "load", "role": "cand", "task": task.wire(), "module_source": source},
+                          self.limits.load_s, "compile")
+        cand_info = TaskInfo.from_wire(reply["info"])
+        if [s.label for s in cand_info.shapes] != [s.label for s in info.shapes]:
+            raise _Stop(Outcome.SUSPICIOUS, "compile", "the candidate changed the task's shapes", check="harness")
+        self._ask(cand, {"op": "precompile", "shapes": [s.index for s in shapes], "seed": seed},
+                  self.limits.load_s, "compile")
+        result.seconds["compile"] = time.perf_counter() - t0
+        with self.pool.gpu_lock:
+            # 2. correctness
+            t0 = time.perf_counter()
+            io_bytes = self._correctness(task, info, ref, cand, shapes, seed, result, by_index)
+            result.seconds["correctness"] = time.perf_counter() - t0
+            # 3. timing
+            t0 = time.perf_counter()
+            self._timing(task, ref, cand, shapes, preset, seed, result, by_index)
+            result.seconds["timing"] = time.perf_counter() - t0
+            # 4. features
+            t0 = time.perf_counter()
+            rep = representative([s for s in shapes if not s.held_out] or shapes)
+            reply = self._ask(cand, {"op": "features", "shape": rep.index, "seed": _seed(seed, rep.index, 3)},
+                              self.limits.run_s, "features")
+            peaks = self._peaks(ref)
+            ncu_metrics = None
+            if self.use_ncu:
+                from kernelband.evaluation import ncu
+                ncu_metrics, note = ncu.profile(task, source, rep.index, _seed(seed, rep.index, 3),
+                                                ref.ready.device.get("name", ""), self.pool)
+                if note:
+                    result.notes.append(note)
+            self._speed_of_light(shapes, result, by_index, io_bytes, peaks)
+            result.features = feature_mod.assemble(result, rep, by_index[rep.index], reply, peaks, io_bytes,
+                                                   ref.ready.device, ncu_metrics)
+            result.seconds["features"] = time.perf_counter() - t0
+
+    def _correctness(self, task, info, ref, cand, shapes, seed, result, by_index) -> dict[int, int]:
+        atol, rtol = info.atol, info.rtol
+        io_bytes: dict[int, int] = {}
+        search = [s for s in shapes if not s.held_out]
+        alias_shape = min(search or shapes, key=lambda s: s.nbytes)
+        launches = 0
+        for shape in shapes:
+            s = _seed(seed, shape.index)
+            what = f"shape {shape.label}"
+            try:
+                r_reply = self._ask_ref(task, ref, {"op": "run", "shape": shape.index, "seed": s,
+                                                    "use_reference": True, "return_mutated": True},
+                                        self.limits.run_s, what)
+            except TaskError:
+                if shape.held_out:
+                    # A held-out shape the reference itself cannot run tells nothing about the candidate.
+                    by_index[shape.index].note = "dropped: the reference fails on this shape"
+                    result.notes.append(f"held-out shape {shape.label} dropped: the reference fails on it")
+                    continue
+                raise
+            r_out = Outputs.load(r_reply)
+            io_bytes[shape.index] = shape.nbytes + r_out.nbytes("result")
+            c_reply = self._ask(cand, {"op": "run", "shape": shape.index, "seed": s,
+                                       "keep": shape is alias_shape,
+                                       "return_inputs": r_reply.get("mutated_inputs", [])},
+                                self.limits.run_s, f"correctness ({what})")
+            c_out = Outputs.load(c_reply)
+            launches += c_reply.get("launches", 0)
+            self._check_run(c_reply, r_reply, what)
+            self._check_outputs(r_out, c_out, atol, rtol, what, by_index[shape.index])
+            by_index[shape.index].correct = True
+            if shape is alias_shape:
+                # The same shape again with other inputs: cached or aliased outputs show up here.
+                s2 = _seed(seed, shape.index, 1)
+                r2 = Outputs.load(self._ask_ref(task, ref, {"op": "run", "shape": shape.index, "seed": s2,
+                                                            "use_reference": True, "return_mutated": True},
+                                                self.limits.run_s, what))
+                c2_reply = self._ask(cand, {"op": "run", "shape": shape.index, "seed": s2, "check_alias": True,
+                                            "return_inputs": r_reply.get("mutated_inputs", [])},
+                                     self.limits.run_s, f"correctness ({what}, second call)")
+                if c2_reply.get("aliased"):
+                    raise _Stop(Outcome.SUSPICIOUS, "correctness", f"{what}: the second call returned the same "
+                                "output memory as the first (cached output)", check="aliased_output")
+                mismatch = compare(r2, Outputs.load(c2_reply), atol, rtol)
+                if mismatch is not None:
+                    raise _Stop(Outcome.SUSPICIOUS, "correctness", f"{what}: right on the first call, wrong on a "
+                                f"second call with other inputs (cached output?): {mismatch.detail}",
+                                check="cached_output")
+        if info.has_tests:
+            s = _seed(seed, 10_000)
+            r_out = Outputs.load(self._ask_ref(task, ref, {"op": "tests", "seed": s}, self.limits.run_s * 2,
+                                               "its own test cases"))
+            c_reply = self._ask(cand, {"op": "tests", "seed": s}, self.limits.run_s * 2,
+                                "correctness (the task's test cases)")
+            mismatch = compare(r_out, Outputs.load(c_reply), atol, rtol)
+            if mismatch is not None:
+                raise _Stop(Outcome(mismatch.outcome), "correctness", f"the task's own test cases: {mismatch.detail}",
+                            check=None if mismatch.outcome == "wrong_output" else mismatch.check)
+        if launches == 0 and not info.allow_torch_only:
+            raise _Stop(Outcome.SUSPICIOUS, "correctness", "the candidate launched no Triton kernel (torch only)",
+                        check="no_triton")
+        return io_bytes
+
+    def _check_run(self, c_reply: dict, r_reply: dict, what: str) -> None:
+        if c_reply.get("lazy_output"):
+            raise _Stop(Outcome.SUSPICIOUS, "correctness", f"{what}: the output was still changing after the "
+                        "entry returned (work left on another stream or thread)", check="async_work")
+        if c_reply.get("new_threads"):
+            raise _Stop(Outcome.SUSPICIOUS, "correctness", f"{what}: the candidate left threads running "
+                        f"({', '.join(c_reply['new_threads'][:3])})", check="threads")
+        extra = sorted(set(c_reply.get("mutated_inputs", [])) - set(r_reply.get("mutated_inputs", [])))
+        if extra:
+            raise _Stop(Outcome.WRONG_OUTPUT, "correctness", f"{what}: the candidate modifies input "
+                        f"{', '.join(f'#{i}' for i in extra)}, which the reference leaves unchanged")
+
+    def _check_outputs(self, r_out: Outputs, c_out: Outputs, atol: float, rtol: float, what: str,
+                       shape_result: ShapeResult) -> None:
+        mismatch: Mismatch | None = compare(r_out, c_out, atol, rtol)
+        if mismatch is None:
+            return
+        shape_result.correct = False
+        shape_result.max_abs_err, shape_result.max_rel_err = mismatch.max_abs, mismatch.max_rel
+        raise _Stop(Outcome(mismatch.outcome), "correctness", f"{what}: {mismatch.detail}",
+                    check=None if mismatch.outcome == "wrong_output" else mismatch.check)
+
+    def _timing(self, task, ref, cand, shapes, preset, seed, result, by_index) -> None:
+        wire = preset.wire()
+        for shape in shapes:
+            sr = by_index[shape.index]
+            if sr.correct is not True:
+                continue
+            s = _seed(seed, shape.index, 2)
+            ref_times: list[list[float]] = []
+            cand_times: list[list[float]] = []
+            for r in range(max(1, preset.rounds)):
+                order = ("ref", "cand") if r % 2 == 0 else ("cand", "ref")
+                for who in order:
+                    msg = {"op": "time", "shape": shape.index, "seed": s, "preset": wire}
+                    if who == "ref":
+                        ref_times.append(self._ask_ref(task, ref, msg, self.limits.time_s, f"timing {shape.label}")
+                                         ["times"])
+                    else:
+                        cand_times.append(self._ask(cand, msg, self.limits.time_s, f"timing ({shape.label})")
+                                          ["times"])
+            sr.ref_ms, sr.ref_cv = _summarise(ref_times, preset.stat)
+            sr.cand_ms, sr.cand_cv = _summarise(cand_times, preset.stat)
+            sr.speedup = sr.ref_ms / sr.cand_ms if sr.cand_ms else None
+        search = [by_index[s.index] for s in shapes if not s.held_out and by_index[s.index].cand_ms]
+        held = [by_index[s.index] for s in shapes if s.held_out and by_index[s.index].cand_ms]
+        if search:
+            result.speedup = sum(x.ref_ms for x in search) / sum(x.cand_ms for x in search)
+        if held:
+            result.held_out_speedup = sum(x.ref_ms for x in held) / sum(x.cand_ms for x in held)
+
+    def _speed_of_light(self, shapes, result, by_index, io_bytes, peaks) -> None:
+        for shape in shapes:
+            sr = by_index[shape.index]
+            if not sr.cand_ms:
+                continue
+            nbytes = sol.bound_bytes(shape.bytes, io_bytes.get(shape.index))
+            if shape.bytes or nbytes:
+                sr.gbps = (shape.bytes or nbytes) / (sr.cand_ms * 1e-3) / 1e9
+            if shape.flops:
+                sr.tflops = shape.flops / (sr.cand_ms * 1e-3) / 1e12
+            if peaks is None:
+                continue
+            sr.bound_ms = sol.bound_ms(nbytes, shape.flops, peaks)
+            if sr.bound_ms:
+                sr.sol_fraction = sr.bound_ms / sr.cand_ms
+                ref_fraction = sr.bound_ms / sr.ref_ms if sr.ref_ms else 0.0
+                if sr.sol_fraction > SOL_TOLERANCE:
+                    if ref_fraction > SOL_TOLERANCE:
+                        sr.note = "bound below even the reference's time: the task's byte count is too high"
+                        continue
+                    result.outcome, result.stage = Outcome.SUSPICIOUS, "timing"
+                    result.detail = (f"shape {shape.label}: {sr.cand_ms * 1e3:.2f} us is faster than the "
+                                     f"speed-of-light bound {sr.bound_ms * 1e3:.2f} us")
+                    result.checks.append("speed_of_light")
+
+
+def _summarise(rounds: list[list[float]], stat: str) -> tuple[float | None, float | None]:
+    rounds = [r for r in rounds if r]
+    if not rounds:
+        return None, None
+    per_round = [statistics.fmean(r) if stat == "mean" else statistics.median(r) for r in rounds]
+    flat = [t for r in rounds for t in r]
+    mean = statistics.fmean(flat)
+    cv = statistics.pstdev(flat) / mean if len(flat) > 1 and mean > 0 else None
+    value = statistics.fmean(per_round)
+    return (value if math.isfinite(value) else None), cv
+
+
+def _first_line(text: str) -> str:
+    for line in (text or "").strip().splitlines():
+        if line.strip():
+            return line.strip()[:300]
+    return "(no message)"
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "(no message)"

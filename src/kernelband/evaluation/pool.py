@@ -1,0 +1,357 @@
+"""Pre-warmed worker processes.
+
+Starting Python, importing torch and initialising CUDA costs seconds, so the
+pool starts workers ahead of time and hands out ready ones. A candidate gets a
+fresh worker and the worker is killed after that one candidate: a CUDA fault,
+a hang or a monkey-patch dies with it. The reference of a task keeps a worker
+of its own across evaluations (it is the task's code, not a candidate's).
+
+Every worker runs with an allow-listed environment (no API keys, tokens or
+secrets), in its own temporary directory, in its own process group, and under a
+memory watchdog.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import psutil
+
+from kernelband import protocol
+
+_ENV_KEEP = re.compile(
+    r"^(PATH|LANG|LANGUAGE|LC_[A-Z]+|TZ|TERM|USER|LOGNAME|SHELL|PYTHONPATH|PYTHONHASHSEED|VIRTUAL_ENV|"
+    r"LD_LIBRARY_PATH|CUDA_[A-Z_]+|NVIDIA_[A-Z_]+|NCCL_[A-Z_]+|NVSHMEM_[A-Z_]+|TORCH_[A-Z_]+|PYTORCH_[A-Z_]+|"
+    r"TRITON_[A-Z_]+|OMP_NUM_THREADS|MKL_NUM_THREADS|CC|CXX)$")
+_ENV_SECRET = re.compile(r"(_API_KEY$|TOKEN|SECRET|PASSWORD|CREDENTIAL|_KEY$)", re.IGNORECASE)
+
+
+def worker_env(workdir: str, mode: str, device_index: int | None) -> dict[str, str]:
+    """The environment a worker gets: an allow-list, less anything that looks like a secret."""
+    env = {k: v for k, v in os.environ.items() if _ENV_KEEP.match(k) and not _ENV_SECRET.search(k)}
+    env.update(HOME=workdir, TMPDIR=workdir, TRITON_CACHE_DIR=os.path.join(workdir, "triton-cache"),
+               PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1")
+    env.pop("TRITON_INTERPRET", None)
+    if mode == "interpreter":
+        env["TRITON_INTERPRET"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    elif device_index is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(device_index) if "CUDA_VISIBLE_DEVICES" not in os.environ else \
+            os.environ["CUDA_VISIBLE_DEVICES"].split(",")[device_index]
+    # Our own package must import in the worker even when run from a source tree.
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join([src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+class WorkerGone(Exception):
+    """The worker died, timed out or broke the protocol; `outcome` says which."""
+
+    def __init__(self, outcome: str, detail: str):
+        super().__init__(detail)
+        self.outcome = outcome
+        self.detail = detail
+
+
+@dataclass
+class ReadyInfo:
+    pid: int
+    startup_s: float
+    sandbox: dict
+    device: dict
+    versions: dict
+
+
+class Worker:
+    """One worker process and the parent's end of its socket."""
+
+    def __init__(self, mode: str, base_dir: str, device_index: int | None, memory_limit: int | None,
+                 profiler: bool = False):
+        self.mode = mode
+        self.dir = tempfile.mkdtemp(prefix="w-", dir=base_dir)
+        self.memory_limit = memory_limit
+        self.killed_for: str | None = None
+        parent, child = socket.socketpair()
+        self.sock = parent
+        self.log_path = os.path.join(self.dir, "worker.log")
+        self._log = open(self.log_path, "wb")
+        self.started = time.monotonic()
+        prefix: list[str] = []
+        self.ncu_log = os.path.join(self.dir, "ncu.csv")
+        if profiler:
+            from kernelband.evaluation import ncu
+            prefix = ncu.command(self.ncu_log)
+        self.proc = subprocess.Popen(
+            prefix + [sys.executable, "-m", "kernelband.worker", "--fd", str(child.fileno()), "--dir", self.dir,
+                      "--mode", mode],
+            pass_fds=[child.fileno()], cwd=self.dir, env=worker_env(self.dir, mode, device_index),
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        child.close()
+        self.ready: ReadyInfo | None = None
+        self.lock = threading.Lock()
+
+    def wait_ready(self, timeout: float) -> ReadyInfo:
+        msg = self._recv(timeout, "start")
+        if msg.get("op") != "ready":
+            raise WorkerGone("crashed", f"worker failed to start: {msg.get('error', msg)}")
+        self.ready = ReadyInfo(msg["pid"], msg["startup_s"], msg["sandbox"], msg.get("device", {}),
+                               msg.get("versions", {}))
+        return self.ready
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - n))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def _death(self) -> WorkerGone:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.proc.wait()
+        tail = self.log_tail()
+        if self.killed_for:
+            return WorkerGone("crashed", f"{self.killed_for}\n{tail}")
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return WorkerGone("crashed", f"worker killed by {name}\n{tail}")
+        return WorkerGone("crashed", f"worker exited with code {code}\n{tail}")
+
+    def _recv(self, timeout: float, what: str) -> dict:
+        try:
+            return protocol.recv(self.sock, timeout)
+        except TimeoutError:
+            self.kill()
+            raise WorkerGone("timeout", f"no answer to {what} within {timeout:.0f} s") from None
+        except (protocol.ProtocolError, OSError):
+            raise self._death() from None
+
+    def request(self, message: dict, timeout: float) -> dict:
+        """Send one request and wait for its answer. Raises WorkerGone."""
+        with self.lock:
+            if self.proc.poll() is not None:
+                raise self._death()
+            try:
+                protocol.send(self.sock, message)
+            except OSError:
+                raise self._death() from None
+            return self._recv(timeout, message.get("op", "request"))
+
+    def check_memory(self) -> None:
+        if not self.memory_limit or self.proc.poll() is not None:
+            return
+        try:
+            rss = psutil.Process(self.proc.pid).memory_info().rss
+        except psutil.Error:
+            return
+        if rss > self.memory_limit:
+            self.killed_for = (f"killed: memory limit exceeded ({rss / 2**30:.1f} GiB > "
+                               f"{self.memory_limit / 2**30:.1f} GiB)")
+            self.kill()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+
+    def close(self) -> None:
+        self.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.sock.close()
+        self._log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class WorkerPool:
+    """Keeps `warm` workers started ahead of need, and one worker per task reference."""
+
+    def __init__(self, mode: str, warm: int = 2, device_index: int | None = 0,
+                 memory_limit: int | None = None, start_timeout: float = 180.0, max_references: int = 4,
+                 profiler: bool = False):
+        self.mode = mode
+        self.warm = max(0, warm)
+        self.device_index = device_index if mode == "gpu" else None
+        total = psutil.virtual_memory().total
+        self.memory_limit = memory_limit if memory_limit is not None else int(total * 0.6)
+        self.start_timeout = start_timeout
+        self.base_dir = tempfile.mkdtemp(prefix="kernelband-")
+        self._spares: list[Worker] = []
+        self._starting = 0
+        self._cond = threading.Condition()
+        self._references: OrderedDict[str, Worker] = OrderedDict()
+        self._max_references = max_references
+        self._all: list[Worker] = []
+        self._closed = False
+        self.gpu_lock = threading.Lock()  # one timing (and one correctness run) at a time on this GPU
+        self.startup_times: list[float] = []
+        self.profiler = profiler and mode == "gpu"
+        self._profilers: list[Worker] = []
+        self._watchdog = threading.Thread(target=self._watch, name="kernelband-memory-watchdog", daemon=True)
+        self._watchdog.start()
+        self._fill()
+        if self.profiler:
+            threading.Thread(target=self._spawn_profiler, daemon=True).start()
+
+    # -- spares -------------------------------------------------------------------------------
+    def _spawn(self) -> None:
+        try:
+            worker = Worker(self.mode, self.base_dir, self.device_index, self.memory_limit)
+            with self._cond:
+                self._all.append(worker)
+            worker.wait_ready(self.start_timeout)
+            self.startup_times.append(worker.ready.startup_s)
+        except (WorkerGone, OSError) as exc:
+            with self._cond:
+                self._starting -= 1
+                self._failure = str(exc)
+                self._cond.notify_all()
+            return
+        with self._cond:
+            self._starting -= 1
+            if self._closed:
+                worker.close()
+                return
+            self._spares.append(worker)
+            self._cond.notify_all()
+
+    def _fill(self) -> None:
+        with self._cond:
+            need = self.warm - len(self._spares) - self._starting
+            self._starting += max(0, need)
+        for _ in range(max(0, need)):
+            threading.Thread(target=self._spawn, daemon=True, name="kernelband-worker-start").start()
+
+    def acquire(self, timeout: float | None = None) -> Worker:
+        """A ready worker for one candidate. Starts one now if none is warm."""
+        timeout = timeout or self.start_timeout
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            if not self._spares and self._starting == 0:
+                self._starting += 1
+                threading.Thread(target=self._spawn, daemon=True).start()
+            while not self._spares:
+                left = deadline - time.monotonic()
+                if left <= 0 or (self._starting == 0 and not self._spares):
+                    raise WorkerGone("crashed", f"no worker could be started: {getattr(self, '_failure', 'timeout')}")
+                self._cond.wait(min(left, 1.0))
+            worker = self._spares.pop(0)
+        self._fill()
+        return worker
+
+    def _spawn_profiler(self) -> None:
+        try:
+            worker = Worker(self.mode, self.base_dir, self.device_index, self.memory_limit, profiler=True)
+            with self._cond:
+                self._all.append(worker)
+            worker.wait_ready(self.start_timeout * 2)
+        except (WorkerGone, OSError) as exc:
+            with self._cond:
+                self._profiler_failure = str(exc)
+                self._cond.notify_all()
+            return
+        with self._cond:
+            if self._closed:
+                worker.close()
+                return
+            self._profilers.append(worker)
+            self._cond.notify_all()
+
+    def acquire_profiler(self, timeout: float = 300.0) -> Worker:
+        """A warm worker running under Nsight Compute; used once, like a candidate's."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not self._profilers:
+                if getattr(self, "_profiler_failure", None):
+                    failure, self._profiler_failure = self._profiler_failure, None
+                    threading.Thread(target=self._spawn_profiler, daemon=True).start()
+                    raise WorkerGone("crashed", failure)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise WorkerGone("timeout", "no profiling worker started in time")
+                self._cond.wait(min(left, 1.0))
+            worker = self._profilers.pop(0)
+        threading.Thread(target=self._spawn_profiler, daemon=True).start()
+        return worker
+
+    def release(self, worker: Worker) -> None:
+        """A candidate's worker is never reused."""
+        worker.close()
+        with self._cond:
+            if worker in self._all:
+                self._all.remove(worker)
+
+    # -- references ---------------------------------------------------------------------------
+    def reference(self, key: str) -> Worker | None:
+        with self._cond:
+            worker = self._references.get(key)
+            if worker is not None and worker.alive():
+                self._references.move_to_end(key)
+                return worker
+            if worker is not None:
+                del self._references[key]
+        return None
+
+    def keep_reference(self, key: str, worker: Worker) -> None:
+        with self._cond:
+            self._references[key] = worker
+            while len(self._references) > self._max_references:
+                _, old = self._references.popitem(last=False)
+                old.close()
+
+    def drop_reference(self, key: str) -> None:
+        with self._cond:
+            worker = self._references.pop(key, None)
+        if worker is not None:
+            worker.close()
+
+    # -- housekeeping -------------------------------------------------------------------------
+    def _watch(self) -> None:
+        while not self._closed:
+            with self._cond:
+                workers = list(self._all) + list(self._references.values())
+            for w in workers:
+                w.check_memory()
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            workers = list(self._spares) + list(self._references.values()) + list(self._all) + self._profilers
+            self._spares.clear()
+            self._profilers.clear()
+            self._references.clear()
+        for w in dict.fromkeys(workers):
+            w.close()
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

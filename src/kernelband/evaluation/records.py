@@ -1,0 +1,117 @@
+"""Plain records an evaluation produces; they are stored and reloaded as JSON."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+
+class Outcome(str, Enum):
+    OK = "ok"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    WRONG_OUTPUT = "wrong_output"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    SUSPICIOUS = "suspicious"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """How a kernel is timed on one shape. Warm-up and repetitions count iterations or milliseconds."""
+
+    name: str
+    warmup: float
+    rep: float
+    unit: str  # "iters" | "ms"
+    stat: str  # "mean" | "median"
+    rounds: int  # reference and candidate measured in turn, ABBA..., this many times each
+    max_ms: float | None = None  # cap on one measurement
+
+    def wire(self) -> dict:
+        return asdict(self)
+
+
+PRESETS = {
+    # The paper's protocol: do_bench, 100 warm-up and 1000 timed iterations, the mean.
+    "paper": Preset("paper", warmup=100, rep=1000, unit="iters", stat="mean", rounds=1),
+    # Cheaper: fewer iterations, capped at 40 ms a measurement, the median of each, and the reference
+    # and the candidate measured twice in ABBA order so that drift cancels.
+    "default": Preset("default", warmup=10, rep=100, unit="iters", stat="median", rounds=2, max_ms=40.0),
+    # What TritonBench, GEAK-eval and the KernelBand release do: do_bench(warmup=100 ms, rep=1000 ms).
+    "tritonbench": Preset("tritonbench", warmup=100, rep=1000, unit="ms", stat="median", rounds=1),
+}
+
+
+@dataclass
+class ShapeResult:
+    index: int
+    label: str
+    held_out: bool
+    correct: bool | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    ref_ms: float | None = None
+    cand_ms: float | None = None
+    ref_cv: float | None = None  # coefficient of variation over the timed iterations
+    cand_cv: float | None = None
+    speedup: float | None = None
+    gbps: float | None = None
+    tflops: float | None = None
+    bound_ms: float | None = None  # speed-of-light lower bound
+    sol_fraction: float | None = None  # bound_ms / cand_ms: 1.0 is the speed of light
+    note: str = ""
+
+
+@dataclass
+class Features:
+    """rho(k) clusters candidates; phi(k) feeds the strategy heads. None means measured by nothing."""
+
+    rho: dict[str, float | None] = field(default_factory=dict)
+    phi: dict[str, float | None] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)  # feature -> "ncu" | "compiler" | "timing" | ...
+    compile: dict = field(default_factory=dict)  # registers, spills, shared memory, launch configuration
+
+
+RHO_KEYS = ("log_time", "log_memory_footprint", "arithmetic_intensity", "block_dim_x", "block_dim_y",
+            "achieved_occupancy")
+PHI_KEYS = ("l2_hit_rate", "dram_bw_pct", "sm_throughput_pct", "warp_execution_efficiency", "achieved_occupancy",
+            "registers_per_thread", "shared_bank_conflicts", "global_load_coalescing_pct", "tensor_core_util_pct")
+
+
+@dataclass
+class EvalResult:
+    task: str
+    outcome: Outcome
+    detail: str = ""  # one line: what happened
+    error: str = ""  # full error text, kept whatever the outcome
+    stage: str = ""  # the stage the outcome was decided in
+    speedup: float | None = None  # runtime-weighted: sum(ref ms) / sum(candidate ms), search shapes
+    held_out_speedup: float | None = None
+    shapes: list[ShapeResult] = field(default_factory=list)
+    features: Features = field(default_factory=Features)
+    checks: list[str] = field(default_factory=list)  # anti-cheat checks that fired
+    preset: str = "default"
+    interpreter: bool = False  # timings are Triton-interpreter timings, not GPU timings
+    device: str = ""
+    sandbox: str = ""
+    seed: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == Outcome.OK
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["outcome"] = self.outcome.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> EvalResult:
+        d = dict(d)
+        d["outcome"] = Outcome(d["outcome"])
+        d["shapes"] = [ShapeResult(**s) for s in d.get("shapes", [])]
+        d["features"] = Features(**d.get("features", {}))
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})

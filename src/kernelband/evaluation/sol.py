@@ -1,0 +1,77 @@
+"""Speed of light: the device's measured peaks and a shape's lower-bound time.
+
+bound = max(bytes / peak bandwidth, flops / peak throughput). The peaks come
+from `kernelband calibrate` and are cached per GPU name in
+`~/.cache/kernelband/calibration.json` (or `$KERNELBAND_CACHE`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Peaks:
+    device: str
+    bw_gbps: float  # device-to-device copy, bytes read + written
+    tflops: float  # the best dense matmul rate over the dtypes measured
+    tflops_by_dtype: dict = field(default_factory=dict)
+    torch: str = ""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("KERNELBAND_CACHE", Path.home() / ".cache" / "kernelband"))
+
+
+def _path(path: str | os.PathLike | None) -> Path:
+    return Path(path) if path else cache_dir() / "calibration.json"
+
+
+def load(device: str, path: str | os.PathLike | None = None) -> Peaks | None:
+    try:
+        data = json.loads(_path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    entry = data.get(device)
+    if not isinstance(entry, dict):
+        return None
+    try:
+        return Peaks(**{k: v for k, v in entry.items() if k in Peaks.__dataclass_fields__})
+    except TypeError:
+        return None
+
+
+def save(peaks: Peaks, path: str | os.PathLike | None = None) -> Path:
+    p = _path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        data = {}
+    data[peaks.device] = asdict(peaks)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(p)
+    return p
+
+
+def bound_bytes(declared: float | None, io_bytes: int | None) -> float | None:
+    """Bytes that must move: the task's count, but never more than its inputs and outputs.
+
+    TritonBench's scripts sometimes count a tensor twice; the smaller of the two keeps
+    the bound a lower bound.
+    """
+    values = [v for v in (declared, io_bytes) if v]
+    return min(values) if values else None
+
+
+def bound_ms(nbytes: float | None, flops: float | None, peaks: Peaks) -> float | None:
+    times = []
+    if nbytes:
+        times.append(nbytes / (peaks.bw_gbps * 1e9))
+    if flops:
+        times.append(flops / (peaks.tflops * 1e12))
+    return max(times) * 1e3 if times else None

@@ -1,0 +1,86 @@
+"""What a task is, as the trusted parent knows it: sources and settings.
+
+The parent never executes task code. It splits a task into the module to make
+faster (the kernels and the entry function) and the harness (how to build
+inputs for a shape); workers run both and report the task's shapes back as a
+`TaskInfo`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Task:
+    ref: str  # how the user named it: "examples:softmax", "tritonbench:add_value", "path/to/task.py"
+    name: str
+    kind: str  # "pyfile" | "tritonbench"
+    module_source: str  # the starting kernel k0
+    harness_source: str  # trusted: builds inputs, lists shapes
+    harness_file: str = "<harness>"
+    tests_source: str | None = None  # TritonBench instance tests, run against every module
+    extra_loop_values: tuple[float, ...] = ()  # TritonBench: loop values added to the script's own
+    description: str = ""
+    difficulty: int | None = None
+
+    @property
+    def key(self) -> str:
+        """Identifies the reference: same key, same reference worker."""
+        h = hashlib.sha256()
+        for part in (self.kind, self.name, self.module_source, self.harness_source, self.tests_source or "",
+                     repr(self.extra_loop_values)):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()[:16]
+
+    def wire(self) -> dict:
+        """What a worker needs to build the harness."""
+        return {"kind": self.kind, "name": self.name, "harness_source": self.harness_source,
+                "harness_file": self.harness_file, "tests_source": self.tests_source,
+                "extra_loop_values": list(self.extra_loop_values)}
+
+
+@dataclass(frozen=True)
+class ShapeInfo:
+    index: int
+    label: str
+    held_out: bool
+    inputs: str
+    nbytes: int
+    bytes: float | None = None  # declared bytes moved, for GB/s and the speed-of-light bound
+    flops: float | None = None
+    added: bool = False  # a shape KernelBand added to the task's own
+    group: str = "search"
+    position: int = 0
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    entry: str
+    atol: float
+    rtol: float
+    allow_torch_only: bool
+    has_tests: bool
+    shapes: tuple[ShapeInfo, ...] = field(default_factory=tuple)
+    interpreter_shapes_given: bool = False
+
+    @classmethod
+    def from_wire(cls, d: dict) -> TaskInfo:
+        shapes = tuple(ShapeInfo(**{k: v for k, v in s.items() if k in ShapeInfo.__dataclass_fields__})
+                       for s in d["shapes"])
+        return cls(entry=d["entry"], atol=float(d["atol"]), rtol=float(d["rtol"]),
+                   allow_torch_only=bool(d["allow_torch_only"]), has_tests=bool(d["has_tests"]),
+                   shapes=shapes, interpreter_shapes_given=bool(d.get("interpreter_shapes_given")))
+
+    @property
+    def search(self) -> list[ShapeInfo]:
+        return [s for s in self.shapes if not s.held_out]
+
+    @property
+    def held_out(self) -> list[ShapeInfo]:
+        return [s for s in self.shapes if s.held_out]
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,68 @@
+"""KernelBand's own task format: one Python file per task.
+
+Above the marker line is the module to make faster (Triton kernels and the
+entry function); below it, the task definition:
+
+    ENTRY = "softmax"                   # the function candidates must define
+    SHAPES = [dict(rows=..., cols=...)] # search shapes, keyword arguments of make_inputs
+    HELD_OUT = [...]                    # optional: checked only at the end of a search
+    INTERPRETER_SHAPES = [...]          # optional: used instead of SHAPES on a CPU
+    ATOL, RTOL = 1e-3, 1e-1             # optional (these are the defaults)
+    ALLOW_TORCH_ONLY = False            # optional
+    def make_inputs(device, **shape) -> tuple   # the entry's positional arguments
+    def reference(*inputs)              # optional ground truth in plain torch
+    def bytes_moved(**shape) -> int     # optional, for GB/s and the speed-of-light bound
+    def flops(**shape) -> int           # optional
+
+A candidate is a module: the part above the marker, rewritten.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from kernelband.errors import UserError
+from kernelband.tasks.model import Task
+
+MARKER = re.compile(r"^#\s*-{3,}\s*kernelband task\s*-{3,}\s*$", re.MULTILINE)
+MARKER_LINE = "# --------------------------------- kernelband task ---------------------------------"
+
+
+def split(source: str, where: str) -> tuple[str, str, int]:
+    """(module source, harness source, line number where the harness starts)."""
+    match = MARKER.search(source)
+    if match is None:
+        raise UserError(f"{where}: no '{MARKER_LINE.strip()}' line separates the kernel from the task "
+                        "definition (see the task format in the README)")
+    module = source[: match.start()]
+    line = source.count("\n", 0, match.end()) + 1
+    # Blank lines keep the harness's line numbers equal to the file's in tracebacks.
+    harness = "\n" * line + source[match.end():].lstrip("\n")
+    return module, harness, line
+
+
+def module_part(source: str) -> str:
+    """A candidate file may be a bare module or a whole task file: keep the module."""
+    match = MARKER.search(source)
+    return source[: match.start()] if match else source
+
+
+def load(path: Path, ref: str | None = None, name: str | None = None) -> Task:
+    try:
+        source = path.read_text()
+    except OSError as exc:
+        raise UserError(f"cannot read task file {path}: {exc.strerror}") from exc
+    module, harness, _ = split(source, str(path))
+    try:
+        ast.parse(harness, filename=str(path))
+    except SyntaxError as exc:
+        raise UserError(f"{path}:{exc.lineno}: the task definition is not valid Python: {exc.msg}") from exc
+    description = ""
+    try:
+        description = (ast.get_docstring(ast.parse(module)) or "").strip().splitlines()[0]
+    except (SyntaxError, IndexError):
+        pass
+    return Task(ref=ref or str(path), name=name or path.stem, kind="pyfile", module_source=module,
+                harness_source=harness, harness_file=str(path), description=description)

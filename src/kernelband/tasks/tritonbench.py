@@ -1,0 +1,150 @@
+"""TritonBench-G tasks, addressed as `tritonbench:<name>`.
+
+Two sources, tried in this order:
+
+* the JSON file KernelBand's authors released (`tritonbench_g_tasks.json`, 184
+  tasks, each with the instance code and the performance script);
+* a TritonBench checkout with its original layout
+  (`data/TritonBench_G_v1/<name>.py`,
+  `performance_metrics/perf_G/golden_metrics/<name>_perf.py`).
+
+Where they are: `--tritonbench PATH` or `KERNELBAND_TRITONBENCH` (the JSON file
+or the checkout), else `shared/tritonbench/kernelband_nvidia/` found next to or
+above the current directory.
+
+The instance code is split at its line of 146 `#`: above is the starting
+kernel, below the instance's own tests, which join the correctness inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from kernelband.errors import UserError
+from kernelband.tasks.model import Task
+
+SEPARATOR = "#" * 146
+_JSON_RELATIVE = Path("shared/tritonbench/kernelband_nvidia/tritonbench_g_tasks.json")
+
+# Level-1/2 tasks whose performance script has fewer than 10 shapes get loop values added to the
+# script's own (`2 ** 7.5` is 181): the `range` of the script's loop yields these after its own.
+EXTRA_LOOP_VALUES: dict[str, tuple[float, ...]] = {
+    # cols 4..128 -> also 256..2048 (x 8192 rows, fp16)
+    "geglu_tanh_triton": (8, 9, 10, 11),
+    # q, k of (s, s, s): the kernel needs a power-of-two s (tl.arange(0, C)), so smaller cubes
+    "int8_quantization": (0, 1),
+    # d_head 4..512 -> also 1024, 2048 (a power of two: the kernel's tl.arange needs it)
+    "matrix_transpose": (10, 11),
+    # 4096 rows x 128..32768 cols -> also 181 cols
+    "softmax_triton1": (7.5,),
+    # 4096 rows x 16..1024 cols -> also 23, 45, 91 cols (the kernel caps its block at 1024 columns)
+    "triton_softmax": (4.5, 5.5, 6.5),
+}
+
+# The paper's evaluation set: levels 1 and 2, less sin_computation (it reduces to almost nothing).
+PAPER_EXCLUDED = ("sin_computation",)
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    difficulty: int | None
+    instance: str
+    perf: str
+
+
+def _candidates() -> list[Path]:
+    places = []
+    for start in (Path.cwd(), Path(__file__).resolve().parent):
+        for ancestor in (start, *start.parents):
+            places.append(ancestor / _JSON_RELATIVE)
+            places.append(ancestor.parent / _JSON_RELATIVE)
+    return places
+
+
+def locate(path: str | os.PathLike | None = None) -> Path:
+    given = path or os.environ.get("KERNELBAND_TRITONBENCH")
+    if given:
+        p = Path(given).expanduser()
+        if not p.exists():
+            raise UserError(f"TritonBench data not found at {p} (set by "
+                            f"{'--tritonbench' if path else 'KERNELBAND_TRITONBENCH'})")
+        return p
+    for place in _candidates():
+        if place.is_file():
+            return place
+    raise UserError("TritonBench data not found: pass --tritonbench PATH (tritonbench_g_tasks.json or a "
+                    "TritonBench checkout) or set KERNELBAND_TRITONBENCH")
+
+
+@lru_cache(maxsize=4)
+def _load_entries(location: str) -> dict[str, Entry]:
+    p = Path(location)
+    entries: dict[str, Entry] = {}
+    if p.is_file():
+        try:
+            data = json.loads(p.read_text())
+            for t in data["tasks"]:
+                diff = t.get("difficulty")
+                entries[t["name"]] = Entry(t["name"], int(diff) if diff not in (None, "") else None,
+                                           t["instance_py"], t["perf_py"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"{p} is not a TritonBench-G task file: {exc}") from exc
+        return entries
+    instances = p / "data" / "TritonBench_G_v1"
+    perfs = p / "performance_metrics" / "perf_G" / "golden_metrics"
+    if not instances.is_dir() or not perfs.is_dir():
+        raise UserError(f"{p} has neither tritonbench_g_tasks.json nor a TritonBench layout "
+                        "(data/TritonBench_G_v1, performance_metrics/perf_G/golden_metrics)")
+    difficulty: dict[str, int] = {}
+    meta = p / "data" / "TritonBench_G_v1.json"
+    if meta.is_file():
+        for rec in json.loads(meta.read_text()):
+            name = Path(rec.get("file", "")).stem
+            if name and str(rec.get("difficulty", "")).isdigit():
+                difficulty[name] = int(rec["difficulty"])
+    for inst in sorted(instances.glob("*.py")):
+        perf = perfs / f"{inst.stem}_perf.py"
+        if perf.is_file():
+            entries[inst.stem] = Entry(inst.stem, difficulty.get(inst.stem), inst.read_text(), perf.read_text())
+    return entries
+
+
+def entries(path: str | os.PathLike | None = None) -> dict[str, Entry]:
+    return _load_entries(str(locate(path)))
+
+
+def split_instance(instance: str) -> tuple[str, str]:
+    """(starting kernel, the instance's tests)."""
+    lines = instance.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.strip() == SEPARATOR:
+            return "".join(lines[:i]), "".join(lines[i + 1:])
+    return instance, ""
+
+
+def to_task(entry: Entry) -> Task:
+    module, tests = split_instance(entry.instance)
+    return Task(ref=f"tritonbench:{entry.name}", name=entry.name, kind="tritonbench", module_source=module,
+                harness_source=entry.perf, harness_file=f"<tritonbench:{entry.name}_perf.py>",
+                tests_source=tests or None, extra_loop_values=EXTRA_LOOP_VALUES.get(entry.name, ()),
+                description=f"TritonBench-G {entry.name} (level {entry.difficulty})", difficulty=entry.difficulty)
+
+
+def load(name: str, path: str | os.PathLike | None = None) -> Task:
+    all_entries = entries(path)
+    if name not in all_entries:
+        close = [n for n in all_entries if name.lower() in n.lower()][:5]
+        hint = f"; did you mean {', '.join(close)}?" if close else "; `kernelband tasks --suite tritonbench-g` lists them"
+        raise UserError(f"no TritonBench-G task named {name!r}{hint}")
+    return to_task(all_entries[name])
+
+
+def level12(path: str | os.PathLike | None = None, paper: bool = True) -> list[str]:
+    """The level-1/2 tasks; with `paper`, without the ones the paper excluded (29 tasks)."""
+    names = sorted(n for n, e in entries(path).items() if e.difficulty in (1, 2))
+    return [n for n in names if not (paper and n in PAPER_EXCLUDED)]

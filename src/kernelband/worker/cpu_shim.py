@@ -1,0 +1,122 @@
+"""Run kernels that hard-code CUDA on the CPU, under the Triton interpreter.
+
+TritonBench kernels write `x.cuda()`, `device='cuda'`, `assert x.is_cuda`
+and `torch.cuda.synchronize()`. On a machine without a GPU this module maps
+all of that onto the CPU so the same source runs under TRITON_INTERPRET=1.
+It is installed only in interpreter mode and only inside a worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_CPU = torch.device("cpu")
+
+
+def _is_cuda(device) -> bool:
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    return False
+
+
+def _map(value):
+    if _is_cuda(value):
+        return _CPU
+    return value
+
+
+class _CudaToCpu(TorchFunctionMode):
+    """Rewrites every `device=cuda` argument (and `.to('cuda')`) to the CPU."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if "device" in kwargs:
+            kwargs["device"] = _map(kwargs["device"])
+        if func in (torch.Tensor.to, torch.Tensor.new_empty, torch.Tensor.new_zeros,
+                    torch.Tensor.new_ones, torch.Tensor.new_full, torch.Tensor.new_tensor):
+            args = tuple(_map(a) for a in args)
+        return func(*args, **kwargs)
+
+
+class _FakeProps:
+    name = "Triton interpreter (CPU)"
+    multi_processor_count = 8
+    total_memory = 16 * 1024**3
+    major, minor = 9, 0
+    max_shared_memory_per_block_optin = 227 * 1024
+    warp_size = 32
+    L2_cache_size = 50 * 1024**2
+    regs_per_multiprocessor = 65536
+    max_threads_per_multi_processor = 2048
+
+
+class _FakeStream:
+    def __init__(self, *args, **kwargs):
+        self.cuda_stream = 0
+
+    def synchronize(self):
+        pass
+
+    def wait_stream(self, other):
+        pass
+
+    def record_event(self, event=None):
+        return event or _FakeEvent()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _FakeEvent:
+    def __init__(self, *args, **kwargs):
+        self._t = 0.0
+
+    def record(self, stream=None):
+        import time
+        self._t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, end):
+        return (end._t - self._t) * 1000.0
+
+
+def install() -> None:
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self
+    torch.Tensor.is_cuda = property(lambda self: True)
+    cuda = torch.cuda
+    cuda.is_available = lambda: True
+    cuda.synchronize = lambda *args, **kwargs: None
+    cuda.current_device = lambda: 0
+    cuda.device_count = lambda: 1
+    cuda.set_device = lambda *args, **kwargs: None
+    cuda.device = lambda *args, **kwargs: contextlib.nullcontext()
+    cuda.get_device_properties = lambda *args, **kwargs: _FakeProps()
+    cuda.get_device_name = lambda *args, **kwargs: _FakeProps.name
+    cuda.get_device_capability = lambda *args, **kwargs: (9, 0)
+    cuda.Stream = _FakeStream
+    cuda.Event = _FakeEvent
+    cuda.current_stream = lambda *args, **kwargs: _FakeStream()
+    cuda.default_stream = lambda *args, **kwargs: _FakeStream()
+    cuda.stream = lambda *args, **kwargs: contextlib.nullcontext()
+    cuda.empty_cache = lambda: None
+    cuda.manual_seed = lambda seed: None
+    cuda.manual_seed_all = lambda seed: None
+    cuda.max_memory_allocated = lambda *args, **kwargs: 0
+    cuda.reset_peak_memory_stats = lambda *args, **kwargs: None
+    if not hasattr(cuda, "amp"):
+        cuda.amp = types.SimpleNamespace()
+    _CudaToCpu().__enter__()

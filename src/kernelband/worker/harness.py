@@ -1,0 +1,279 @@
+"""Task harnesses, as seen from inside a worker.
+
+A harness knows a task's shapes, builds the inputs of one shape and calls the
+module under test on them. Two kinds:
+
+* `PyFileHarness`: the project's own task format (the part of a task file
+  below the `kernelband task` marker).
+* `TritonBenchHarness`: a TritonBench-G performance script and the instance's
+  own test code.
+
+Both build inputs under a seed given by the evaluator, so the reference worker
+and the candidate worker build the same inputs without exchanging them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import sys
+import types
+from typing import Any
+
+import torch
+
+from kernelband.worker import tb_compat
+
+
+def _label(params: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+def tensors_in(obj) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in tensors_in(item)]
+    if isinstance(obj, dict):
+        return [t for item in obj.values() for t in tensors_in(item)]
+    if isinstance(obj, torch.nn.Module):
+        return list(obj.parameters()) + list(obj.buffers())
+    return []
+
+
+def _describe_inputs(inputs) -> str:
+    parts = []
+    for t in tensors_in(inputs):
+        dtype = str(t.dtype).replace("torch.", "")
+        parts.append(f"{dtype}[{'x'.join(str(s) for s in t.shape)}]")
+    return " ".join(parts) or "no tensors"
+
+
+def _nbytes(inputs) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors_in(inputs))
+
+
+class Harness:
+    entry: str
+    atol: float = 1e-3
+    rtol: float = 1e-1
+    allow_torch_only: bool = False
+    has_reference: bool = False
+    has_tests: bool = False
+
+    def describe(self, mode: str) -> dict:
+        raise NotImplementedError
+
+    def make_inputs(self, index: int, device: str) -> Any:
+        raise NotImplementedError
+
+    def call(self, inputs) -> Any:
+        raise NotImplementedError
+
+    def reference(self, inputs) -> Any:
+        raise NotImplementedError
+
+    def run_tests(self) -> Any:
+        raise NotImplementedError
+
+
+def _exec_module(name: str, source: str, filename: str, extra: dict | None = None) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    if extra:
+        module.__dict__.update(extra)
+    sys.modules[name] = module
+    code = compile(source, filename, "exec")
+    exec(code, module.__dict__)
+    return module
+
+
+class PyFileHarness(Harness):
+    """The harness part of a KernelBand task file."""
+
+    def __init__(self, harness_source: str, harness_file: str, module: types.ModuleType):
+        self.module = module
+        self.ns = _exec_module("kernelband_task_harness", harness_source, harness_file).__dict__
+        missing = [n for n in ("ENTRY", "SHAPES", "make_inputs") if n not in self.ns]
+        if missing:
+            raise ValueError(f"the task definition lacks {', '.join(missing)}")
+        self.entry = self.ns["ENTRY"]
+        self.atol = float(self.ns.get("ATOL", 1e-3))
+        self.rtol = float(self.ns.get("RTOL", 1e-1))
+        self.allow_torch_only = bool(self.ns.get("ALLOW_TORCH_ONLY", False))
+        self.has_reference = callable(self.ns.get("reference"))
+        self._search = [dict(s) for s in self.ns["SHAPES"]]
+        self._held_out = [dict(s) for s in self.ns.get("HELD_OUT", [])]
+        self._interp = self.ns.get("INTERPRETER_SHAPES")
+        self._interp_held_out = self.ns.get("INTERPRETER_HELD_OUT")
+
+    def _lists(self, mode: str) -> tuple[list[dict], list[dict]]:
+        search, held = self._search, self._held_out
+        if mode == "interpreter":
+            if self._interp is not None:
+                search = [dict(s) for s in self._interp]
+            if self._interp_held_out is not None:
+                held = [dict(s) for s in self._interp_held_out]
+        return search, held
+
+    def describe(self, mode: str) -> dict:
+        search, held = self._lists(mode)
+        self._params = search + held
+        shapes = []
+        for i, params in enumerate(self._params):
+            bytes_fn, flops_fn = self.ns.get("bytes_moved"), self.ns.get("flops")
+            with torch.device("meta"):
+                inputs = self.ns["make_inputs"](device="meta", **params)
+            shapes.append({
+                "index": i, "label": _label(params), "held_out": i >= len(search), "added": False,
+                "inputs": _describe_inputs(inputs), "nbytes": _nbytes(inputs),
+                "bytes": float(bytes_fn(**params)) if bytes_fn else None,
+                "flops": float(flops_fn(**params)) if flops_fn else None,
+            })
+        return {"entry": self.entry, "atol": self.atol, "rtol": self.rtol,
+                "allow_torch_only": self.allow_torch_only, "has_tests": False,
+                "interpreter_shapes_given": self._interp is not None, "shapes": shapes}
+
+    def make_inputs(self, index: int, device: str):
+        inputs = self.ns["make_inputs"](device=device, **self._params[index])
+        return tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
+
+    def call(self, inputs):
+        return getattr(self.module, self.entry)(*inputs)
+
+    def reference(self, inputs):
+        return self.ns["reference"](*inputs)
+
+
+class _LoopRange:
+    """Replaces `range` in a performance script: extra or fractional loop values."""
+
+    def __init__(self):
+        self.mode = "search"
+        self.extra: list[float] = []
+        self.first_call = True
+
+    def __call__(self, *args):
+        if not self.first_call or len(args) < 2 or not all(isinstance(a, int) for a in args):
+            return tb_compat._builtin_range(*args)
+        self.first_call = False
+        start, stop = args[0], args[1]
+        base = list(tb_compat._builtin_range(*args))
+        if self.mode == "search":
+            return base + [v if float(v).is_integer() and v >= stop else tb_compat.LoopIndex(v)
+                           for v in self.extra]
+        # held-out: between the script's own values, never equal to one of them.
+        last = base[-1] if base else start
+        mid = base[len(base) // 2] if base else start
+        values = sorted({start + 0.25, mid + 0.25, last - 0.75})
+        return [tb_compat.LoopIndex(v) for v in values if v >= start - 0.5]
+
+
+class TritonBenchHarness(Harness):
+    """A TritonBench-G task: its performance script and its instance tests."""
+
+    def __init__(self, name: str, perf_source: str, tests_source: str | None, module: types.ModuleType,
+                 extra_loop_values: list[float], module_source: str):
+        self.name = name
+        self.module = module
+        self.module_source = module_source
+        self.tests_source = tests_source
+        self.has_tests = bool(tests_source and tests_source.strip())
+        self.atol, self.rtol = 1e-3, 1e-1
+        package = types.ModuleType("TritonBench_v1")
+        package.__path__ = []
+        sys.modules["TritonBench_v1"] = package
+        sys.modules[f"TritonBench_v1.{name}"] = module
+        setattr(package, name, module)
+        compat = types.ModuleType("performance_utils")
+        compat.Performance_Metrics = tb_compat.Performance_Metrics
+        compat.do_bench_config = tb_compat.do_bench_config
+        sys.modules["performance_utils"] = compat
+        self.range = _LoopRange()
+        self.range.extra = list(extra_loop_values)
+        perf = _exec_module("kernelband_tb_perf", perf_source, f"<tritonbench:{name}_perf.py>",
+                            extra={"range": self.range, "__name__": "kernelband_tb_perf"})
+        self.metrics = perf.performance_metrics()
+        self.entry = self._entry_name(perf_source)
+        self._counts = (0, 0)
+
+    @staticmethod
+    def _entry_name(perf_source: str) -> str:
+        for line in perf_source.splitlines():
+            if line.startswith("from TritonBench_v1.") and " import " in line:
+                return line.split(" import ", 1)[1].split("#")[0].split(",")[0].strip()
+        return "call_op"
+
+    def _build(self, mode: str, wanted: int | None, device) -> list:
+        self.range.mode = mode
+        self.range.first_call = True
+        return self.metrics.build(wanted, device)
+
+    def describe(self, mode: str) -> dict:
+        shapes = []
+        search = self._build("search", None, "meta")
+        has_loop = not self.range.first_call
+        n_orig = len(self._build_plain_count()) if self.range.extra else len(search)
+        # A script without a `range` loop has no shapes between its own: no held-out shapes.
+        held = self._build("held_out", None, "meta") if has_loop else []
+        seen = set()
+        for group, entries in (("search", search), ("held_out", held)):
+            for j, entry in enumerate(entries):
+                label = _describe_inputs(entry)
+                if group == "held_out" and label in seen:
+                    continue
+                seen.add(label)
+                try:
+                    nbytes_moved = float(self.metrics.get_gbps(entry, 1000.0)) * 1e9
+                except Exception:
+                    nbytes_moved = None
+                try:
+                    nflops = float(self.metrics.get_tflops(entry, 1000.0)) * 1e12
+                except Exception:
+                    nflops = None
+                shapes.append({"index": len(shapes), "group": group, "position": j, "label": label,
+                               "held_out": group == "held_out", "added": group == "search" and j >= n_orig,
+                               "inputs": label, "nbytes": _nbytes(entry),
+                               "bytes": nbytes_moved or None, "flops": nflops or None})
+        self._shapes = shapes
+        return {"entry": self.entry, "atol": self.atol, "rtol": self.rtol, "allow_torch_only": False,
+                "has_tests": self.has_tests, "interpreter_shapes_given": False, "shapes": shapes}
+
+    def _build_plain_count(self) -> list:
+        saved = self.range.extra
+        self.range.extra = []
+        try:
+            return self._build("search", None, "meta")
+        finally:
+            self.range.extra = saved
+
+    def make_inputs(self, index: int, device: str):
+        shape = self._shapes[index]
+        entries = self._build(shape["group"], shape["position"], device)
+        entry = entries[shape["position"]]
+        if any(t.is_meta for t in tensors_in(entry)):
+            # The script shares tensors between entries: build them all for real.
+            entry = self._build(shape["group"], None, device)[shape["position"]]
+        return self.metrics.to_cuda(entry)
+
+    def call(self, inputs):
+        return self.metrics.call_op(inputs)
+
+    def run_tests(self):
+        """Run the instance's own test code against this worker's module."""
+        namespace = dict(self.module.__dict__)
+        namespace["__name__"] = "kernelband_tb_tests"
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(self.tests_source, f"<tritonbench:{self.name} tests>", "exec"), namespace)
+        for key in ("result_gold", "results", "result"):
+            if key in namespace:
+                return namespace[key]
+        return None
+
+
+def finite_or_none(x: float | None) -> float | None:
+    if x is None or not math.isfinite(x):
+        return None
+    return x
+

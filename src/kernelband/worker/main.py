@@ -1,0 +1,371 @@
+"""The worker: a process that loads one module (the reference or a candidate)
+and answers the evaluator's requests about it.
+
+It is started warm (torch imported, CUDA initialised, Triton's driver helpers
+built) with an environment stripped of secrets, in its own directory, and it
+confines itself with `sandbox.apply` before the first line of task or
+candidate code runs. It never decides whether its module is correct: it only
+builds inputs, runs, times and reports, and the parent compares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import random
+import socket
+import sys
+import time
+import traceback
+
+_CUDA_FAULT_MARKERS = (
+    "illegal memory access", "unspecified launch failure", "misaligned address", "illegal instruction",
+    "device-side assert", "CUDA error: an illegal", "cudaErrorIllegalAddress", "cudaErrorLaunchFailure",
+    "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "hardware stack error",
+)
+
+
+def _error_text(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return text[-6000:]
+
+
+def _is_cuda_fault(text: str) -> bool:
+    return any(marker in text for marker in _CUDA_FAULT_MARKERS)
+
+
+class Worker:
+    def __init__(self, sock: socket.socket, workdir: str, mode: str):
+        self.sock = sock
+        self.dir = workdir
+        self.mode = mode
+        self.gpu = mode == "gpu"
+        self.device = "cuda" if self.gpu else "cpu"
+        self.module = None
+        self.harness = None
+        self.kept: list = []
+        self.files = 0
+        self.sandbox: dict = {}
+
+    # -- start-up -------------------------------------------------------------------------------
+    def start(self) -> dict:
+        t0 = time.perf_counter()
+        import torch
+        import triton  # noqa: F401
+        import triton.testing  # noqa: F401
+
+        if self.gpu:
+            torch.cuda.init()
+            torch.empty(1, device="cuda")
+        else:
+            from kernelband.worker import cpu_shim
+            cpu_shim.install()
+        from kernelband.worker import guards, warmup_kernel
+        warmup_kernel.run(self.device)
+        guards.install_launch_hooks()
+        self.guard = guards.TamperGuard()
+        self.log = guards.LOG
+        from kernelband.worker import sandbox
+        self.sandbox = sandbox.apply(self.dir)
+        self.guard.accept_current_threads()
+        props = {}
+        if self.gpu:
+            p = torch.cuda.get_device_properties(0)
+            props = {"name": p.name, "sm_count": p.multi_processor_count,
+                     "regs_per_sm": getattr(p, "regs_per_multiprocessor", 65536),
+                     "max_threads_per_sm": getattr(p, "max_threads_per_multi_processor", 2048),
+                     "shared_per_sm": getattr(p, "shared_memory_per_multiprocessor", 233472),
+                     "total_memory": p.total_memory}
+        return {"op": "ready", "pid": os.getpid(), "startup_s": time.perf_counter() - t0,
+                "sandbox": self.sandbox, "device": props,
+                "versions": {"torch": torch.__version__, "triton": triton.__version__,
+                             "python": sys.version.split()[0]}}
+
+    # -- requests -------------------------------------------------------------------------------
+    def handle(self, request: dict) -> dict:
+        op = request.get("op")
+        handler = getattr(self, f"op_{op}", None)
+        if handler is None:
+            return {"ok": False, "outcome": "internal", "error": f"unknown op {op!r}"}
+        return handler(request)
+
+    def _seed(self, seed: int) -> None:
+        import torch
+        random.seed(seed)
+        torch.manual_seed(seed)
+        try:
+            import numpy
+            numpy.random.seed(seed % (2**32))
+        except ImportError:
+            pass
+
+    def _tamper(self) -> list[str]:
+        return self.guard.changed()
+
+    def op_load(self, request: dict) -> dict:
+        task = request["task"]
+        role = request["role"]
+        source = request["module_source"]
+        module_name = "kb_reference" if role == "ref" else "kb_candidate"
+        path = os.path.join(self.dir, f"{module_name}.py")
+        with open(path, "w") as f:
+            f.write(source)
+        t0 = time.perf_counter()
+        try:
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+        except BaseException as exc:  # noqa: BLE001 - anything the module raises is its outcome
+            return {"ok": False, "outcome": "compile_error", "error": _error_text(exc)}
+        self.module = module
+        try:
+            from kernelband.worker import harness as harness_mod
+            if task["kind"] == "tritonbench":
+                self.harness = harness_mod.TritonBenchHarness(
+                    task["name"], task["harness_source"], task.get("tests_source"), module,
+                    task.get("extra_loop_values", []), source)
+            else:
+                self.harness = harness_mod.PyFileHarness(task["harness_source"], task["harness_file"], module)
+            info = self.harness.describe(self.mode)
+        except ImportError as exc:
+            # The performance script imports the entry point from the module.
+            return {"ok": False, "outcome": "compile_error", "error": _error_text(exc)}
+        except BaseException as exc:  # noqa: BLE001
+            return {"ok": False, "outcome": "task_error", "error": _error_text(exc)}
+        if not callable(getattr(module, info["entry"], None)):
+            return {"ok": False, "outcome": "compile_error",
+                    "error": f"the module defines no callable {info['entry']!r} (the task's entry point)"}
+        return {"ok": True, "info": info, "load_s": time.perf_counter() - t0, "tampered": self._tamper()}
+
+    def op_precompile(self, request: dict) -> dict:
+        """Compile the module's kernels for the given shapes without launching them."""
+        if not self.gpu:
+            return {"ok": True, "compile_s": 0.0}
+        from triton.runtime.jit import JITFunction
+        try:
+            from triton.runtime.autotuner import Autotuner
+        except ImportError:
+            Autotuner = None
+        run_before = JITFunction.run
+        tuner_before = Autotuner.run if Autotuner else None
+
+        def compile_only(self_, *args, grid, warmup, **kwargs):
+            return run_before(self_, *args, grid=grid, warmup=True, **kwargs)
+
+        def tune_compile_only(self_, *args, **kwargs):
+            kwargs.pop("warmup", None)
+            return self_.warmup(*args, **kwargs)
+
+        t0 = time.perf_counter()
+        self.log.enabled = False
+        JITFunction.run = compile_only
+        if Autotuner:
+            Autotuner.run = tune_compile_only
+        try:
+            for index in request["shapes"]:
+                try:
+                    self._seed(request.get("seed", 0))
+                    self.harness.call(self.harness.make_inputs(index, self.device))
+                except Exception:  # noqa: BLE001 - garbage outputs may upset the wrapper: fine
+                    pass
+        finally:
+            JITFunction.run = run_before
+            if Autotuner:
+                Autotuner.run = tuner_before
+            self.log.enabled = True
+            import torch
+            torch.cuda.synchronize()
+        return {"ok": True, "compile_s": time.perf_counter() - t0}
+
+    def _write(self, obj, tag: str) -> tuple[str | None, list[dict]]:
+        from safetensors.torch import save_file
+
+        from kernelband.worker.outputs import flatten
+        entries, tensors = flatten(obj)
+        if not tensors:
+            return None, entries
+        self.files += 1
+        path = os.path.join(self.dir, f"out-{self.files}-{tag}.safetensors")
+        save_file(tensors, path)
+        return path, entries
+
+    def op_run(self, request: dict) -> dict:
+        """Run the module (or the task's reference) on fresh inputs of one shape."""
+        import torch
+
+        from kernelband.worker.harness import tensors_in
+        index, seed = request["shape"], request["seed"]
+        use_reference = request.get("use_reference", False) and getattr(self.harness, "has_reference", False)
+        try:
+            self._seed(seed)
+            inputs = self.harness.make_inputs(index, self.device)
+            in_tensors = tensors_in(inputs)
+            before = [t.clone() for t in in_tensors]
+            self.log.reset()
+            threads_before = self.guard.new_threads()
+            t0 = time.perf_counter()
+            out = self.harness.reference(inputs) if use_reference else self.harness.call(inputs)
+            call_s = time.perf_counter() - t0
+            out_tensors = tensors_in(out)
+            lazy = False
+            if self.gpu:
+                # Work still running on another stream or thread shows up as a difference between a
+                # copy taken now (on the current stream) and the tensors once everything has finished.
+                snapshot = [t.clone() for t in out_tensors]
+                torch.cuda.synchronize()
+                time.sleep(0.002)
+                torch.cuda.synchronize()
+                lazy = any(not _same(a, b) for a, b in zip(snapshot, out_tensors))
+            new_threads = [t for t in self.guard.new_threads() if t not in threads_before]
+            mutated = [i for i, (a, b) in enumerate(zip(before, in_tensors)) if not _same(a, b)]
+        except BaseException as exc:  # noqa: BLE001
+            text = _error_text(exc)
+            outcome = "crashed" if self.gpu and _is_cuda_fault(text) else "runtime_error"
+            return {"ok": False, "outcome": outcome, "error": text, "tampered": self._tamper()}
+        aliased = []
+        if request.get("check_alias") and self.kept:
+            kept_ptrs = {t.untyped_storage().data_ptr() for t in self.kept if t.numel()}
+            aliased = [i for i, t in enumerate(out_tensors)
+                       if t.numel() and t.untyped_storage().data_ptr() in kept_ptrs
+                       and not any(t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+                                   for x in in_tensors)]
+        if request.get("keep"):
+            self.kept = list(out_tensors)
+        payload = {"result": out}
+        # In-place kernels: the inputs the reference modifies are outputs too.
+        wanted = mutated if request.get("return_mutated") else request.get("return_inputs", [])
+        if wanted:
+            payload["inputs"] = {str(i): in_tensors[i] for i in wanted if i < len(in_tensors)}
+        path, entries = self._write(payload, f"run{index}")
+        return {"ok": True, "file": path, "entries": entries, "mutated_inputs": mutated,
+                "n_inputs": len(in_tensors), "launches": self.log.count, "lazy_output": lazy,
+                "new_threads": new_threads, "aliased": aliased, "tampered": self._tamper(),
+                "call_s": call_s}
+
+    def op_tests(self, request: dict) -> dict:
+        if not getattr(self.harness, "has_tests", False):
+            return {"ok": True, "file": None, "entries": []}
+        try:
+            self._seed(request["seed"])
+            self.log.reset()
+            results = self.harness.run_tests()
+        except BaseException as exc:  # noqa: BLE001
+            text = _error_text(exc)
+            outcome = "crashed" if self.gpu and _is_cuda_fault(text) else "runtime_error"
+            return {"ok": False, "outcome": outcome, "error": text, "tampered": self._tamper()}
+        path, entries = self._write({"tests": results}, "tests")
+        return {"ok": True, "file": path, "entries": entries, "launches": self.log.count,
+                "tampered": self._tamper()}
+
+    def op_time(self, request: dict) -> dict:
+        from kernelband.worker.timing import bench
+        index, seed, preset = request["shape"], request["seed"], request["preset"]
+        try:
+            self._seed(seed)
+            inputs = self.harness.make_inputs(index, self.device)
+            fn = (lambda: self.harness.call(inputs))
+            times = bench(fn, preset, self.gpu, self.guard)
+        except BaseException as exc:  # noqa: BLE001
+            text = _error_text(exc)
+            outcome = "crashed" if self.gpu and _is_cuda_fault(text) else "runtime_error"
+            return {"ok": False, "outcome": outcome, "error": text, "tampered": self._tamper()}
+        return {"ok": True, "times": times, "tampered": self._tamper()}
+
+    def op_features(self, request: dict) -> dict:
+        """Launch configuration, compiled resources and memory footprint on one shape."""
+        import torch
+
+        from kernelband.worker.harness import tensors_in
+        index, seed = request["shape"], request["seed"]
+        try:
+            self._seed(seed)
+            if self.gpu:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+            inputs = self.harness.make_inputs(index, self.device)
+            self.log.reset()
+            out = self.harness.call(inputs)
+            if self.gpu:
+                torch.cuda.synchronize()
+                footprint = torch.cuda.max_memory_allocated() - base
+            else:
+                footprint = sum(t.numel() * t.element_size() for t in tensors_in(inputs) + tensors_in(out))
+        except BaseException as exc:  # noqa: BLE001
+            text = _error_text(exc)
+            outcome = "crashed" if self.gpu and _is_cuda_fault(text) else "runtime_error"
+            return {"ok": False, "outcome": outcome, "error": text}
+        from dataclasses import asdict
+        return {"ok": True, "footprint_bytes": int(footprint), "launches": [asdict(x) for x in self.log.recent],
+                "launch_count": self.log.count, "tampered": self._tamper()}
+
+    def op_profile(self, request: dict) -> dict:
+        """One run of a shape between cudaProfilerStart and cudaProfilerStop (the worker runs under ncu)."""
+        import torch
+        try:
+            self._seed(request["seed"])
+            inputs = self.harness.make_inputs(request["shape"], self.device)
+            self.harness.call(inputs)  # compile and warm up outside the profiled range
+            torch.cuda.synchronize()
+            cudart = torch.cuda.cudart()
+            cudart.cudaProfilerStart()
+            self.harness.call(inputs)
+            torch.cuda.synchronize()
+            cudart.cudaProfilerStop()
+        except BaseException as exc:  # noqa: BLE001
+            return {"ok": False, "outcome": "runtime_error", "error": _error_text(exc)}
+        return {"ok": True}
+
+    def op_calibrate(self, request: dict) -> dict:
+        """Peak copy bandwidth and dense matmul throughput of this GPU (trusted code, no module needed)."""
+        from kernelband.worker.calibrate import measure
+        try:
+            return {"ok": True, "peaks": measure(self.guard.original("triton.testing:do_bench"))}
+        except BaseException as exc:  # noqa: BLE001
+            return {"ok": False, "outcome": "runtime_error", "error": _error_text(exc)}
+
+    def op_exit(self, request: dict) -> dict:
+        raise SystemExit(0)
+
+
+def _same(a, b) -> bool:
+    import torch
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(torch.equal(a, b)) or (a.dtype.is_floating_point and bool(torch.equal(a.isnan(), b.isnan()))
+                                        and bool(torch.equal(a.nan_to_num(), b.nan_to_num())))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="kernelband.worker")
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--dir", required=True)
+    parser.add_argument("--mode", choices=["gpu", "interpreter"], required=True)
+    args = parser.parse_args()
+    from kernelband import protocol
+
+    sock = socket.socket(fileno=args.fd)
+    worker = Worker(sock, args.dir, args.mode)
+    try:
+        ready = worker.start()
+    except BaseException as exc:  # noqa: BLE001
+        protocol.send(sock, {"op": "failed", "error": _error_text(exc)})
+        return
+    protocol.send(sock, ready)
+    while True:
+        try:
+            request = protocol.recv(sock)
+        except (protocol.ProtocolError, OSError):
+            return
+        try:
+            reply = worker.handle(request)
+        except SystemExit:
+            return
+        except BaseException as exc:  # noqa: BLE001
+            reply = {"ok": False, "outcome": "runtime_error", "error": _error_text(exc)}
+        protocol.send(sock, reply)
+        if reply.get("outcome") == "crashed":
+            # A CUDA fault leaves the context unusable: this worker is done.
+            os._exit(3)

@@ -1,0 +1,49 @@
+"""Flatten what a module returned into named tensors and plain values.
+
+Tensors go to a safetensors file; everything else travels as JSON. The parent
+rebuilds nothing: it compares entry by entry, by path.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# dtypes safetensors stores as they are; others travel as raw bytes.
+_NATIVE = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+           torch.bfloat16, torch.float32, torch.float64}
+for _name in ("float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64"):
+    if hasattr(torch, _name):
+        _NATIVE.add(getattr(torch, _name))
+
+
+def flatten(obj, path: str = "") -> tuple[list[dict], dict[str, torch.Tensor]]:
+    entries: list[dict] = []
+    tensors: dict[str, torch.Tensor] = {}
+
+    def visit(value, where: str) -> None:
+        if isinstance(value, torch.Tensor):
+            t = value.detach()
+            entry = {"path": where, "kind": "tensor", "dtype": str(t.dtype).replace("torch.", ""),
+                     "shape": list(t.shape)}
+            t = t.to("cpu", copy=True).contiguous()
+            if t.is_complex():
+                t = torch.view_as_real(t).contiguous()
+                entry["stored_as"] = "real_pairs"
+            elif t.dtype not in _NATIVE:
+                t = t.view(torch.uint8) if t.element_size() == 1 else t.reshape(-1).view(torch.uint8)
+                entry["stored_as"] = "bytes"
+            tensors[where] = t
+            entries.append(entry)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                visit(item, f"{where}.{key}" if where else str(key))
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                visit(item, f"{where}[{i}]")
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            entries.append({"path": where, "kind": "value", "value": value})
+        else:
+            entries.append({"path": where, "kind": "opaque", "value": type(value).__name__})
+
+    visit(obj, path)
+    return entries, tensors
