@@ -7,6 +7,7 @@ entry function); below it, the task definition:
     SHAPES = [dict(rows=..., cols=...)] # search shapes, keyword arguments of make_inputs
     HELD_OUT = [...]                    # optional: checked only at the end of a search
     INTERPRETER_SHAPES = [...]          # optional: used instead of SHAPES on a CPU
+    INTERPRETER_HELD_OUT = [...]        # optional: used instead of HELD_OUT on a CPU
     ATOL, RTOL = 1e-3, 1e-1             # optional (these are the defaults)
     ALLOW_TORCH_ONLY = False            # optional
     def make_inputs(device, **shape) -> tuple   # the entry's positional arguments

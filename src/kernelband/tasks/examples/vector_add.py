@@ -31,6 +31,7 @@ ENTRY = "add"
 SHAPES = [dict(n=2**k) for k in range(12, 28, 2)] + [dict(n=3 * 2**20 + 1), dict(n=2**27)]
 HELD_OUT = [dict(n=999_983), dict(n=5 * 2**22 + 7)]
 INTERPRETER_SHAPES = [dict(n=4096), dict(n=10_007)]
+INTERPRETER_HELD_OUT = [dict(n=1001)]
 
 
 def make_inputs(device, n):
