@@ -1,0 +1,66 @@
+"""The fault-injection corpus: each hostile candidate gets its expected outcome, and a good
+candidate evaluated right after it still comes out right (no state leaks between workers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent / "hostile"
+
+# candidate -> (expected outcome, text the detail or error must contain, anti-cheat check or None)
+EXPECTED = {
+    "syntax_error": ("compile_error", "SyntaxError", None),
+    "import_error": ("compile_error", "kernelband_no_such_module", None),
+    "wrong_output": ("wrong_output", "max abs error", None),
+    "nan_output": ("suspicious", "NAN", "nan"),
+    "infinite_loop": ("timeout", "no answer", None),
+    "os_exit": ("crashed", "exited with code 3", None),
+    "segfault": ("crashed", "SIGSEGV", None),
+    "huge_allocation": ("runtime_error", "memory", None),
+    "memory_hog": ("crashed", "memory limit exceeded", None),
+    "patch_allclose": ("suspicious", "torch:allclose", "tampering"),
+    "patch_do_bench": ("suspicious", "triton.testing:do_bench", "tampering"),
+    "patch_perf_counter": ("suspicious", "time:perf_counter", "tampering"),
+    "cached_output": ("suspicious", "same output memory", "aliased_output"),
+    "cached_copy": ("suspicious", "second call", "cached_output"),
+    "torch_only": ("suspicious", "no Triton kernel", "no_triton"),
+    "background_thread": ("suspicious", "threads", "threads"),
+    "read_api_key": ("ok", "", None),
+    "write_outside": ("runtime_error", "not allowed", None),
+    "write_outside_subprocess": ("ok", "", None),
+}
+
+
+def _source(name: str, target: Path) -> str:
+    return (HERE / f"{name}.py").read_text().replace("TARGET", str(target))
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_hostile_candidate_gets_its_outcome_and_the_next_good_one_passes(name, evaluator, vector_add, tmp_path):
+    outcome, text, check = EXPECTED[name]
+    target = tmp_path / "escaped.txt"
+    result = evaluator.evaluate(vector_add, _source(name, target))
+    assert result.outcome.value == outcome, (result.outcome, result.detail, result.error[-2000:])
+    assert text in result.detail + result.error
+    if check:
+        assert check in result.checks
+    if name.startswith("write_outside"):
+        assert not target.exists(), "the candidate wrote outside its directory"
+    good = evaluator.evaluate(vector_add, (HERE / "good.py").read_text())
+    assert good.ok, (good.outcome, good.detail, good.error[-2000:])
+    assert all(s.correct for s in good.shapes)
+
+
+def test_every_corpus_file_has_an_expected_outcome():
+    files = {p.stem for p in HERE.glob("*.py")} - {"good"}
+    assert files == set(EXPECTED)
+
+
+def test_workers_do_not_see_secrets(evaluator):
+    from kernelband.evaluation.pool import worker_env
+
+    env = worker_env("/tmp/x", "interpreter", None)
+    assert "OPENAI_API_KEY" not in env and "GITHUB_TOKEN" not in env
+    assert not any("SECRET" in k or "TOKEN" in k or k.endswith("_API_KEY") for k in env)
