@@ -3,6 +3,7 @@ candidate evaluated right after it still comes out right (no state leaks between
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,46 @@ def test_hostile_candidate_gets_its_outcome_and_the_next_good_one_passes(name, e
 
 def test_every_corpus_file_has_an_expected_outcome():
     files = {p.stem for p in HERE.glob("*.py")} - {"good"}
-    assert files == set(EXPECTED)
+    assert files == set(EXPECTED) | set(GPU_EXPECTED)
+
+
+# GPU-only faults (pytest -m gpu, on a machine with a GPU).
+GPU_EXPECTED = {
+    "gpu_illegal_address": ("crashed", "illegal memory access", None),
+    "gpu_kernel_hang": ("timeout", "no answer", None),
+}
+
+
+@pytest.fixture(scope="module")
+def gpu_evaluator():
+    import torch
+
+    from kernelband.evaluation.evaluator import Evaluator, Limits
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    os.environ["OPENAI_API_KEY"] = "sk-kernelband-test-secret"
+    ev = Evaluator(mode="gpu", warm=2, limits=Limits(load_s=120, run_s=20, time_s=60), use_ncu=False)
+    yield ev
+    ev.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(GPU_EXPECTED) + sorted(set(EXPECTED) - {"memory_hog", "infinite_loop"}))
+def test_gpu_hostile_candidate_gets_its_outcome_and_the_next_good_one_passes(name, gpu_evaluator, tmp_path):
+    from kernelband.tasks import load_task
+
+    task = load_task(str(Path(__file__).parent / "data" / "small_add.py"))
+    outcome, text, check = {**EXPECTED, **GPU_EXPECTED}[name]
+    target = tmp_path / "escaped.txt"
+    result = gpu_evaluator.evaluate(task, _source(name, target))
+    assert result.outcome.value == outcome, (result.outcome, result.detail, result.error[-2000:])
+    assert text in result.detail + result.error
+    if check:
+        assert check in result.checks
+    assert not target.exists()
+    good = gpu_evaluator.evaluate(task, (HERE / "good.py").read_text())
+    assert good.ok, (good.outcome, good.detail, good.error[-2000:])
 
 
 def test_workers_do_not_see_secrets(evaluator):

@@ -34,7 +34,7 @@ from kernelband.evaluation.records import PRESETS, EvalResult, Outcome, Preset, 
 from kernelband.tasks.model import ShapeInfo, Task, TaskInfo
 
 # In interpreter mode a task keeps its smallest search shapes: at most this many, each at most this big.
-INTERPRETER_SHAPES = 3
+INTERPRETER_SHAPES = 2
 INTERPRETER_MAX_BYTES = 1 << 20
 # A shape measured this much faster than its speed-of-light bound is suspicious (5 % for noise and for a
 # kernel that beats the calibration's copy bandwidth by a little).
@@ -407,7 +407,8 @@ class Evaluator:
             s = _seed(seed, shape.index, 2)
             ref_times: list[list[float]] = []
             cand_times: list[list[float]] = []
-            for r in range(max(1, preset.rounds)):
+            rounds = 1 if self.mode == "interpreter" else max(1, preset.rounds)
+            for r in range(rounds):
                 order = ("ref", "cand") if r % 2 == 0 else ("cand", "ref")
                 for who in order:
                     msg = {"op": "time", "shape": shape.index, "seed": s, "preset": wire}

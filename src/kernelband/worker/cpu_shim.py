@@ -31,8 +31,12 @@ def _map(value):
     return value
 
 
+_CUDA0 = torch.device("cuda", 0)
+
+
 class _CudaToCpu(TorchFunctionMode):
-    """Rewrites every `device=cuda` argument (and `.to('cuda')`) to the CPU."""
+    """Rewrites every `device=cuda` argument (and `.to('cuda')`) to the CPU, and lets tensors say
+    they are on `cuda:0` (kernels assert `"cuda" in str(x.device)`)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -94,9 +98,26 @@ class _FakeEvent:
         return (end._t - self._t) * 1000.0
 
 
+def _interpreter_reads_string_annotations() -> None:
+    """`BLOCK: "tl.constexpr"` is a constexpr to Triton's compiler; make the interpreter agree."""
+    import inspect
+
+    from triton.runtime import interpreter
+
+    original = interpreter.GridExecutor.__init__
+
+    def init(self, fn, arg_names, grid, *args, **kwargs):
+        original(self, fn, arg_names, grid, *args, **kwargs)
+        annotations = inspect.get_annotations(fn)
+        self.constexprs = [n for n in arg_names if n in self.constexprs or "constexpr" in str(annotations.get(n, ""))]
+
+    interpreter.GridExecutor.__init__ = init
+
+
 def install() -> None:
     torch.Tensor.cuda = lambda self, *args, **kwargs: self
     torch.Tensor.is_cuda = property(lambda self: True)
+    torch.Tensor.device = property(lambda self: _CUDA0)
     cuda = torch.cuda
     cuda.is_available = lambda: True
     cuda.synchronize = lambda *args, **kwargs: None
@@ -119,4 +140,5 @@ def install() -> None:
     cuda.reset_peak_memory_stats = lambda *args, **kwargs: None
     if not hasattr(cuda, "amp"):
         cuda.amp = types.SimpleNamespace()
+    _interpreter_reads_string_annotations()
     _CudaToCpu().__enter__()

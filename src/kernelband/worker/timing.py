@@ -33,10 +33,9 @@ def _estimate_ms(fn) -> float:
 def bench(fn, preset: dict, gpu: bool, guard) -> list[float]:
     """Per-iteration times in milliseconds."""
     if not gpu:
-        # Interpreter timings measure Python, not a GPU; a few runs are all they are worth.
-        fn()
+        # Interpreter timings measure Python, not a GPU: one run is all they are worth.
         times = []
-        for _ in range(int(preset.get("interpreter_rep", 3))):
+        for _ in range(int(preset.get("interpreter_rep", 1))):
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1000.0)

@@ -1,0 +1,179 @@
+"""Evaluator throughput and timing repeatability on the TritonBench-G level-1/2 tasks (GPU).
+
+Parts (run them in one call or split them across calls):
+
+  speed    every task's starting kernel evaluated as a candidate, twice in a row: the first
+           evaluation of a task also loads and validates its reference (cold), the second is the
+           steady state (warm). Seconds per fully evaluated candidate: median and p90.
+  pool     the same candidates evaluated concurrently through one worker pool: candidates/minute.
+  repeat   5 evaluations of the same kernel per preset (default, paper): coefficient of variation
+           of the runtime-weighted candidate time and of the speedup.
+  peers    the way TritonBench, GEAK-eval and the KernelBand release evaluate: one fresh Python
+           process per candidate that imports the module, runs the instance tests and times every
+           shape with do_bench(warmup=100 ms, rep=1000 ms).
+
+    python benchmarks/eval_throughput.py --parts speed,pool --out results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kernelband.evaluation.evaluator import Evaluator
+from kernelband.tasks import load_task, tritonbench
+
+HERE = Path(__file__).resolve().parent
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    k = (len(values) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def part_speed(ev: Evaluator, names: list[str], report: dict, save) -> None:
+    rows = []
+    for name in names:
+        task = load_task(f"tritonbench:{name}")
+        t0 = time.perf_counter()
+        try:
+            cold = ev.evaluate(task)
+        except Exception as exc:  # noqa: BLE001 - a broken task is a row, not the end of the run
+            rows.append({"task": name, "error": str(exc)[:300]})
+            print(f"{name:28s} task error: {str(exc)[:200]}", flush=True)
+            continue
+        cold_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        warm = ev.evaluate(task)
+        warm_s = time.perf_counter() - t0
+        rows.append({"task": name, "cold_s": cold_s, "warm_s": warm_s, "outcome": warm.outcome.value,
+                     "detail": warm.detail, "speedup": warm.speedup, "n_shapes": len(warm.shapes),
+                     "stages": warm.seconds, "notes": warm.notes,
+                     "sol": [s.sol_fraction for s in warm.shapes],
+                     "phi_sources": sorted(set(warm.features.sources.values()))})
+        print(f"{name:28s} cold {cold_s:6.1f}s warm {warm_s:6.1f}s {warm.outcome.value:12s} "
+              f"x{warm.speedup or 0:.3f} shapes={len(warm.shapes)} {warm.detail[:80]}", flush=True)
+        report["speed"] = {"rows": rows}
+        save()
+    warm_s = [r["warm_s"] for r in rows if "warm_s" in r]
+    cold_s = [r["cold_s"] for r in rows if "cold_s" in r]
+    report["speed"]["summary"] = {
+        "tasks": len(rows), "ok": sum(r.get("outcome") == "ok" for r in rows),
+        "warm_median_s": statistics.median(warm_s), "warm_p90_s": pct(warm_s, 0.9),
+        "cold_median_s": statistics.median(cold_s), "cold_p90_s": pct(cold_s, 0.9)}
+    save()
+
+
+def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int) -> None:
+    tasks = [load_task(f"tritonbench:{n}") for n in names]
+    for t in tasks:  # references loaded beforehand: this measures candidates, not task set-up
+        try:
+            ev.info(t)
+        except Exception:  # noqa: BLE001
+            pass
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(lambda t: _safe_eval(ev, t), tasks))
+    elapsed = time.perf_counter() - t0
+    done = [r for r in results if r is not None]
+    report["pool"] = {"threads": threads, "candidates": len(done), "seconds": elapsed,
+                      "candidates_per_minute": 60 * len(done) / elapsed,
+                      "outcomes": [r.outcome.value for r in done]}
+    print(f"pool: {len(done)} candidates in {elapsed:.1f}s with {threads} threads = "
+          f"{60 * len(done) / elapsed:.1f}/min", flush=True)
+    save()
+
+
+def _safe_eval(ev, task):
+    try:
+        return ev.evaluate(task)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def part_repeat(ev: Evaluator, names: list[str], report: dict, save, n: int) -> None:
+    rows = []
+    for name in names:
+        task = load_task(f"tritonbench:{name}")
+        for preset in ("default", "paper"):
+            totals, speedups, secs = [], [], []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                r = ev.evaluate(task, preset=preset)
+                secs.append(time.perf_counter() - t0)
+                totals.append(sum(s.cand_ms for s in r.shapes if s.cand_ms))
+                speedups.append(r.speedup or 0.0)
+            row = {"task": name, "preset": preset, "n": n, "seconds_each": statistics.median(secs),
+                   "cv_time": statistics.pstdev(totals) / statistics.fmean(totals),
+                   "cv_speedup": statistics.pstdev(speedups) / statistics.fmean(speedups),
+                   "speedups": speedups}
+            rows.append(row)
+            print(f"{name:28s} {preset:8s} cv(time)={100 * row['cv_time']:.2f}% "
+                  f"cv(speedup)={100 * row['cv_speedup']:.2f}% {row['seconds_each']:.1f}s each", flush=True)
+            report["repeat"] = rows
+            save()
+
+
+def part_peers(names: list[str], report: dict, save) -> None:
+    rows = []
+    for name in names:
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, str(HERE / "_peer_eval.py"), name], capture_output=True, text=True,
+                              timeout=600)
+        wall = time.perf_counter() - t0
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or [""]
+        rows.append({"task": name, "seconds": wall, "rc": proc.returncode, "last": tail[0][:200]})
+        print(f"{name:28s} peer protocol {wall:6.1f}s rc={proc.returncode} {tail[0][:100]}", flush=True)
+        report["peers"] = {"rows": rows}
+        save()
+    secs = [r["seconds"] for r in rows if r["rc"] == 0]
+    if secs:
+        report["peers"]["summary"] = {"median_s": statistics.median(secs), "p90_s": pct(secs, 0.9),
+                                      "tasks": len(secs)}
+        save()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parts", default="speed,pool,repeat,peers")
+    ap.add_argument("--tasks", default="", help="comma-separated; default: the 29 level-1/2 tasks")
+    ap.add_argument("--repeat-tasks", default="add_value,softmax_triton1,matmul_kernel")
+    ap.add_argument("--peer-tasks", default="add_value,softmax_triton1,rmsnorm_triton,dropout_triton,"
+                                            "matmul_kernel,kldiv_compute")
+    ap.add_argument("--threads", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default=os.environ.get("OUT", ".") + "/eval_throughput.json")
+    args = ap.parse_args()
+    names = [n for n in args.tasks.split(",") if n] or tritonbench.level12()
+    parts = args.parts.split(",")
+    report: dict = {"date": time.strftime("%Y-%m-%d"), "tasks": names}
+
+    def save() -> None:
+        Path(args.out).write_text(json.dumps(report, indent=1, default=str))
+
+    if "peers" in parts:
+        part_peers(args.peer_tasks.split(","), report, save)
+    if any(p in parts for p in ("speed", "pool", "repeat")):
+        with Evaluator(warm=args.threads + 1) as ev:
+            report["device"] = ev.pool.mode
+            if "speed" in parts:
+                part_speed(ev, names, report, save)
+            if "pool" in parts:
+                part_pool(ev, names, report, save, args.threads)
+            if "repeat" in parts:
+                part_repeat(ev, args.repeat_tasks.split(","), report, save, args.repeats)
+    print(json.dumps({k: v.get("summary", v) if isinstance(v, dict) else v for k, v in report.items()
+                      if k not in ("tasks", "repeat")}, default=str)[:3000])
+
+
+if __name__ == "__main__":
+    main()
