@@ -117,7 +117,10 @@ def _interpreter_reads_string_annotations() -> None:
 def install() -> None:
     torch.Tensor.cuda = lambda self, *args, **kwargs: self
     torch.Tensor.is_cuda = property(lambda self: True)
-    torch.Tensor.device = property(lambda self: _CUDA0)
+    real_device = torch._C.TensorBase.device.__get__
+    # CPU tensors say cuda:0; meta tensors (shape enumeration) keep the truth, torch's own
+    # Python decompositions read it.
+    torch.Tensor.device = property(lambda self: _CUDA0 if real_device(self).type == "cpu" else real_device(self))
     cuda = torch.cuda
     cuda.is_available = lambda: True
     cuda.synchronize = lambda *args, **kwargs: None

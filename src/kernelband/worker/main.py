@@ -244,6 +244,38 @@ class Worker:
                 "new_threads": new_threads, "aliased": aliased, "tampered": self._tamper(),
                 "call_s": call_s}
 
+    def op_selfcheck(self, request: dict) -> dict:
+        """Run the module twice on the same inputs and say whether it agrees with itself.
+
+        Used on the reference only, to drop shapes it cannot judge; compared here, on the device,
+        because the reference is the task's own code and nothing is decided about a candidate.
+        """
+        import torch
+
+        from kernelband.worker.harness import tensors_in
+        index, seed = request["shape"], request["seed"]
+        outs = []
+        try:
+            for _ in range(2):
+                self._seed(seed)
+                inputs = self.harness.make_inputs(index, self.device)
+                out = self.harness.call(inputs)
+                outs.append([t.detach().clone() for t in tensors_in(out) + tensors_in(inputs)])
+            if self.gpu:
+                torch.cuda.synchronize()
+        except BaseException as exc:  # noqa: BLE001
+            text = _error_text(exc)
+            outcome = "crashed" if self.gpu and _is_cuda_fault(text) else "runtime_error"
+            return {"ok": False, "outcome": outcome, "error": text}
+        atol, rtol = self.harness.atol, self.harness.rtol
+        for a, b in zip(*outs):
+            same = (a.shape == b.shape and a.dtype == b.dtype and
+                    (torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True) if a.is_floating_point()
+                     else torch.equal(a, b)))
+            if not same:
+                return {"ok": True, "deterministic": False}
+        return {"ok": True, "deterministic": True}
+
     def op_tests(self, request: dict) -> dict:
         if not getattr(self.harness, "has_tests", False):
             return {"ok": True, "file": None, "entries": []}

@@ -49,7 +49,7 @@ _WRITE_V1 = (
 
 # Not /proc as a whole: /proc/<pid>/environ of the parent would give its secrets
 # away. Not /tmp, /home or /run either: other workers' files and secrets live there.
-_SYSTEM_READ_ROOTS = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/sys", "/dev",
+_SYSTEM_READ_ROOTS = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/sys",
                       "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/sys", "/proc/driver",
                       "/proc/filesystems", "/proc/self/", "/run/nvidia-persistenced",
                       "/var/run/nvidia-persistenced")
@@ -68,6 +68,9 @@ class _PathBeneathAttr(ctypes.Structure):
 
 def read_roots(extra: list[str]) -> list[str]:
     roots = list(_SYSTEM_READ_ROOTS) + [f"/proc/{os.getpid()}"]
+    # /dev, but not /dev/shm: the evaluator's files live there.
+    if os.path.isdir("/dev"):
+        roots += [os.path.join("/dev", n) for n in os.listdir("/dev") if n != "shm"]
     roots += [sys.prefix, sys.base_prefix, sys.exec_prefix]
     roots += [p for p in sys.path if p]
     for mod in ("torch", "triton", "kernelband", "numpy"):
