@@ -37,7 +37,7 @@ def main(name: str) -> None:
     module = __import__(f"TritonBench_v1.{name}", fromlist=["*"])
     namespace = dict(module.__dict__)
     exec(compile(task.tests_source or "", "tests", "exec"), namespace)  # correctness, in-process
-    perf_ns: dict = {"__name__": "perf"}
+    perf_ns: dict = {"__name__": "perf", "__file__": str(root / "perf" / f"{name}_perf.py")}
     exec(compile(task.harness_source, "perf", "exec"), perf_ns)
     pm = perf_ns["performance_metrics"]()
     pm.get_input_tensors()

@@ -81,6 +81,23 @@ def _describe(fn, args, kwargs, grid, kernel) -> Launch:
     return launch
 
 
+ORIGINAL_RUN: dict = {}
+
+
+class unhooked:
+    """Timing runs without the launch hooks: their Python overhead would be timed too."""
+
+    def __enter__(self):
+        self._hooked = {cls: cls.run for cls in ORIGINAL_RUN}
+        for cls, run in ORIGINAL_RUN.items():
+            cls.run = run
+
+    def __exit__(self, *exc):
+        for cls, run in self._hooked.items():
+            cls.run = run
+        return False
+
+
 def install_launch_hooks() -> None:
     """Count every Triton launch (compiled or interpreted) and keep the last few."""
     classes = []
@@ -94,6 +111,7 @@ def install_launch_hooks() -> None:
 
     for cls in classes:
         original = cls.run
+        ORIGINAL_RUN[cls] = original
 
         def run(self, *args, grid, warmup, _original=original, **kwargs):
             kernel = _original(self, *args, grid=grid, warmup=warmup, **kwargs)
