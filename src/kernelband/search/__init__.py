@@ -1,0 +1,1 @@
+"""The search: strategies, proposers, policies, the run store and the optimize loop."""
