@@ -45,7 +45,7 @@ def main(name: str) -> None:
     times = []
     for entry in pm.input_tensors:
         inputs = pm.to_cuda(entry)
-        times.append(triton.testing.do_bench(lambda: pm.call_op(inputs), warmup=100, rep=1000))
+        times.append(triton.testing.do_bench(lambda inputs=inputs: pm.call_op(inputs), warmup=100, rep=1000))
     torch.cuda.synchronize()
     print(f"{len(times)} shapes timed in {time.perf_counter() - t_start:.1f}s (process lifetime)")
 

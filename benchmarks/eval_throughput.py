@@ -46,7 +46,7 @@ def part_speed(ev: Evaluator, names: list[str], report: dict, save) -> None:
         task = load_task(f"tritonbench:{name}")
         t0 = time.perf_counter()
         try:
-            cold = ev.evaluate(task)
+            ev.evaluate(task)
         except Exception as exc:  # noqa: BLE001 - a broken task is a row, not the end of the run
             rows.append({"task": name, "error": str(exc)[:300]})
             print(f"{name:28s} task error: {str(exc)[:200]}", flush=True)

@@ -111,7 +111,8 @@ def tasks_cmd(
     tritonbench: str | None = typer.Option(None, "--tritonbench"),
 ) -> None:
     """List tasks."""
-    from kernelband.tasks import example_names, load_task, tritonbench as tb
+    from kernelband.tasks import example_names, load_task
+    from kernelband.tasks import tritonbench as tb
 
     try:
         wanted = set(difficulty or [])
@@ -158,9 +159,8 @@ def calibrate_cmd(
 ) -> None:
     """Measure this GPU's peak copy bandwidth and matmul throughput (cached per GPU name)."""
     from kernelband.evaluation import sol
-    from kernelband.evaluation.pool import WorkerGone, WorkerPool
-
     from kernelband.evaluation.evaluator import detect_mode
+    from kernelband.evaluation.pool import WorkerGone, WorkerPool
     if detect_mode() != "gpu":
         _fail("no GPU: calibration measures a GPU's peaks (the interpreter has no speed of light)")
     with WorkerPool("gpu", warm=0) as pool:
@@ -183,6 +183,9 @@ def calibrate_cmd(
     else:
         out.print(f"{peaks.device}: copy {peaks.bw_gbps:.0f} GB/s, matmul {peaks.tflops:.0f} TFLOP/s "
                   f"({', '.join(f'{k} {v:.0f}' for k, v in peaks.tflops_by_dtype.items())}); cached in {path}")
+
+
+from kernelband import cli_search  # noqa: E402,F401  (registers optimize and runs)
 
 
 def main() -> None:

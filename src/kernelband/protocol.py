@@ -39,7 +39,7 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
             sock.settimeout(None)
         try:
             chunk = sock.recv(min(n, 1 << 20))
-        except socket.timeout as exc:
+        except TimeoutError as exc:
             raise TimeoutError from exc
         if not chunk:
             raise ProtocolError("connection closed")

@@ -9,8 +9,8 @@ fast has 0.5. Comparing two candidates through k0 cancels the drift between thei
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from kernelband.evaluation.records import EvalResult, Outcome

@@ -11,7 +11,7 @@ def measure(do_bench) -> dict:
     for n_bytes in (256 << 20, 1 << 30):
         x = torch.empty(n_bytes // 4, dtype=torch.float32, device="cuda").uniform_()
         y = torch.empty_like(x)
-        ms = do_bench(lambda: y.copy_(x), warmup=25, rep=200, return_mode="median")
+        ms = do_bench(lambda x=x, y=y: y.copy_(x), warmup=25, rep=200, return_mode="median")
         best_bw = max(best_bw, 2 * n_bytes / (ms * 1e-3) / 1e9)  # bytes read + bytes written
         del x, y
     flops = {}
@@ -19,7 +19,7 @@ def measure(do_bench) -> dict:
     for label, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16), ("fp32", torch.float32)):
         a = torch.randn(n, n, device="cuda", dtype=dtype)
         b = torch.randn(n, n, device="cuda", dtype=dtype)
-        ms = do_bench(lambda: a @ b, warmup=25, rep=200, return_mode="median")
+        ms = do_bench(lambda a=a, b=b: a @ b, warmup=25, rep=200, return_mode="median")
         flops[label] = 2 * n**3 / (ms * 1e-3) / 1e12
         del a, b
     torch.cuda.empty_cache()

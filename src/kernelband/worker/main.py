@@ -297,7 +297,9 @@ class Worker:
         try:
             self._seed(seed)
             inputs = self.harness.make_inputs(index, self.device)
-            fn = (lambda: self.harness.call(inputs))
+            def fn():
+                return self.harness.call(inputs)
+
             from kernelband.worker.guards import unhooked
             with unhooked():
                 times = bench(fn, preset, self.gpu, self.guard)

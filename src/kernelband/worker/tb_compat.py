@@ -153,7 +153,7 @@ class Performance_Metrics:  # noqa: N801 - the name the scripts import
         self.get_input_tensors()
         for input_tensor_ in self.input_tensors:
             input_tensor = self.to_cuda(input_tensor_)
-            ms = self.get_runtime(lambda: self.call_op(input_tensor))
+            ms = self.get_runtime(lambda t=input_tensor: self.call_op(t))
             results.append({"input_size": [str(getattr(t, "shape", t)) for t in _tensors(input_tensor)],
                             "ms": ms, "GB/s": self.get_gbps(input_tensor, ms),
                             "TFLOPS": self.get_tflops(input_tensor, ms)})

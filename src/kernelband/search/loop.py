@@ -1,0 +1,333 @@
+"""The optimize loop: a policy picks arms, a proposer writes children, the evaluator judges them.
+
+One iteration pulls `q` distinct arms. Proposals are written concurrently and each is evaluated as soon as
+it arrives, so the GPU is busy while an LLM writes; the evaluator itself lets one candidate compile while
+another is timed. Results are fed back to the policy in slot order, so a run is deterministic given its
+seed and its stored history.
+
+Resuming: everything is stored as it happens. A resumed run starts a fresh policy with the same seed and
+walks the iterations again; a proposal or evaluation that is already in the store is read back instead
+of being made, so the policy passes through exactly the states it had, and nothing finished is
+re-evaluated.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import statistics
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelband.errors import UserError
+from kernelband.evaluation.records import EvalResult, Outcome
+from kernelband.search.core import Arm, Attempt, Candidate, Context, Proposal, Proposer, Strategy, source_hash
+from kernelband.search.store import Store
+from kernelband.tasks.model import Task
+
+# How many times one iteration may re-select when the proposer has nothing for the chosen arms.
+MAX_RESELECT = 8
+# Attempts of a lineage shown to the proposer.
+HISTORY = 8
+
+
+@dataclass
+class RunConfig:
+    iterations: int = 10
+    q: int = 1  # arms per iteration
+    evaluations: int | None = None  # a budget in evaluations; stops before the iterations run out
+    preset: str = "default"
+    held_out: bool = True  # evaluate the best kernel on the held-out shapes at the end
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Summary:
+    run_id: int
+    task: str
+    policy: str
+    proposer: str
+    seed: int
+    iterations: int
+    evaluations: int
+    best_candidate: int
+    best_speedup: float
+    best_outcome: str
+    held_out_speedup: float | None
+    best_sol_fraction: float | None
+    k0_self_speedup: float | None  # k0 timed against itself: the noise floor of this run
+    tokens: int
+    pool_size: int
+    best_path: str = ""
+    diff_path: str = ""
+    stopped: str = ""  # why the run ended before its iterations, if it did
+    per_iteration: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class Search:
+    def __init__(self, task: Task, evaluator, proposer: Proposer, policy, strategies: list[Strategy],
+                 store: Store, run_id: int, seed: int, config: RunConfig, out_dir: Path | None = None,
+                 on_event: Callable[[dict], None] | None = None,
+                 lookup: Callable[[str], EvalResult | None] | None = None):
+        self.task, self.evaluator, self.proposer, self.policy = task, evaluator, proposer, policy
+        self.strategies = {s.name: s for s in strategies}
+        self.store, self.run_id, self.seed, self.config = store, run_id, seed, config
+        self.out_dir = out_dir
+        self.on_event = on_event or (lambda event: None)
+        self.lookup = lookup
+        self.candidates: list[Candidate] = []
+        self.exhausted: set[tuple[int, str]] = set()
+        self.attempts: dict[int, list[Attempt]] = {}  # parent id -> what was tried on it
+        self.evaluations = 0
+        self.tokens = 0
+
+    # -- the pieces ---------------------------------------------------------------------------
+    def _evaluate(self, cid: int, source: str, which: str = "search") -> EvalResult:
+        stored = self.store.evaluation(self.run_id, cid, which)
+        if stored is not None:
+            return stored
+        cached = self.lookup(source_hash(source)) if (self.lookup and which == "search") else None
+        if cached is not None:
+            result = cached
+        else:
+            result = self.evaluator.evaluate(self.task, source, preset=self.config.preset, which=which,
+                                             seed=self._seed("eval", cid, which))
+        self.store.add_evaluation(self.run_id, cid, which, result)
+        return result
+
+    def _seed(self, *parts) -> int:
+        digest = hashlib.sha256(repr((self.seed, *parts)).encode()).digest()
+        return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+    def _propose(self, iteration: int, slot: int, arm: Arm) -> tuple[Proposal, int | None] | Callable:
+        """A stored proposal with the id of the candidate it made, or a function that writes a new one.
+
+        The context is built here, in the loop's thread, so that what a proposer sees does not depend on
+        how concurrent proposals interleave."""
+        stored = self.store.proposal(self.run_id, iteration, slot)
+        if stored is not None:
+            source = None
+            if stored["candidate"] is not None:
+                rows = [c for c in self.store.candidates(self.run_id) if c["id"] == stored["candidate"]]
+                source = rows[0]["source"] if rows else None
+            return (Proposal(source=source, rationale=stored["rationale"], tokens_in=stored["tokens_in"],
+                             tokens_out=stored["tokens_out"], error=stored["error"]), stored["candidate"])
+        parent = self.candidates[arm.candidate]
+        context = Context(task_name=self.task.name, entry=self.entry, description=self.task.description,
+                          phi=dict(parent.phi), history=self._history(parent),
+                          seen=frozenset(c.hash for c in self.candidates), seed=self._seed("propose", iteration, slot),
+                          reflection=self._reflection(parent))
+        strategy = self.strategies[arm.strategy]
+
+        def write() -> tuple[Proposal, None]:
+            try:
+                return self.proposer.propose(parent, strategy, context), None
+            except Exception as exc:  # noqa: BLE001 - a proposer bug must not end the run
+                return Proposal(source=None, error=f"the proposer failed: {type(exc).__name__}: {exc}"), None
+
+        return write
+
+    def _history(self, parent: Candidate) -> list[Attempt]:
+        lineage, node = [], parent
+        while node is not None:
+            lineage.append(node.id)
+            node = self.candidates[node.parent] if node.parent is not None else None
+        tried = [a for cid in reversed(lineage) for a in self.attempts.get(cid, [])]
+        return tried[-HISTORY:]
+
+    def _reflection(self, parent: Candidate) -> str:
+        reflect = getattr(self.policy, "reflection", None)
+        return reflect(parent.id) if callable(reflect) else ""
+
+    @property
+    def entry(self) -> str:
+        info = self.evaluator.info(self.task)
+        return info.entry
+
+    def _applicable(self, cand: Candidate, strategy: Strategy) -> bool:
+        return (cand.id, strategy.name) not in self.exhausted and self.proposer.applicable(cand, strategy)
+
+    # -- the run ------------------------------------------------------------------------------
+    def start(self) -> Candidate:
+        source = self.task.module_source
+        self.store.add_candidate(self.run_id, 0, source, source_hash(source), None, None, 0, 0, "the starting kernel")
+        result = self._evaluate(0, source)
+        if result.outcome != Outcome.OK:
+            raise UserError(f"{self.task.ref}: the starting kernel itself is {result.outcome.value}: {result.detail}")
+        k0 = Candidate(0, source, result=result, rationale="the starting kernel")
+        self.k0_self_speedup = result.speedup
+        # k0 is the reference: its time is 1.0 by definition; the measured self-speedup is the noise floor.
+        result.speedup = 1.0
+        self.candidates.append(k0)
+        self.store.set_device(self.run_id, result.device)
+        return k0
+
+    def run(self) -> Summary:
+        started = time.perf_counter()
+        self.start()
+        per_iteration: list[dict] = []
+        stopped = ""
+        iteration = 0
+        for iteration in range(1, self.config.iterations + 1):
+            if self.config.evaluations is not None and self.evaluations >= self.config.evaluations:
+                stopped = f"the evaluation budget ({self.config.evaluations}) is spent"
+                iteration -= 1
+                break
+            t0 = time.perf_counter()
+            arms = self._iteration(iteration)
+            if not arms:
+                stopped = "the policy has no applicable arm left"
+                iteration -= 1
+                break
+            row = self._record_iteration(iteration, arms, time.perf_counter() - t0)
+            per_iteration.append(row)
+            self.on_event({"kind": "iteration", **row, "clusters": self._clusters()})
+        best = self._finish(iteration, per_iteration, stopped, time.perf_counter() - started)
+        return best
+
+    def _iteration(self, iteration: int) -> list[dict]:
+        """Pulls up to q arms; returns what happened to each."""
+        q = self.config.q
+        if self.config.evaluations is not None:
+            q = max(1, min(q, self.config.evaluations - self.evaluations))
+        done: list[dict] = []
+        slot = 0
+        for _ in range(MAX_RESELECT):
+            want = q - len(done)
+            if want <= 0:
+                break
+            valid = [c for c in self.candidates if c.valid]
+            arms = self.policy.select(valid, list(self.strategies.values()), want, self._applicable)
+            if not arms:
+                break
+            pulled = self._pull(iteration, slot, arms)
+            slot += len(arms)
+            done += [p for p in pulled if p["counted"]]
+        return done
+
+    def _pull(self, iteration: int, first_slot: int, arms: list[Arm]) -> list[dict]:
+        """Proposes for every arm at once and evaluates each proposal as soon as it is written."""
+        with ThreadPoolExecutor(max_workers=len(arms)) as writers, ThreadPoolExecutor(max_workers=2) as judges:
+            jobs = [self._propose(iteration, first_slot + i, arm) for i, arm in enumerate(arms)]
+            proposals = [writers.submit(job) if callable(job) else _done(job) for job in jobs]
+            evals: list[Future | None] = []
+            made: list[tuple[Proposal, int | None, int | None]] = []
+            for i, future in enumerate(proposals):
+                proposal, stored_cid = future.result()
+                cid = self._admit(iteration, first_slot + i, arms[i], proposal, stored_cid)
+                made.append((proposal, cid, stored_cid))
+                evals.append(judges.submit(self._evaluate, cid, proposal.source) if cid is not None else None)
+            results = [e.result() if e is not None else None for e in evals]
+        return [self._learn(arm, proposal, cid, result)
+                for arm, (proposal, cid, _), result in zip(arms, made, results, strict=True)]
+
+    def _admit(self, iteration: int, slot: int, arm: Arm, proposal: Proposal, stored_cid: int | None) -> int | None:
+        """Gives a proposal a candidate id (or none: nothing proposed, or a source the run already has)."""
+        cid = stored_cid
+        if cid is None and proposal.source is not None:
+            known = {c.hash: c.id for c in self.candidates}
+            h = source_hash(proposal.source)
+            if h in known:
+                proposal.error = f"the same source as candidate {known[h]}"
+                proposal.source = None
+            else:
+                cid = len(self.candidates)
+                self.store.add_candidate(self.run_id, cid, proposal.source, h, arm.candidate, arm.strategy,
+                                         iteration, slot, proposal.rationale)
+        if self.store.proposal(self.run_id, iteration, slot) is None:
+            self.store.add_proposal(self.run_id, iteration, slot, arm.candidate, arm.strategy, cid, proposal.error,
+                                    proposal.rationale, proposal.tokens_in, proposal.tokens_out, proposal.calls)
+        if cid is not None:
+            self.candidates.append(Candidate(cid, proposal.source, parent=arm.candidate, strategy=arm.strategy,
+                                             iteration=iteration, rationale=proposal.rationale))
+        return cid
+
+    def _learn(self, arm: Arm, proposal: Proposal, cid: int | None, result: EvalResult | None) -> dict:
+        parent = self.candidates[arm.candidate]
+        self.tokens += proposal.tokens_in + proposal.tokens_out
+        spent_tokens = bool(proposal.tokens_in or proposal.tokens_out or proposal.calls)
+        if cid is None and not spent_tokens:
+            # The rewriter has nothing (more) for this arm: no evaluation, no pull; never offer it again.
+            self.exhausted.add((arm.candidate, arm.strategy))
+            return {"candidate": arm.candidate, "strategy": arm.strategy, "child": None, "outcome": "no_proposal",
+                    "detail": proposal.error, "reward": None, "counted": False}
+        child = None
+        if cid is not None:
+            child = self.candidates[cid]
+            child.result = result
+            self.evaluations += 1
+        gained = self.policy.update(arm, parent, child)
+        outcome = result.outcome.value if result is not None else "no_proposal"
+        detail = result.detail if result is not None else proposal.error
+        self.attempts.setdefault(parent.id, []).append(
+            Attempt(arm.strategy, outcome, detail, (result.error if result is not None else proposal.error)[-2000:],
+                    child.speedup if child is not None else None))
+        event = {"candidate": arm.candidate, "strategy": arm.strategy, "child": cid, "outcome": outcome,
+                 "detail": detail, "speedup": child.speedup if child is not None else None, "reward": gained,
+                 "rationale": proposal.rationale, "counted": True}
+        self.on_event({"kind": "pull", **event, "best_speedup": self.best.speedup, "tokens": self.tokens})
+        return event
+
+    @property
+    def best(self) -> Candidate:
+        return max((c for c in self.candidates if c.valid), key=lambda c: (c.speedup, -c.id))
+
+    def _clusters(self) -> dict:
+        stats = self.policy.stats() or {}
+        return stats.get("clusters", {})
+
+    def _record_iteration(self, iteration: int, arms: list[dict], seconds: float) -> dict:
+        speedups = [a["speedup"] for a in arms if a.get("speedup")]
+        row = {"iteration": iteration, "arms": arms, "best_speedup": self.best.speedup,
+               "iteration_speedup": max(speedups) if speedups else None,
+               "pool_size": sum(c.valid for c in self.candidates), "tokens": self.tokens, "seconds": seconds}
+        self.store.add_iteration(self.run_id, iteration, arms, row["best_speedup"], row["iteration_speedup"],
+                                 row["pool_size"], self.tokens, self.policy.stats() or {}, seconds)
+        return row
+
+    def _finish(self, iterations: int, per_iteration: list[dict], stopped: str, seconds: float) -> Summary:
+        best = self.best
+        held = None
+        if self.config.held_out and best.id != 0:
+            held = self._evaluate(best.id, best.source, which="held_out")
+        fractions = [s.sol_fraction for s in best.result.shapes if s.sol_fraction is not None and not s.held_out]
+        summary = Summary(run_id=self.run_id, task=self.task.ref, policy=getattr(self.policy, "name", "?"),
+                          proposer=self.proposer.name, seed=self.seed, iterations=iterations,
+                          evaluations=self.evaluations, best_candidate=best.id, best_speedup=best.speedup,
+                          best_outcome=(held.outcome.value if held is not None else best.result.outcome.value),
+                          held_out_speedup=(held.held_out_speedup if held is not None and held.ok else
+                                            (1.0 if best.id == 0 else None)),
+                          best_sol_fraction=statistics.median(fractions) if fractions else None,
+                          k0_self_speedup=self.k0_self_speedup, tokens=self.tokens,
+                          pool_size=sum(c.valid for c in self.candidates), stopped=stopped,
+                          per_iteration=[{k: v for k, v in row.items() if k != "arms"} for row in per_iteration])
+        if self.out_dir is not None:
+            summary.best_path, summary.diff_path = self._write_best(best)
+        self.store.finish_run(self.run_id, "done", summary.to_dict())
+        self.on_event({"kind": "done", "seconds": seconds, **summary.to_dict()})
+        return summary
+
+    def _write_best(self, best: Candidate) -> tuple[str, str]:
+        folder = self.out_dir / f"run-{self.run_id}"
+        folder.mkdir(parents=True, exist_ok=True)
+        best_path, diff_path = folder / "best.py", folder / "best.diff"
+        best_path.write_text(best.source)
+        diff = difflib.unified_diff(self.task.module_source.splitlines(keepends=True),
+                                    best.source.splitlines(keepends=True), fromfile=f"{self.task.name}/k0.py",
+                                    tofile=f"{self.task.name}/best.py")
+        diff_path.write_text("".join(diff))
+        return str(best_path), str(diff_path)
+
+
+def _done(value) -> Future:
+    future: Future = Future()
+    future.set_result(value)
+    return future

@@ -1,0 +1,66 @@
+"""Setting up a search: the proposer, the policy, the strategies and the run row, new or resumed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelband.errors import UserError
+from kernelband.search.loop import RunConfig, Search
+from kernelband.search.store import Store
+from kernelband.tasks.model import Task
+
+
+@dataclass
+class ProposerChoice:
+    kind: str  # "rewrite" | "llm" | "auto"
+    model: str | None = None
+    base_url: str | None = None
+    max_tokens: int | None = None
+    budget_calls: int | None = None
+    budget_tokens: int | None = None
+
+
+def make_proposer(choice: ProposerChoice):
+    """The LLM when one is configured (or asked for), else the built-in rewriter."""
+    from kernelband.search import llm
+
+    overrides = {k: v for k, v in (("model", choice.model), ("base_url", choice.base_url),
+                                   ("max_tokens", choice.max_tokens), ("budget_calls", choice.budget_calls),
+                                   ("budget_tokens", choice.budget_tokens)) if v is not None}
+    config = llm.LLMConfig.from_env(**overrides)
+    kind = choice.kind
+    if kind == "auto":
+        kind = "llm" if config.configured() else "rewrite"
+    if kind == "llm":
+        if not config.configured():
+            raise UserError("--proposer llm needs an endpoint: set KERNELBAND_LLM_BASE_URL and "
+                            "KERNELBAND_LLM_MODEL (or --base-url and --model)")
+        return llm.LLMProposer(config)
+    if kind == "rewrite":
+        from kernelband.search.rewrite import RewriteProposer
+        return RewriteProposer()
+    raise UserError(f"unknown proposer {choice.kind!r}: use rewrite or llm")
+
+
+def open_search(task: Task, evaluator, store: Store, policy: str, proposer, seed: int, config: RunConfig,
+                strategies_file: str | None = None, resume: bool = False, bench_id: int | None = None,
+                on_event=None, lookup=None, out_dir: Path | None = None) -> Search:
+    """A new run, or with `resume` the latest unfinished run of the same task, policy, proposer and seed."""
+    from kernelband.search.policies import make_policy
+    from kernelband.search.strategies import load_strategies
+
+    strategies = load_strategies(strategies_file)
+    run = store.find_run(task.key, policy, proposer.name, seed, bench_id) if resume else None
+    if resume and bench_id is None and (run is None or run.status != "running"):
+        raise UserError(f"nothing to resume: no unfinished {policy}/{proposer.name} run of {task.ref} with seed "
+                        f"{seed} in {store.path}")
+    if run is not None:
+        config = RunConfig(**{k: v for k, v in run.config.items() if k in RunConfig.__dataclass_fields__})
+        run_id = run.id
+    else:
+        run_id = store.create_run(task.ref, task.key, policy, proposer.name, seed,
+                                  {**config.to_dict(), "strategies": [s.name for s in strategies]},
+                                  bench_id=bench_id)
+    return Search(task, evaluator, proposer, make_policy(policy, seed), strategies, store, run_id, seed, config,
+                  out_dir=out_dir if out_dir is not None else store.path.parent, on_event=on_event, lookup=lookup)

@@ -1,0 +1,322 @@
+"""The run store: one SQLite database holds every run, candidate, evaluation, bandit step and LLM call.
+
+Writes are committed as they happen (WAL journal), so a run killed with SIGKILL loses at most the
+evaluation that was in flight. `--resume` replays the stored history through a fresh policy: proposals
+and evaluations that are already stored are read back instead of being made again.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelband.errors import UserError
+from kernelband.evaluation.records import EvalResult
+
+DEFAULT_DB = "kernelband-runs/kernelband.db"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS benches (
+    id INTEGER PRIMARY KEY,
+    suite TEXT NOT NULL,
+    config TEXT NOT NULL,          -- JSON: policies, iterations, seeds, proposer, preset, ...
+    status TEXT NOT NULL,          -- running | done
+    created REAL NOT NULL,
+    finished REAL
+);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    bench_id INTEGER REFERENCES benches(id),
+    task TEXT NOT NULL,            -- as the user named it
+    task_key TEXT NOT NULL,        -- hash of the task's sources
+    policy TEXT NOT NULL,
+    proposer TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    config TEXT NOT NULL,          -- JSON: iterations, q, evaluations, preset, model, ...
+    status TEXT NOT NULL,          -- running | done | failed
+    device TEXT NOT NULL DEFAULT '',
+    created REAL NOT NULL,
+    finished REAL,
+    summary TEXT                   -- JSON, once done
+);
+CREATE TABLE IF NOT EXISTS candidates (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    id INTEGER NOT NULL,           -- within the run; k0 is 0
+    parent INTEGER,
+    strategy TEXT,
+    iteration INTEGER NOT NULL,
+    slot INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    rationale TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (run_id, id)
+);
+CREATE TABLE IF NOT EXISTS proposals (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    iteration INTEGER NOT NULL,
+    slot INTEGER NOT NULL,
+    parent INTEGER NOT NULL,
+    strategy TEXT NOT NULL,
+    candidate INTEGER,             -- NULL when nothing was proposed
+    error TEXT NOT NULL DEFAULT '',
+    rationale TEXT NOT NULL DEFAULT '',
+    tokens_in INTEGER NOT NULL DEFAULT 0,
+    tokens_out INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (run_id, iteration, slot)
+);
+CREATE TABLE IF NOT EXISTS evaluations (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    candidate INTEGER NOT NULL,
+    which TEXT NOT NULL,           -- search | held_out
+    outcome TEXT NOT NULL,
+    speedup REAL,
+    result TEXT NOT NULL,          -- JSON EvalResult
+    created REAL NOT NULL,
+    PRIMARY KEY (run_id, candidate, which)
+);
+CREATE TABLE IF NOT EXISTS iterations (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    iteration INTEGER NOT NULL,
+    arms TEXT NOT NULL,            -- JSON: [{candidate, strategy, child, outcome, reward}]
+    best_speedup REAL,
+    iteration_speedup REAL,        -- the best speedup among this iteration's children
+    pool_size INTEGER NOT NULL,
+    tokens INTEGER NOT NULL DEFAULT 0,
+    stats TEXT NOT NULL,           -- JSON: the policy's statistics
+    seconds REAL NOT NULL,
+    PRIMARY KEY (run_id, iteration)
+);
+CREATE TABLE IF NOT EXISTS llm_calls (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    iteration INTEGER NOT NULL,
+    slot INTEGER NOT NULL,
+    model TEXT NOT NULL DEFAULT '',
+    tokens_in INTEGER NOT NULL DEFAULT 0,
+    tokens_out INTEGER NOT NULL DEFAULT 0,
+    latency_s REAL,
+    outcome TEXT NOT NULL,
+    error TEXT NOT NULL DEFAULT '',
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS baselines (
+    gpu TEXT NOT NULL,
+    driver TEXT NOT NULL,
+    triton TEXT NOT NULL,
+    task_key TEXT NOT NULL,
+    preset TEXT NOT NULL,
+    result TEXT NOT NULL,          -- JSON EvalResult of the reference against itself
+    created REAL NOT NULL,
+    PRIMARY KEY (gpu, driver, triton, task_key, preset)
+);
+"""
+
+
+@dataclass
+class RunRow:
+    id: int
+    task: str
+    task_key: str
+    policy: str
+    proposer: str
+    seed: int
+    config: dict
+    status: str
+    device: str
+    created: float
+    finished: float | None
+    summary: dict | None
+    bench_id: int | None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class Store:
+    """A thread-safe handle on the database (one connection, one lock)."""
+
+    def __init__(self, path: str | Path = DEFAULT_DB):
+        self.path = Path(path).expanduser()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
+        except (OSError, sqlite3.DatabaseError) as exc:
+            raise UserError(f"cannot open the run database {self.path}: {exc}") from exc
+        self._lock = threading.RLock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _tx(self):
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _rows(self, sql: str, args: tuple = ()) -> list[dict]:
+        with self._lock:
+            cur = self._db.execute(sql, args)
+            cols = [c[0] for c in cur.description]
+            return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+
+    # -- runs ---------------------------------------------------------------------------------
+    def create_run(self, task: str, task_key: str, policy: str, proposer: str, seed: int, config: dict,
+                   device: str = "", bench_id: int | None = None) -> int:
+        with self._tx() as db:
+            cur = db.execute("INSERT INTO runs (bench_id, task, task_key, policy, proposer, seed, config, status,"
+                             " device, created) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                             (bench_id, task, task_key, policy, proposer, seed, json.dumps(config), "running",
+                              device, time.time()))
+            return cur.lastrowid
+
+    def run(self, run_id: int) -> RunRow:
+        rows = self._rows("SELECT * FROM runs WHERE id = ?", (run_id,))
+        if not rows:
+            raise UserError(f"no run {run_id} in {self.path}; `kernelband runs --db {self.path}` lists them")
+        return _run_row(rows[0])
+
+    def runs(self, bench_id: int | None = None) -> list[RunRow]:
+        if bench_id is None:
+            return [_run_row(r) for r in self._rows("SELECT * FROM runs ORDER BY id")]
+        return [_run_row(r) for r in self._rows("SELECT * FROM runs WHERE bench_id = ? ORDER BY id", (bench_id,))]
+
+    def find_run(self, task_key: str, policy: str, proposer: str, seed: int,
+                 bench_id: int | None = None) -> RunRow | None:
+        rows = self._rows("SELECT * FROM runs WHERE task_key = ? AND policy = ? AND proposer = ? AND seed = ? "
+                          "AND bench_id IS ? ORDER BY id DESC LIMIT 1", (task_key, policy, proposer, seed, bench_id))
+        return _run_row(rows[0]) if rows else None
+
+    def last_unfinished_run(self) -> RunRow | None:
+        rows = self._rows("SELECT * FROM runs WHERE status = 'running' ORDER BY id DESC LIMIT 1")
+        return _run_row(rows[0]) if rows else None
+
+    def finish_run(self, run_id: int, status: str, summary: dict) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE runs SET status = ?, finished = ?, summary = ? WHERE id = ?",
+                       (status, time.time(), json.dumps(summary), run_id))
+
+    def set_device(self, run_id: int, device: str) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE runs SET device = ? WHERE id = ?", (device, run_id))
+
+    # -- candidates, proposals, evaluations -----------------------------------------------------
+    def add_candidate(self, run_id: int, cid: int, source: str, source_hash: str, parent: int | None,
+                      strategy: str | None, iteration: int, slot: int, rationale: str = "") -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO candidates VALUES (?,?,?,?,?,?,?,?,?)",
+                       (run_id, cid, parent, strategy, iteration, slot, source, source_hash, rationale))
+
+    def candidates(self, run_id: int) -> list[dict]:
+        return self._rows("SELECT * FROM candidates WHERE run_id = ? ORDER BY id", (run_id,))
+
+    def add_proposal(self, run_id: int, iteration: int, slot: int, parent: int, strategy: str,
+                     candidate: int | None, error: str, rationale: str, tokens_in: int, tokens_out: int,
+                     calls: list[dict]) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO proposals VALUES (?,?,?,?,?,?,?,?,?,?)",
+                       (run_id, iteration, slot, parent, strategy, candidate, error, rationale, tokens_in,
+                        tokens_out))
+            for call in calls:
+                db.execute("INSERT INTO llm_calls (run_id, iteration, slot, model, tokens_in, tokens_out, latency_s,"
+                           " outcome, error, created) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                           (run_id, iteration, slot, call.get("model", ""), call.get("tokens_in", 0),
+                            call.get("tokens_out", 0), call.get("latency_s"), call.get("outcome", ""),
+                            call.get("error", ""), time.time()))
+
+    def proposal(self, run_id: int, iteration: int, slot: int) -> dict | None:
+        rows = self._rows("SELECT * FROM proposals WHERE run_id = ? AND iteration = ? AND slot = ?",
+                          (run_id, iteration, slot))
+        return rows[0] if rows else None
+
+    def add_evaluation(self, run_id: int, candidate: int, which: str, result: EvalResult) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO evaluations VALUES (?,?,?,?,?,?,?)",
+                       (run_id, candidate, which, result.outcome.value, result.speedup,
+                        json.dumps(result.to_dict(), default=str), time.time()))
+
+    def evaluation(self, run_id: int, candidate: int, which: str = "search") -> EvalResult | None:
+        rows = self._rows("SELECT result FROM evaluations WHERE run_id = ? AND candidate = ? AND which = ?",
+                          (run_id, candidate, which))
+        return EvalResult.from_dict(json.loads(rows[0]["result"])) if rows else None
+
+    def evaluations(self, run_id: int) -> list[dict]:
+        rows = self._rows("SELECT * FROM evaluations WHERE run_id = ? ORDER BY candidate", (run_id,))
+        for row in rows:
+            row["result"] = json.loads(row["result"])
+        return rows
+
+    # -- iterations and LLM calls ---------------------------------------------------------------
+    def add_iteration(self, run_id: int, iteration: int, arms: list[dict], best_speedup: float | None,
+                      iteration_speedup: float | None, pool_size: int, tokens: int, stats: dict,
+                      seconds: float) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO iterations VALUES (?,?,?,?,?,?,?,?,?)",
+                       (run_id, iteration, json.dumps(arms), best_speedup, iteration_speedup, pool_size, tokens,
+                        json.dumps(stats, default=str), seconds))
+
+    def iterations(self, run_id: int) -> list[dict]:
+        rows = self._rows("SELECT * FROM iterations WHERE run_id = ? ORDER BY iteration", (run_id,))
+        for row in rows:
+            row["arms"], row["stats"] = json.loads(row["arms"]), json.loads(row["stats"])
+        return rows
+
+    def llm_calls(self, run_id: int) -> list[dict]:
+        return self._rows("SELECT * FROM llm_calls WHERE run_id = ? ORDER BY id", (run_id,))
+
+    # -- benches and baselines ------------------------------------------------------------------
+    def create_bench(self, suite: str, config: dict) -> int:
+        with self._tx() as db:
+            cur = db.execute("INSERT INTO benches (suite, config, status, created) VALUES (?,?,?,?)",
+                             (suite, json.dumps(config), "running", time.time()))
+            return cur.lastrowid
+
+    def bench(self, bench_id: int) -> dict:
+        rows = self._rows("SELECT * FROM benches WHERE id = ?", (bench_id,))
+        if not rows:
+            raise UserError(f"no bench {bench_id} in {self.path}")
+        row = rows[0]
+        row["config"] = json.loads(row["config"])
+        return row
+
+    def benches(self) -> list[dict]:
+        rows = self._rows("SELECT * FROM benches ORDER BY id")
+        for row in rows:
+            row["config"] = json.loads(row["config"])
+        return rows
+
+    def finish_bench(self, bench_id: int) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE benches SET status = 'done', finished = ? WHERE id = ?", (time.time(), bench_id))
+
+    def baseline(self, gpu: str, driver: str, triton: str, task_key: str, preset: str) -> EvalResult | None:
+        rows = self._rows("SELECT result FROM baselines WHERE gpu = ? AND driver = ? AND triton = ? AND task_key = ?"
+                          " AND preset = ?", (gpu, driver, triton, task_key, preset))
+        return EvalResult.from_dict(json.loads(rows[0]["result"])) if rows else None
+
+    def save_baseline(self, gpu: str, driver: str, triton: str, task_key: str, preset: str,
+                      result: EvalResult) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO baselines VALUES (?,?,?,?,?,?,?)",
+                       (gpu, driver, triton, task_key, preset, json.dumps(result.to_dict(), default=str),
+                        time.time()))
+
+
+def _run_row(row: dict) -> RunRow:
+    return RunRow(id=row["id"], task=row["task"], task_key=row["task_key"], policy=row["policy"],
+                  proposer=row["proposer"], seed=row["seed"], config=json.loads(row["config"]), status=row["status"],
+                  device=row["device"], created=row["created"], finished=row["finished"],
+                  summary=json.loads(row["summary"]) if row["summary"] else None, bench_id=row["bench_id"])
