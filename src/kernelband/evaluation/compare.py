@@ -21,11 +21,12 @@ class Outputs:
     tensors: dict[str, torch.Tensor]
 
     @classmethod
-    def load(cls, reply: dict, remove: bool = True) -> Outputs:
+    def load(cls, reply: dict, remove: bool = True, device: str = "cpu") -> Outputs:
+        """The tensors go straight to `device`: on a GPU machine the parent compares on the GPU."""
         path = reply.get("file")
         tensors = {}
         if path:
-            tensors = load_file(path)
+            tensors = load_file(path, device=device)
             if remove:
                 try:
                     os.remove(path)
