@@ -1,0 +1,294 @@
+"""The LLM proposer against a scripted OpenAI-compatible server on 127.0.0.1, through the real openai client.
+
+Each test scripts the server's replies, one per HTTP request, and reads back the requests it received."""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import json
+import sys
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from kernelband.search.core import Attempt, Candidate, Context, Strategy
+from kernelband.search.llm import LLMConfig, LLMProposer, extract_code, phi_summary
+
+pytestmark = pytest.mark.timeout(30)
+
+API_KEY = "sk-kernelband-llm-test-key"
+MODEL = "test-model"
+
+PARENT = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + tl.load(y_ptr + offs, mask=offs < n),
+             mask=offs < n)
+
+
+def add(x, y):
+    out = torch.empty_like(x)
+    add_kernel[(triton.cdiv(x.numel(), 128),)](x, y, out, x.numel(), BLOCK=128)
+    return out
+'''
+GOOD = PARENT.replace("128", "1024")
+STRATEGY = Strategy("vectorize_memory", "Use wider blocks so that each program moves more bytes per load.",
+                    "DRAM")
+HISTORY_ERROR = ('Traceback (most recent call last):\n  File "kernel.py", line 9\n'
+                 "CompilationError: BLOCK must be a power of 2")
+RATIONALE = "1024-element blocks move 8x more bytes per program."
+
+
+def context(**kw) -> Context:
+    defaults = dict(task_name="vector_add", entry="add", description="Element-wise add of two vectors.",
+                    phi={"dram_bw_pct": 41.25, "registers_per_thread": 26.0, "l2_hit_rate": None},
+                    history=[Attempt("tile_sizes", "compile_error", "does not compile", HISTORY_ERROR)],
+                    seed=7)
+    return Context(**{**defaults, **kw})
+
+
+def completion(content: str, finish_reason: str = "stop", tokens=(120, 80)) -> dict:
+    return {"id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()), "model": MODEL,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": finish_reason, "logprobs": None}],
+            "usage": {"prompt_tokens": tokens[0], "completion_tokens": tokens[1],
+                      "total_tokens": tokens[0] + tokens[1]}}
+
+
+def reply_with(code: str) -> str:
+    return f"Rationale: {RATIONALE}\n\n```python\n{code}```\n"
+
+
+class Server:
+    """A chat-completions endpoint: each request gets the next scripted reply, a function of the handler."""
+
+    def __init__(self):
+        self.script: deque = deque()
+        self.requests: list[dict] = []  # {"at", "headers", "body"}
+        self.stop = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                server.requests.append({"at": time.monotonic(), "path": self.path, "headers": headers,
+                                        "body": body})
+                reply = server.script.popleft() if server.script else status(500, {"error": "script is over"})
+                with contextlib.suppress(OSError):  # the client may have given up on a slow reply
+                    reply(self)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+
+    def close(self):
+        self.stop.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def send(handler, code: int, body: bytes, headers: dict | None = None, length: int | None = None):
+    handler.send_response(code)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body) if length is None else length))
+    for k, v in (headers or {}).items():
+        handler.send_header(k, v)
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def ok(content: str, **kw):
+    return lambda h: send(h, 200, json.dumps(completion(content, **kw)).encode())
+
+
+def status(code: int, body: dict, headers: dict | None = None):
+    return lambda h: send(h, code, json.dumps(body).encode(), headers)
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    s.close()
+
+
+def proposer(server: Server, **kw) -> LLMProposer:
+    defaults = dict(base_url=server.url, model=MODEL, api_key=API_KEY, max_tokens=4096, max_retries=0)
+    return LLMProposer(LLMConfig(**{**defaults, **kw}))
+
+
+def propose(p: LLMProposer, **kw):
+    return p.propose(Candidate(3, PARENT), STRATEGY, context(**kw))
+
+
+def test_good_kernel_and_what_was_sent(server):
+    server.script.append(ok(reply_with(GOOD)))
+    proposal = propose(proposer(server))
+    assert proposal.source == GOOD and proposal.error == ""
+    assert proposal.rationale == RATIONALE
+    assert (proposal.tokens_in, proposal.tokens_out) == (120, 80)
+    [call] = proposal.calls
+    assert call["outcome"] == "ok" and call["model"] == MODEL and call["attempts"] == 1
+    assert (call["tokens_in"], call["tokens_out"]) == (120, 80) and call["latency_s"] >= 0
+
+    [request] = server.requests
+    body = request["body"]
+    assert request["path"] == "/v1/chat/completions"
+    assert body["model"] == MODEL and body["temperature"] == 1.0 and body["max_tokens"] == 4096
+    assert body["seed"] == 7
+    prompt = "\n".join(m["content"] for m in body["messages"])
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+    assert PARENT.strip() in prompt and "vectorize_memory" in prompt and STRATEGY.description in prompt
+    assert "dram_bw_pct: 41.2 %" in prompt and "registers_per_thread: 26" in prompt
+    assert "l2_hit_rate: not measured" in prompt
+    assert "BLOCK must be a power of 2" in prompt and "tile_sizes" in prompt
+    assert "vector_add" in prompt and "`add`" in prompt and "```python" in prompt
+    # The key goes in the Authorization header, never into the prompt.
+    assert request["headers"]["authorization"] == f"Bearer {API_KEY}"
+    assert API_KEY not in json.dumps(body)
+
+
+@pytest.mark.parametrize("reply, outcome, error", [
+    (reply_with(GOOD.replace("def add(x, y):", "def add(x, y)")), "syntax_error", "does not parse"),
+    ("I would use wider blocks, but here is no code.", "no_code", "no ```python block"),
+    (reply_with(GOOD.replace("def add(", "def plus(")), "missing_entry", "entry function 'add'"),
+])
+def test_unusable_code_costs_no_evaluation(server, reply, outcome, error):
+    server.script.append(ok(reply))
+    proposal = propose(proposer(server))
+    assert proposal.source is None and error in proposal.error
+    assert proposal.calls[0]["outcome"] == outcome and proposal.tokens_in == 120
+
+
+def test_reply_cut_off_at_max_tokens(server):
+    server.script.append(ok(reply_with(GOOD), finish_reason="length"))
+    proposal = propose(proposer(server))
+    assert proposal.source is None and "cut off" in proposal.error
+    assert proposal.calls[0]["outcome"] == "truncated" and proposal.tokens_out == 80
+
+
+@pytest.mark.parametrize("length", ["honest", "promised"])
+def test_cut_off_body_is_an_http_error(server, length):
+    """A cut-off JSON body: either its length says so, or the connection closes before the promised length."""
+    body = json.dumps(completion(reply_with(GOOD))).encode()[:150]
+    promised = len(body) if length == "honest" else len(body) + 500
+    server.script.append(lambda h: send(h, 200, body, length=promised))
+    proposal = propose(proposer(server))
+    assert proposal.source is None
+    [call] = proposal.calls
+    assert call["outcome"] == "http_error" and call["error"] and call["attempts"] == 1
+    assert len(server.requests) == 1
+
+
+def test_429_honours_retry_after_seconds(server):
+    server.script.extend([status(429, {"error": {"message": "slow down"}}, {"Retry-After": "1"}),
+                          ok(reply_with(GOOD))])
+    proposal = propose(proposer(server, max_retries=2))
+    assert proposal.source == GOOD and proposal.calls[0]["attempts"] == 2
+    first, second = server.requests
+    assert second["at"] - first["at"] >= 0.95
+    assert second["headers"]["authorization"] == f"Bearer {API_KEY}"
+
+
+def test_5xx_honours_retry_after_date(server):
+    def overloaded(handler):
+        in_2s = email.utils.formatdate(time.time() + 2, usegmt=True)
+        status(503, {"error": {"message": "overloaded"}}, {"Retry-After": in_2s})(handler)
+
+    server.script.extend([overloaded, ok(reply_with(GOOD))])
+    proposal = propose(proposer(server, max_retries=1))
+    assert proposal.source == GOOD and len(server.requests) == 2
+    assert server.requests[1]["at"] - server.requests[0]["at"] >= 0.95  # the date has whole seconds
+
+
+def test_http_error_after_retries(server):
+    server.script.extend([status(500, {"error": {"message": "boom"}}, {"retry-after-ms": "50"})] * 2)
+    proposal = propose(proposer(server, max_retries=1))
+    assert proposal.source is None and "HTTP 500" in proposal.error and "boom" in proposal.error
+    assert proposal.calls[0]["outcome"] == "http_error" and proposal.calls[0]["attempts"] == 2
+
+
+def test_slow_reply_times_out(server):
+    def slow(handler):
+        server.stop.wait(10)
+        send(handler, 200, json.dumps(completion(reply_with(GOOD))).encode())
+
+    server.script.extend([slow, slow])
+    started = time.monotonic()
+    proposal = propose(proposer(server, timeout_s=0.5, max_retries=1))
+    assert time.monotonic() - started < 4
+    assert proposal.source is None and proposal.calls[0]["outcome"] == "timeout"
+    assert len(server.requests) == 2 and proposal.calls[0]["attempts"] == 2  # timeouts are retried
+
+
+def test_budget_in_calls(server):
+    server.script.extend([ok("no code"), ok(reply_with(GOOD)), ok(reply_with(GOOD))])
+    p = proposer(server, budget_calls=2)
+    assert propose(p).calls[0]["outcome"] == "no_code"
+    assert propose(p).source == GOOD
+    spent = propose(p)
+    assert spent.source is None and spent.error == "LLM budget spent: 2 of 2 calls made"
+    assert spent.calls == [] and spent.tokens_in == 0
+    assert len(server.requests) == 2
+
+
+def test_budget_in_tokens(server):
+    server.script.extend([ok(reply_with(GOOD), tokens=(100, 50)), ok(reply_with(GOOD))])
+    p = proposer(server, budget_tokens=120)
+    assert propose(p).source == GOOD
+    spent = propose(p)
+    assert spent.source is None and spent.error.startswith("LLM budget spent: 150 of 120 tokens")
+    assert len(server.requests) == 1
+
+
+def test_config_from_env(monkeypatch):
+    for var in ("KERNELBAND_LLM_BASE_URL", "KERNELBAND_LLM_MODEL", "KERNELBAND_LLM_API_KEY",
+                "OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    assert not LLMConfig.from_env().configured()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fallback")
+    monkeypatch.setenv("OPENAI_BASE_URL", "https://fallback.example/v1")
+    assert not LLMConfig.from_env().configured()  # no model
+    monkeypatch.setenv("KERNELBAND_LLM_MODEL", "m")
+    monkeypatch.setenv("KERNELBAND_LLM_API_KEY", "sk-own")
+    config = LLMConfig.from_env(max_tokens=100)
+    assert config.configured() and config.api_key == "sk-own" and config.max_tokens == 100
+    assert config.base_url == "https://fallback.example/v1"
+    assert "sk-own" not in repr(config)
+    monkeypatch.delenv("OPENAI_API_KEY")
+    monkeypatch.delenv("KERNELBAND_LLM_API_KEY")
+    assert LLMConfig.from_env().configured()  # a local server may need no key
+    assert LLMConfig.from_env(model="m2", base_url=None).configured() is False
+
+
+def test_extract_code():
+    text = ("Plan:\n```bash\nls -la /a/listing/longer/than/the/code\n```\n**Rationale:** fuse loads\n"
+            "```\nx = 1\n```\nA short test:\n```python\nx\n```\n")
+    assert extract_code(text) == ("x = 1\n", "fuse loads")
+    assert extract_code("```python\ndef add(): pass\n") == (None, "")  # an unclosed block
+
+
+def test_works_without_openai(monkeypatch):
+    from kernelband.errors import UserError
+
+    monkeypatch.setitem(sys.modules, "openai", None)  # `import openai` now fails
+    with pytest.raises(UserError, match="openai package"):
+        LLMProposer(LLMConfig(base_url="http://127.0.0.1:9/v1", model=MODEL))
+
+
+def test_phi_summary_never_invents():
+    lines = phi_summary({}).splitlines()
+    assert len(lines) == 9 and all("not measured" in line for line in lines)
