@@ -208,6 +208,12 @@ class Evaluator:
         """The task's shapes and settings, as its harness describes them (run in a worker)."""
         return self._reference(task).info
 
+    def fingerprint(self, task: Task) -> dict:
+        """What a stored baseline must match: the GPU's name, the driver and Triton's version."""
+        ready = self._reference(task).ready
+        return {"gpu": ready.device.get("name", "Triton interpreter (CPU)"),
+                "driver": ready.device.get("driver", ""), "triton": ready.versions.get("triton", "")}
+
     def _peaks(self, ref: Worker) -> sol.Peaks | None:
         if self.mode != "gpu":
             return None

@@ -181,6 +181,12 @@ class Search:
                 stopped = f"the evaluation budget ({self.config.evaluations}) is spent"
                 iteration -= 1
                 break
+            spent = getattr(self.proposer, "budget_spent", None)
+            reason = spent() if callable(spent) else ""
+            if reason:
+                stopped = reason
+                iteration -= 1
+                break
             t0 = time.perf_counter()
             arms = self._iteration(iteration)
             if not arms:

@@ -253,6 +253,14 @@ class Store:
                           (run_id, candidate, which))
         return EvalResult.from_dict(json.loads(rows[0]["result"])) if rows else None
 
+    def find_evaluation(self, bench_id: int, task_key: str, source_hash: str, device: str) -> EvalResult | None:
+        """A search-shape evaluation of this source on this task and GPU kind, from any run of the bench."""
+        rows = self._rows("SELECT e.result FROM evaluations e JOIN runs r ON r.id = e.run_id JOIN candidates c "
+                          "ON c.run_id = e.run_id AND c.id = e.candidate WHERE r.bench_id = ? AND r.task_key = ? "
+                          "AND c.hash = ? AND r.device = ? AND e.which = 'search' LIMIT 1",
+                          (bench_id, task_key, source_hash, device))
+        return EvalResult.from_dict(json.loads(rows[0]["result"])) if rows else None
+
     def evaluations(self, run_id: int) -> list[dict]:
         rows = self._rows("SELECT * FROM evaluations WHERE run_id = ? ORDER BY candidate", (run_id,))
         for row in rows:

@@ -76,7 +76,7 @@ class Worker:
                      "regs_per_sm": getattr(p, "regs_per_multiprocessor", 65536),
                      "max_threads_per_sm": getattr(p, "max_threads_per_multi_processor", 2048),
                      "shared_per_sm": getattr(p, "shared_memory_per_multiprocessor", 233472),
-                     "total_memory": p.total_memory}
+                     "total_memory": p.total_memory, "driver": _driver_version(torch)}
         return {"op": "ready", "pid": os.getpid(), "startup_s": time.perf_counter() - t0,
                 "sandbox": self.sandbox, "device": props,
                 "versions": {"torch": torch.__version__, "triton": triton.__version__,
@@ -405,3 +405,12 @@ def main() -> None:
         if reply.get("outcome") == "crashed":
             # A CUDA fault leaves the context unusable: this worker is done.
             os._exit(3)
+
+
+def _driver_version(torch) -> str:
+    """The CUDA driver version as `major.minor` (a new driver means new baselines)."""
+    try:
+        v = int(torch._C._cuda_getDriverVersion())
+    except Exception:  # noqa: BLE001 - private API: missing on some builds
+        return ""
+    return f"{v // 1000}.{(v % 1000) // 10}"

@@ -1,0 +1,188 @@
+"""`kernelband bench`: every task x policy x seed of a suite, into one run database.
+
+Placement: one evaluator per visible GPU, each with its own worker pool and its own timing lock, fed from
+one queue of runs; a GPU never times two kernels at once. Runs of one task go to the same GPU where
+possible (its reference workers stay warm there).
+
+Sharing within a sweep: an evaluation is a property of (task, source, device), so a kernel that several
+policies or seeds reach is evaluated once per GPU kind and reused (the reuse is noted in the result).
+k0's own evaluation is a golden baseline: cached per GPU name, driver and Triton version, and re-measured
+only with `--refresh-baselines` or when any of the three changed. Every candidate's speedup is still
+timed against the reference interleaved, in its own evaluation.
+
+Resuming: a finished run is skipped, an unfinished one is resumed through the loop's replay.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kernelband.errors import UserError
+from kernelband.evaluation.records import EvalResult
+from kernelband.search.core import source_hash
+from kernelband.search.loop import RunConfig
+from kernelband.search.store import Store
+from kernelband.tasks import example_names, load_task
+from kernelband.tasks import tritonbench as tb
+
+SUITES = ("tritonbench-g-l12", "tritonbench-g", "examples")
+
+
+def suite_tasks(suite: str, tritonbench_path: str | None = None) -> list[str]:
+    if suite == "examples":
+        return [f"examples:{n}" for n in example_names()]
+    if suite == "tritonbench-g-l12":
+        return [f"tritonbench:{n}" for n in tb.level12(tritonbench_path)]
+    if suite == "tritonbench-g":
+        return [f"tritonbench:{n}" for n in sorted(tb.entries(tritonbench_path))]
+    raise UserError(f"unknown suite {suite!r}: use {', '.join(SUITES)}")
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`3` means seeds 0, 1, 2; `0,5,9` means those seeds."""
+    try:
+        if "," in text:
+            return [int(x) for x in text.split(",") if x.strip()]
+        n = int(text)
+    except ValueError:
+        raise UserError(f"--seeds {text!r}: give a count (3) or a list (0,5,9)") from None
+    if n < 1:
+        raise UserError("--seeds must be at least 1")
+    return list(range(n))
+
+
+@dataclass
+class BenchConfig:
+    suite: str
+    policies: list[str]
+    seeds: list[int]
+    iterations: int = 10
+    q: int = 1
+    proposer: str = "rewrite"
+    preset: str = "default"
+    tasks: list[str] = field(default_factory=list)  # a subset of the suite; empty: all of it
+    refresh_baselines: bool = False
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Job:
+    task: str
+    policy: str
+    seed: int
+
+
+class Bench:
+    def __init__(self, store: Store, config: BenchConfig, evaluators: list, make_proposer: Callable[[], object],
+                 tritonbench_path: str | None = None, bench_id: int | None = None,
+                 on_event: Callable[[dict], None] | None = None):
+        self.store, self.config, self.evaluators = store, config, evaluators
+        self.make_proposer = make_proposer
+        self.tritonbench_path = tritonbench_path
+        self.on_event = on_event or (lambda event: None)
+        if bench_id is None:
+            bench_id = store.create_bench(config.suite, config.to_dict())
+        self.bench_id = bench_id
+        self.tasks = {}
+        self._lock = threading.Lock()
+        self._fresh: set[tuple] = set()  # baselines measured in this sweep
+        self.errors: list[str] = []
+
+    def jobs(self) -> list[Job]:
+        names = suite_tasks(self.config.suite, self.tritonbench_path)
+        if self.config.tasks:
+            unknown = sorted(set(self.config.tasks) - set(names))
+            if unknown:
+                raise UserError(f"not in suite {self.config.suite}: {', '.join(unknown)}")
+            names = [n for n in names if n in self.config.tasks]
+        return [Job(t, p, s) for t in names for p in self.config.policies for s in self.config.seeds]
+
+    def _task(self, ref: str):
+        with self._lock:
+            if ref not in self.tasks:
+                self.tasks[ref] = load_task(ref, self.tritonbench_path)
+            return self.tasks[ref]
+
+    def run(self) -> int:
+        jobs = self.jobs()
+        by_task: dict[str, list[Job]] = {}
+        for job in jobs:
+            by_task.setdefault(job.task, []).append(job)
+        work: queue.Queue = queue.Queue()
+        for group in by_task.values():
+            work.put(group)  # one task's runs stay on one GPU
+        threads = [threading.Thread(target=self._drain, args=(work, ev), daemon=True) for ev in self.evaluators]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.store.finish_bench(self.bench_id)
+        return self.bench_id
+
+    def _drain(self, work: queue.Queue, evaluator) -> None:
+        while True:
+            try:
+                group = work.get_nowait()
+            except queue.Empty:
+                return
+            for job in group:
+                try:
+                    self._run_job(job, evaluator)
+                except UserError as exc:  # a broken task is a row in the report, not the end of the sweep
+                    with self._lock:
+                        self.errors.append(f"{job.task} {job.policy} seed {job.seed}: {exc}")
+                    self.on_event({"kind": "job_error", "task": job.task, "policy": job.policy, "seed": job.seed,
+                                   "error": str(exc)})
+
+    def _run_job(self, job: Job, evaluator) -> None:
+        from kernelband.search.session import open_search
+
+        task = self._task(job.task)
+        proposer = self.make_proposer()
+        existing = self.store.find_run(task.key, job.policy, proposer.name, job.seed, self.bench_id)
+        if existing is not None and existing.status == "done":
+            self.on_event({"kind": "job_skipped", "task": job.task, "policy": job.policy, "seed": job.seed})
+            return
+        lookup = self._lookup(task, evaluator)
+        config = RunConfig(self.config.iterations, self.config.q, None, self.config.preset)
+        search = open_search(task, evaluator, self.store, job.policy, proposer, job.seed, config,
+                             resume=existing is not None, bench_id=self.bench_id, lookup=lookup)
+        summary = search.run()
+        self.on_event({"kind": "job_done", "task": job.task, "policy": job.policy, "seed": job.seed,
+                       "best_speedup": summary.best_speedup, "evaluations": summary.evaluations})
+
+    def _lookup(self, task, evaluator) -> Callable[[str], EvalResult | None]:
+        """Reuses evaluations of the same source on the same task and GPU kind within this sweep, and k0's
+        golden baseline across sweeps."""
+        fingerprint = evaluator.fingerprint(task)
+        k0_hash = source_hash(task.module_source)
+
+        def lookup(h: str) -> EvalResult | None:
+            if h == k0_hash:
+                return self._baseline(task, evaluator, fingerprint)
+            found = self.store.find_evaluation(self.bench_id, task.key, h, fingerprint["gpu"])
+            if found is not None:
+                found.notes.append("evaluation reused: the same source on the same task and GPU in this sweep")
+            return found
+
+        return lookup
+
+    def _baseline(self, task, evaluator, fp: dict) -> EvalResult:
+        key = (task.key, fp["gpu"], fp["driver"], fp["triton"])
+        with self._lock:
+            usable = key in self._fresh or not self.config.refresh_baselines
+            cached = self.store.baseline(*key[1:], task.key, self.config.preset) if usable else None
+        if cached is not None:
+            cached.notes.append(f"golden baseline reused ({fp['gpu']}, driver {fp['driver']}, triton {fp['triton']})")
+            return cached
+        result = evaluator.evaluate(task, task.module_source, preset=self.config.preset)
+        if result.ok:
+            with self._lock:
+                self.store.save_baseline(*key[1:], task.key, self.config.preset, result)
+                self._fresh.add(key)
+        return result
