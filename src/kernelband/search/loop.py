@@ -184,7 +184,7 @@ class Search:
             spent = getattr(self.proposer, "budget_spent", None)
             reason = spent() if callable(spent) else ""
             if reason:
-                stopped = reason
+                stopped = f"the LLM budget is spent ({reason})"
                 iteration -= 1
                 break
             t0 = time.perf_counter()

@@ -1,0 +1,120 @@
+"""`kernelband optimize` end to end in the interpreter with the built-in rewriter, and resume after SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelband.search.store import Store
+
+pytestmark = pytest.mark.slow
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kernelband", *args], capture_output=True, text=True,
+                          timeout=600, env=env or _env())
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["KERNELBAND_MODE"] = "interpreter"
+    for key in ("KERNELBAND_LLM_BASE_URL", "KERNELBAND_LLM_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        env.pop(key, None)  # no LLM configured: the rewriter must be chosen without being asked
+    return env
+
+
+def test_optimize_end_to_end_with_the_rewriter(tmp_path: Path):
+    db = tmp_path / "runs.db"
+    proc = _cli("optimize", "examples:vector_add", "--iterations", "3", "--seed", "1", "--db", str(db), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout)
+    assert {"run_id", "best_speedup", "best_outcome", "iterations"} <= set(summary)
+    assert summary["proposer"] == "rewrite"
+    assert summary["iterations"] == 3 and summary["evaluations"] >= 1
+    assert summary["best_outcome"] == "ok"
+
+    store = Store(db)
+    run = store.run(summary["run_id"])
+    assert run.status == "done" and run.policy == "kernelband"
+    candidates = store.candidates(run.id)
+    assert candidates[0]["parent"] is None and candidates[0]["strategy"] is None
+    children = candidates[1:]
+    assert children and all(c["parent"] is not None and c["strategy"] for c in children)
+    assert all(c["source"] != candidates[0]["source"] for c in children)
+    evaluations = {e["candidate"]: e for e in store.evaluations(run.id)}
+    assert all(c["id"] in evaluations for c in candidates)  # every candidate was evaluated and stored
+    iterations = store.iterations(run.id)
+    assert [row["iteration"] for row in iterations] == [1, 2, 3]
+    assert all(row["arms"] for row in iterations)
+    # The best kernel and its diff are written next to the run.
+    best = Path(summary["best_path"]).read_text()
+    assert "def add(" in best
+    assert Path(summary["diff_path"]).exists()
+
+    listed = _cli("runs", "--db", str(db), "--json")
+    assert listed.returncode == 0
+    assert [r["id"] for r in json.loads(listed.stdout)] == [run.id]
+
+
+def test_resume_after_sigkill_reevaluates_nothing(tmp_path: Path):
+    db = tmp_path / "runs.db"
+    args = ["optimize", "examples:vector_add", "--iterations", "4", "--seed", "7", "--db", str(db), "--json"]
+    proc = subprocess.Popen([sys.executable, "-m", "kernelband", *args], env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 400
+    done_before: dict[int, float] = {}
+    while time.time() < deadline:
+        time.sleep(0.5)
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")
+        if db.exists():
+            with sqlite3.connect(db) as con:
+                rows = con.execute("SELECT candidate, created FROM evaluations").fetchall()
+            if len(rows) >= 3:  # k0 and two children evaluated
+                done_before = dict(rows)
+                break
+    else:
+        pytest.fail("no evaluations were stored in time")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+    store = Store(db)
+    run_id = store.runs()[0].id
+    assert store.run(run_id).status == "running"
+    arms_before = {row["iteration"]: row["arms"] for row in store.iterations(run_id)}
+
+    resumed = _cli(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    summary = json.loads(resumed.stdout)
+    assert summary["run_id"] == run_id  # the same run, continued
+    assert store.run(run_id).status == "done"
+    assert summary["iterations"] == 4
+    after = {e["candidate"]: e["created"] for e in store.evaluations(run_id)}
+    for cid, created in done_before.items():
+        assert after[cid] == created, f"candidate {cid} was evaluated again"
+    # The replayed iterations took the same arms as before the kill.
+    for row in store.iterations(run_id):
+        if row["iteration"] in arms_before:
+            assert row["arms"] == arms_before[row["iteration"]]
+    assert len(store.runs()) == 1
+
+
+def test_resume_with_nothing_to_resume_is_a_user_error(tmp_path: Path):
+    proc = _cli("optimize", "examples:vector_add", "--db", str(tmp_path / "x.db"), "--resume")
+    assert proc.returncode == 2
+    assert "nothing to resume" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_llm_proposer_without_endpoint_is_a_user_error(tmp_path: Path):
+    proc = _cli("optimize", "examples:vector_add", "--proposer", "llm", "--db", str(tmp_path / "x.db"))
+    assert proc.returncode == 2
+    assert "KERNELBAND_LLM_BASE_URL" in proc.stderr
