@@ -185,6 +185,7 @@ def calibrate_cmd(
                   f"({', '.join(f'{k} {v:.0f}' for k, v in peaks.tflops_by_dtype.items())}); cached in {path}")
 
 
+import kernelband.cli_report  # noqa: E402,F401  (registers report)
 from kernelband import cli_search  # noqa: E402,F401  (registers optimize and runs)
 
 

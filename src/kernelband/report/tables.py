@@ -1,0 +1,127 @@
+"""The report's tables as plain rows of cells, so that the HTML page and the terminal show the same ones.
+
+A cell is `(text, value)`: the text as shown, the number it stands for (None for labels and blanks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+Cell = tuple[str, float | None]
+
+
+@dataclass
+class Table:
+    id: str
+    title: str
+    columns: list[str]
+    rows: list[list[Cell]] = field(default_factory=list)
+    note: str = ""
+
+
+def num(value, spec: str = ".3f", suffix: str = "") -> Cell:
+    return ("-", None) if value is None else (format(value, spec) + suffix, float(value))
+
+
+def pct(value) -> Cell:
+    return num(value, ".0f", "%")
+
+
+def label(text) -> Cell:
+    return ("-" if text is None else str(text), None)
+
+
+def cell_pair(point: dict) -> Cell:
+    """The paper's cell: `speedup / Fast@1 %`, with the number of tasks the geomean covers when some
+    produced no correct kernel."""
+    if point["geomean"] is None:
+        text = f"- / {point['fast1']:.0f}%" if point["fast1"] is not None else "-"
+    else:
+        text = f"{point['geomean']:.3f} / {point['fast1']:.0f}%"
+    if point["n_valid"] is not None and point["n_valid"] < point["n_tasks"]:
+        text += f" ({point['n_valid']:g}/{point['n_tasks']:g})"
+    return (text, point["geomean"])
+
+
+def build(data: dict) -> list[Table]:
+    policies = data["policies"]
+    summary, iterations = data["summary"], data["iterations"]
+    tables = []
+
+    t = Table("summary", "Summary per policy (best kernel of each task; means over seeds)",
+              ["policy", "tasks", "seeds", "geomean speedup", "Fast@1", "best speedup", "correct evals",
+               "correct tasks", "improved tasks", "geomean, correct tasks only", "median SOL", "tokens / task",
+               "evaluations / task"])
+    for p in policies:
+        s = summary[p]
+        t.rows.append([label(p), num(len(s["tasks"]), "d"), num(s["n_seeds"], "d"), num(s["geomean_best"]),
+                       pct(s["fast1_best"]), num(s["best_speedup"]), pct(s["correct_eval_pct"]),
+                       pct(s["correct_task_pct"]), pct(s["improved_task_pct"]), num(s["geomean_correct"]),
+                       num(s["sol_median"], ".2f"), num(s["tokens_per_task"], ".0f"),
+                       num(s["evaluations_per_task"], ".1f")])
+    tables.append(t)
+
+    horizon = max((len(iterations[p]) for p in policies), default=0)
+    for which, title in (("current", "Current iteration (paper Table 1): speedup / Fast@1"),
+                         ("best", "Best so far, k0 included (paper Table 2): speedup / Fast@1"),
+                         ("best_generated", "Best generated kernel so far, k0 not counted: speedup / Fast@1")):
+        t = Table(f"iter-{which.replace('_', '-')}", title, ["iteration", *policies])
+        for i in range(horizon):
+            t.rows.append([label(i + 1)] + [cell_pair(iterations[p][i][which]) if i < len(iterations[p])
+                                            else label(None) for p in policies])
+        if which == "current":
+            t.note = ("(a/b): the geomean covers a of b tasks; the others produced no correct kernel in that "
+                      "iteration and count as not fast.")
+        elif which == "best":
+            t.note = "A task whose best is still the starting kernel counts 1.0."
+        else:
+            t.note = ("The paper's Table 2 may mean this one: it equals the current iteration at t=1. "
+                      "(a/b) as for the current iteration.")
+        tables.append(t)
+
+    t = Table("tokens", "LLM tokens per iteration (mean per task; cumulative in brackets)", ["iteration", *policies])
+    for i in range(horizon):
+        row = [label(i + 1)]
+        for p in policies:
+            if i >= len(iterations[p]):
+                row.append(label(None))
+                continue
+            it = iterations[p][i]
+            row.append((f"{it['tokens']:.0f} ({it['tokens_cum']:.0f})", it["tokens"]))
+        t.rows.append(row)
+    tables.append(t)
+
+    t = Table("held-out", "Held-out shapes (never seen during the search), reported apart",
+              ["policy", "tasks with held-out", "held-out geomean", "held-out Fast@1", "failed on held-out",
+               "search geomean"])
+    for p in policies:
+        s = summary[p]
+        t.rows.append([label(p), num(s["n_held_out"], "g"), num(s["held_out_geomean"]), pct(s["held_out_fast1"]),
+                       num(s["held_out_failed"], "g"), num(s["geomean_best"])])
+    tables.append(t)
+
+    t = Table("tasks", "Per task and run", ["task", "policy", "seed", "run", "best speedup", "held-out",
+                                            "best outcome", "SOL", "evaluations", "correct evals", "tokens",
+                                            "status"])
+    for r in data["tasks"]:
+        t.rows.append([label(r["task"]), label(r["policy"]), num(r["seed"], "d"), num(r["run_id"], "d"),
+                       num(r["best_speedup"]), num(r["held_out"]), label(r["best_outcome"]),
+                       num(r["sol_fraction"], ".2f"), num(r["evaluations"], "d"), num(r["evals_ok"], "d"),
+                       num(r["tokens"], "d"), label(r["status"])])
+    tables.append(t)
+
+    if any(m["n_seeds"] > 1 for m in data["task_means"]):
+        t = Table("task-means", "Per task, averaged over seeds", ["task", "policy", "seeds", "mean best speedup",
+                                                                  "min", "max", "mean held-out", "mean SOL"])
+        for m in data["task_means"]:
+            t.rows.append([label(m["task"]), label(m["policy"]), num(m["n_seeds"], "d"), num(m["best_speedup"]),
+                           num(m["min"]), num(m["max"]), num(m["held_out"]), num(m["sol_fraction"], ".2f")])
+        tables.append(t)
+
+    if data["excluded"]:
+        t = Table("excluded", "Runs left out", ["run", "task", "policy", "seed", "reason"])
+        for r in data["excluded"]:
+            t.rows.append([num(r["run_id"], "d"), label(r["task"]), label(r["policy"]), num(r["seed"], "d"),
+                           label(r["reason"])])
+        tables.append(t)
+    return tables
