@@ -343,7 +343,7 @@ def test_run_report(built, tmp_path):
     assert best[-1]["best"]["geomean"] == pytest.approx(built["store"].run(run_id).summary["best_speedup"])
     assert data["shape_sol"] and data["shape_sol"][0]["k0"] == pytest.approx(K0_SOL[0])
     page = write_report(data, tmp_path / "run")
-    assert {"speedup.png", "fast1.png", "tasks.png", "sol.png", "pool.png"} <= {p.name for p in page.parent.iterdir()}
+    assert {"speedup.png", "fast1.png", "sol.png", "pool.png"} <= {p.name for p in page.parent.iterdir()}
 
 
 # -- the command line ------------------------------------------------------------------------------------
@@ -543,3 +543,35 @@ def test_report_in_browser(built, browser):
     png = base64.b64decode(shot["data"])
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     (artifacts / "report.png").write_bytes(png)
+
+
+def test_unfinished_and_broken_runs(tmp_path):
+    """A run still going (no summary) reports what it has; a run whose k0 failed is left out, not fatal."""
+    store = Store(tmp_path / "partial.db")
+    bench = store.create_bench("examples", {"policies": ["random"], "seeds": [0], "iterations": 5})
+    live = store.create_run("examples:softmax", "k", "random", "rewrite", 0, {"iterations": 5}, bench_id=bench)
+    store.add_candidate(live, 0, K0_SOURCE, source_hash(K0_SOURCE), None, None, 0, 0)
+    store.add_evaluation(live, 0, "search", _result("examples:softmax", "ok", 1.01, 0))
+    for cid, (outcome, speedup) in enumerate([("ok", 1.3), ("runtime_error", None)], start=1):
+        source = K0_SOURCE.replace("128", str(cid))
+        store.add_candidate(live, cid, source, source_hash(source), 0, "tiling", cid, 0)
+        store.add_evaluation(live, cid, "search", _result("examples:softmax", outcome, speedup, cid))
+        store.add_iteration(live, cid, [], 1.3, speedup, 2, 0, {}, 1.0)
+    broken = store.create_run("examples:rmsnorm", "k2", "random", "rewrite", 0, {"iterations": 5}, bench_id=bench)
+    store.add_candidate(broken, 0, K0_SOURCE, source_hash(K0_SOURCE), None, None, 0, 0)
+    store.add_evaluation(broken, 0, "search", _result("examples:rmsnorm", "compile_error", None, 0))
+
+    data = report_data(store, f"bench:{bench}")
+    assert [e["run_id"] for e in data["excluded"]] == [broken]
+    row = [r for r in data["tasks"] if r["run_id"] == live][0]
+    assert (row["best_speedup"], row["best_candidate"], row["evaluations"], row["evals_ok"]) == (1.3, 1, 2, 1)
+    its = data["iterations"]["random"]
+    assert len(its) == 5  # the configured horizon
+    assert [it["best"]["geomean"] for it in its] == [1.3] * 5
+    assert [it["current"]["geomean"] for it in its] == [1.3, None, None, None, None]
+    assert data["summary"]["random"]["correct_eval_pct"] == 50.0
+    write_report(data, tmp_path / "out")  # renders
+    empty = report_data(store, f"run:{broken}")
+    assert empty["policies"] == [] and empty["excluded"]
+    assert "nothing to report" in write_report(empty, tmp_path / "empty").read_text()
+    store.close()

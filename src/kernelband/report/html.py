@@ -4,7 +4,7 @@
 
 * `speedup.png`, `fast1.png`: geomean speedup and Fast@1 per iteration, one line per policy, current
   iteration and best so far side by side (the paper's Figures 1-4);
-* `tasks.png`: each task's best speedup per policy (bars: mean over seeds; whiskers: min and max);
+* `tasks.png` (a bench): each task's best speedup per policy (bars: mean over seeds; whiskers: min, max);
 * `sol.png`: speed-of-light fractions (a bench: per task; a run: per shape, k0 against the best kernel);
 * `pool.png`: one run's correct candidates, PCA of the z-normalised rho, coloured by cluster (Figure 5).
 
@@ -104,7 +104,7 @@ def _grouped_bars(ax, data: dict, groups: list[str], series: dict[str, list], er
 
 def _task_bars(data: dict, out: Path) -> str | None:
     means = data["task_means"]
-    if not means:
+    if not means or data["kind"] == "run":  # one task: the curves say it all
         return None
     tasks = sorted({m["task"] for m in means})
     series, errors = {}, {}

@@ -446,4 +446,5 @@ def _task_row(f: RunFacts) -> dict:
             "best_speedup": f.best_speedup, "best_candidate": f.best_candidate, "best_outcome": f.best_outcome,
             "held_out": f.held_out, "sol_fraction": f.sol_fraction, "evaluations": f.evaluations,
             "evals_ok": f.evals_ok, "best_generated": f.best_generated, "tokens": f.tokens,
+            "k0_self_speedup": (f.row.summary or {}).get("k0_self_speedup"),
             "iterations": f.last_iteration}

@@ -22,7 +22,7 @@ def print_report(data: dict, console: Console) -> None:
         table = Table(title=t.title, title_justify="left", caption=t.note or None, caption_justify="left")
         for i, col in enumerate(t.columns):
             numeric = any(row[i][1] is not None for row in t.rows)
-            table.add_column(col, justify="right" if numeric else "left")
+            table.add_column(col, justify="right" if numeric else "left", overflow="fold")
         for row in t.rows:
             table.add_row(*(text for text, _ in row))
         console.print(table)
