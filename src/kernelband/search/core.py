@@ -145,7 +145,8 @@ class Policy(Protocol):
 
 
 def reward(parent: Candidate, child: Candidate | None) -> float:
-    """The paper's reward: 1 - T_new / T_parent, and -1 on failure."""
+    """The paper's reward: 1 - T_new / T_parent, and -1 on failure. A correct child slower than half its
+    parent's speed would score below -1; it is clipped to -1, so it never counts as worse than a failure."""
     if child is None or not child.valid or parent.time is None:
         return -1.0
-    return 1.0 - child.time / parent.time
+    return max(-1.0, 1.0 - child.time / parent.time)

@@ -1,0 +1,186 @@
+"""Search quality on TritonBench-G level-1/2 with the built-in rewriter (GPU machine).
+
+Parts:
+
+  bench     every policy on every task with the same seeds, T iterations, through `kernelband bench`'s
+            machinery (one evaluator per visible GPU, evaluations of the same source shared within the
+            sweep); summarised per policy: geometric-mean speedup, Fast@1, best speedup, evaluations
+            used, median fraction of speed of light.
+  grid      what a user would do by hand: every launch-parameter variant the rewriter can make of the
+            starting kernel in one step, each evaluated (shared with the bench's evaluations).
+  overhead  the bandit's own time per iteration (select + update) at a pool of 300 candidates.
+
+    python benchmarks/search_quality.py --parts bench,grid,overhead --db runs.db --out quality.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from kernelband.evaluation.records import PHI_KEYS, RHO_KEYS, EvalResult, Features, Outcome, ShapeResult
+from kernelband.search.bench import Bench, BenchConfig, suite_tasks
+from kernelband.search.core import Candidate, source_hash
+from kernelband.search.policies import POLICIES, make_policy
+from kernelband.search.store import Store
+from kernelband.tasks import load_task
+
+FAST = 1.1
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summarise(rows: list[dict]) -> dict:
+    speedups = [r["best_speedup"] or 1.0 for r in rows]
+    sol = [r["sol"] for r in rows if r.get("sol") is not None]
+    return {"tasks": len(rows), "geomean_speedup": geomean(speedups),
+            "fast1": sum(s > FAST for s in speedups) / len(speedups) if speedups else None,
+            "best_speedup": max(speedups) if speedups else None,
+            "evaluations": sum(r["evaluations"] for r in rows),
+            "median_sol_fraction": statistics.median(sol) if sol else None,
+            "held_out_geomean": geomean([r["held_out"] for r in rows if r.get("held_out")])}
+
+
+def part_bench(store: Store, evaluators, tasks: list[str], policies: list[str], seeds: list[int], iterations: int,
+               report: dict, bench_id: int | None = None) -> int:
+    from kernelband.search.rewrite import RewriteProposer
+
+    config = BenchConfig("tritonbench-g-l12", policies, seeds, iterations, 1, "rewrite", "default",
+                         list(tasks))
+    t0 = time.perf_counter()
+    bench = Bench(store, config, evaluators, RewriteProposer, bench_id=bench_id,
+                  on_event=lambda e: print(json.dumps(e), flush=True))
+    bench_id = bench.run()
+    rows = []
+    for run in store.runs(bench_id):
+        s = run.summary or {}
+        rows.append({"task": run.task, "policy": run.policy, "seed": run.seed, "status": run.status,
+                     "best_speedup": s.get("best_speedup"), "held_out": s.get("held_out_speedup"),
+                     "sol": s.get("best_sol_fraction"), "evaluations": s.get("evaluations", 0),
+                     "best_outcome": s.get("best_outcome")})
+    report["bench"] = {"bench_id": bench_id, "seconds": time.perf_counter() - t0, "rows": rows,
+                       "errors": bench.errors,
+                       "per_policy": {p: summarise([r for r in rows if r["policy"] == p and r["status"] == "done"])
+                                      for p in policies}}
+    return bench_id
+
+
+def part_grid(store: Store, evaluators, tasks: list[str], report: dict, bench_id: int | None) -> None:
+    """Every one-step launch-parameter variant of k0, evaluated; the best per task."""
+    from kernelband.search.rewrite import RewriteProposer, launch_grid
+
+    proposer = RewriteProposer()
+    rows = []
+
+    def one(args) -> dict:
+        ref, ev = args
+        task = load_task(ref)
+        k0 = Candidate(0, task.module_source)
+        variants = launch_grid(proposer, k0)
+        best, n, outcomes = 1.0, 0, {}
+        for source in variants:
+            found = store.find_evaluation(bench_id, task.key, source_hash(source), ev.fingerprint(task)["gpu"]) \
+                if bench_id is not None else None
+            result = found or ev.evaluate(task, source)
+            n += found is None
+            outcomes[result.outcome.value] = outcomes.get(result.outcome.value, 0) + 1
+            if result.ok and result.speedup:
+                best = max(best, result.speedup)
+        return {"task": ref, "variants": len(variants), "evaluations_made": n, "best_speedup": best,
+                "outcomes": outcomes, "evaluations": len(variants)}
+
+    t0 = time.perf_counter()
+    jobs = [(ref, evaluators[i % len(evaluators)]) for i, ref in enumerate(tasks)]
+    with ThreadPoolExecutor(max_workers=len(evaluators)) as pool:
+        for row in pool.map(one, jobs):
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    report["grid"] = {"seconds": time.perf_counter() - t0, "rows": rows, "summary": summarise(rows)}
+
+
+def _fake_candidate(cid: int, rng: np.random.Generator) -> Candidate:
+    speedup = float(np.exp(rng.normal(0, 0.3)))
+    result = EvalResult(task="synthetic", outcome=Outcome.OK, speedup=speedup,
+                        shapes=[ShapeResult(0, "s", False, True)],
+                        features=Features(rho={k: float(rng.normal()) for k in RHO_KEYS},
+                                          phi={k: float(rng.uniform(0, 100)) for k in PHI_KEYS}),
+                        seconds={"compile": float(rng.uniform(0.1, 2))})
+    return Candidate(cid, f"# kernel {cid}", parent=0 if cid else None, strategy="tiling" if cid else None,
+                     result=result)
+
+
+def part_overhead(report: dict, pool_size: int = 300, iterations: int = 20) -> None:
+    from kernelband.search.strategies import load_strategies
+
+    strategies = load_strategies(None)
+    rng = np.random.default_rng(0)
+    rows = {}
+    for name in POLICIES:
+        policy = make_policy(name, 0)
+        pool = [_fake_candidate(i, rng) for i in range(pool_size)]
+        times = []
+        for _ in range(iterations):
+            t0 = time.perf_counter()
+            arms = policy.select(pool, strategies, 1, lambda c, s: True)
+            for arm in arms:
+                child = _fake_candidate(len(pool), rng)
+                child.parent = arm.candidate
+                policy.update(arm, pool[arm.candidate], child)
+                pool.append(child)
+            times.append(time.perf_counter() - t0)
+        rows[name] = {"pool": len(pool), "median_ms": 1e3 * statistics.median(times),
+                      "max_ms": 1e3 * max(times), "first_ms": 1e3 * times[0]}
+        print(name, rows[name], flush=True)
+    report["overhead"] = rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parts", default="bench,grid,overhead")
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--seeds", default="0")
+    ap.add_argument("--iterations", type=int, default=10)
+    ap.add_argument("--tasks", default="", help="comma-separated task names (default: all 29)")
+    ap.add_argument("--db", default="kernelband-runs/quality.db")
+    ap.add_argument("--bench-id", type=int, default=None, help="resume this bench")
+    ap.add_argument("--out", default="quality.json")
+    args = ap.parse_args()
+    parts = set(args.parts.split(","))
+    report: dict = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
+    tasks = suite_tasks("tritonbench-g-l12")
+    if args.tasks:
+        tasks = [f"tritonbench:{t}" for t in args.tasks.split(",")]
+    if "overhead" in parts:
+        part_overhead(report)
+    if parts & {"bench", "grid"}:
+        import torch
+
+        from kernelband.evaluation.evaluator import Evaluator
+
+        store = Store(args.db)
+        evaluators = [Evaluator(device_index=i, warm=2) for i in range(max(1, torch.cuda.device_count()))]
+        try:
+            bench_id = args.bench_id
+            if "bench" in parts:
+                bench_id = part_bench(store, evaluators, tasks, args.policies.split(","),
+                                      [int(s) for s in args.seeds.split(",")], args.iterations, report, bench_id)
+            if "grid" in parts:
+                part_grid(store, evaluators, tasks, report, bench_id)
+        finally:
+            for ev in evaluators:
+                ev.close()
+    Path(args.out).write_text(json.dumps(report, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
