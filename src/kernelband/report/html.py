@@ -165,7 +165,7 @@ def _pool(data: dict, out: Path) -> str | None:
             continue
         ax.scatter([p["x"] for p in pts], [p["y"] for p in pts], s=[30 + 20 * min(p["speedup"] or 1, 5) for p in pts],
                    color="#aaa" if c is None else COLOURS[i % len(COLOURS)], alpha=0.8,
-                   label="no cluster" if c is None else f"cluster {c}", edgecolors="k", linewidths=0.4)
+                   label="not clustered (yet)" if c is None else f"cluster {c}", edgecolors="k", linewidths=0.4)
     best = data["lineage"] and next((n["id"] for n in data["lineage"]["nodes"] if n["best"]), None)
     for p in pool["points"]:
         if p["candidate"] == 0 or p["candidate"] == best:

@@ -50,8 +50,8 @@ def build(data: dict) -> list[Table]:
 
     t = Table("summary", "Summary per policy (best kernel of each task; means over seeds)",
               ["policy", "tasks", "seeds", "geomean speedup", "Fast@1", "best speedup", "correct evals",
-               "correct tasks", "improved tasks", "geomean, correct tasks only", "median SOL", "tokens / task",
-               "evaluations / task"])
+               "correct tasks", "improved tasks", "geomean, correct tasks", "median SOL", "tokens per task",
+               "evals per task"])
     for p in policies:
         s = summary[p]
         t.rows.append([label(p), num(len(s["tasks"]), "d"), num(s["n_seeds"], "d"), num(s["geomean_best"]),
