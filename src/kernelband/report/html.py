@@ -83,23 +83,50 @@ def _curves(data: dict, out: Path, key: str, name: str, ylabel: str) -> str | No
     return name
 
 
-def _grouped_bars(ax, data: dict, groups: list[str], series: dict[str, list], errors: dict | None = None):
-    n = max(len(series), 1)
+def _bars(data: dict, groups: list[str], series: dict[str, list], title: str, value_label: str,
+          lines: tuple[float, ...] = (1.0,), errors: dict | None = None, log: bool = False):
+    """Grouped bars, one group per task or shape and one bar per series; horizontal when the groups are
+    many, so that a suite of 30 tasks stays readable."""
+    n, k = max(len(series), 1), len(groups)
+    horizontal = k > 10
+    if horizontal:
+        fig, (ax,) = _figure(9, 1.5 + 0.22 * k * n)
+    else:
+        fig, (ax,) = _figure(min(14, max(8, 0.45 * k * n + 2)), 4.5)
     width = 0.8 / n
     for i, (name, values) in enumerate(series.items()):
-        xs = [g + (i - (n - 1) / 2) * width for g in range(len(groups))]
-        ys = [float("nan") if v is None else v for v in values]
-        yerr = None
+        pos = [g + (i - (n - 1) / 2) * width for g in range(k)]
+        vals = [float("nan") if v is None else v for v in values]
+        err = None
         if errors and name in errors:
-            yerr = [[max(0.0, y - lo) if lo is not None else 0 for y, lo in zip(ys, errors[name][0])],
-                    [max(0.0, hi - y) if hi is not None else 0 for y, hi in zip(ys, errors[name][1])]]
+            err = [[max(0.0, v - lo) if lo is not None else 0 for v, lo in zip(vals, errors[name][0])],
+                   [max(0.0, hi - v) if hi is not None else 0 for v, hi in zip(vals, errors[name][1])]]
         colour = _colour(data, name) if name in data["policies"] else None
-        ax.bar(xs, ys, width, label=name, yerr=yerr, capsize=2, color=colour)
-    ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels(groups, rotation=45 if len(groups) > 4 else 0, ha="right" if len(groups) > 4 else "center",
-                       fontsize=8)
-    ax.legend()
-    ax.grid(alpha=0.3, axis="y")
+        if horizontal:
+            ax.barh(pos, vals, width, label=name, xerr=err, capsize=2, color=colour)
+        else:
+            ax.bar(pos, vals, width, label=name, yerr=err, capsize=2, color=colour)
+    styles = ["--", ":"]
+    for j, value in enumerate(lines):
+        (ax.axvline if horizontal else ax.axhline)(value, color="#999" if j == 0 else "#c90", lw=0.8,
+                                                    ls=styles[j % 2])
+    if horizontal:
+        ax.set_yticks(range(k))
+        ax.set_yticklabels(groups, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel(value_label)
+        if log:
+            ax.set_xscale("log")
+    else:
+        ax.set_xticks(range(k))
+        ax.set_xticklabels(groups, rotation=45 if k > 4 else 0, ha="right" if k > 4 else "center", fontsize=8)
+        ax.set_ylabel(value_label)
+        if log:
+            ax.set_yscale("log")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="x" if horizontal else "y")
+    return fig
 
 
 def _task_bars(data: dict, out: Path) -> str | None:
@@ -113,15 +140,10 @@ def _task_bars(data: dict, out: Path) -> str | None:
         series[p] = [rows[t]["best_speedup"] if t in rows else None for t in tasks]
         errors[p] = ([rows[t]["min"] if t in rows else None for t in tasks],
                      [rows[t]["max"] if t in rows else None for t in tasks])
-    fig, (ax,) = _figure(max(8, 0.5 * len(tasks) * max(1, len(series)) + 2), 4.5)
-    _grouped_bars(ax, data, tasks, series, errors)
-    ax.axhline(1.0, color="#999", lw=0.8, ls="--")
-    ax.axhline(data["fast_threshold"], color="#c90", lw=0.8, ls=":")
     values = [v for vs in series.values() for v in vs if v]
-    if values and max(values) / max(min(values), 1e-9) > 20:
-        ax.set_yscale("log")
-    ax.set_ylabel("best speedup over k0")
-    ax.set_title("best speedup per task (mean over seeds; whiskers: min-max)")
+    log = bool(values) and max(values) / max(min(values), 1e-9) > 20
+    fig = _bars(data, tasks, series, "best speedup per task (mean over seeds; whiskers: min-max)",
+                "best speedup over k0", (1.0, data["fast_threshold"]), errors, log)
     fig.savefig(out / "tasks.png")
     return "tasks.png"
 
@@ -143,12 +165,8 @@ def _sol_bars(data: dict, out: Path) -> str | None:
         for p in data["policies"]:
             rows = {m["task"]: m["sol_fraction"] for m in means if m["policy"] == p}
             series[p] = [rows.get(t) for t in groups]
-        title = "speed-of-light fraction of the best kernel per task\n(mean over seeds)"
-    fig, (ax,) = _figure(max(8, 0.5 * len(groups) * max(1, len(series)) + 2), 4.5)
-    _grouped_bars(ax, data, groups, series)
-    ax.axhline(1.0, color="#999", lw=0.8, ls="--")
-    ax.set_ylabel("bound time / kernel time")
-    ax.set_title(title)
+        title = "speed-of-light fraction of the best kernel per task (mean over seeds)"
+    fig = _bars(data, groups, series, title, "bound time / kernel time")
     fig.savefig(out / "sol.png")
     return "sol.png"
 
