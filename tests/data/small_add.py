@@ -22,7 +22,8 @@ def add(x, y):
 import torch  # noqa: E402
 
 ENTRY = "add"
-SHAPES = [dict(n=4096), dict(n=65537), dict(n=1 << 20)]
+# A task needs at least 10 search shapes; these stay small so that GPU tests are quick.
+SHAPES = [dict(n=4096), dict(n=65537), dict(n=1 << 20)] + [dict(n=1000 * k + 1) for k in range(1, 8)]
 HELD_OUT = [dict(n=12345)]
 INTERPRETER_SHAPES = [dict(n=4096), dict(n=5000)]
 INTERPRETER_HELD_OUT = [dict(n=777)]

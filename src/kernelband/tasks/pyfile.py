@@ -4,8 +4,8 @@ Above the marker line is the module to make faster (Triton kernels and the
 entry function); below it, the task definition:
 
     ENTRY = "softmax"                   # the function candidates must define
-    SHAPES = [dict(rows=..., cols=...)] # search shapes, keyword arguments of make_inputs
-    HELD_OUT = [...]                    # optional: checked only at the end of a search
+    SHAPES = [dict(rows=..., cols=...)] # search shapes (at least 10), keyword arguments of make_inputs
+    HELD_OUT = [...]                    # at least one: checked only at the end of a search
     INTERPRETER_SHAPES = [...]          # optional: used instead of SHAPES on a CPU
     INTERPRETER_HELD_OUT = [...]        # optional: used instead of HELD_OUT on a CPU
     ATOL, RTOL = 1e-3, 1e-1             # optional (these are the defaults)
@@ -50,6 +50,30 @@ def module_part(source: str) -> str:
     return source[: match.start()] if match else source
 
 
+# Names the task definition must bind. How many shapes SHAPES and HELD_OUT hold is checked where they are
+# evaluated, in the worker (MIN_SEARCH_SHAPES in kernelband.worker.harness).
+REQUIRED = ("ENTRY", "SHAPES", "HELD_OUT", "make_inputs")
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    """Names the module binds outside functions and classes (inside `if`, `try`... too)."""
+    names: set[str] = set()
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            todo.extend(getattr(node, field, []))
+    return names
+
+
 def load(path: Path, ref: str | None = None, name: str | None = None) -> Task:
     try:
         source = path.read_text()
@@ -57,9 +81,13 @@ def load(path: Path, ref: str | None = None, name: str | None = None) -> Task:
         raise UserError(f"cannot read task file {path}: {exc.strerror}") from exc
     module, harness, _ = split(source, str(path))
     try:
-        ast.parse(harness, filename=str(path))
+        tree = ast.parse(harness, filename=str(path))
     except SyntaxError as exc:
         raise UserError(f"{path}:{exc.lineno}: the task definition is not valid Python: {exc.msg}") from exc
+    missing = [n for n in REQUIRED if n not in _top_level_names(tree)]
+    if missing:
+        raise UserError(f"{path}: the task definition lacks {', '.join(missing)} (ENTRY names the function to "
+                        "make faster, SHAPES and HELD_OUT list the shapes, make_inputs builds a shape's inputs)")
     description = ""
     try:
         description = (ast.get_docstring(ast.parse(module)) or "").strip().splitlines()[0]

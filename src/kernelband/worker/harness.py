@@ -89,6 +89,10 @@ def _exec_module(name: str, source: str, filename: str, extra: dict | None = Non
     return module
 
 
+# The paper evaluates every kernel on at least 10 shapes.
+MIN_SEARCH_SHAPES = 10
+
+
 class PyFileHarness(Harness):
     """The harness part of a KernelBand task file."""
 
@@ -105,6 +109,11 @@ class PyFileHarness(Harness):
         self.has_reference = callable(self.ns.get("reference"))
         self._search = [dict(s) for s in self.ns["SHAPES"]]
         self._held_out = [dict(s) for s in self.ns.get("HELD_OUT", [])]
+        if len(self._search) < MIN_SEARCH_SHAPES:
+            raise ValueError(f"SHAPES lists {len(self._search)} search shapes; a task needs at least "
+                             f"{MIN_SEARCH_SHAPES}")
+        if not self._held_out:
+            raise ValueError("HELD_OUT lists no shapes; a task needs at least one held-out shape")
         self._interp = self.ns.get("INTERPRETER_SHAPES")
         self._interp_held_out = self.ns.get("INTERPRETER_HELD_OUT")
 
