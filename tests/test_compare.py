@@ -16,8 +16,8 @@ ATOL, RTOL = 1e-3, 1e-1
 
 
 def outputs(obj) -> Outputs:
-    """What the parent gets back from a worker for a module that returned `obj`."""
-    return Outputs(*flatten(obj))
+    """What the parent gets back from a worker whose module returned `obj`."""
+    return Outputs(*flatten({"result": obj}))
 
 
 def check(ref, cand, atol=ATOL, rtol=RTOL):
@@ -62,8 +62,8 @@ def test_the_wrong_output_of_a_tuple_is_named():
     bad_b[0] = 9.0
     assert check((a, b, c), (a, b, c)) is None
     m = check((a, b, c), (a, bad_b, c))
-    assert m.path == "[1]"
-    assert m.detail.startswith("[1]:")
+    assert m.path == "result[1]"
+    assert m.detail.startswith("result[1]:")
     assert m.max_abs == pytest.approx(7.0)
 
 
@@ -71,15 +71,15 @@ def test_the_wrong_output_of_a_dict_is_named_and_key_order_does_not_matter():
     ref = {"out": torch.ones(4), "lse": torch.full((2,), 3.0)}
     assert check(ref, {"lse": ref["lse"].clone(), "out": ref["out"].clone()}) is None
     m = check(ref, {"out": ref["out"], "lse": ref["lse"] * 2})
-    assert (m.outcome, m.check, m.path) == ("wrong_output", "allclose", "lse")
+    assert (m.outcome, m.check, m.path) == ("wrong_output", "allclose", "result.lse")
 
 
 def test_missing_or_extra_outputs_are_a_structure_mismatch():
     x = torch.ones(3)
     m = check((x, x), (x,))
-    assert (m.outcome, m.check, m.path) == ("wrong_output", "structure", "[1]")
+    assert (m.outcome, m.check, m.path) == ("wrong_output", "structure", "result[1]")
     m = check({"out": x}, {"out": x, "extra": x})
-    assert (m.check, m.path) == ("structure", "extra")
+    assert (m.check, m.path) == ("structure", "result.extra")
     m = check(x, [x])  # a tensor where the reference returns a one-element list
     assert m.check == "structure"
 
@@ -128,7 +128,7 @@ def test_integer_tensors_must_match_exactly():
     off_by_one = ref.clone()
     off_by_one[0] = 1001  # within atol + rtol * |ref| = 100, but an index or a count is exact
     m = check(ref, off_by_one)
-    assert (m.outcome, m.check, m.path) == ("wrong_output", "equal", "")
+    assert (m.outcome, m.check, m.path) == ("wrong_output", "equal", "result")
     assert m.max_abs == 1.0
     m = check(ref.to(torch.int64), ref.to(torch.int8))
     assert m.check == "dtype"
@@ -143,17 +143,26 @@ def test_bool_tensors_must_match_exactly():
 def test_plain_values_are_compared_with_the_tolerances():
     assert check((torch.ones(2), 2.0), (torch.ones(2), 2.05)) is None
     m = check((torch.ones(2), 2.0), (torch.ones(2), 3.0))
-    assert (m.check, m.path, m.max_abs) == ("allclose", "[1]", 1.0)
+    assert (m.check, m.path, m.max_abs) == ("allclose", "result[1]", 1.0)
     assert check("relu", "gelu").check == "value"
 
 
 def test_outputs_load_reads_the_worker_file_and_removes_it(tmp_path):
-    entries, tensors = flatten({"out": torch.arange(6.0).reshape(2, 3)})
+    entries, tensors = flatten({"result": {"out": torch.arange(6.0).reshape(2, 3)}})
     path = tmp_path / "out.safetensors"
     save_file(tensors, str(path))
     loaded = Outputs.load({"file": str(path), "entries": entries})
     assert not path.exists()
-    assert torch.equal(loaded.tensors["out"], torch.arange(6.0).reshape(2, 3))
-    assert loaded.nbytes("out") == 6 * 4
+    assert torch.equal(loaded.tensors["result.out"], torch.arange(6.0).reshape(2, 3))
+    assert loaded.nbytes() == 6 * 4  # the result's bytes, for the speed-of-light bound
     assert compare(loaded, outputs({"out": torch.arange(6.0).reshape(2, 3)}), ATOL, RTOL) is None
     assert os.listdir(tmp_path) == []
+
+
+def test_an_input_the_reference_updates_in_place_is_compared_too():
+    out, buf = torch.ones(3), torch.arange(4.0)
+    ref = Outputs(*flatten({"result": out, "inputs": {"1": buf}}))
+    stale = Outputs(*flatten({"result": out, "inputs": {"1": torch.zeros(4) + 7}}))
+    assert compare(ref, Outputs(*flatten({"result": out, "inputs": {"1": buf.clone()}})), ATOL, RTOL) is None
+    m = compare(ref, stale, ATOL, RTOL)
+    assert (m.outcome, m.path) == ("wrong_output", "inputs.1")

@@ -1,0 +1,150 @@
+"""The `kernelband` command, run as a user runs it: exit codes, one-line errors, JSON output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelband.tasks import example_names
+from kernelband.tasks import tritonbench as tb
+
+ROOT = Path(__file__).resolve().parents[1]
+TB_JSON = Path(os.environ.get("KERNELBAND_TRITONBENCH") or ROOT / ".data" / "tritonbench_g_tasks.json")
+needs_tb = pytest.mark.skipif(not TB_JSON.is_file(), reason=f"no TritonBench-G JSON at {TB_JSON}")
+EXAMPLES = ROOT / "src" / "kernelband" / "tasks" / "examples"
+RESULT_KEYS = {"outcome", "speedup", "shapes", "features", "interpreter", "detail", "seed"}
+SHAPE_KEYS = {"label", "correct", "ref_ms", "cand_ms", "speedup", "sol_fraction", "held_out"}
+
+
+def kernelband(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("kernelband")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from kernelband.cli import main; main()"]
+    env = {**os.environ, "KERNELBAND_MODE": "interpreter", "KERNELBAND_TRITONBENCH": str(TB_JSON)}
+    return subprocess.run(cmd + list(args), capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def assert_user_error(proc: subprocess.CompletedProcess, text: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ") and text in lines[0]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert proc.stdout == ""
+
+
+# -- kernelband tasks ---------------------------------------------------------------------------
+@needs_tb
+def test_tasks_lists_tritonbench_levels_1_and_2():
+    proc = kernelband("tasks", "--suite", "tritonbench-g", "--difficulty", "1", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    raw = json.loads(TB_JSON.read_text())["tasks"]
+    assert {r["name"] for r in rows} == {t["name"] for t in raw if str(t["difficulty"]) in ("1", "2")}
+    assert {r["difficulty"] for r in rows} == {1, 2}
+    assert all(r["ref"] == f"tritonbench:{r['name']}" for r in rows)
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["sin_computation"]["excluded_by_paper"] is True
+    assert by_name["add_value"]["excluded_by_paper"] is False
+    for name, values in tb.EXTRA_LOOP_VALUES.items():
+        assert by_name[name]["added_loop_values"] == list(values)
+
+
+@needs_tb
+def test_tasks_filters_by_one_level_and_lists_the_papers_set():
+    one = json.loads(kernelband("tasks", "--suite", "tritonbench-g", "--difficulty", "1", "--json").stdout)
+    raw = json.loads(TB_JSON.read_text())["tasks"]
+    assert {r["name"] for r in one} == {t["name"] for t in raw if str(t["difficulty"]) == "1"}
+    paper = json.loads(kernelband("tasks", "--suite", "tritonbench-g-l12", "--json").stdout)
+    assert [r["name"] for r in paper] == tb.level12(TB_JSON)
+    assert len(paper) == 29 and "sin_computation" not in {r["name"] for r in paper}
+    everything = json.loads(kernelband("tasks", "--suite", "tritonbench-g", "--json").stdout)
+    assert len(everything) == 184
+
+
+def test_tasks_lists_the_examples():
+    proc = kernelband("tasks", "--suite", "examples", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert [r["ref"] for r in rows] == [f"examples:{n}" for n in example_names()]
+    assert len(rows) == 8 and all(r["description"] for r in rows)
+    table = kernelband("tasks")  # the examples are the default suite
+    assert table.returncode == 0 and "examples: 8 tasks" in table.stdout
+    assert all(f"examples:{n}" in table.stdout for n in example_names())
+
+
+def test_tasks_rejects_an_unknown_suite_and_stray_arguments():
+    assert_user_error(kernelband("tasks", "--suite", "kernelbench"), "unknown suite 'kernelbench'")
+    assert_user_error(kernelband("tasks", "--suite", "examples", "oops"), "unexpected argument 'oops'")
+    assert_user_error(kernelband("tasks", "--suite", "tritonbench-g", "--tritonbench", "/no/such/tb.json"),
+                      "TritonBench data not found at /no/such/tb.json")
+
+
+# -- kernelband eval: user errors -------------------------------------------------------------------
+def test_eval_of_an_unknown_task_is_one_line_and_exit_2():
+    assert_user_error(kernelband("eval", "no_such_task"), "unknown task 'no_such_task'")
+
+
+def test_eval_with_a_missing_candidate_file_is_exit_2(tmp_path):
+    missing = tmp_path / "cand.py"
+    assert_user_error(kernelband("eval", "examples:vector_add", "--candidate", str(missing)),
+                      f"cannot read candidate {missing}")
+
+
+def test_eval_with_a_bad_preset_or_shape_selection_is_exit_2():
+    assert_user_error(kernelband("eval", "examples:vector_add", "--preset", "turbo"), "unknown preset 'turbo'")
+    assert_user_error(kernelband("eval", "examples:vector_add", "--shapes", "some"), "unknown --shapes 'some'")
+
+
+# -- kernelband eval: results -----------------------------------------------------------------------
+def test_eval_of_the_starting_kernel_is_ok_with_the_full_record():
+    proc = kernelband("eval", "examples:vector_add", "--json", "--interpreter", "--seed", "7")
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    result = json.loads(proc.stdout)
+    assert RESULT_KEYS <= set(result)
+    assert result["outcome"] == "ok" and result["interpreter"] is True and result["seed"] == 7
+    assert result["speedup"] > 0
+    assert len(result["shapes"]) >= 2
+    for shape in result["shapes"]:
+        assert SHAPE_KEYS <= set(shape)
+        assert shape["correct"] is True and shape["ref_ms"] > 0 and shape["cand_ms"] > 0
+        assert shape["sol_fraction"] is None  # the interpreter has no speed of light
+    assert set(result["features"]) >= {"rho", "phi", "sources"}
+    assert result["features"]["rho"]["block_dim_x"] == 128  # vector_add's BLOCK_SIZE
+
+
+def test_eval_of_a_wrong_candidate_is_exit_1_naming_the_shape(tmp_path):
+    source = (EXAMPLES / "vector_add.py").read_text()
+    wrong = source.replace("x + y, mask=mask", "x - y, mask=mask")
+    assert wrong != source
+    cand = tmp_path / "cand.py"
+    cand.write_text(wrong)  # a whole task file: the part above the marker is the candidate
+    proc = kernelband("eval", "examples:vector_add", "--json", "--candidate", str(cand))
+    assert proc.returncode == 1, (proc.stdout[-2000:], proc.stderr[-3000:])
+    result = json.loads(proc.stdout)
+    assert result["outcome"] == "wrong_output"
+    first = result["shapes"][0]
+    assert first["correct"] is False and first["max_abs_err"] > 0
+    assert result["detail"].startswith(f"shape {first['label']}: ")
+    assert "max abs error" in result["detail"]
+
+
+def test_eval_prints_a_readable_table_that_warns_about_interpreter_timings(tmp_path):
+    cand = tmp_path / "cand.py"
+    cand.write_text(pyfile_module(EXAMPLES / "vector_add.py"))
+    proc = kernelband("eval", "examples:vector_add", "--candidate", str(cand), "--seed", "3")
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    assert "outcome ok" in proc.stdout
+    assert "n=4096" in proc.stdout
+    assert "Triton-interpreter timings" in proc.stdout
+    assert "seed: 3" in proc.stdout
+
+
+def pyfile_module(path: Path) -> str:
+    from kernelband.tasks.pyfile import module_part
+
+    return module_part(path.read_text())

@@ -1,0 +1,98 @@
+"""Real kernels through the whole evaluator, under the Triton interpreter: every built-in example and
+a set of TritonBench-G level-1/2 tasks come out `ok` against themselves, and a broken kernel does not."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kernelband.tasks import example_names, load_task
+
+ROOT = Path(__file__).resolve().parents[1]
+TB_JSON = Path(os.environ.get("KERNELBAND_TRITONBENCH") or ROOT / ".data" / "tritonbench_g_tasks.json")
+
+# On a 2-core CPU each example takes 2-13 s, dropout about 25 s (a random mask per element, held-out
+# shape included).
+SLOW_EXAMPLES = {"dropout"}
+
+# The slowest of these take longer than all the other new tests together: opt in with this.
+RUN_SLOW = os.environ.get("KERNELBAND_SLOW_TESTS") == "1"
+opt_in = pytest.mark.skipif(not RUN_SLOW, reason="minutes in the interpreter: KERNELBAND_SLOW_TESTS=1 runs it")
+
+TB_TASKS = [
+    "add_value", "matrix_transpose", "cosine_compute", "dequantize_rowwise",  # a few seconds each
+    # Their smallest shapes have 4096 rows: each run is 4096 interpreted programs, 5-15 s, and an
+    # evaluation runs each shape about 14 times (self-check, correctness, second call, timing, features).
+    pytest.param("softmax_triton1", marks=pytest.mark.slow),  # ~2 min
+    pytest.param("rmsnorm_triton", marks=[pytest.mark.slow, opt_in]),  # ~3.5 min
+    pytest.param("matmul_kernel", marks=pytest.mark.skip(
+        reason="hard-codes M = N = K = 4096: one 4096^3 matmul takes hours in the interpreter")),
+]
+
+
+@pytest.fixture(scope="module")
+def patient_evaluator():
+    """For tasks whose single runs take 5-15 s here: the shared fixture's 15 s limit is too close."""
+    from kernelband.evaluation.evaluator import Evaluator, Limits
+
+    ev = Evaluator(mode="interpreter", warm=1, limits=Limits(load_s=120, run_s=180, time_s=300),
+                   memory_limit=4 << 30)
+    yield ev
+    ev.close()
+
+
+def assert_ok(result) -> None:
+    assert result.ok, (result.outcome, result.detail, result.error[-3000:])
+    assert result.interpreter and result.stage == "" and not result.checks
+    assert result.shapes and all(s.correct is True for s in result.shapes)
+    assert all(s.ref_ms > 0 and s.cand_ms > 0 for s in result.shapes)
+    assert result.speedup > 0
+    assert result.features.rho["log_time"] is not None
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_EXAMPLES else n
+                                  for n in example_names()])
+def test_example_starting_kernel_evaluates_ok_against_itself(name, evaluator):
+    task = load_task(f"examples:{name}")
+    result = evaluator.evaluate(task, task.module_source, which="all", seed=11)
+    assert_ok(result)
+    held = [s for s in result.shapes if s.held_out]
+    assert len(held) == 1 and result.held_out_speedup > 0
+
+
+@pytest.mark.parametrize("name", TB_TASKS)
+def test_tritonbench_starting_kernel_evaluates_ok_against_itself(name, request):
+    if not TB_JSON.is_file():
+        pytest.skip(f"no TritonBench-G JSON at {TB_JSON}")
+    slow = request.node.get_closest_marker("slow") is not None
+    evaluator = request.getfixturevalue("patient_evaluator" if slow else "evaluator")
+    task = load_task(f"tritonbench:{name}", str(TB_JSON))
+    result = evaluator.evaluate(task, task.module_source, seed=5)
+    assert_ok(result)
+    assert "the task's own test cases are skipped in interpreter mode" in result.notes
+
+
+def test_a_mutated_example_kernel_is_a_wrong_output_naming_the_shape(evaluator, vector_add):
+    source = vector_add.module_source
+    mutated = source.replace("x + y, mask=mask", "x - y, mask=mask")
+    assert mutated != source
+    result = evaluator.evaluate(vector_add, mutated, seed=3)
+    assert result.outcome.value == "wrong_output", (result.outcome, result.detail)
+    first = result.shapes[0]
+    assert result.detail.startswith(f"shape {first.label}: result: max abs error")
+    assert first.correct is False and first.max_abs_err > 0 and first.max_rel_err > 0.1
+    assert first.cand_ms is None  # a wrong kernel is never timed
+    assert result.speedup is None
+
+
+def test_a_mutated_tritonbench_kernel_is_a_wrong_output(evaluator):
+    if not TB_JSON.is_file():
+        pytest.skip(f"no TritonBench-G JSON at {TB_JSON}")
+    task = load_task("tritonbench:add_value", str(TB_JSON))
+    mutated = task.module_source.replace("output = x + value", "output = x * value")
+    assert mutated != task.module_source
+    result = evaluator.evaluate(task, mutated, seed=3)
+    assert result.outcome.value == "wrong_output", (result.outcome, result.detail)
+    assert result.detail.startswith(f"shape {result.shapes[0].label}: ")

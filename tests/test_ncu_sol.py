@@ -1,0 +1,162 @@
+"""Nsight Compute CSV into phi, the speed-of-light bound, the calibration cache, and the verdict on
+a candidate measured faster than the bound."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from kernelband.evaluation import ncu, sol
+from kernelband.evaluation.evaluator import SOL_TOLERANCE, Evaluator
+from kernelband.evaluation.records import PHI_KEYS, EvalResult, Outcome, ShapeResult
+from kernelband.tasks.model import ShapeInfo
+
+# ncu --csv --page raw --print-units base: process messages, a header row, a units row, one row per kernel.
+ID_COLUMNS = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
+              "Block Size", "Grid Size", "Device", "CC"]
+UNITS = {"lts__t_sector_hit_rate.pct": "%", "dram__throughput.avg.pct_of_peak_sustained_elapsed": "%",
+         "smsp__thread_inst_executed_per_inst_executed.ratio": "", "launch__registers_per_thread":
+         "register/thread", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum": "", ncu.DURATION: "nsecond"}
+
+
+def ncu_csv(kernels: list[dict[str, str]], metrics: list[str]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    writer.writerow(ID_COLUMNS + metrics)
+    writer.writerow([""] * len(ID_COLUMNS) + [UNITS.get(m, "") for m in metrics])
+    for i, k in enumerate(kernels):
+        writer.writerow([str(i), "4242", "python3.11", "127.0.0.1", k.get("name", f"kernel_{i}"), "1", "7",
+                         "(128, 1, 1)", "(4096, 1, 1)", "0", "9.0"] + [k.get(m, "") for m in metrics])
+    return ("==PROF== Connected to process 4242 (/usr/bin/python3.11)\n"
+            "==PROF== Profiling \"softmax_kernel\" - 0: 0%....50%....100% - 9 passes\n"
+            + buf.getvalue() + "==PROF== Disconnected from process 4242\n")
+
+
+M = {key: metric for key, (metric, _) in ncu.METRICS.items()}
+DRAM, L2, WARP, REGS, BANK = (M["dram_bw_pct"], M["l2_hit_rate"], M["warp_execution_efficiency"],
+                              M["registers_per_thread"], M["shared_bank_conflicts"])
+
+
+def test_one_kernel_fills_the_metrics_present_and_leaves_the_rest_none():
+    text = ncu_csv([{ncu.DURATION: "10,240", DRAM: "87.5", L2: "42.25", WARP: "24", REGS: "40"}],
+                   [DRAM, L2, WARP, REGS, ncu.DURATION])
+    phi = ncu.parse(text)
+    assert phi["dram_bw_pct"] == pytest.approx(87.5)
+    assert phi["l2_hit_rate"] == pytest.approx(42.25)
+    assert phi["warp_execution_efficiency"] == pytest.approx(24 / 32 * 100)  # threads per instruction of 32
+    assert phi["registers_per_thread"] == 40
+    assert phi["duration_ns"] == 10240  # "10,240": ncu's thousands separator
+    assert phi["kernels"] == 1
+    for key in set(PHI_KEYS) - {"dram_bw_pct", "l2_hit_rate", "warp_execution_efficiency",
+                                "registers_per_thread"}:
+        assert phi[key] is None, key  # not measured: missing, not guessed
+
+
+def test_several_kernels_are_weighted_by_duration_and_conflicts_summed():
+    text = ncu_csv([{ncu.DURATION: "1000", DRAM: "20", BANK: "5", L2: "n/a"},
+                    {ncu.DURATION: "3000", DRAM: "60", BANK: "7", L2: "80"}],
+                   [DRAM, BANK, L2, ncu.DURATION])
+    phi = ncu.parse(text)
+    assert phi["dram_bw_pct"] == pytest.approx((20 * 1000 + 60 * 3000) / 4000)
+    assert phi["shared_bank_conflicts"] == 12
+    assert phi["l2_hit_rate"] == pytest.approx(80)  # only the kernel that has a value counts
+    assert phi["kernels"] == 2 and phi["duration_ns"] == 4000
+
+
+def test_a_report_without_kernels_gives_none():
+    assert ncu.parse("==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\n") is None
+    assert ncu.parse(ncu_csv([], [DRAM, ncu.DURATION])) is None
+
+
+def test_the_profiler_command_asks_for_every_phi_metric_as_a_raw_csv(monkeypatch):
+    monkeypatch.setenv("KERNELBAND_NCU", "/opt/nsight/ncu")
+    cmd = ncu.command("/tmp/x.csv")
+    assert cmd[0] == "/opt/nsight/ncu"
+    metrics = cmd[cmd.index("--metrics") + 1].split(",")
+    assert {m for m, _ in ncu.METRICS.values()} | {ncu.DURATION} == set(metrics)
+    assert {"--csv", "--page", "raw"} <= set(cmd)
+    assert cmd[cmd.index("--log-file") + 1] == "/tmp/x.csv"
+
+
+# -- speed of light --------------------------------------------------------------------------------
+PEAKS = sol.Peaks("Test GPU", bw_gbps=1000.0, tflops=100.0, tflops_by_dtype={"float16": 100.0})
+
+
+def test_bound_is_the_larger_of_memory_time_and_compute_time():
+    # 2 GB at 1000 GB/s is 2 ms; 1e12 FLOP at 100 TFLOP/s is 10 ms.
+    assert sol.bound_ms(2e9, 1e12, PEAKS) == pytest.approx(10.0)
+    assert sol.bound_ms(2e9, 1e9, PEAKS) == pytest.approx(2.0)
+    assert sol.bound_ms(2e9, None, PEAKS) == pytest.approx(2.0)
+    assert sol.bound_ms(None, 1e12, PEAKS) == pytest.approx(10.0)
+    assert sol.bound_ms(None, None, PEAKS) is None
+
+
+def test_bound_bytes_never_exceed_what_the_inputs_and_outputs_hold():
+    assert sol.bound_bytes(3e6, 2_000_000) == 2_000_000
+    assert sol.bound_bytes(1e6, 2_000_000) == 1e6
+    assert sol.bound_bytes(None, 2_000_000) == 2_000_000
+    assert sol.bound_bytes(None, None) is None
+
+
+def test_calibration_is_cached_per_gpu_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELBAND_CACHE", str(tmp_path / "cache"))
+    assert sol.load("NVIDIA H100 80GB HBM3") is None
+    h100 = sol.Peaks("NVIDIA H100 80GB HBM3", 3000.0, 700.0, {"float16": 700.0, "float32": 60.0}, "2.4")
+    h200 = sol.Peaks("NVIDIA H200", 4200.0, 750.0, {"float16": 750.0})
+    path = sol.save(h100)
+    assert path == tmp_path / "cache" / "calibration.json"
+    sol.save(h200)
+    assert sol.load("NVIDIA H100 80GB HBM3") == h100
+    assert sol.load("NVIDIA H200") == h200
+    assert sol.load("NVIDIA A100") is None
+    assert set(json.loads(path.read_text())) == {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}
+
+
+def test_a_corrupt_calibration_cache_is_ignored_and_replaced(tmp_path):
+    path = tmp_path / "calibration.json"
+    path.write_text("{not json")
+    assert sol.load("Test GPU", path) is None
+    sol.save(PEAKS, path)
+    assert sol.load("Test GPU", path) == PEAKS
+
+
+# -- the evaluator's speed-of-light check ----------------------------------------------------------
+def _judge(cand_ms: float, ref_ms: float, nbytes: float = 1e9):
+    """Run the evaluator's speed-of-light stage on one shape whose bound is nbytes / 1000 GB/s."""
+    shape = ShapeInfo(index=0, label="n=1", held_out=False, inputs="", nbytes=int(nbytes), bytes=nbytes)
+    result = EvalResult(task="t", outcome=Outcome.OK)
+    sr = ShapeResult(0, "n=1", False, correct=True, ref_ms=ref_ms, cand_ms=cand_ms)
+    result.shapes = [sr]
+    evaluator = object.__new__(Evaluator)  # the stage needs no workers
+    evaluator._speed_of_light([shape], result, {0: sr}, {0: int(nbytes)}, PEAKS)
+    return result, sr
+
+
+def test_a_candidate_slower_than_the_bound_is_ok_and_gets_its_fraction():
+    result, sr = _judge(cand_ms=2.0, ref_ms=4.0)
+    assert result.outcome == Outcome.OK
+    assert sr.bound_ms == pytest.approx(1.0)
+    assert sr.sol_fraction == pytest.approx(0.5)
+    assert sr.gbps == pytest.approx(500.0)
+
+
+def test_a_candidate_faster_than_the_bound_is_suspicious():
+    result, sr = _judge(cand_ms=0.5, ref_ms=4.0)
+    assert result.outcome == Outcome.SUSPICIOUS
+    assert "speed_of_light" in result.checks
+    assert "faster than the speed-of-light bound" in result.detail
+    assert sr.sol_fraction == pytest.approx(2.0)
+
+
+def test_within_the_noise_margin_of_the_bound_is_not_suspicious():
+    result, _ = _judge(cand_ms=1.0 / (SOL_TOLERANCE - 0.01), ref_ms=4.0)
+    assert result.outcome == Outcome.OK
+
+
+def test_a_bound_the_reference_also_beats_blames_the_task_not_the_candidate():
+    result, sr = _judge(cand_ms=0.5, ref_ms=0.6)
+    assert result.outcome == Outcome.OK
+    assert "byte count is too high" in sr.note
