@@ -1,0 +1,149 @@
+"""Source edits for the rewriter: a `Variant` is a set of node replacements on one parsed module, applied
+with libcst so that everything it does not touch keeps its text, comments and formatting."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import libcst as cst
+
+from kernelband.search.kernelsource import ModuleSource, loads, make_scope
+
+Edit = Callable[[cst.CSTNode], cst.CSTNode | cst.FlattenSentinel | cst.RemovalSentinel]
+NO_SPACE = cst.SimpleWhitespace("")
+
+
+@dataclass(frozen=True, eq=False)
+class Variant:
+    """One concrete rewrite of a module."""
+
+    rewrite: str  # the name of the rewrite that made it
+    rationale: str  # what changes, in one line
+    touches: frozenset[str]  # the module-level functions and kernels it changes
+    edits: tuple[tuple[cst.CSTNode, Edit], ...]
+    cleanup: tuple[str, frozenset[str]] | None = None  # (function, locals to drop once nothing reads them)
+
+    def apply(self, source: ModuleSource) -> str:
+        new = source.module.visit(_Apply(self.edits, source.ancestors(node for node, _ in self.edits)))
+        if self.cleanup is not None:
+            new = new.visit(_DropDeadLocals(*self.cleanup))
+        return new.code
+
+
+class _Apply(cst.CSTTransformer):
+    def __init__(self, edits: Sequence[tuple[cst.CSTNode, Edit]], paths: set[int]) -> None:
+        super().__init__()
+        self.paths = paths  # the edited nodes and their ancestors: the rest of the tree is left as it is
+        self.edits: dict[int, list[Edit]] = {}
+        for node, edit in edits:
+            self.edits.setdefault(id(node), []).append(edit)
+
+    def on_visit(self, node) -> bool:
+        return id(node) in self.paths
+
+    def on_leave(self, original_node, updated_node):
+        for edit in self.edits.get(id(original_node), ()):
+            updated_node = edit(updated_node)
+        return updated_node
+
+
+class _DropDeadLocals(cst.CSTTransformer):
+    """Removes `name = value` lines of one function once nothing in it reads `name` any more."""
+
+    def __init__(self, function: str, names: frozenset[str]) -> None:
+        super().__init__()
+        self.function, self.names = function, names
+
+    def leave_FunctionDef(self, original_node, updated_node):
+        if updated_node.name.value != self.function:
+            return updated_node
+        body = list(updated_node.body.body)
+        while (index := self._dead(updated_node.with_changes(body=updated_node.body.with_changes(body=body)),
+                                   body)) is not None:
+            del body[index]
+        return updated_node.with_changes(body=updated_node.body.with_changes(body=body))
+
+    def _dead(self, function: cst.FunctionDef, body: list) -> int | None:
+        read = {n.value for n in loads(*body)}
+        assigns = make_scope(function, None).assigns
+        for index, statement in enumerate(body):
+            target = _assigned_name(statement)
+            if target in self.names and target not in read and len(assigns.get(target, [])) == 1:
+                return index
+        return None
+
+
+def _assigned_name(statement: cst.CSTNode) -> str | None:
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        assign = statement.body[0]
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target,
+                                                                                       cst.Name):
+            return assign.targets[0].target.value
+    return None
+
+
+# -- building blocks ----------------------------------------------------------------------------------------
+def set_int(value: int) -> Edit:
+    return lambda node: node.with_changes(value=str(value))
+
+
+def replace_with(expression: str, parenthesize: bool = False) -> Edit:
+    new = cst.parse_expression(f"({expression})" if parenthesize else expression)
+    return lambda node: new
+
+
+def keyword_arg(name: str, value: cst.BaseExpression) -> cst.Arg:
+    return cst.Arg(value=value, keyword=cst.Name(name),
+                   equal=cst.AssignEqual(whitespace_before=NO_SPACE, whitespace_after=NO_SPACE))
+
+
+def appended(items: Sequence, new) -> list:
+    """`items` + [new], with the separators of a one-per-line list (and a trailing comma) kept as they were."""
+    items = list(items)
+    if not items:
+        return [new]
+    last = items[-1]
+    if len(items) >= 2 and isinstance(items[-2].comma, cst.Comma):
+        separator = items[-2].comma
+    else:
+        separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    new = new.with_changes(comma=last.comma)
+    if isinstance(last, cst.Arg):  # the space before ")" follows the last argument
+        new = new.with_changes(whitespace_after_arg=last.whitespace_after_arg)
+        last = last.with_changes(whitespace_after_arg=NO_SPACE)
+    return [*items[:-1], last.with_changes(comma=separator), new]
+
+
+def without(items: Sequence, indices: set[int]) -> list:
+    """`items` less those at `indices`; a removed last item hands its trailing comma (and the space before
+    the closing bracket) to the new last."""
+    kept = [item for i, item in enumerate(items) if i not in indices]
+    if kept and len(items) - 1 in indices:
+        end = {"comma": items[-1].comma}
+        if isinstance(items[-1], cst.Arg):
+            end["whitespace_after_arg"] = items[-1].whitespace_after_arg
+        kept[-1] = kept[-1].with_changes(**end)
+    return kept
+
+
+def set_kwarg(name: str, value: str) -> Edit:
+    """Set a keyword argument of a call, adding it when absent."""
+    def edit(call: cst.Call) -> cst.Call:
+        args = list(call.args)
+        for i, arg in enumerate(args):
+            if arg.keyword is not None and arg.keyword.value == name:
+                args[i] = arg.with_changes(value=cst.parse_expression(value))
+                return call.with_changes(args=args)
+        return call.with_changes(args=appended(args, keyword_arg(name, cst.parse_expression(value))))
+    return edit
+
+
+def parenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(node, cst.Name | cst.Integer | cst.Subscript | cst.Call | cst.Attribute) or node.lpar:
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def statements(text: str) -> list[cst.BaseStatement]:
+    return list(cst.parse_module(text).body)

@@ -1,0 +1,684 @@
+"""What the rewriter reads from a module's source: its Triton kernels, their launch sites, and the
+block-size values ("knobs") that can be changed without changing what the module computes.
+
+Everything here is read with libcst and keeps references to the nodes of one parsed tree, so that a
+rewrite can replace exactly those nodes and leave the rest of the file (comments, formatting) as it was.
+
+A block-size constexpr `P` of a kernel plays one of two roles that matter here:
+
+* tiled: `P` scales the program id (`pid * P`); the launch grid must then shrink or grow with it,
+  which holds when the grid is `lambda meta: (triton.cdiv(n, meta["P"]),)` or divides by the very value
+  passed as `P` (`triton.cdiv(n, P)`, `(n + P - 1) // P`);
+* looped: `P` is the step of a loop (`for start in range(0, n, P)`); any value covers the same range.
+
+A block size that does neither (one block covers a whole row: `BLOCK = next_power_of_2(n_cols)`) is
+left alone: making it smaller would drop columns.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import libcst as cst
+
+BLOCK_NAME = re.compile(r"BLOCK|TILE|BLK|CHUNK", re.IGNORECASE)
+CDIV_NAMES = ("cdiv",)  # triton.cdiv, tl.cdiv, cdiv
+EMPTY = cst.Module(body=[])
+
+
+def code(node: cst.CSTNode) -> str:
+    return EMPTY.code_for_node(node)
+
+
+def dotted(node: cst.CSTNode) -> str | None:
+    """`triton.language.load` for that attribute chain; None for anything but names and attributes."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def is_block_name(name: str) -> bool:
+    return bool(BLOCK_NAME.search(name)) and "GROUP" not in name.upper()
+
+
+def int_value(node: cst.CSTNode | None) -> int | None:
+    if isinstance(node, cst.Integer):
+        try:
+            return int(node.evaluated_value)
+        except ValueError:
+            return None
+    return None
+
+
+# -- name loads -------------------------------------------------------------------------------------------
+class _Loads(cst.CSTVisitor):
+    """Names read in a subtree: not attribute names, keyword names, parameter names or assignment targets."""
+
+    def __init__(self) -> None:
+        self.names: list[cst.Name] = []
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.append(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        if not isinstance(node.target, cst.Name):
+            node.target.visit(self)
+        return False
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
+        if node.value is not None:
+            node.value.visit(self)
+        return False
+
+    def visit_Param(self, node: cst.Param) -> bool:
+        if node.default is not None:
+            node.default.visit(self)
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        node.params.visit(self)
+        node.body.visit(self)
+        return False
+
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> bool:
+        return False
+
+
+def loads(*nodes: cst.CSTNode | None) -> list[cst.Name]:
+    visitor = _Loads()
+    for node in nodes:
+        if node is not None:
+            node.visit(visitor)
+    return visitor.names
+
+
+def contains(node: cst.CSTNode, wanted: set[int]) -> bool:
+    """Whether the subtree holds one of the nodes whose ids are in `wanted`."""
+    found = False
+
+    class _Find(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            nonlocal found
+            if id(n) in wanted:
+                found = True
+            return not found
+
+    node.visit(_Find())
+    return found
+
+
+def subnodes(node: cst.CSTNode, kind: type) -> list:
+    found = []
+
+    class _Collect(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            if isinstance(n, kind):
+                found.append(n)
+            return True
+
+    node.visit(_Collect())
+    return found
+
+
+# -- scopes -----------------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class Scope:
+    """A function (or the module) with what is assigned in it: the values a name may take."""
+
+    node: cst.FunctionDef | cst.Module
+    top: str | None  # the module-level function (or class) it belongs to; None for the module
+    assigns: dict[str, list[cst.BaseExpression | None]] = field(default_factory=dict)  # None: opaque
+    params: dict[str, cst.Param] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.node.name.value if isinstance(self.node, cst.FunctionDef) else "<module>"
+
+    def value(self, name: str) -> cst.BaseExpression | None:
+        """The value of a name assigned exactly once (and not a parameter)."""
+        values = self.assigns.get(name, [])
+        return values[0] if len(values) == 1 and name not in self.params else None
+
+    @cached_property
+    def _body_loads(self) -> list[cst.Name]:
+        if isinstance(self.node, cst.FunctionDef):
+            return loads(self.node.body)
+        return loads(*[s for s in self.node.body if not isinstance(s, cst.FunctionDef | cst.ClassDef)])
+
+    def body_loads(self) -> list[cst.Name]:
+        """The names the scope's own code reads (a function's nested functions included)."""
+        return self._body_loads
+
+
+class _Assigns(cst.CSTVisitor):
+    """Assignments of one scope, not of the functions nested in it."""
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+
+    def _add(self, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
+        if isinstance(target, cst.Name):
+            self.scope.assigns.setdefault(target.value, []).append(value)
+        elif isinstance(target, cst.Tuple | cst.List):
+            for element in target.elements:
+                self._add(element.value, None)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._add(target.target, node.value if len(node.targets) == 1 else None)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._add(node.target, node.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._add(node.target, None)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._add(node.target, None)
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self._add(node.name, None)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._add(node.target, None)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.scope.assigns.setdefault(node.name.value, []).append(None)
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
+def make_scope(node: cst.FunctionDef | cst.Module, top: str | None) -> Scope:
+    scope = Scope(node, top)
+    visitor = _Assigns(scope)
+    if isinstance(node, cst.FunctionDef):
+        for param in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params):
+            scope.params[param.name.value] = param
+        node.body.visit(visitor)
+    else:
+        for statement in node.body:
+            if isinstance(statement, cst.FunctionDef | cst.ClassDef):
+                visitor._add(statement.name, None)
+            else:
+                statement.visit(visitor)
+    return scope
+
+
+# -- kernels ----------------------------------------------------------------------------------------------
+@dataclass
+class Param:
+    name: str
+    constexpr: bool
+    default: cst.BaseExpression | None
+
+
+@dataclass(eq=False)
+class Kernel:
+    name: str
+    node: cst.FunctionDef
+    params: list[Param]
+    jit: cst.Decorator
+    autotune: cst.Decorator | None
+    heuristics: bool
+    tl: frozenset[str]  # the names triton.language goes by in this module
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+    @property
+    def block_params(self) -> list[str]:
+        return [p.name for p in self.params if p.constexpr and is_block_name(p.name)]
+
+    @cached_property
+    def _calls(self) -> list[cst.Call]:
+        return subnodes(self.node.body, cst.Call)
+
+    def calls(self, fname: str) -> list[cst.Call]:
+        return [c for c in self._calls if self.is_tl(c.func, fname)]
+
+    @cached_property
+    def program_ids(self) -> set[int]:
+        return {id(c) for c in self.calls("program_id")}
+
+    @property
+    def tl_name(self) -> str:
+        return "tl" if "tl" in self.tl else sorted(self.tl)[0]
+
+    def is_tl(self, func: cst.BaseExpression, fname: str) -> bool:
+        name = dotted(func)
+        if name is None or "." not in name:
+            return False
+        base, _, attr = name.rpartition(".")
+        return attr == fname and (base in self.tl or base == "triton.language")
+
+    @cached_property
+    def loads(self) -> list[cst.Call]:
+        return self.calls("load")
+
+    @cached_property
+    def stores(self) -> list[cst.Call]:
+        return self.calls("store")
+
+    @cached_property
+    def scope(self) -> Scope:
+        return make_scope(self.node, self.name)
+
+    @cached_property
+    def names(self) -> set[str]:
+        return {n.value for n in subnodes(self.node, cst.Name)}
+
+    @cached_property
+    def uses_dot(self) -> bool:
+        return bool(self.calls("dot"))
+
+    @cached_property
+    def atomics(self) -> bool:
+        return any(self.calls(f"atomic_{op}") for op in ("add", "max", "min", "xchg", "cas", "and", "or", "xor"))
+
+    @cached_property
+    def pid_names(self) -> set[str]:
+        """Locals derived from tl.program_id."""
+        program_ids = self.program_ids
+        tainted: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for name, values in self.scope.assigns.items():
+                if name in tainted:
+                    continue
+                for value in values:
+                    if value is not None and (contains(value, program_ids)
+                                              or any(n.value in tainted for n in loads(value))):
+                        tainted.add(name)
+                        changed = True
+                        break
+        return tainted
+
+    def _mentions_pid(self, node: cst.CSTNode) -> bool:
+        return contains(node, self.program_ids) or any(
+            n.value in self.pid_names for n in loads(node))
+
+    @cached_property
+    def tiled(self) -> set[str]:
+        """Block params that scale the program id: `pid * P`."""
+        found = set()
+        for op in subnodes(self.node.body, cst.BinaryOperation):
+            if not isinstance(op.operator, cst.Multiply):
+                continue
+            for this, other in ((op.left, op.right), (op.right, op.left)):
+                if isinstance(this, cst.Name) and this.value in self.block_params and self._mentions_pid(other):
+                    found.add(this.value)
+        return found
+
+    @cached_property
+    def looped(self) -> set[str]:
+        """Block params that a loop steps by (they appear in a `for` loop's iterator)."""
+        found = set()
+        for loop in subnodes(self.node.body, cst.For):
+            found |= {n.value for n in loads(loop.iter) if n.value in self.block_params}
+        return found - self.tiled
+
+    @cached_property
+    def pipelinable(self) -> bool:
+        """A loop that loads: what num_stages pipelines."""
+        return any(self._loads_in(loop) for loop in subnodes(self.node.body, cst.For))
+
+    def _loads_in(self, node: cst.CSTNode) -> bool:
+        return contains(node, {id(c) for c in self.loads})
+
+    def bases(self, address: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> set[str]:
+        """The parameters an address expression is a pointer into: the bare names of its `+` chain,
+        followed through locals (`row_ptr = x_ptr + row * stride`)."""
+        found: set[str] = set()
+        for term in _add_terms(address):
+            if not isinstance(term, cst.Name) or term.value in seen:
+                continue
+            if self.param(term.value) is not None:
+                found.add(term.value)
+            else:
+                for value in self.scope.assigns.get(term.value, []):
+                    if value is not None:
+                        found |= self.bases(value, seen | {term.value})
+        return found
+
+    def address(self, call: cst.Call) -> cst.BaseExpression | None:
+        return call.args[0].value if call.args and call.args[0].keyword is None else None
+
+    @cached_property
+    def pointers(self) -> set[str]:
+        found: set[str] = set()
+        for call in (*self.loads, *self.stores):
+            if (address := self.address(call)) is not None:
+                found |= self.bases(address)
+        return found
+
+    @cached_property
+    def inplace(self) -> list[str]:
+        """Pointer params both read and written: autotuning must restore them between its runs."""
+        read = set().union(*[self.bases(a) for c in self.loads if (a := self.address(c)) is not None])
+        written = set().union(*[self.bases(a) for c in self.stores if (a := self.address(c)) is not None])
+        return [p.name for p in self.params if p.name in read & written]
+
+
+def _add_terms(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        return _add_terms(node.left) + _add_terms(node.right)
+    return [node]
+
+
+def _decorator_name(decorator: cst.Decorator) -> str:
+    target = decorator.decorator
+    if isinstance(target, cst.Call):
+        target = target.func
+    return dotted(target) or ""
+
+
+def _kernel(node: cst.FunctionDef, tl: frozenset[str]) -> Kernel | None:
+    names = [_decorator_name(d) for d in node.decorators]
+    jit = next((d for d, n in zip(node.decorators, names) if n in ("triton.jit", "jit")), None)
+    if jit is None:
+        return None
+    autotune = next((d for d, n in zip(node.decorators, names) if n.endswith("autotune")), None)
+    heuristics = any(n.endswith("heuristics") for n in names)
+    params = []
+    for p in (*node.params.posonly_params, *node.params.params):
+        annotation = code(p.annotation.annotation) if p.annotation else ""
+        params.append(Param(p.name.value, annotation.strip("'\"").endswith("constexpr"), p.default))
+    return Kernel(node.name.value, node, params, jit, autotune, heuristics, tl)
+
+
+def _tl_aliases(module: cst.Module) -> frozenset[str]:
+    aliases = set()
+    for imp in subnodes(module, cst.Import):
+        for alias in imp.names:
+            if dotted(alias.name) == "triton.language" and alias.asname is not None:
+                aliases.add(alias.asname.name.value)
+    for imp in subnodes(module, cst.ImportFrom):
+        if imp.module is not None and dotted(imp.module) == "triton" and not isinstance(imp.names, cst.ImportStar):
+            for alias in imp.names:
+                if dotted(alias.name) == "language":
+                    aliases.add(alias.asname.name.value if alias.asname else "language")
+    return frozenset(aliases or {"tl"})
+
+
+def _imported(module: cst.Module) -> frozenset[str]:
+    """Module names bound by plain `import x` / `import x as y`."""
+    names = set()
+    for imp in subnodes(module, cst.Import):
+        for alias in imp.names:
+            names.add(alias.asname.name.value if alias.asname else (dotted(alias.name) or "").split(".")[0])
+    return frozenset(names)
+
+
+# -- launches ---------------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class Launch:
+    """`kernel[grid](args...)`."""
+
+    kernel: Kernel
+    call: cst.Call
+    scope: Scope
+    args: dict[str, int]  # kernel param -> index in call.args, where known (not after a *starred one)
+
+    @property
+    def where(self) -> str:
+        return f"{self.kernel.name} launch in {self.scope.name}"
+
+    @property
+    def subscript(self) -> cst.Subscript:
+        return self.call.func
+
+    @property
+    def grid(self) -> list[cst.BaseExpression]:
+        return [e.slice.value for e in self.subscript.slice if isinstance(e.slice, cst.Index)]
+
+    def arg(self, name: str) -> cst.Arg | None:
+        index = self.args.get(name)
+        return self.call.args[index] if index is not None else None
+
+    def kwarg(self, name: str) -> cst.Arg | None:
+        return next((a for a in self.call.args if a.keyword is not None and a.keyword.value == name), None)
+
+    @cached_property
+    def grid_value(self) -> list[cst.BaseExpression]:
+        """The grid, with a name assigned once in the launching function replaced by its value."""
+        grid = self.grid
+        if len(grid) == 1 and isinstance(grid[0], cst.Name):
+            value = self.scope.value(grid[0].value)
+            if value is not None:
+                return [value]
+        return grid
+
+    @cached_property
+    def meta_grid(self) -> tuple[str, cst.BaseExpression] | None:
+        """(parameter name, body) when the grid is `lambda meta: ...` or a local `def grid(meta)`."""
+        grid = self.grid_value
+        if len(grid) != 1:
+            return None
+        node = grid[0]
+        if isinstance(node, cst.Lambda) and len(node.params.params) == 1:
+            return node.params.params[0].name.value, node.body
+        if isinstance(node, cst.Name):
+            for fn in subnodes(self.scope.node, cst.FunctionDef):
+                if fn.name.value == node.value and len(fn.params.params) == 1:
+                    return fn.params.params[0].name.value, fn.body
+        return None
+
+    def meta_keys(self) -> set[str]:
+        """The constexprs the grid reads through meta["..."]."""
+        if self.meta_grid is None:
+            return set()
+        meta, body = self.meta_grid
+        keys = set()
+        for sub in subnodes(body, cst.Subscript):
+            if dotted(sub.value) == meta and len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index):
+                key = sub.slice[0].slice.value
+                if isinstance(key, cst.SimpleString):
+                    keys.add(key.evaluated_value)
+        return keys
+
+    @cached_property
+    def region(self) -> list[cst.BaseExpression]:
+        """The grid and the values of the locals that exist only to compute it (`grid = ...`,
+        `num_blocks = ...`): a value read anywhere else (an output size, say) is not part of it."""
+        reachable: list[str] = []
+        pending = [n.value for n in loads(*self.grid)]
+        while pending:
+            name = pending.pop(0)
+            value = self.scope.value(name)
+            if name not in reachable and value is not None:
+                reachable.append(name)
+                pending.extend(n.value for n in loads(value))
+        private: list[str] = []
+        while True:
+            roots = [self.subscript, *(self.scope.value(p) for p in private)]
+            allowed = {id(n) for root in roots for n in subnodes(root, cst.Name)}
+            more = [name for name in reachable if name not in private and all(
+                id(n) in allowed for n in self.scope.body_loads() if n.value == name)]
+            if not more:
+                return [*self.grid, *(self.scope.value(p) for p in private)]
+            private.extend(more)
+
+    def ceil_divisions(self) -> list[CeilDiv]:
+        found = []
+        for node in self.region:
+            found.extend(ceil_divisions(node))
+        return found
+
+
+@dataclass
+class CeilDiv:
+    """`cdiv(numerator, divisor)` or `(numerator + divisor - 1) // divisor`: every node that is the divisor."""
+
+    numerator: cst.BaseExpression
+    divisor: cst.BaseExpression  # an Integer or a Name
+    nodes: list[cst.BaseExpression]  # the divisor and its copies in the numerator
+
+
+def _same(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
+    if isinstance(a, cst.Integer) and isinstance(b, cst.Integer):
+        return int_value(a) == int_value(b)
+    return isinstance(a, cst.Name) and isinstance(b, cst.Name) and a.value == b.value
+
+
+def _signed_terms(node: cst.BaseExpression, sign: int = 1) -> list[tuple[int, cst.BaseExpression]]:
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add | cst.Subtract):
+        right_sign = sign if isinstance(node.operator, cst.Add) else -sign
+        return _signed_terms(node.left, sign) + _signed_terms(node.right, right_sign)
+    return [(sign, node)]
+
+
+def ceil_divisions(root: cst.CSTNode) -> list[CeilDiv]:
+    found = []
+    for call in subnodes(root, cst.Call):
+        name = dotted(call.func) or ""
+        if name.rpartition(".")[2] in CDIV_NAMES and len(call.args) == 2:
+            divisor = call.args[1].value
+            if isinstance(divisor, cst.Integer | cst.Name):
+                found.append(CeilDiv(call.args[0].value, divisor, [divisor]))
+    for op in subnodes(root, cst.BinaryOperation):
+        if not isinstance(op.operator, cst.FloorDivide) or not isinstance(op.right, cst.Integer | cst.Name):
+            continue
+        terms = _signed_terms(op.left)
+        copies = [t for s, t in terms if s > 0 and _same(t, op.right)]
+        minus_one = any(s < 0 and int_value(t) == 1 for s, t in terms)
+        rest = [t for s, t in terms if s > 0 and not _same(t, op.right)]
+        if copies and minus_one and rest:
+            found.append(CeilDiv(rest[0], op.right, [op.right, *copies]))
+    return found
+
+
+# -- the module -------------------------------------------------------------------------------------------
+class _Parents(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.parents: dict[int, cst.CSTNode] = {}
+        self.stack: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.stack:
+            self.parents[id(node)] = self.stack[-1]
+        self.stack.append(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.stack.pop()
+
+
+class ModuleSource:
+    """A parsed module with its kernels, scopes and launch sites."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.module = cst.parse_module(source)
+        parents = _Parents()
+        self.module.visit(parents)
+        self.parents = parents.parents
+        self.tl = _tl_aliases(self.module)
+        self.imported = _imported(self.module)
+        self.kernels: dict[str, Kernel] = {}
+        self.scopes: list[Scope] = [make_scope(self.module, None)]
+        self.launches: list[Launch] = []
+        self._walk(self.module.body, None)
+        self._find_launches()
+
+    @property
+    def module_scope(self) -> Scope:
+        return self.scopes[0]
+
+    def _walk(self, body, top: str | None) -> None:
+        for statement in body:
+            if isinstance(statement, cst.FunctionDef):
+                kernel = _kernel(statement, self.tl) if top is None else None
+                if kernel is not None:
+                    self.kernels[kernel.name] = kernel
+                    continue
+                self.scopes.append(make_scope(statement, top or statement.name.value))
+                self._walk(statement.body.body, top or statement.name.value)
+            elif isinstance(statement, cst.ClassDef):
+                self._walk(statement.body.body, top or statement.name.value)
+
+    def _find_launches(self) -> None:
+        order = {id(call): i for i, call in enumerate(subnodes(self.module, cst.Call))}
+        claimed: set[int] = set()
+        for scope in reversed(self.scopes):  # innermost first: a launch belongs to its own function
+            root = scope.node.body if isinstance(scope.node, cst.FunctionDef) else scope.node
+            for call in subnodes(root, cst.Call):
+                if id(call) in claimed or not isinstance(call.func, cst.Subscript):
+                    continue
+                kernel = self.kernels.get(dotted(call.func.value) or "")
+                if kernel is not None:
+                    claimed.add(id(call))
+                    self.launches.append(_launch(kernel, call, scope))
+        self.launches.sort(key=lambda launch: order[id(launch.call)])
+
+    def ancestors(self, nodes) -> set[int]:
+        """Ids of the nodes and of everything above them."""
+        found: set[int] = set()
+        for node in nodes:
+            key = id(node)
+            while key not in found:
+                found.add(key)
+                parent = self.parents.get(key)
+                if parent is None:
+                    break
+                key = id(parent)
+        return found
+
+    def launches_of(self, kernel: Kernel) -> list[Launch]:
+        return [launch for launch in self.launches if launch.kernel is kernel]
+
+    def name_value(self, scope: Scope, name: str) -> tuple[str, cst.BaseExpression | None]:
+        """Where a name used in `scope` gets its value: ("local", value), ("default", default),
+        ("module", value) or ("unknown", None)."""
+        if name in scope.params:
+            return "default", scope.params[name].default
+        if name in scope.assigns:
+            return "local", scope.value(name)
+        return "module", self.module_scope.value(name)
+
+    def reachable(self, entry: str) -> set[str] | None:
+        """Module-level functions, classes and kernels the entry can reach; None when it is not defined here."""
+        tops: dict[str, cst.CSTNode] = {s.name.value: s for s in self.module.body
+                                        if isinstance(s, cst.FunctionDef | cst.ClassDef)}
+        if entry not in tops:
+            return None
+        seen, pending = set(), [entry]
+        while pending:
+            name = pending.pop()
+            if name in seen or name not in tops:
+                continue
+            seen.add(name)
+            pending.extend(n.value for n in subnodes(tops[name], cst.Name))
+        return seen
+
+
+def _launch(kernel: Kernel, call: cst.Call, scope: Scope) -> Launch:
+    args: dict[str, int] = {}
+    positional, starred = 0, False
+    for index, arg in enumerate(call.args):
+        if arg.keyword is not None:
+            args[arg.keyword.value] = index
+        elif arg.star:
+            starred = True
+        elif not starred and positional < len(kernel.params):
+            args[kernel.params[positional].name] = index
+            positional += 1
+    return Launch(kernel, call, scope, args)

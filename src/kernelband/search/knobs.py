@@ -1,0 +1,208 @@
+"""Block-size knobs: the values passed to a kernel's BLOCK/TILE constexprs that can be scaled without
+changing what the module computes (see `kernelsource` for the tiled/looped distinction).
+
+A knob is found where a launch passes a block-size constexpr
+
+* as an integer literal (`BLOCK_SIZE=128`): the literal is the knob, and for a tiled constexpr so are the
+  equal literals the grid divides by (`triton.cdiv(n, 128)`);
+* as a name bound to one integer (`BLOCK = 16` in the launching function, a module constant, a
+  parameter default): the knob is that integer;
+* as any other name (`block_size = triton.next_power_of_2(...)`, a parameter without default): the
+  value is known only at run time, and a rewrite scales the name where the launch and the grid use it.
+
+A name qualifies only when nothing but the launch and its grid reads it (changing it must not resize an
+output buffer, say), and a tiled constexpr only when the grid follows it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from kernelband.search.kernelsource import Kernel, Launch, ModuleSource, Scope, code, int_value, subnodes
+
+# Per-dimension bounds; a kernel with tl.dot keeps tiles within what its shared memory holds.
+MIN_BLOCK = 16
+MAX_BLOCK = 8192
+MAX_DOT_BLOCK = 256
+MAX_TILE_ELEMENTS = 16384  # the product of a launch's known block sizes, for kernels with several
+PREFIXES = ("BLOCK_SIZE_", "BLOCK_", "TILE_SIZE_", "TILE_", "BLK_")
+
+
+@dataclass(frozen=True, eq=False)
+class Knob:
+    kernel: Kernel
+    params: tuple[str, ...]  # the constexprs it sets (more than one when a grid literal serves several)
+    role: str  # "tiled" or "looped"
+    value: int | None  # None: known only at run time
+    nodes: tuple[cst.CSTNode, ...]  # integers to rewrite, or (value None) names to scale
+    grid_nodes: frozenset[int]  # ids of the nodes that sit in a grid expression
+    name: str | None  # the variable, for a named knob
+    kind: str  # "literal", "local", "module", "default" or "runtime"
+    launches: tuple[Launch, ...]
+
+    @property
+    def label(self) -> str:
+        return "/".join(self.params)
+
+    @property
+    def where(self) -> str:
+        return ", ".join(dict.fromkeys(launch.where for launch in self.launches))
+
+    @property
+    def touches(self) -> frozenset[str]:
+        return frozenset(launch.scope.top or launch.kernel.name for launch in self.launches)
+
+    def allows(self, value: int) -> bool:
+        """Whether `value` is a sane size for every constexpr this knob sets."""
+        if self.value is None or value < 1:
+            return False
+        top = MAX_DOT_BLOCK if self.kernel.uses_dot else MAX_BLOCK
+        if value > top or (value < MIN_BLOCK and value < self.value):
+            return False
+        if len(self.kernel.block_params) > 1 and not self.kernel.uses_dot:
+            return _tile_elements(self, value) <= MAX_TILE_ELEMENTS
+        return True
+
+
+def _tile_elements(knob: Knob, value: int) -> int:
+    total = value ** len(knob.params)
+    for launch in knob.launches:
+        for param in launch.kernel.block_params:
+            arg = launch.arg(param)
+            if param not in knob.params and arg is not None and int_value(arg.value):
+                total *= int_value(arg.value)
+    return total
+
+
+def role(kernel: Kernel, param: str) -> str | None:
+    return "tiled" if param in kernel.tiled else "looped" if param in kernel.looped else None
+
+
+def find(ms: ModuleSource) -> tuple[list[Knob], list[str]]:
+    """The module's knobs in source order, and why other block sizes are not knobs."""
+    knobs: list[Knob] = []
+    reasons: list[str] = []
+    named: dict[tuple, list[tuple[Launch, str, cst.Name]]] = {}
+    for launch in ms.launches:
+        kernel = launch.kernel
+        if kernel.autotune is not None:
+            reasons.append(f"{kernel.name} is autotuned: its configs set the block sizes")
+            continue
+        literals = []
+        for param in kernel.block_params:
+            arg = launch.arg(param)
+            if role(kernel, param) is None:
+                reasons.append(f"{param} of {kernel.name} neither scales the program id nor steps a loop")
+            elif arg is None:
+                reasons.append(f"{param} is not passed where the {launch.where} can be read")
+            elif isinstance(arg.value, cst.Integer):
+                literals.append(param)
+            elif isinstance(arg.value, cst.Name):
+                kind, _ = ms.name_value(launch.scope, arg.value.value)
+                home = launch.scope if kind != "module" else ms.module_scope
+                named.setdefault((id(home.node), arg.value.value), []).append((launch, param, arg.value))
+            else:
+                reasons.append(f"{param} at the {launch.where} is an expression ({_short(arg.value)})")
+        knobs.extend(_literal_knobs(launch, literals, reasons))
+    for (_, name), uses in named.items():
+        knob = _named_knob(ms, name, uses, reasons)
+        if knob is not None:
+            knobs.append(knob)
+    order = {id(launch): i for i, launch in enumerate(ms.launches)}
+    knobs.sort(key=lambda k: (order[id(k.launches[0])], k.kernel.block_params.index(k.params[0])))
+    return knobs, reasons
+
+
+def _short(node: cst.CSTNode) -> str:
+    text = code(node)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _suffix(param: str) -> str:
+    upper = param.upper()
+    for prefix in PREFIXES:
+        if upper.startswith(prefix):
+            upper = upper[len(prefix):]
+            break
+    return upper.removesuffix("_SIZE")
+
+
+def _names_dimension(numerator: cst.BaseExpression, param: str) -> bool:
+    """cdiv(M, 32) serves BLOCK_M: the dividend is named like the constexpr's dimension."""
+    names = [n.value.upper() for n in subnodes(numerator, cst.Name)]
+    suffix = _suffix(param)
+    return bool(suffix) and any(n == suffix or n.endswith("_" + suffix) for n in names)
+
+
+def _literal_knobs(launch: Launch, params: list[str], reasons: list[str]) -> list[Knob]:
+    kernel = launch.kernel
+    meta = launch.meta_keys()
+    divisions = [d for d in launch.ceil_divisions() if isinstance(d.divisor, cst.Integer)]
+    knobs = []
+    for param in params:
+        if role(kernel, param) == "looped":
+            node = launch.arg(param).value
+            knobs.append(Knob(kernel, (param,), "looped", int_value(node), (node,), frozenset(), None,
+                              "literal", (launch,)))
+    by_value: dict[int | None, list[str]] = {}
+    for param in params:
+        if role(kernel, param) == "tiled":
+            by_value.setdefault(int_value(launch.arg(param).value), []).append(param)
+    for value, group in by_value.items():
+        same = [d for d in divisions if int_value(d.divisor) == value]
+        owners = {id(d): [p for p in group if _names_dimension(d.numerator, p)] for d in same}
+        separable = len(group) == 1 or all(len(o) == 1 for o in owners.values())
+        parts = [(p,) for p in group] if separable else [tuple(group)]
+        for part in parts:
+            mine = [d for d in same if len(group) == 1 or not separable or owners[id(d)] == list(part)]
+            if not mine and not all(p in meta for p in part):
+                reasons.append(f"the grid of the {launch.where} does not follow {'/'.join(part)} = {value}")
+                continue
+            nodes = [launch.arg(p).value for p in part] + [n for d in mine for n in d.nodes]
+            knobs.append(Knob(kernel, part, "tiled", value, tuple(nodes),
+                              frozenset(id(n) for d in mine for n in d.nodes), None, "literal", (launch,)))
+    return knobs
+
+
+def _named_knob(ms: ModuleSource, name: str, uses: list[tuple[Launch, str, cst.Name]],
+                reasons: list[str]) -> Knob | None:
+    launch0, param0, _ = uses[0]
+    kernel = launch0.kernel
+    kind, value = ms.name_value(launch0.scope, name)
+    literal = value if isinstance(value, cst.Integer) else None
+    kind = kind if literal is not None else "runtime"
+    if any(launch.kernel is not kernel or param != param0 for launch, param, _ in uses):
+        reasons.append(f"{name} sets block sizes of several kernels or constexprs")
+        return None
+    if not _only_launches_read(ms, name, [u[0] for u in uses], kind == "module"):
+        reasons.append(f"{name} is used beyond the {launch0.where} and its grid")
+        return None
+    nodes: list[cst.CSTNode] = [literal] if literal is not None else []
+    grid_nodes: set[int] = set()
+    for launch, param, arg_name in uses:
+        divisions = [d for d in launch.ceil_divisions()
+                     if (isinstance(d.divisor, cst.Name) and d.divisor.value == name)
+                     or (literal is not None and int_value(d.divisor) == int_value(literal))]
+        if role(kernel, param) == "tiled" and not divisions and param not in launch.meta_keys():
+            reasons.append(f"the grid of the {launch.where} does not follow {name}")
+            return None
+        for division in divisions:
+            changes = [n for n in division.nodes if literal is None or isinstance(n, cst.Integer)]
+            nodes.extend(changes)
+            grid_nodes |= {id(n) for n in changes}
+        if literal is None:
+            nodes.append(arg_name)
+    unique = tuple({id(n): n for n in nodes}.values())
+    return Knob(kernel, (param0,), role(kernel, param0), int_value(literal), unique, frozenset(grid_nodes),
+                name, kind, tuple(dict.fromkeys(u[0] for u in uses)))
+
+
+def _only_launches_read(ms: ModuleSource, name: str, launches: list[Launch], module_wide: bool) -> bool:
+    allowed: set[int] = set()
+    for launch in launches:
+        for root in (launch.call, *launch.region):
+            allowed |= {id(n) for n in subnodes(root, cst.Name)}
+    scopes: list[Scope] = ms.scopes if module_wide else [launches[0].scope]
+    return all(id(n) in allowed for scope in scopes for n in scope.body_loads() if n.value == name)

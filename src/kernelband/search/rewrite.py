@@ -1,0 +1,108 @@
+"""The built-in proposer: deterministic source rewrites, no LLM.
+
+For an arm (parent kernel, strategy) it lists every variant the strategy's rewrites can make of the
+parent (`kernelband.search.rewrites`), in a fixed order, and takes the one the seed points at, skipping
+sources the run has seen already. A strategy none of whose rewrites applies is inapplicable: `applicable`
+says False and `propose` returns no source, with the reason, so no evaluation is spent on it.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from functools import lru_cache
+
+import libcst as cst
+
+from kernelband.search.core import Candidate, Context, Proposal, Strategy, source_hash
+from kernelband.search.edits import Variant
+from kernelband.search.kernelsource import ModuleSource
+from kernelband.search.rewrites import REWRITES
+
+
+@dataclass(frozen=True, eq=False)
+class Options:
+    """Every variant of one source under some rewrites, and why there are not more."""
+
+    module: ModuleSource | None
+    variants: tuple[Variant, ...]
+    reasons: tuple[str, ...]
+
+
+@lru_cache(maxsize=64)
+def _parse(source: str) -> ModuleSource | None:
+    try:
+        return ModuleSource(source)
+    except cst.ParserSyntaxError:
+        return None
+
+
+@lru_cache(maxsize=512)
+def options(source: str, rewrites: tuple[str, ...]) -> Options:
+    module = _parse(source)
+    if module is None:
+        return Options(None, (), ("the source does not parse",))
+    variants, reasons = [], []
+    for name in rewrites:
+        if name not in REWRITES:
+            reasons.append(f"no built-in rewrite is called {name!r}")
+            continue
+        found = REWRITES[name](module)
+        variants.extend(found.variants)
+        reasons.extend(found.reasons)
+    return Options(module, tuple(variants), tuple(dict.fromkeys(reasons)))
+
+
+def _defines(source: str, name: str) -> bool:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    return any(isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name == name
+               or isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+               for node in tree.body)
+
+
+class RewriteProposer:
+    name = "rewrite"
+
+    def applicable(self, parent: Candidate, strategy: Strategy) -> bool:
+        return bool(strategy.rewrites) and bool(options(parent.source, tuple(strategy.rewrites)).variants)
+
+    def propose(self, parent: Candidate, strategy: Strategy, context: Context) -> Proposal:
+        if not strategy.rewrites:
+            return Proposal(source=None, error=f"{strategy.name} has no built-in rewrite; it needs an LLM proposer")
+        found = options(parent.source, tuple(strategy.rewrites))
+        if not found.variants:
+            why = "; ".join(found.reasons[:3]) or "nothing to change"
+            return Proposal(source=None, error=f"no {strategy.name} rewrite applies to this kernel: {why}")
+        variants = self._reached(found, context.entry)
+        if not variants:
+            return Proposal(source=None, error=f"the {strategy.name} rewrites change only code that "
+                            f"{context.entry} does not reach")
+        start = context.seed % len(variants)
+        for offset in range(len(variants)):
+            variant = variants[(start + offset) % len(variants)]
+            source = variant.apply(found.module)
+            if source == parent.source or source_hash(source) in context.seen:
+                continue
+            if self._sound(source, parent.source, context.entry):
+                return Proposal(source=source, rationale=f"{variant.rewrite}: {variant.rationale}")
+        return Proposal(source=None, error=f"all {len(variants)} {strategy.name} variants of this kernel were "
+                        "tried already")
+
+    @staticmethod
+    def _reached(found: Options, entry: str) -> list[Variant]:
+        reach = found.module.reachable(entry) if entry else None
+        if reach is None:
+            return list(found.variants)
+        return [v for v in found.variants if v.touches & reach]
+
+    @staticmethod
+    def _sound(source: str, parent: str, entry: str) -> bool:
+        """It compiles and still defines the entry (a safety net: rewrites are built to keep both)."""
+        try:
+            compile(source, "<rewrite>", "exec")
+        except SyntaxError:
+            return False
+        return not entry or not _defines(parent, entry) or _defines(source, entry)

@@ -1,0 +1,620 @@
+"""The rewriter's built-in source transformations, by name. Each takes a parsed module and returns every
+variant it can make of it, in a fixed order, with the reasons it cannot do more.
+
+    block_size        scale a block-size constexpr (x2, /2, x4, /4) with the grid that follows it
+    vector_width      more elements per thread: a larger 1-D block for the same warps, or fewer warps
+    num_warps         set num_warps at a launch
+    num_stages        set num_stages at a launch of a kernel whose loop loads data
+    autotune          wrap a kernel in @triton.autotune over block sizes, num_warps and num_stages
+                      (or add a config to a kernel that is autotuned already)
+    cache_hints       eviction_policy / cache_modifier on tl.load and tl.store
+    grouped_ordering  visit the tiles of a 2-D tiled launch in groups of GROUP_M rows (L2 swizzle)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import libcst as cst
+
+from kernelband.search import knobs as knobs_mod
+from kernelband.search.edits import (
+    Edit,
+    Variant,
+    appended,
+    keyword_arg,
+    parenthesized,
+    replace_with,
+    set_int,
+    set_kwarg,
+    statements,
+    without,
+)
+from kernelband.search.kernelsource import (
+    Kernel,
+    Launch,
+    ModuleSource,
+    code,
+    int_value,
+    loads,
+    subnodes,
+)
+from kernelband.search.knobs import Knob
+
+WARPS = (1, 2, 4, 8, 16)
+STAGES = (1, 2, 3, 4, 5)
+DEFAULT_WARPS, DEFAULT_STAGES = 4, 3  # Triton's defaults on NVIDIA GPUs
+GROUP_SIZES = (8, 4, 16)
+MAX_CONFIGS = 8
+MAX_NEW_CONFIGS = 12  # configs offered for a kernel that is autotuned already
+LAUNCH_OPTIONS = ("num_warps", "num_stages")
+OTHER_LAUNCH_OPTIONS = ("num_ctas", "maxnreg", "enable_fp_fusion")
+SIZE_WORDS = ("n_", "num", "size", "len", "numel", "elem", "cols", "rows", "dim", "seq", "batch", "head")
+
+
+@dataclass
+class Found:
+    variants: list[Variant]
+    reasons: list[str]
+
+
+# -- block sizes --------------------------------------------------------------------------------------------
+def _scaled(knob: Knob, factor: float, rewrite: str, why: str = "") -> Variant | None:
+    if knob.value is None:
+        return _scaled_at_runtime(knob, factor, rewrite, why)
+    new = int(knob.value * factor)
+    if new * 1.0 != knob.value * factor or not knob.allows(new):
+        return None
+    edits = tuple((node, set_int(new)) for node in knob.nodes)
+    if knob.kind == "literal":
+        what = f"{knob.label} {knob.value} -> {new} at the {knob.where}"
+    else:
+        home = knob.launches[0].scope.name if knob.kind != "module" else "module"
+        what = f"{knob.name} {knob.value} -> {new} ({knob.kind} in {home}: {knob.label} of the {knob.where})"
+    return Variant(rewrite, why + what, knob.touches, edits)
+
+
+def _scaled_at_runtime(knob: Knob, factor: float, rewrite: str, why: str) -> Variant | None:
+    if factor not in (2, 0.5):
+        return None
+    op = "* 2" if factor == 2 else "// 2"
+    edits = tuple((node, replace_with(f"{knob.name} {op}", parenthesize=id(node) in knob.grid_nodes))
+                  for node in knob.nodes)
+    what = f"{knob.label} {knob.name} -> {knob.name} {op} at the {knob.where}"
+    return Variant(rewrite, why + what, knob.touches, edits)
+
+
+def block_size(ms: ModuleSource) -> Found:
+    knobs, reasons = knobs_mod.find(ms)
+    variants = [v for knob in knobs for f in (2, 0.5, 4, 0.25) if (v := _scaled(knob, f, "block_size"))]
+    return Found(variants, reasons)
+
+
+def vector_width(ms: ModuleSource) -> Found:
+    """Elements per thread = BLOCK / (32 * num_warps): grow it for wider (vectorised) loads and stores."""
+    knobs, reasons = knobs_mod.find(ms)
+    variants = []
+    for knob in knobs:
+        if knob.kernel.uses_dot:
+            reasons.append(f"{knob.kernel.name} tiles a tl.dot: its block sizes are not a vector width")
+            continue
+        variants.extend(v for f in (2, 4) if (v := _scaled(knob, f, "vector_width", "more elements per thread: ")))
+    for launch in ms.launches:
+        if launch.kernel.uses_dot or launch.kernel.autotune is not None or not _blocked(launch.kernel):
+            continue
+        current, where = _option(launch, "num_warps", DEFAULT_WARPS)
+        if current is not None and current > 1:
+            variants.append(Variant("vector_width", f"more elements per thread: num_warps {current} -> "
+                                    f"{current // 2} at the {launch.where}", _touches(launch),
+                                    ((where, set_kwarg("num_warps", str(current // 2))),)))
+    return Found(variants, reasons)
+
+
+def _blocked(kernel: Kernel) -> bool:
+    return bool(kernel.tiled or kernel.looped)
+
+
+def _touches(launch: Launch) -> frozenset[str]:
+    return frozenset({launch.scope.top or launch.kernel.name})
+
+
+# -- launch options ------------------------------------------------------------------------------------------
+def _option(launch: Launch, name: str, default: int) -> tuple[int | None, cst.Call]:
+    """The value a launch gives an option (None: computed at run time), and the call to edit."""
+    arg = launch.kwarg(name)
+    if arg is None:
+        return default, launch.call
+    if isinstance(arg.value, cst.Integer):
+        return int_value(arg.value), launch.call
+    if isinstance(arg.value, cst.Name):
+        return int_value(launch.scope.value(arg.value.value)), launch.call
+    return None, launch.call
+
+
+def _nearest(choices: tuple[int, ...], current: int | None) -> list[int]:
+    """Choices by distance (in powers of two) from the current value, larger first; all when unknown."""
+    centre = current or DEFAULT_WARPS
+    ordered = sorted(choices, key=lambda v: (abs(math.log2(v) - math.log2(centre)), v < centre))
+    return [v for v in ordered if v != current]
+
+
+def _launch_option(ms: ModuleSource, name: str, default: int, choices: tuple[int, ...],
+                   wanted: Callable[[Kernel], str]) -> Found:
+    variants, reasons = [], []
+    for launch in ms.launches:
+        kernel = launch.kernel
+        if kernel.autotune is not None:
+            reasons.append(f"{kernel.name} is autotuned: its configs set {name}")
+            continue
+        if why := wanted(kernel):
+            reasons.append(why)
+            continue
+        current, call = _option(launch, name, default)
+        shown = current if current is not None else code(launch.kwarg(name).value)
+        for value in _nearest(choices, current):
+            variants.append(Variant(name, f"{name} {shown} -> {value} at the {launch.where}", _touches(launch),
+                                    ((call, set_kwarg(name, str(value))),)))
+    return Found(variants, reasons)
+
+
+def num_warps(ms: ModuleSource) -> Found:
+    return _launch_option(ms, "num_warps", DEFAULT_WARPS, WARPS, lambda kernel: "")
+
+
+def num_stages(ms: ModuleSource) -> Found:
+    def wanted(kernel: Kernel) -> str:
+        return "" if kernel.pipelinable else f"{kernel.name} has no loop that loads: nothing to pipeline"
+    return _launch_option(ms, "num_stages", DEFAULT_STAGES, STAGES, wanted)
+
+
+# -- cache hints ---------------------------------------------------------------------------------------------
+def _lacks(call: cst.Call, keyword: str, positional_max: int) -> bool:
+    positional = sum(1 for a in call.args if a.keyword is None)
+    return positional <= positional_max and all(a.keyword is None or a.keyword.value != keyword for a in call.args)
+
+
+def _reread(kernel: Kernel) -> set[int]:
+    """Loads of a pointer that the kernel loads more than once (several passes over the same data)."""
+    bases = {id(c): kernel.bases(a) if (a := kernel.address(c)) is not None else set() for c in kernel.loads}
+    counts: dict[str, int] = {}
+    for found in bases.values():
+        for base in found:
+            counts[base] = counts.get(base, 0) + 1
+    return {i for i, found in bases.items() if any(counts[b] > 1 for b in found)}
+
+
+def cache_hints(ms: ModuleSource) -> Found:
+    variants, reasons = [], []
+    for kernel in ms.kernels.values():
+        again = _reread(kernel)
+        plans = (
+            ("eviction_policy", '"evict_first"', [c for c in kernel.loads if id(c) not in again], "load",
+             "of data read once"),
+            ("eviction_policy", '"evict_last"', [c for c in kernel.loads if id(c) in again], "load",
+             "of data read again"),
+            ("cache_modifier", '".cg"', kernel.loads, "load", "(cached in L2 only)"),
+            ("cache_modifier", '".cs"', kernel.stores, "store", "(streaming, evict first)"),
+        )
+        for keyword, value, calls, noun, what in plans:
+            todo = [c for c in calls if _lacks(c, keyword, 3)]  # tl.load(pointer, mask, other, ...)
+            if todo:
+                count = f"{len(todo)} {noun}{'s' if len(todo) > 1 else ''}"
+                variants.append(Variant("cache_hints", f"{keyword}={value} on {count} {what} in {kernel.name}",
+                                        frozenset({kernel.name}), tuple((c, set_kwarg(keyword, value)) for c in todo)))
+        if not kernel.loads and not kernel.stores:
+            reasons.append(f"{kernel.name} has no tl.load or tl.store")
+    if not variants and not reasons:
+        reasons.append("every tl.load and tl.store has its cache hints already")
+    return Found(variants, reasons)
+
+
+# -- grouped ordering ----------------------------------------------------------------------------------------
+GROUPED = """\
+# Grouped ordering (L2 swizzle): {group} consecutive row tiles share each sweep over the column tiles.
+{group} = {size}
+{setup}{in_group} = {group} * {n}
+{group_id} = {pid} // {in_group}
+{first} = {group_id} * {group}
+{group_size} = tl.minimum({m} - {first}, {group})
+{a} = {first} + ({pid} % {in_group}) % {group_size}
+{b} = ({pid} % {in_group}) // {group_size}
+"""
+
+
+def _program_axis(node: cst.BaseExpression, kernel: Kernel) -> int | None:
+    if isinstance(node, cst.Call) and kernel.is_tl(node.func, "program_id") and len(node.args) == 1:
+        return int_value(node.args[0].value)
+    return None
+
+
+def _tiled_pids(kernel: Kernel) -> set[str]:
+    """Names that multiply a block-size constexpr: `pid_m * BLOCK_M`."""
+    found = set()
+    for op in subnodes(kernel.node.body, cst.BinaryOperation):
+        if isinstance(op.operator, cst.Multiply):
+            pair = (op.left, op.right)
+            if any(isinstance(x, cst.Name) and x.value in kernel.block_params for x in pair):
+                found |= {x.value for x in pair if isinstance(x, cst.Name)}
+    return found
+
+
+def _assignments(kernel: Kernel) -> list[tuple[cst.SimpleStatementLine, str, cst.BaseExpression]]:
+    found = []
+    for statement in kernel.node.body.body:
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+            assign = statement.body[0]
+            if (isinstance(assign, cst.Assign) and len(assign.targets) == 1
+                    and isinstance(assign.targets[0].target, cst.Name)):
+                found.append((statement, assign.targets[0].target.value, assign.value))
+    return found
+
+
+def _pid_split(kernel: Kernel) -> dict | None:
+    """`a = pid // n; b = pid % n` (1-D launch) or `a = program_id(0); b = program_id(1)` (2-D)."""
+    tiled = _tiled_pids(kernel)
+    lines = [x for x in _assignments(kernel) if x[1] in tiled]
+    for sa, a, va in lines:
+        for sb, b, vb in lines:
+            if a == b:
+                continue
+            if _program_axis(va, kernel) == 0 and _program_axis(vb, kernel) == 1:
+                return {"a": a, "b": b, "lines": (sa, sb), "pid": None, "n": None}
+            if (isinstance(va, cst.BinaryOperation) and isinstance(va.operator, cst.FloorDivide)
+                    and isinstance(vb, cst.BinaryOperation) and isinstance(vb.operator, cst.Modulo)
+                    and all(isinstance(x, cst.Name) for x in (va.left, va.right, vb.left, vb.right))
+                    and va.left.value == vb.left.value and va.right.value == vb.right.value
+                    and va.left.value in kernel.pid_names):
+                return {"a": a, "b": b, "lines": (sa, sb), "pid": va.left.value, "n": va.right.value}
+    return None
+
+
+def _fresh(base: str, used: set[str]) -> str:
+    name, i = base, 1
+    while name in used:
+        name, i = f"{base}_{i}", i + 1
+    used.add(name)
+    return name
+
+
+def _grouped_text(kernel: Kernel, split: dict, size: int) -> str:
+    used = set(kernel.names)
+    names = {k: _fresh(v, used) for k, v in (("group", "GROUP_M"), ("in_group", "num_pid_in_group"),
+                                              ("group_id", "group_id"), ("first", "first_pid_m"),
+                                              ("group_size", "group_size_m"), ("m", "num_pid_m"))}
+    tl = kernel.tl_name
+    if split["pid"] is None:
+        n, pid = _fresh("num_pid_n", used), _fresh("pid", used)
+        setup = (f"{names['m']} = {tl}.num_programs(axis=0)\n{n} = {tl}.num_programs(axis=1)\n"
+                 f"{pid} = {tl}.program_id(axis=1) * {names['m']} + {tl}.program_id(axis=0)\n")
+    else:
+        n, pid = split["n"], split["pid"]
+        setup = f"{names['m']} = {tl}.num_programs(axis=0) // {n}\n"
+    text = GROUPED.format(size=size, setup=setup, n=n, pid=pid, a=split["a"], b=split["b"], **names)
+    return text.replace("tl.minimum", f"{tl}.minimum")
+
+
+def grouped_ordering(ms: ModuleSource) -> Found:
+    variants, reasons = [], []
+    for kernel in ms.kernels.values():
+        split = _pid_split(kernel)
+        if split is None:
+            reasons.append(f"{kernel.name} has no 2-D tile split (pid // n, pid % n or program_id(0), (1)) "
+                           "feeding its block offsets")
+            continue
+        if any("GROUP" in name.upper() for name in kernel.names):
+            reasons.append(f"{kernel.name} groups its programs already")
+            continue
+        first, second = split["lines"]
+        for size in GROUP_SIZES:
+            block = statements(_grouped_text(kernel, split, size))
+
+            def replace(node, block=block):  # the comments above the replaced line stay above the new ones
+                head = block[0].with_changes(leading_lines=[*node.leading_lines, *block[0].leading_lines])
+                return cst.FlattenSentinel([head, *block[1:]])
+            edits = ((first, replace), (second, lambda _node: cst.RemoveFromParent()))
+            variants.append(Variant("grouped_ordering", f"grouped program order in {kernel.name}: GROUP_M = {size} "
+                                    f"row tiles per column sweep ({split['a']}, {split['b']})",
+                                    frozenset({kernel.name}), edits))
+    return Found(variants, reasons)
+
+
+# -- autotune ------------------------------------------------------------------------------------------------
+def autotune(ms: ModuleSource) -> Found:
+    variants, reasons = [], []
+    knobs, _ = knobs_mod.find(ms)
+    for kernel in ms.kernels.values():
+        if kernel.autotune is not None:
+            variants.extend(_more_configs(kernel, reasons))
+            continue
+        why = _why_not_autotune(ms, kernel)
+        if why:
+            reasons.append(why)
+            continue
+        variant = _autotuned(ms, kernel, [k for k in knobs if k.kernel is kernel], reasons)
+        if variant is not None:
+            variants.append(variant)
+    return Found(variants, reasons)
+
+
+def _why_not_autotune(ms: ModuleSource, kernel: Kernel) -> str:
+    if kernel.heuristics:
+        return f"{kernel.name} has @triton.heuristics"
+    if kernel.atomics:
+        return f"{kernel.name} uses atomics: autotuning runs would add up"
+    if not ms.launches_of(kernel):
+        return f"{kernel.name} is never launched as kernel[grid](...)"
+    if "triton" not in ms.imported:
+        return "the module does not `import triton`"
+    for launch in ms.launches_of(kernel):
+        if any(launch.kwarg(option) is not None for option in OTHER_LAUNCH_OPTIONS):
+            return f"the {launch.where} sets launch options autotune cannot take over"
+    return ""
+
+
+def _tunable(kernel: Kernel, launches: list[Launch], knobs: list[Knob]) -> dict[str, dict[Launch, Knob]]:
+    """Block params with a knob of their own at every launch, whose argument can be dropped and whose
+    grid can read them from meta."""
+    tuned = {}
+    for param in kernel.block_params:
+        at = {launch: k for k in knobs if k.params == (param,) for launch in k.launches}
+        if all(launch in at and _droppable(launch, param) and _grid_edit(launch, {param: at[launch]}) is not None
+               for launch in launches):
+            tuned[param] = at
+    return tuned
+
+
+def _droppable(launch: Launch, param: str) -> bool:
+    index = launch.args[param]
+    later = launch.call.args[index + 1:]
+    return launch.call.args[index].keyword is not None or not any(a.star for a in later)
+
+
+def _base(knobs: dict[Launch, Knob], kernel: Kernel) -> int:
+    known = [k.value for k in knobs.values() if k.value is not None]
+    return known[0] if known else (64 if kernel.uses_dot else 1024)
+
+
+def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: list[str]) -> Variant | None:
+    launches = ms.launches_of(kernel)
+    tuned = _tunable(kernel, launches, knobs)
+    edits: list[tuple[cst.CSTNode, Edit]] = []
+    dead: set[str] = set()
+    for launch in launches:
+        grid = _grid_edit(launch, {p: at[launch] for p, at in tuned.items()})
+        if grid is None:
+            reasons.append(f"cannot rewrite the grid of the {launch.where} as a function of meta")
+            return None
+        edits.extend(grid)
+        edits.append((launch.call, _drop_args(launch, set(tuned))))
+        dead |= {n.value for n in loads(launch.call, *launch.region)}
+    warps, _ = _option(launches[0], "num_warps", DEFAULT_WARPS)
+    stages, _ = _option(launches[0], "num_stages", DEFAULT_STAGES)
+    base = {p: _base(ks, kernel) for p, ks in tuned.items()}
+    configs = _config_grid(kernel, base, warps or DEFAULT_WARPS,
+                           stages if launches[0].kwarg("num_stages") is not None else None)
+    key = _key(kernel, set(tuned))
+    decorator = _decorator(configs, key, kernel.inplace)
+    edits.append((kernel.node, _add_decorator(kernel, decorator)))
+    scope = launches[0].scope
+    cleanup = (scope.name, frozenset(dead)) if len({x.scope.name for x in launches}) == 1 else None
+    touched = frozenset({kernel.name} | {x.scope.top or kernel.name for x in launches})
+    over = ", ".join([*tuned, "num_warps"] + (["num_stages"] if kernel.pipelinable else []))
+    return Variant("autotune", f"@triton.autotune on {kernel.name}: {len(configs)} configs over {over}, "
+                   f"key {key}", touched, tuple(edits), cleanup if scope.name != "<module>" else None)
+
+
+def _key(kernel: Kernel, tuned: set[str]) -> list[str]:
+    """The arguments whose values change the best config: size-like ints, not pointers or strides."""
+    plain = [p.name for p in kernel.params if p.name not in tuned and p.name not in kernel.pointers
+             and p.name not in kernel.block_params and "stride" not in p.name.lower()]
+    sized = [n for n in plain if len(n) == 1 or any(w in n.lower() for w in SIZE_WORDS)]
+    return sized or [n for n in plain if not any(p.constexpr for p in kernel.params if p.name == n)][:2]
+
+
+def _config_grid(kernel: Kernel, base: dict[str, int], warps: int, stages: int | None) -> list[str]:
+    """The base config, then one change at a time, growing before shrinking (naive kernels tend to be too
+    small); at most MAX_CONFIGS."""
+    current = stages or DEFAULT_STAGES
+    pipelined = kernel.pipelinable
+    grid = [(base, warps, stages)]
+    grid += [({**base, p: v * 2}, warps, stages) for p, v in base.items()]
+    grid += [(base, warps * 2, stages)] + ([(base, warps, current + 1)] if pipelined else [])
+    grid += [({p: v * 2 for p, v in base.items()}, warps, stages)] if len(base) > 1 else []
+    grid += [({**base, p: v * 4}, warps, stages) for p, v in base.items()]
+    grid += [({**base, p: v // 2}, warps, stages) for p, v in base.items()]
+    grid += [(base, warps // 2, stages)] + ([(base, warps, current - 1)] if pipelined else [])
+    valid = [c for c in grid if _config_ok(kernel, c[0], base) and c[1] in WARPS and (c[2] or 3) in STAGES]
+    return list(dict.fromkeys(_config_text(*c) for c in valid))[:MAX_CONFIGS]
+
+
+def _config_ok(kernel: Kernel, values: dict[str, int], base: dict[str, int]) -> bool:
+    top = knobs_mod.MAX_DOT_BLOCK if kernel.uses_dot else knobs_mod.MAX_BLOCK
+    if any(v > top or (v < knobs_mod.MIN_BLOCK and v < base[p]) or v < 1 for p, v in values.items()):
+        return False
+    return kernel.uses_dot or len(values) < 2 or math.prod(values.values()) <= knobs_mod.MAX_TILE_ELEMENTS
+
+
+def _config_text(values: dict[str, int], warps: int, stages: int | None) -> str:
+    mapping = ", ".join(f'"{p}": {v}' for p, v in values.items())
+    options = f", num_warps={warps}" + (f", num_stages={stages}" if stages is not None else "")
+    return f"triton.Config({{{mapping}}}{options})"
+
+
+def _names(names: list[str]) -> str:
+    return "[" + ", ".join(f'"{n}"' for n in names) + "]"
+
+
+def _decorator(configs: list[str], key: list[str], restore: list[str]) -> cst.Decorator:
+    lines = ["@triton.autotune(", "    configs=["] + [f"        {c}," for c in configs] + ["    ],"]
+    lines.append(f"    key={_names(key)},")
+    if restore:  # the kernel writes what it reads: every tuning run must start from the same data
+        lines.append(f"    restore_value={_names(restore)},")
+    lines.append(")")
+    return cst.parse_module("\n".join(lines) + "\ndef kernel():\n    pass\n").body[0].decorators[0]
+
+
+def _add_decorator(kernel: Kernel, decorator: cst.Decorator) -> Edit:
+    def edit(node: cst.FunctionDef) -> cst.FunctionDef:
+        decorators = list(node.decorators)
+        at = next(i for i, d in enumerate(decorators) if code(d.decorator).split("(")[0] in ("triton.jit", "jit"))
+        return node.with_changes(decorators=[*decorators[:at], decorator, *decorators[at:]])
+    return edit
+
+
+def _drop_args(launch: Launch, tuned: set[str]) -> Edit:
+    """Drop the tuned constexprs and num_warps/num_stages; positional arguments after a dropped one are
+    passed by keyword."""
+    args = launch.call.args
+    drop = {launch.args[p] for p in tuned}
+    drop |= {i for i, a in enumerate(args) if a.keyword is not None and a.keyword.value in LAUNCH_OPTIONS}
+    first = min((i for i in drop if args[i].keyword is None), default=len(args))
+    names = {index: name for name, index in launch.args.items()}
+    rename = {i: names[i] for i, a in enumerate(args) if i > first and a.keyword is None and i not in drop}
+
+    def edit(call: cst.Call) -> cst.Call:
+        new = [keyword_arg(rename[i], a.value).with_changes(comma=a.comma) if i in rename else a
+               for i, a in enumerate(call.args)]
+        return call.with_changes(args=without(new, drop))
+    return edit
+
+
+class _ToMeta(cst.CSTTransformer):
+    """A grid expression with the tuned block sizes read from `meta`; the locals of the launching function
+    that depend on them are inlined (and must serve nothing but this grid)."""
+
+    def __init__(self, launch: Launch, ids: dict[int, str], names: dict[str, str], meta: str) -> None:
+        super().__init__()
+        self.launch, self.ids, self.names, self.meta = launch, ids, names, meta
+        self.load_ids: set[int] = set()
+        self.inlined: dict[int, str] = {}  # id of the name replaced -> the name
+
+    def convert(self, node: cst.BaseExpression) -> cst.BaseExpression:
+        self.load_ids |= {id(n) for n in loads(node)}
+        return node.visit(self)
+
+    def depends(self, node: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool:
+        if any(id(n) in self.ids for n in subnodes(node, cst.Integer)):
+            return True
+        for name in loads(node):
+            value = self.launch.scope.value(name.value)
+            if name.value in self.names or (name.value not in seen and value is not None
+                                            and self.depends(value, seen | {name.value})):
+                return True
+        return False
+
+    def private(self) -> bool:
+        """Whether the inlined locals exist only to compute this grid (their values are in the region)."""
+        region = {id(node) for node in self.launch.region}
+        return all(id(self.launch.scope.value(name)) in region for name in set(self.inlined.values()))
+
+    def on_leave(self, original_node, updated_node):
+        param = self.ids.get(id(original_node))
+        if param is None and isinstance(original_node, cst.Name) and id(original_node) in self.load_ids:
+            param = self.names.get(original_node.value)
+            value = self.launch.scope.value(original_node.value)
+            if param is None and value is not None and self.depends(value):
+                self.inlined[id(original_node)] = original_node.value
+                return parenthesized(self.convert(value))
+        if param is not None:
+            return cst.parse_expression(f'{self.meta}["{param}"]')
+        if isinstance(original_node, cst.Element | cst.Arg) and id(original_node.value) in self.inlined:
+            return updated_node.with_changes(value=updated_node.value.with_changes(lpar=[], rpar=[]))
+        return updated_node
+
+
+def _grid_edit(launch: Launch, tuned: dict[str, Knob]) -> list[tuple[cst.CSTNode, Edit]] | None:
+    """Edits that make the grid read the tuned tile sizes from meta; None when that cannot be done."""
+    need = {p: k for p, k in tuned.items() if k.role == "tiled" and p not in launch.meta_keys()}
+    if not need:
+        return []
+    ids = {id(n): p for p, k in need.items() for n in k.nodes
+           if id(n) in k.grid_nodes and isinstance(n, cst.Integer)}
+    names = {k.name: p for p, k in need.items() if k.name is not None}
+    grid = launch.grid_value
+    if len(grid) == 1 and isinstance(grid[0], cst.Lambda):
+        converter = _ToMeta(launch, ids, names, grid[0].params.params[0].name.value)
+        body = converter.convert(grid[0].body)
+        edit = (grid[0], lambda node: node.with_changes(body=body))
+    elif launch.meta_grid is None:
+        meta = "META" if "meta" in {n.value for n in loads(*grid)} else "meta"
+        converter = _ToMeta(launch, ids, names, meta)
+        edit = _new_grid(launch, [converter.convert(g) for g in grid], meta)
+    else:
+        return None
+    return [edit] if converter.private() else None
+
+
+def _new_grid(launch: Launch, converted: list[cst.BaseExpression], meta: str) -> tuple[cst.CSTNode, Edit]:
+    """`lambda meta: (...)` in place of the grid's value (when a local holds it only for this launch) or
+    of the launch's subscript."""
+    text = ", ".join(code(c) for c in converted)
+    if len(converted) == 1 and isinstance(converted[0], cst.Tuple):
+        text = text if converted[0].lpar else f"({text})"
+    else:
+        text = f"({text},)" if len(converted) == 1 else f"({text})"
+    grid = f"lambda {meta}: {text}"
+    named = launch.grid[0] if len(launch.grid) == 1 and isinstance(launch.grid[0], cst.Name) else None
+    if named is not None and launch.scope.value(named.value) is not None:
+        if sum(1 for n in launch.scope.body_loads() if n.value == named.value) == 1:
+            return launch.scope.value(named.value), replace_with(grid)
+    new_slice = [cst.SubscriptElement(cst.Index(cst.parse_expression(grid)))]
+    return launch.subscript, lambda node: node.with_changes(slice=new_slice)
+
+
+def _existing_configs(kernel: Kernel) -> tuple[cst.List, list[tuple[dict, int | None, int | None]]] | None:
+    call = kernel.autotune.decorator
+    if not isinstance(call, cst.Call):
+        return None
+    arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == "configs"),
+               call.args[0] if call.args and call.args[0].keyword is None else None)
+    if arg is None or not isinstance(arg.value, cst.List):
+        return None
+    parsed = []
+    for element in arg.value.elements:
+        config = element.value
+        if not (isinstance(config, cst.Call) and config.args and isinstance(config.args[0].value, cst.Dict)):
+            return None
+        values = {}
+        for item in config.args[0].value.elements:
+            if not (isinstance(item, cst.DictElement) and isinstance(item.key, cst.SimpleString)
+                    and int_value(item.value) is not None):
+                return None
+            values[item.key.evaluated_value] = int_value(item.value)
+        options = {a.keyword.value: int_value(a.value) for a in config.args[1:] if a.keyword is not None}
+        parsed.append((values, options.get("num_warps"), options.get("num_stages")))
+    return arg.value, parsed
+
+
+def _more_configs(kernel: Kernel, reasons: list[str]) -> list[Variant]:
+    """One variant per config next to an existing one (one change at a time) that is not there yet."""
+    found = _existing_configs(kernel)
+    if found is None:
+        reasons.append(f"the autotune configs of {kernel.name} are not a literal list of triton.Config")
+        return []
+    configs_list, parsed = found
+    have = {_config_text(v, w or DEFAULT_WARPS, s) for v, w, s in parsed}
+    candidates = [text for values, warps, stages in parsed
+                  for text in _config_grid(kernel, values, warps or DEFAULT_WARPS, stages)[1:]]
+    variants = []
+    for text in list(dict.fromkeys(t for t in candidates if t not in have))[:MAX_NEW_CONFIGS]:
+        element = cst.Element(cst.parse_expression(text))
+        variants.append(Variant("autotune", f"add {text} to the autotune configs of {kernel.name}",
+                                frozenset({kernel.name}),
+                                ((configs_list, lambda node, e=element: node.with_changes(
+                                    elements=appended(node.elements, e))),)))
+    if not variants:
+        reasons.append(f"the autotune configs of {kernel.name} cover the rewriter's grid already")
+    return variants
+
+
+REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
+    "block_size": block_size,
+    "vector_width": vector_width,
+    "num_warps": num_warps,
+    "num_stages": num_stages,
+    "autotune": autotune,
+    "cache_hints": cache_hints,
+    "grouped_ordering": grouped_ordering,
+}

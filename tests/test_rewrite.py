@@ -1,0 +1,484 @@
+"""The built-in rewriter and the strategy catalogue: each rewrite on a small kernel, determinism, the
+`seen` set, inapplicable strategies, strategy files, real TritonBench-G kernels, and rewritten kernels
+that still compute the right answer under the Triton interpreter."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from kernelband.errors import UserError
+from kernelband.search.core import Candidate, Context, source_hash
+from kernelband.search.rewrite import RewriteProposer, options
+from kernelband.search.rewrites import REWRITES
+from kernelband.search.strategies import builtin_strategies, load_strategies
+
+STRATEGIES = {s.name: s for s in builtin_strategies()}
+
+ADD = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offs = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)  # keep this comment
+    y = tl.load(y_ptr + offs, mask=mask, eviction_policy="evict_last")
+    tl.store(out_ptr + offs, x + y, mask=mask)
+
+
+def add(x, y):
+    out = torch.empty_like(x)
+    n = out.numel()
+    # the grid follows the block size
+    grid = (triton.cdiv(n, 256),)
+    add_kernel[grid](x, y, out, n, BLOCK_SIZE=256)
+    return out
+'''
+
+ROWS = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rms_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        acc += tl.load(x_ptr + row * n_cols + start + cols, mask=start + cols < n_cols, other=0.0)
+    tl.store(out_ptr + row, tl.sum(acc, axis=0))
+
+
+def rms(x, out):
+    rms_kernel[(x.shape[0],)](
+        x,
+        out,
+        x.shape[1],
+        BLOCK=512,
+    )
+    return out
+'''
+
+MATMUL_2D = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(axis=0)
+    pid_n = tl.program_id(axis=1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + offs_m[:, None] * K + (k + offs_k)[None, :])
+        b = tl.load(b_ptr + (k + offs_k)[:, None] * N + offs_n[None, :])
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], acc)
+
+
+def mm(a, b, c):
+    M, K = a.shape
+    _, N = b.shape
+    mm_kernel[(triton.cdiv(M, 32), triton.cdiv(N, 32))](a, b, c, M, N, K, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+    return c
+'''
+
+
+def variants(source: str, rewrite: str) -> list[tuple[str, str]]:
+    found = options(source, (rewrite,))
+    return [(v.rationale, v.apply(found.module)) for v in found.variants]
+
+
+def changed_lines(old: str, new: str) -> list[str]:
+    """The removed lines ("-") then the added ones ("+")."""
+    diff = [line for line in difflib.ndiff(old.splitlines(), new.splitlines()) if line[:1] in "+-"]
+    return [line for line in diff if line[0] == "-"] + [line for line in diff if line[0] == "+"]
+
+
+def propose(source: str, strategy: str, seed: int = 0, seen: frozenset[str] = frozenset(), entry: str = "add"):
+    context = Context(task_name="t", entry=entry, seed=seed, seen=seen)
+    return RewriteProposer().propose(Candidate(0, source), STRATEGIES[strategy], context)
+
+
+# -- block sizes ----------------------------------------------------------------------------------------------
+def test_block_size_scales_the_launch_literal_and_the_grid_literal_together():
+    made = dict(variants(ADD, "block_size"))
+    new = made["BLOCK_SIZE 256 -> 512 at the add_kernel launch in add"]
+    assert changed_lines(ADD, new) == [
+        "-     grid = (triton.cdiv(n, 256),)", "-     add_kernel[grid](x, y, out, n, BLOCK_SIZE=256)",
+        "+     grid = (triton.cdiv(n, 512),)", "+     add_kernel[grid](x, y, out, n, BLOCK_SIZE=512)"]
+    assert "# keep this comment" in new and "# the grid follows the block size" in new
+    assert sorted(int(r.split("-> ")[1].split()[0]) for r in made) == [64, 128, 512, 1024]
+
+
+def test_a_tiled_block_whose_grid_ignores_it_is_left_alone():
+    fixed = ADD.replace("grid = (triton.cdiv(n, 256),)", "grid = (n // 256,)")  # floor: not a ceil-div
+    assert variants(fixed, "block_size") == []
+    assert any("does not follow BLOCK_SIZE" in r for r in options(fixed, ("block_size",)).reasons)
+
+
+def test_a_block_that_covers_a_whole_row_is_left_alone():
+    whole = ROWS.replace("for start in range(0, n_cols, BLOCK):\n        acc +=", "if True:\n        acc +=")
+    assert variants(whole, "block_size") == []
+    assert any("neither scales the program id nor steps a loop" in r for r in options(whole, ("block_size",)).reasons)
+
+
+def test_a_looped_block_changes_without_a_grid():
+    made = dict(variants(ROWS, "block_size"))
+    assert changed_lines(ROWS, made["BLOCK 512 -> 1024 at the rms_kernel launch in rms"]) == [
+        "-         BLOCK=512,", "+         BLOCK=1024,"]
+
+
+def test_a_local_block_constant_is_changed_where_it_is_defined():
+    local = ADD.replace("    grid = (triton.cdiv(n, 256),)\n    add_kernel[grid](x, y, out, n, BLOCK_SIZE=256)",
+                        "    BLOCK = 16\n    add_kernel[((n + BLOCK - 1) // BLOCK,)](x, y, out, n, BLOCK)")
+    new = dict(variants(local, "block_size"))[
+        "BLOCK 16 -> 32 (local in add: BLOCK_SIZE of the add_kernel launch in add)"]
+    assert changed_lines(local, new) == ["-     BLOCK = 16", "+     BLOCK = 32"]
+
+
+def test_a_block_size_known_only_at_run_time_is_scaled_where_it_is_used():
+    runtime = ADD.replace("    grid = (triton.cdiv(n, 256),)\n    add_kernel[grid](x, y, out, n, BLOCK_SIZE=256)",
+                          "    block = triton.next_power_of_2(n // 64)\n"
+                          "    add_kernel[(triton.cdiv(n, block),)](x, y, out, n, BLOCK_SIZE=block)")
+    new = dict(variants(runtime, "block_size"))["BLOCK_SIZE block -> block * 2 at the add_kernel launch in add"]
+    assert "add_kernel[(triton.cdiv(n, (block * 2)),)](x, y, out, n, BLOCK_SIZE=block * 2)" in new
+
+
+def test_a_block_size_that_also_sizes_a_buffer_is_not_a_knob():
+    shared = ADD.replace("    out = torch.empty_like(x)\n", "    BLOCK = 128\n    out = torch.empty(BLOCK)\n").replace(
+        "grid = (triton.cdiv(n, 256),)\n    add_kernel[grid](x, y, out, n, BLOCK_SIZE=256)",
+        "grid = (triton.cdiv(n, BLOCK),)\n    add_kernel[grid](x, y, out, n, BLOCK_SIZE=BLOCK)")
+    assert variants(shared, "block_size") == []
+    assert any("BLOCK is used beyond" in r for r in options(shared, ("block_size",)).reasons)
+
+
+def test_block_sizes_of_two_tile_dimensions_follow_their_own_cdiv():
+    made = dict(variants(MATMUL_2D, "block_size"))
+    new = made["BLOCK_N 32 -> 64 at the mm_kernel launch in mm"]
+    assert "mm_kernel[(triton.cdiv(M, 32), triton.cdiv(N, 64))](a, b, c, M, N, K, BLOCK_M=32, BLOCK_N=64," in new
+    assert "BLOCK_K 32 -> 512 at the mm_kernel launch in mm" not in made  # tl.dot tiles stay within 256
+
+
+# -- launch options -------------------------------------------------------------------------------------------
+def test_num_warps_is_added_when_absent_and_replaced_when_present():
+    made = dict(variants(ROWS, "num_warps"))
+    assert list(made)[0] == "num_warps 4 -> 8 at the rms_kernel launch in rms"
+    assert changed_lines(ROWS, made["num_warps 4 -> 8 at the rms_kernel launch in rms"]) == [
+        "+         num_warps=8,"]  # one argument a line, trailing comma: the new one follows suit
+    again = made["num_warps 4 -> 2 at the rms_kernel launch in rms"]
+    assert "num_warps=8" in dict(variants(again, "num_warps"))["num_warps 2 -> 8 at the rms_kernel launch in rms"]
+    assert dict(variants(again, "num_warps"))["num_warps 2 -> 8 at the rms_kernel launch in rms"].count(
+        "num_warps") == 1
+
+
+def test_num_stages_needs_a_loop_that_loads():
+    assert [r for r, _ in variants(ROWS, "num_stages")][:2] == [
+        "num_stages 3 -> 4 at the rms_kernel launch in rms", "num_stages 3 -> 2 at the rms_kernel launch in rms"]
+    assert variants(ADD, "num_stages") == []
+    assert "add_kernel has no loop that loads: nothing to pipeline" in options(ADD, ("num_stages",)).reasons
+
+
+def test_vector_width_grows_elements_per_thread():
+    made = [r for r, _ in variants(ADD, "vector_width")]
+    assert made == ["more elements per thread: BLOCK_SIZE 256 -> 512 at the add_kernel launch in add",
+                    "more elements per thread: BLOCK_SIZE 256 -> 1024 at the add_kernel launch in add",
+                    "more elements per thread: num_warps 4 -> 2 at the add_kernel launch in add"]
+
+
+# -- autotune -------------------------------------------------------------------------------------------------
+def test_autotune_wraps_the_kernel_and_the_grid_reads_meta():
+    [(rationale, new)] = variants(ADD, "autotune")
+    assert rationale.startswith("@triton.autotune on add_kernel:")
+    assert '        triton.Config({"BLOCK_SIZE": 256}, num_warps=4),\n' in new
+    assert '        triton.Config({"BLOCK_SIZE": 512}, num_warps=4),\n' in new
+    assert '    key=["n"],\n)\n@triton.jit\ndef add_kernel' in new
+    assert '    grid = lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)\n    add_kernel[grid](x, y, out, n)\n' in new
+    assert "restore_value" not in new
+    # The kernel is autotuned now: its launch no longer sets what the configs set, but a config can be added.
+    assert variants(new, "block_size") == [] and variants(new, "num_warps") == []
+    added = variants(new, "autotune")
+    assert added and all(r.startswith("add triton.Config(") for r, _ in added)
+
+
+def test_autotune_restores_a_buffer_the_kernel_reads_and_writes():
+    inplace = ADD.replace("tl.store(out_ptr + offs", "tl.store(x_ptr + offs")
+    [(_, new)] = variants(inplace, "autotune")
+    assert '    restore_value=["x_ptr"],\n' in new
+
+
+def test_autotune_keeps_a_grid_local_that_other_code_reads():
+    # `blocks` also sizes the output: a tuned block size would no longer match it.
+    shared = ADD.replace("    grid = (triton.cdiv(n, 256),)\n",
+                         "    blocks = triton.cdiv(n, 256)\n    out = torch.empty(blocks)\n    grid = (blocks,)\n")
+    [(rationale, new)] = variants(shared, "autotune")
+    assert "over num_warps" in rationale and "BLOCK_SIZE=256" in new and '"BLOCK_SIZE"' not in new
+
+
+AUTOTUNED_RUN = '''
+import os, sys, time
+os.environ["TRITON_INTERPRET"] = "1"
+import torch
+from triton.runtime import autotuner
+
+def bench(self):  # no GPU driver to time configs with: wall clock
+    def run(fn, quantiles=None):
+        t = time.perf_counter(); fn(); t = time.perf_counter() - t
+        return [t, t, t]
+    return run
+
+autotuner.Autotuner.do_bench = property(bench)
+namespace = {}
+exec(compile(sys.stdin.read(), "<rewritten>", "exec"), namespace)
+x, y = torch.randn(3000), torch.randn(3000)
+assert torch.equal(namespace["add"](x, y), x + y)
+print(namespace["add_kernel"].best_config)
+'''
+
+
+@pytest.mark.slow
+def test_an_autotuned_kernel_computes_the_same_in_the_interpreter():
+    [(_, new)] = variants(ADD, "autotune")
+    run = subprocess.run([sys.executable, "-c", AUTOTUNED_RUN], input=new, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "BLOCK_SIZE" in run.stdout
+
+
+# -- cache hints ----------------------------------------------------------------------------------------------
+def test_cache_hints_never_repeat_a_keyword():
+    made = dict(variants(ADD, "cache_hints"))
+    first = made['eviction_policy="evict_first" on 1 load of data read once in add_kernel']
+    assert 'tl.load(x_ptr + offs, mask=mask, eviction_policy="evict_first")  # keep this comment' in first
+    assert 'tl.load(y_ptr + offs, mask=mask, eviction_policy="evict_last")\n' in first  # had one already
+    assert 'tl.store(out_ptr + offs, x + y, mask=mask, cache_modifier=".cs")' in made[
+        'cache_modifier=".cs" on 1 store (streaming, evict first) in add_kernel']
+    assert 'eviction_policy="evict_last" on' not in " ".join(made)  # y is read once: no re-read loads
+    cg = made['cache_modifier=".cg" on 2 loads (cached in L2 only) in add_kernel']
+    assert variants(cg, "cache_hints") and not any("cache_modifier=\".cg\"" in r for r, _ in variants(cg, "cache_hints"))
+
+
+# -- grouped ordering -----------------------------------------------------------------------------------------
+class _FakeTl:
+    """Enough of triton.language to run the generated index arithmetic on plain ints."""
+
+    def __init__(self, grid, pid):
+        self.grid, self.pid = grid, pid
+
+    def num_programs(self, axis):
+        return self.grid[axis]
+
+    def program_id(self, axis):
+        return self.pid[axis]
+
+    minimum = staticmethod(min)
+
+    def cdiv(self, a, b):
+        return -(-a // b)
+
+
+def _tiles(kernel_source: str, grid: tuple[int, int], pids, n_tiles: int) -> list[tuple[int, int]]:
+    """(pid_m, pid_n) of each program, running the kernel's lines up to the first offsets line."""
+    body = textwrap.dedent(kernel_source.split("):\n", 1)[1].split("    offs_m")[0])
+    seen = []
+    for pid in pids:
+        namespace = {"tl": _FakeTl(grid, pid), "N": n_tiles * 32, "BLOCK_N": 32}
+        exec(body, namespace)
+        seen.append((namespace["pid_m"], namespace["pid_n"]))
+    return seen
+
+
+def test_grouped_ordering_is_a_permutation_of_the_tiles_of_a_2d_launch():
+    made = dict(variants(MATMUL_2D, "grouped_ordering"))
+    new = made["grouped program order in mm_kernel: GROUP_M = 8 row tiles per column sweep (pid_m, pid_n)"]
+    assert "    GROUP_M = 8\n" in new and "pid_n = tl.program_id(axis=1)" not in new
+    kernel = new.split("@triton.jit\n")[1].split("\n\n\n")[0]
+    grid = (13, 5)
+    tiles = _tiles(kernel, grid, [(i, j) for j in range(grid[1]) for i in range(grid[0])], grid[1])
+    assert sorted(tiles) == [(m, n) for m in range(grid[0]) for n in range(grid[1])]
+    assert tiles[:3] == [(0, 0), (1, 0), (2, 0)]  # consecutive programs walk down a column of row tiles
+    assert variants(new, "grouped_ordering") == []  # grouped already
+
+
+def test_grouped_ordering_of_a_1d_launch_split_by_division():
+    one_d = MATMUL_2D.replace("    pid_m = tl.program_id(axis=0)\n    pid_n = tl.program_id(axis=1)\n",
+                              "    pid = tl.program_id(axis=0)\n    num_pid_n = tl.cdiv(N, BLOCK_N)\n"
+                              "    pid_m = pid // num_pid_n\n    pid_n = pid % num_pid_n\n")
+    new = dict(variants(one_d, "grouped_ordering"))[
+        "grouped program order in mm_kernel: GROUP_M = 4 row tiles per column sweep (pid_m, pid_n)"]
+    kernel = new.split("@triton.jit\n")[1].split("\n\n\n")[0]
+    grid = (7 * 3, 1)  # 7 row tiles x 3 column tiles, launched in one dimension
+    tiles = _tiles(kernel, grid, [(i, 0) for i in range(21)], 3)
+    assert sorted(tiles) == [(m, n) for m in range(7) for n in range(3)]
+
+
+def test_grouped_ordering_needs_a_2d_tile_split():
+    assert variants(ADD, "grouped_ordering") == []
+    assert any("no 2-D tile split" in r for r in options(ADD, ("grouped_ordering",)).reasons)
+
+
+# -- the proposer ---------------------------------------------------------------------------------------------
+def test_proposals_are_deterministic_given_the_seed():
+    first = [propose(MATMUL_2D, "tiling", seed=s, entry="mm").source for s in range(4)]
+    assert first == [propose(MATMUL_2D, "tiling", seed=s, entry="mm").source for s in range(4)]
+    assert len(set(first)) == 4
+
+
+def test_seen_sources_are_skipped_until_the_variants_are_exhausted():
+    seen: set[str] = set()
+    rationales = []
+    for _ in range(10):  # ignoring `seen` would propose forever
+        proposal = propose(ADD, "pipeline", seed=7, seen=frozenset(seen))
+        if proposal.source is None:
+            break
+        seen.add(source_hash(proposal.source))
+        rationales.append(proposal.rationale)
+    assert len(rationales) == len(variants(ADD, "num_warps")) == 4  # no loop: num_stages has nothing
+    assert rationales[0].startswith("num_warps: num_warps 4 ->")
+    assert proposal.error == "all 4 pipeline variants of this kernel were tried already"
+
+
+def test_an_inapplicable_strategy_proposes_nothing_and_says_why():
+    proposer = RewriteProposer()
+    assert not proposer.applicable(Candidate(0, ADD), STRATEGIES["reordering"])
+    proposal = propose(ADD, "reordering")
+    assert proposal.source is None and proposal.error.startswith("no reordering rewrite applies to this kernel: ")
+    assert "add_kernel has no 2-D tile split" in proposal.error
+    fusion = propose(ADD, "fusion")
+    assert fusion.source is None and "no built-in rewrite" in fusion.error
+    assert not proposer.applicable(Candidate(0, ADD), STRATEGIES["fusion"])
+    assert proposer.applicable(Candidate(0, ADD), STRATEGIES["tiling"])
+
+
+def test_only_code_the_entry_reaches_is_rewritten():
+    two = ADD + "\n\ndef unused(x):\n    rms_kernel[(1,)](x, x, 4, BLOCK=64)\n" + ROWS.split("\n\n\n", 1)[1]
+    made = {propose(two, "pipeline", seed=s).rationale for s in range(20)}
+    assert made and all("add_kernel launch in add" in r for r in made)
+    proposal = propose(two, "pipeline", entry="rms")
+    assert proposal.source is not None and "rms_kernel launch in rms" in proposal.rationale
+
+
+def test_a_proposal_keeps_formatting_and_the_entry():
+    for seed in range(12):
+        proposal = propose(ADD, "tiling", seed=seed)
+        assert proposal.source is not None
+        compile(proposal.source, "<p>", "exec")
+        assert "\ndef add(x, y):\n" in proposal.source and "# keep this comment" in proposal.source
+
+
+# -- strategy files -------------------------------------------------------------------------------------------
+def test_the_builtin_strategies():
+    names = [s.name for s in builtin_strategies()]
+    assert names == ["tiling", "vectorization", "fusion", "pipeline", "reordering", "access_layout"]
+    assert all(s.target in ("SM", "DRAM", "L2") and set(s.rewrites) <= set(REWRITES) for s in builtin_strategies())
+    assert {r for s in builtin_strategies() for r in s.rewrites} == set(REWRITES)
+    assert load_strategies(None) == builtin_strategies()
+
+
+def test_a_toml_file_adds_and_replaces_strategies(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('[[strategies]]\nname = "tiling"\ndescription = "Only bigger tiles."\n\n'
+                    '[[strategies]]\nname = "split_k"\ndescription = "Split K."\ntarget = "SM"\n')
+    loaded = {s.name: s for s in load_strategies(path)}
+    assert list(loaded)[:1] == ["tiling"] and len(loaded) == 7
+    assert loaded["tiling"].description == "Only bigger tiles." and loaded["tiling"].rewrites == ("block_size",
+                                                                                                    "autotune")
+    assert loaded["split_k"].rewrites == () and loaded["split_k"].target == "SM"
+
+
+def test_a_json_file_can_replace_all(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"replace_all": True, "strategies": [
+        {"name": "warps", "description": "Retune num_warps.", "target": "SM", "rewrites": ["num_warps"]}]}))
+    [only] = load_strategies(path)
+    assert (only.name, only.rewrites) == ("warps", ("num_warps",))
+    assert RewriteProposer().applicable(Candidate(0, ADD), only)
+
+
+@pytest.mark.parametrize("name, text, says", [
+    ("s.toml", '[[strategies]]\nname = "x"\ndescription = "d"\ntarget = "GPU"\n', "'target' must be one of SM"),
+    ("s.toml", '[[strategies]]\nname = "tiling"\nrewrites = ["unroll"]\n', "unknown rewrite 'unroll'"),
+    ("s.toml", '[[strategies]]\nname = "x"\ntarget = "SM"\n', "needs a 'description'"),
+    ("s.toml", '[[strategies]]\nname = "x"\ndescription = "d"\ntarget = "SM"\ncolour = 1\n', "unknown field 'colour'"),
+    ("s.toml", '[[strategies]\nname = "x"\n', "is not valid TOML"),
+    ("s.json", '{"strategies": [{"name": "tiling"}, {"name": "tiling"}]}', "defined twice"),
+    ("s.json", '{"replace_all": true}', "leaves nothing to search with"),
+    ("s.json", '{"strategy": []}', "unknown top-level key 'strategy'"),
+    ("s.yaml", "strategies: []\n", "must end in .toml or .json"),
+])
+def test_a_bad_strategy_file_is_a_one_line_user_error(tmp_path, name, text, says):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(UserError) as raised:
+        load_strategies(path)
+    assert says in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_missing_strategy_file_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="cannot read strategy file"):
+        load_strategies(tmp_path / "none.toml")
+
+
+# -- real kernels ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tritonbench():
+    from kernelband.tasks import tritonbench as tb
+
+    try:
+        names = tb.level12()
+    except UserError as exc:
+        pytest.skip(f"TritonBench-G data not available: {exc}")
+    return {name: tb.load(name).module_source for name in names}
+
+
+def applicable(source: str) -> set[str]:
+    return {s.name for s in builtin_strategies() if RewriteProposer().applicable(Candidate(0, source), s)}
+
+
+def test_several_strategies_apply_to_most_tritonbench_kernels(tritonbench):
+    counts = {name: len(applicable(source)) for name, source in tritonbench.items()}
+    assert len(counts) == 29
+    assert min(counts.values()) >= 2, counts
+    assert sum(n >= 3 for n in counts.values()) >= 25, counts
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("add_value", {"tiling", "vectorization", "pipeline", "access_layout"}),
+    ("matmul_kernel", {"tiling", "pipeline", "reordering", "access_layout"}),
+    ("rmsnorm_triton", {"tiling", "vectorization", "pipeline", "access_layout"}),
+    ("quantize_global", {"tiling", "access_layout"}),  # autotuned already: configs can be added
+    ("softmax_triton1", {"tiling", "pipeline", "access_layout"}),  # whole-row block: warps and hints only
+])
+def test_what_applies_to_real_tritonbench_kernels(tritonbench, name, expected):
+    source = tritonbench[name]
+    assert applicable(source) == expected
+    for strategy in expected:
+        for _, new in variants(source, STRATEGIES[strategy].rewrites[0]):
+            compile(new, name, "exec")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example, entry, strategy", [("vector_add", "add", "tiling"),
+                                                      ("matmul", "matmul", "reordering")])
+def test_a_rewritten_example_is_correct_in_the_interpreter(evaluator, example, entry, strategy):
+    from kernelband.tasks import load_task
+
+    task = load_task(f"examples:{example}")
+    proposal = propose(task.module_source, strategy, seed=0, entry=entry)
+    assert proposal.source is not None, proposal.error
+    result = evaluator.evaluate(task, proposal.source, seed=4)
+    assert result.ok, (proposal.rationale, result.outcome, result.detail, result.error[-2000:])
