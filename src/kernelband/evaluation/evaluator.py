@@ -129,6 +129,14 @@ class Evaluator:
         self._side.shutdown(wait=False)
         self.pool.close()
 
+    def _release_compare_memory(self) -> None:
+        """The parent's GPU memory for outputs goes back to the driver after every evaluation, so that
+        the workers (and the next task's large shapes) have it."""
+        if self.compare_device != "cpu":
+            import torch
+
+            torch.cuda.empty_cache()
+
     def _load(self, reply: dict) -> Outputs:
         return Outputs.load(reply, device=self.compare_device)
 
@@ -301,7 +309,10 @@ class Evaluator:
         with self.pool.gpu_lock:
             # 2. correctness
             t0 = time.perf_counter()
-            io_bytes = self._correctness(task, info, ref, cand, shapes, seed, result, by_index)
+            try:
+                io_bytes = self._correctness(task, info, ref, cand, shapes, seed, result, by_index)
+            finally:
+                self._release_compare_memory()
             result.seconds["correctness"] = time.perf_counter() - t0
             # 3. timing
             t0 = time.perf_counter()

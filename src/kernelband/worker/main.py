@@ -88,7 +88,13 @@ class Worker:
         handler = getattr(self, f"op_{op}", None)
         if handler is None:
             return {"ok": False, "outcome": "internal", "error": f"unknown op {op!r}"}
-        return handler(request)
+        reply = handler(request)
+        if self.gpu and op in ("run", "tests", "selfcheck"):
+            # Reference workers stay alive between candidates: give their large shapes' memory back.
+            import torch
+
+            torch.cuda.empty_cache()
+        return reply
 
     def _seed(self, seed: int) -> None:
         import torch
