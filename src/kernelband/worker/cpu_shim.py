@@ -9,6 +9,7 @@ It is installed only in interpreter mode and only inside a worker.
 from __future__ import annotations
 
 import contextlib
+import time
 import types
 
 import torch
@@ -114,6 +115,23 @@ def _interpreter_reads_string_annotations() -> None:
     interpreter.GridExecutor.__init__ = init
 
 
+def _autotune_by_wall_clock() -> None:
+    """The autotuner times its configs with the GPU driver's benchmarker; in the interpreter there is
+    none, so one call of each config is timed by the wall clock (the choice means nothing for speed, but
+    autotuned kernels run)."""
+    from triton.runtime import autotuner
+
+    def bench(self):
+        def run(fn, quantiles=None, **kwargs):
+            t = time.perf_counter()
+            fn()
+            t = time.perf_counter() - t
+            return [t, t, t] if quantiles else t
+        return run
+
+    autotuner.Autotuner.do_bench = property(bench)
+
+
 def install() -> None:
     torch.Tensor.cuda = lambda self, *args, **kwargs: self
     torch.Tensor.is_cuda = property(lambda self: True)
@@ -144,4 +162,5 @@ def install() -> None:
     if not hasattr(cuda, "amp"):
         cuda.amp = types.SimpleNamespace()
     _interpreter_reads_string_annotations()
+    _autotune_by_wall_clock()
     _CudaToCpu().__enter__()
