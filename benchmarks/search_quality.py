@@ -52,13 +52,13 @@ def summarise(rows: list[dict]) -> dict:
 
 
 def part_bench(store: Store, evaluators, tasks: list[str], policies: list[str], seeds: list[int], iterations: int,
-               report: dict, bench_id: int | None = None) -> int:
+               report: dict, bench_id: int | None = None, deadline: float | None = None) -> int:
     from kernelband.search.rewrite import RewriteProposer
 
     config = BenchConfig("tritonbench-g-l12", policies, seeds, iterations, 1, "rewrite", "default",
                          list(tasks))
     t0 = time.perf_counter()
-    bench = Bench(store, config, evaluators, RewriteProposer, bench_id=bench_id,
+    bench = Bench(store, config, evaluators, RewriteProposer, bench_id=bench_id, deadline=deadline,
                   on_event=lambda e: print(json.dumps(e), flush=True))
     bench_id = bench.run()
     rows = []
@@ -77,16 +77,12 @@ def part_bench(store: Store, evaluators, tasks: list[str], policies: list[str], 
 
 def part_grid(store: Store, evaluators, tasks: list[str], report: dict, bench_id: int | None) -> None:
     """Every one-step launch-parameter variant of k0, evaluated; the best per task."""
-    from kernelband.search.rewrite import RewriteProposer, launch_grid
-
-    proposer = RewriteProposer()
     rows = []
 
     def one(args) -> dict:
         ref, ev = args
         task = load_task(ref)
-        k0 = Candidate(0, task.module_source)
-        variants = launch_grid(proposer, k0)
+        variants = launch_grid(task.module_source)
         best, n, outcomes = 1.0, 0, {}
         for source in variants:
             found = store.find_evaluation(bench_id, task.key, source_hash(source), ev.fingerprint(task)["gpu"]) \
@@ -106,6 +102,24 @@ def part_grid(store: Store, evaluators, tasks: list[str], report: dict, bench_id
             print(json.dumps(row), flush=True)
             rows.append(row)
     report["grid"] = {"seconds": time.perf_counter() - t0, "rows": rows, "summary": summarise(rows)}
+
+
+GRID_REWRITES = ("block_size", "num_warps", "num_stages")
+GRID_MAX = 12
+
+
+def launch_grid(source: str) -> list[str]:
+    """What a user tries by hand: each block size, num_warps and num_stages value the rewriter offers for
+    the starting kernel, one parameter at a time, at most GRID_MAX variants (in the rewriter's order)."""
+    from kernelband.search.rewrite import options
+
+    found = options(source, GRID_REWRITES)
+    sources = []
+    for variant in found.variants:
+        new = variant.apply(found.module)
+        if new != source and new not in sources:
+            sources.append(new)
+    return sources[:GRID_MAX]
 
 
 def _fake_candidate(cid: int, rng: np.random.Generator) -> Candidate:
@@ -154,6 +168,7 @@ def main() -> None:
     ap.add_argument("--db", default="kernelband-runs/quality.db")
     ap.add_argument("--bench-id", type=int, default=None, help="resume this bench")
     ap.add_argument("--out", default="quality.json")
+    ap.add_argument("--budget-s", type=float, default=None, help="start no new run after this many seconds")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     report: dict = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
@@ -173,7 +188,8 @@ def main() -> None:
             bench_id = args.bench_id
             if "bench" in parts:
                 bench_id = part_bench(store, evaluators, tasks, args.policies.split(","),
-                                      [int(s) for s in args.seeds.split(",")], args.iterations, report, bench_id)
+                                      [int(s) for s in args.seeds.split(",")], args.iterations, report, bench_id,
+                                      time.monotonic() + args.budget_s if args.budget_s else None)
             if "grid" in parts:
                 part_grid(store, evaluators, tasks, report, bench_id)
         finally:

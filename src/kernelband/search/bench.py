@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -80,8 +81,9 @@ class Job:
 class Bench:
     def __init__(self, store: Store, config: BenchConfig, evaluators: list, make_proposer: Callable[[], object],
                  tritonbench_path: str | None = None, bench_id: int | None = None,
-                 on_event: Callable[[dict], None] | None = None):
+                 on_event: Callable[[dict], None] | None = None, deadline: float | None = None):
         self.store, self.config, self.evaluators = store, config, evaluators
+        self.deadline = deadline  # time.monotonic() after which no new run starts (the sweep can resume)
         self.make_proposer = make_proposer
         self.tritonbench_path = tritonbench_path
         self.on_event = on_event or (lambda event: None)
@@ -121,7 +123,8 @@ class Bench:
             t.start()
         for t in threads:
             t.join()
-        self.store.finish_bench(self.bench_id)
+        if all(r.status == "done" for r in self.store.runs(self.bench_id)) and work.empty():
+            self.store.finish_bench(self.bench_id)
         return self.bench_id
 
     def _drain(self, work: queue.Queue, evaluator) -> None:
@@ -131,6 +134,10 @@ class Bench:
             except queue.Empty:
                 return
             for job in group:
+                if self.deadline is not None and time.monotonic() > self.deadline:
+                    self.on_event({"kind": "job_deferred", "task": job.task, "policy": job.policy,
+                                   "seed": job.seed})
+                    continue
                 try:
                     self._run_job(job, evaluator)
                 except UserError as exc:  # a broken task is a row in the report, not the end of the sweep
