@@ -89,11 +89,14 @@ class Worker:
         if handler is None:
             return {"ok": False, "outcome": "internal", "error": f"unknown op {op!r}"}
         reply = handler(request)
-        if self.gpu and op in ("run", "tests", "selfcheck"):
+        if self.gpu and op in ("run", "tests", "selfcheck") and reply.get("outcome") != "crashed":
             # Reference workers stay alive between candidates: give their large shapes' memory back.
             import torch
 
-            torch.cuda.empty_cache()
+            try:
+                torch.cuda.empty_cache()
+            except Exception:  # noqa: BLE001 - a faulted context: the reply already says what happened
+                pass
         return reply
 
     def _seed(self, seed: int) -> None:
