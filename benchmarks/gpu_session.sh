@@ -19,13 +19,14 @@ RESUME=${1:+--bench-id $1}
       --out "$OUT/eval_repeat.json" > "$OUT/repeat.log" 2>&1
     timeout 150 python3 -m pytest -m gpu tests/test_hostile.py -q -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
   else
-    timeout 420 python3 benchmarks/eval_throughput.py --parts peers,pool \
+    timeout 200 python3 benchmarks/eval_throughput.py --parts peers \
       --peer-tasks add_value,softmax_triton1,rmsnorm_triton,kldiv_compute,cosine_compute \
       --out "$OUT/eval_peers.json" > "$OUT/peers.log" 2>&1
+    timeout 200 python3 -m pytest -m gpu tests/test_hostile.py -q -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
   fi
 ) &
 CUDA_VISIBLE_DEVICES=$SEARCH timeout 560 python3 benchmarks/search_quality.py --parts overhead,bench \
-  --db kernelband-runs/quality.db --out "$OUT/quality.json" --budget-s 400 $RESUME > "$OUT/bench.log" 2>&1
+  --db kernelband-runs/quality.db --out "$OUT/quality.json" --budget-s ${BUDGET_S:-400} $RESUME > "$OUT/bench.log" 2>&1
 wait
 cp kernelband-runs/quality.db "$OUT/quality.db"
 tail -5 "$OUT/bench.log"; tail -8 "$OUT/repeat.log" 2>/dev/null; tail -4 "$OUT/gpu_tests.log" 2>/dev/null
