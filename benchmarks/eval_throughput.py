@@ -2,10 +2,11 @@
 
 Parts (run them in one call or split them across calls):
 
-  speed    every task's starting kernel evaluated as a candidate, twice in a row: the first
-           evaluation of a task also loads and validates its reference (cold), the second is the
-           steady state (warm). Seconds per fully evaluated candidate: median and p90.
-  pool     the same candidates evaluated concurrently through one worker pool: candidates/minute.
+  speed    per task, the set-up (its reference loaded and validated on every shape, once per task
+           and GPU), then its starting kernel fully evaluated as a candidate. Seconds per fully
+           evaluated candidate: median and p90.
+  pool     the same candidates evaluated concurrently through one worker pool (ncu cache emptied
+           first): candidates/minute.
   repeat   5 evaluations of the same kernel per preset (default, paper): coefficient of variation
            of the runtime-weighted candidate time and of the speedup.
   peers    the way TritonBench, GEAK-eval and the KernelBand release evaluate: one fresh Python
@@ -41,35 +42,38 @@ def pct(values: list[float], q: float) -> float:
 
 
 def part_speed(ev: Evaluator, names: list[str], report: dict, save) -> None:
+    """Per task: the set-up (the reference loaded and validated on every shape, once per task and GPU), then
+    one full evaluation of the starting kernel as a candidate (nothing cached: compile, correctness, timing,
+    features with ncu)."""
     rows = []
     for name in names:
         task = load_task(f"tritonbench:{name}")
         t0 = time.perf_counter()
         try:
-            ev.evaluate(task)
+            ev.info(task)
+            setup_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            result = ev.evaluate(task)
+            eval_s = time.perf_counter() - t0
         except Exception as exc:  # noqa: BLE001 - a broken task is a row, not the end of the run
             rows.append({"task": name, "error": str(exc)[:300]})
             print(f"{name:28s} task error: {str(exc)[:200]}", flush=True)
             continue
-        cold_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        warm = ev.evaluate(task)
-        warm_s = time.perf_counter() - t0
-        rows.append({"task": name, "cold_s": cold_s, "warm_s": warm_s, "outcome": warm.outcome.value,
-                     "detail": warm.detail, "speedup": warm.speedup, "n_shapes": len(warm.shapes),
-                     "stages": warm.seconds, "notes": warm.notes,
-                     "sol": [s.sol_fraction for s in warm.shapes],
-                     "phi_sources": sorted(set(warm.features.sources.values()))})
-        print(f"{name:28s} cold {cold_s:6.1f}s warm {warm_s:6.1f}s {warm.outcome.value:12s} "
-              f"x{warm.speedup or 0:.3f} shapes={len(warm.shapes)} {warm.detail[:80]}", flush=True)
+        rows.append({"task": name, "setup_s": setup_s, "eval_s": eval_s, "outcome": result.outcome.value,
+                     "detail": result.detail, "speedup": result.speedup, "n_shapes": len(result.shapes),
+                     "stages": result.seconds, "notes": result.notes,
+                     "sol": [s.sol_fraction for s in result.shapes],
+                     "phi_sources": sorted(set(result.features.sources.values()))})
+        print(f"{name:28s} set-up {setup_s:6.1f}s evaluation {eval_s:6.1f}s {result.outcome.value:12s} "
+              f"x{result.speedup or 0:.3f} shapes={len(result.shapes)} {result.detail[:80]}", flush=True)
         report["speed"] = {"rows": rows}
         save()
-    warm_s = [r["warm_s"] for r in rows if "warm_s" in r]
-    cold_s = [r["cold_s"] for r in rows if "cold_s" in r]
+    eval_s = [r["eval_s"] for r in rows if "eval_s" in r]
+    setup_s = [r["setup_s"] for r in rows if "setup_s" in r]
     report["speed"]["summary"] = {
         "tasks": len(rows), "ok": sum(r.get("outcome") == "ok" for r in rows),
-        "warm_median_s": statistics.median(warm_s), "warm_p90_s": pct(warm_s, 0.9),
-        "cold_median_s": statistics.median(cold_s), "cold_p90_s": pct(cold_s, 0.9)}
+        "eval_median_s": statistics.median(eval_s), "eval_p90_s": pct(eval_s, 0.9),
+        "setup_median_s": statistics.median(setup_s), "setup_p90_s": pct(setup_s, 0.9)}
     save()
 
 
@@ -80,6 +84,9 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int)
             ev.info(t)
         except Exception:  # noqa: BLE001
             pass
+    from kernelband.evaluation import ncu
+
+    ncu._cache.clear()  # every candidate profiled, as a new one would be
     t0 = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
         results = list(pool.map(lambda t: _safe_eval(ev, t), tasks))
@@ -160,17 +167,19 @@ def main() -> None:
     def save() -> None:
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))
 
-    if "peers" in parts:
-        part_peers(args.peer_tasks.split(","), report, save)
-    if any(p in parts for p in ("speed", "pool", "repeat")):
-        with Evaluator(warm=args.threads + 1) as ev:
-            report["device"] = ev.pool.mode
-            if "speed" in parts:
+    with Evaluator(warm=args.threads + 1) as ev:  # the parts run in the order given
+        report["device"] = ev.pool.mode
+        for part in parts:
+            if part == "speed":
                 part_speed(ev, names, report, save)
-            if "pool" in parts:
+            elif part == "pool":
                 part_pool(ev, names, report, save, args.threads)
-            if "repeat" in parts:
+            elif part == "repeat":
                 part_repeat(ev, args.repeat_tasks.split(","), report, save, args.repeats)
+            elif part == "peers":
+                part_peers(args.peer_tasks.split(","), report, save)
+            else:
+                raise SystemExit(f"unknown part {part!r}: use speed, pool, repeat, peers")
     print(json.dumps({k: v.get("summary", v) if isinstance(v, dict) else v for k, v in report.items()
                       if k not in ("tasks", "repeat")}, default=str)[:3000])
 

@@ -1,33 +1,81 @@
 #!/usr/bin/env bash
-# One GPU-machine call: the search-quality sweep on GPUs 0..N-2, and the evaluator's repeatability, the
-# peers' protocol and the GPU fault tests on the last GPU, side by side. Results land in $OUT.
-#   bash benchmarks/gpu_session.sh [BENCH_ID_TO_RESUME]
+# The GPU machine's benchmark session, detached so that it outlives the device call that starts it:
+#
+#   setsid nohup bash benchmarks/gpu_session.sh > /dev/null 2>&1 < /dev/null &
+#   bash benchmarks/gpu_collect.sh 540     # in each later call: wait, then copy the results to $OUT
+#
+# Needs .wheels/ (libcst for the rewriter) and .data/tritonbench_g_tasks.json, carried with the call.
+# With one GPU the parts run one after another; with several, the evaluator's parts (fault tests,
+# throughput, repeatability, peers) take the last GPU and the search sweep the others, side by side.
+# A sweep database carried back in $S (kernelband-runs/gpu) is resumed.
+#
+# Settings (environment): SWEEP_BUDGET_S (start no new search run after this many seconds), GRID_BUDGET_S,
+# SWEEP_TIMEOUT_S and EVAL_TIMEOUT_S (hard stops), EVAL_PARTS (eval_throughput parts, in order), RUNS_PER_GPU,
+# SWEEP_TASKS, SWEEP_POLICIES, GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny version of everything).
 set -u
-export KERNELBAND_TRITONBENCH=.data/tritonbench_g_tasks.json PYTHONPATH=src
-python3 -m pip install --no-index --no-deps -q .wheels/*.whl 2>&1 | tail -1
-python3 -c "import libcst, sklearn; print('libcst', libcst.__file__ is not None)"
-nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
+S=${KB_STATE:-kernelband-runs/gpu}
+mkdir -p "$S"
+exec >> "$S/session.log" 2>&1
+export KERNELBAND_TRITONBENCH=.data/tritonbench_g_tasks.json PYTHONPATH=src PYTHONUNBUFFERED=1
+echo "== $(date -u +%FT%TZ) session start"
+python3 -m pip install --no-index --no-deps -q .wheels/*.whl
+mkdir -p ~/.cache/kernelband && cp "$S/calibration.json" ~/.cache/kernelband/ 2>/dev/null
+python3 -c "import libcst, sklearn, torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+which ncu && ncu --version | tail -1
 N=$(nvidia-smi -L | wc -l)
 LAST=$((N - 1))
-SEARCH=$(seq -s, 0 $((N - 2)))
-mkdir -p kernelband-runs
-RESUME=${1:+--bench-id $1}
-(
-  export CUDA_VISIBLE_DEVICES=$LAST
-  if [ -z "${1:-}" ]; then
-    timeout 300 python3 benchmarks/eval_throughput.py --parts repeat --repeat-tasks add_value,softmax_triton1 \
-      --out "$OUT/eval_repeat.json" > "$OUT/repeat.log" 2>&1
-    timeout 150 python3 -m pytest -m gpu tests/test_hostile.py -q -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
-  else
-    timeout 200 python3 benchmarks/eval_throughput.py --parts peers \
-      --peer-tasks add_value,softmax_triton1,rmsnorm_triton,kldiv_compute,cosine_compute \
-      --out "$OUT/eval_peers.json" > "$OUT/peers.log" 2>&1
-    timeout 200 python3 -m pytest -m gpu tests/test_hostile.py -q -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
+if [ "$N" -gt 1 ]; then SWEEP_GPUS=$(seq -s, 0 $((N - 2))); else SWEEP_GPUS=0; fi
+
+EVAL_TASKS=""; REPEAT_TASKS=${REPEAT_TASKS:-add_value,softmax_triton1,matmul_kernel}
+PEER_TASKS=${PEER_TASKS:-add_value,softmax_triton1,rmsnorm_triton,kldiv_compute,cosine_compute,matmul_kernel}
+SWEEP_ARGS=""
+if [ "${SMOKE:-0}" = 1 ]; then
+  EVAL_TASKS="--tasks add_value,softmax_triton1,matrix_transpose"; REPEAT_TASKS=add_value; PEER_TASKS=add_value
+  SWEEP_ARGS="--tasks add_value,softmax_triton1 --iterations 3"
+fi
+[ -n "${SWEEP_TASKS:-}" ] && SWEEP_ARGS="$SWEEP_ARGS --tasks $SWEEP_TASKS"
+[ -n "${SWEEP_POLICIES:-}" ] && SWEEP_ARGS="$SWEEP_ARGS --policies $SWEEP_POLICIES"
+
+evaluator_parts() {
+  export CUDA_VISIBLE_DEVICES=$1
+  echo "== $(date -u +%FT%TZ) calibrate on GPU $1"
+  timeout 300 python3 -m kernelband calibrate > "$S/calibrate.log" 2>&1
+  if [ "${GPU_TESTS:-1}" = 1 ]; then
+    echo "== $(date -u +%FT%TZ) GPU fault tests"
+    timeout 300 python3 -m pytest -m gpu tests/test_hostile.py -q -p no:cacheprovider > "$S/gpu_tests.log" 2>&1
+    echo "gpu tests rc=$?"
   fi
-) &
-CUDA_VISIBLE_DEVICES=$SEARCH timeout 560 python3 benchmarks/search_quality.py --parts overhead,bench \
-  --db kernelband-runs/quality.db --out "$OUT/quality.json" --budget-s ${BUDGET_S:-400} $RESUME > "$OUT/bench.log" 2>&1
-wait
-cp kernelband-runs/quality.db "$OUT/quality.db"
-tail -5 "$OUT/bench.log"; tail -8 "$OUT/repeat.log" 2>/dev/null; tail -4 "$OUT/gpu_tests.log" 2>/dev/null
-tail -8 "$OUT/peers.log" 2>/dev/null
+  echo "== $(date -u +%FT%TZ) evaluator throughput (${EVAL_PARTS:-repeat,peers,speed,pool})"
+  # shellcheck disable=SC2086
+  timeout "${EVAL_TIMEOUT_S:-1500}" python3 benchmarks/eval_throughput.py --parts "${EVAL_PARTS:-repeat,peers,speed,pool}" $EVAL_TASKS \
+    --repeat-tasks "$REPEAT_TASKS" --peer-tasks "$PEER_TASKS" --out "$S/eval_throughput.json" \
+    > "$S/eval_throughput.log" 2>&1
+  echo "eval_throughput rc=$?"
+  echo "== $(date -u +%FT%TZ) evaluator parts done"
+}
+
+sweep() {
+  export CUDA_VISIBLE_DEVICES=$1
+  local resume=""
+  [ -f "$S/bench_id" ] && resume="--bench-id $(cat "$S/bench_id")"
+  echo "== $(date -u +%FT%TZ) sweep on GPUs $1 $resume"
+  # shellcheck disable=SC2086
+  timeout "${SWEEP_TIMEOUT_S:-2400}" python3 benchmarks/search_quality.py --parts bench,grid,overhead \
+    --db "$S/quality.db" --out "$S/quality.json" --budget-s "${SWEEP_BUDGET_S:-1200}" \
+    --grid-budget-s "${GRID_BUDGET_S:-300}" --runs-per-gpu "${RUNS_PER_GPU:-3}" $resume $SWEEP_ARGS \
+    > "$S/sweep.log" 2>&1
+  echo "sweep rc=$?"
+  echo "== $(date -u +%FT%TZ) sweep done"
+}
+
+if [ "$N" -gt 1 ]; then
+  evaluator_parts "$LAST" &
+  sweep "$SWEEP_GPUS"
+  wait
+else
+  evaluator_parts 0
+  sweep 0
+fi
+echo "== $(date -u +%FT%TZ) session end"
+touch "$S/done"

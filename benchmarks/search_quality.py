@@ -52,14 +52,14 @@ def summarise(rows: list[dict]) -> dict:
 
 
 def part_bench(store: Store, evaluators, tasks: list[str], policies: list[str], seeds: list[int], iterations: int,
-               report: dict, bench_id: int | None = None, deadline: float | None = None) -> int:
+               report: dict, bench_id: int | None = None, deadline: float | None = None, runs_per_gpu: int = 2) -> int:
     from kernelband.search.rewrite import RewriteProposer
 
     config = BenchConfig("tritonbench-g-l12", policies, seeds, iterations, 1, "rewrite", "default",
                          list(tasks))
     t0 = time.perf_counter()
     bench = Bench(store, config, evaluators, RewriteProposer, bench_id=bench_id, deadline=deadline,
-                  on_event=lambda e: print(json.dumps(e), flush=True))
+                  on_event=lambda e: print(json.dumps(e), flush=True), runs_per_gpu=runs_per_gpu)
     bench_id = bench.run()
     rows = []
     for run in store.runs(bench_id):
@@ -75,12 +75,16 @@ def part_bench(store: Store, evaluators, tasks: list[str], policies: list[str], 
     return bench_id
 
 
-def part_grid(store: Store, evaluators, tasks: list[str], report: dict, bench_id: int | None) -> None:
-    """Every one-step launch-parameter variant of k0, evaluated; the best per task."""
+def part_grid(store: Store, evaluators, tasks: list[str], report: dict, bench_id: int | None,
+              deadline: float | None = None) -> None:
+    """Every one-step launch-parameter variant of k0, evaluated; the best per task. No task starts after the
+    deadline (time.monotonic())."""
     rows = []
 
     def one(args) -> dict:
         ref, ev = args
+        if deadline is not None and time.monotonic() > deadline:
+            return {"task": ref, "deferred": True}
         task = load_task(ref)
         variants = launch_grid(task.module_source)
         best, n, outcomes = 1.0, 0, {}
@@ -101,7 +105,9 @@ def part_grid(store: Store, evaluators, tasks: list[str], report: dict, bench_id
         for row in pool.map(one, jobs):
             print(json.dumps(row), flush=True)
             rows.append(row)
-    report["grid"] = {"seconds": time.perf_counter() - t0, "rows": rows, "summary": summarise(rows)}
+    done = [r for r in rows if not r.get("deferred")]
+    report["grid"] = {"seconds": time.perf_counter() - t0, "rows": rows, "summary": summarise(done) if done else None,
+                      "deferred": [r["task"] for r in rows if r.get("deferred")]}
 
 
 GRID_REWRITES = ("block_size", "num_warps", "num_stages")
@@ -169,6 +175,9 @@ def main() -> None:
     ap.add_argument("--bench-id", type=int, default=None, help="resume this bench")
     ap.add_argument("--out", default="quality.json")
     ap.add_argument("--budget-s", type=float, default=None, help="start no new run after this many seconds")
+    ap.add_argument("--grid-budget-s", type=float, default=None,
+                    help="start no grid task after this many seconds from the grid's start")
+    ap.add_argument("--runs-per-gpu", type=int, default=2, help="runs in flight per GPU (compiles overlap timing)")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     report: dict = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
@@ -183,15 +192,18 @@ def main() -> None:
         from kernelband.evaluation.evaluator import Evaluator
 
         store = Store(args.db)
-        evaluators = [Evaluator(device_index=i, warm=2) for i in range(max(1, torch.cuda.device_count()))]
+        evaluators = [Evaluator(device_index=i, warm=args.runs_per_gpu + 1)
+                      for i in range(max(1, torch.cuda.device_count()))]
         try:
             bench_id = args.bench_id
             if "bench" in parts:
                 bench_id = part_bench(store, evaluators, tasks, args.policies.split(","),
                                       [int(s) for s in args.seeds.split(",")], args.iterations, report, bench_id,
-                                      time.monotonic() + args.budget_s if args.budget_s else None)
+                                      time.monotonic() + args.budget_s if args.budget_s else None,
+                                      args.runs_per_gpu)
             if "grid" in parts:
-                part_grid(store, evaluators, tasks, report, bench_id)
+                part_grid(store, evaluators, tasks, report, bench_id,
+                          time.monotonic() + args.grid_budget_s if args.grid_budget_s else None)
         finally:
             for ev in evaluators:
                 ev.close()

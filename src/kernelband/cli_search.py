@@ -186,6 +186,7 @@ def bench_cmd(
     resume: int | None = typer.Option(None, "--resume", help="resume bench N (`kernelband runs` lists them)"),
     refresh_baselines: bool = typer.Option(False, "--refresh-baselines", help="measure k0 baselines again"),
     gpus: str | None = typer.Option(None, "--gpus", help="GPU indices to use (default: all visible)"),
+    runs_per_gpu: int = typer.Option(2, "--runs-per-gpu", help="runs in flight per GPU (compiles overlap timing)"),
     interpreter: bool = typer.Option(False, "--interpreter", help="use the Triton interpreter even with a GPU"),
     tritonbench: str | None = typer.Option(None, "--tritonbench", help="TritonBench data (json or checkout)"),
     no_ncu: bool = typer.Option(False, "--no-ncu", help="do not profile with Nsight Compute"),
@@ -222,7 +223,7 @@ def bench_cmd(
             evaluators = [stack.enter_context(Evaluator(mode=mode, warm=2, device_index=i, preset=config.preset,
                                                         use_ncu=False if no_ncu else None)) for i in indices]
             bench = Bench(store, config, evaluators, lambda: make_proposer(ProposerChoice(config.proposer)),
-                          tritonbench, bench_id=resume, on_event=_bench_event)
+                          tritonbench, bench_id=resume, on_event=_bench_event, runs_per_gpu=runs_per_gpu)
             bench.jobs()  # validates the task subset before anything runs
             bench_id = bench.run()
     except UserError as exc:

@@ -124,9 +124,11 @@ class Evaluator:
         # Inputs the reference modifies in place, per task and shape: the candidate returns them too.
         self._mutated: dict[tuple[str, int], list[int]] = {}
         self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelband-ref")
+        self._profiling = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kernelband-ncu")
 
     def close(self) -> None:
         self._side.shutdown(wait=False)
+        self._profiling.shutdown(wait=False)
         self.pool.close()
 
     def _release_compare_memory(self) -> None:
@@ -296,6 +298,21 @@ class Evaluator:
     def _run_stages(self, task: Task, info: TaskInfo, ref: Worker, cand: Worker, source: str,
                     shapes: list[ShapeInfo], preset: Preset, seed: int, result: EvalResult) -> None:
         by_index = {s.index: r for s, r in zip(shapes, result.shapes)}
+        rep = representative([s for s in shapes if not s.held_out] or shapes)
+        profile = None
+        if self.use_ncu:
+            # The profiling worker imports and compiles the candidate beside its own worker, off the GPU lock.
+            from kernelband.evaluation import ncu
+            profile = ncu.Profile(task, source, rep.index, _seed(seed, rep.index, 3),
+                                  ref.ready.device.get("name", ""), self.pool)
+            profile.prepared = self._profiling.submit(profile.prepare)
+        try:
+            self._stages(task, info, ref, cand, source, shapes, preset, seed, result, by_index, rep, profile)
+        finally:
+            if profile is not None:
+                profile.cancel()
+
+    def _stages(self, task, info, ref, cand, source, shapes, preset, seed, result, by_index, rep, profile) -> None:
         # 1. load and compile
         t0 = time.perf_counter()
         reply = self._ask(cand, {"op": "load", "role": "cand", "task": task.wire(), "module_source": source},
@@ -305,6 +322,11 @@ class Evaluator:
             raise _Stop(Outcome.SUSPICIOUS, "compile", "the candidate changed the task's shapes", check="harness")
         self._ask(cand, {"op": "precompile", "shapes": [s.index for s in shapes], "seed": seed},
                   self.limits.load_s, "compile")
+        if profile is not None:
+            # compiled under the profiler too, before the GPU is taken
+            if wait([profile.prepared], timeout=self.limits.load_s).not_done:
+                profile.note = "ncu: the profiling worker did not compile the candidate in time"
+                profile.cancel()
         result.seconds["compile"] = time.perf_counter() - t0
         with self.pool.gpu_lock:
             # 2. correctness
@@ -318,23 +340,25 @@ class Evaluator:
             t0 = time.perf_counter()
             self._timing(task, ref, cand, shapes, preset, seed, result, by_index)
             result.seconds["timing"] = time.perf_counter() - t0
-            # 4. features
+            # 4. features: the launches and footprint, and the profiled run under ncu
             t0 = time.perf_counter()
-            rep = representative([s for s in shapes if not s.held_out] or shapes)
             reply = self._ask(cand, {"op": "features", "shape": rep.index, "seed": _seed(seed, rep.index, 3)},
                               self.limits.run_s, "features")
             peaks = self._peaks(ref)
-            ncu_metrics = None
-            if self.use_ncu:
-                from kernelband.evaluation import ncu
-                ncu_metrics, note = ncu.profile(task, source, rep.index, _seed(seed, rep.index, 3),
-                                                ref.ready.device.get("name", ""), self.pool)
-                if note:
-                    result.notes.append(note)
-            self._speed_of_light(shapes, result, by_index, io_bytes, peaks)
-            result.features = feature_mod.assemble(result, rep, by_index[rep.index], reply, peaks, io_bytes,
-                                                   ref.ready.device, ncu_metrics)
-            result.seconds["features"] = time.perf_counter() - t0
+            if profile is not None:
+                profile.measure()
+            gpu_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        ncu_metrics = None
+        if profile is not None:
+            ncu_metrics, note = profile.finish()
+            if note:
+                result.notes.append(note)
+        self._speed_of_light(shapes, result, by_index, io_bytes, peaks)
+        result.features = feature_mod.assemble(result, rep, by_index[rep.index], reply, peaks, io_bytes,
+                                               ref.ready.device, ncu_metrics)
+        result.seconds["features"] = gpu_s + time.perf_counter() - t0
+        result.seconds["features_gpu"] = gpu_s
 
     def _correctness(self, task, info, ref, cand, shapes, seed, result, by_index) -> dict[int, int]:
         atol, rtol = info.atol, info.rtol

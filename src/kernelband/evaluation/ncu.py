@@ -2,8 +2,9 @@
 
 The candidate runs in a worker started under
 `ncu --clock-control none --profile-from-start off --csv --page raw`, warm
-like any other (the pool starts it ahead of need). The worker compiles and runs
-the representative shape once, then runs it again between cudaProfilerStart
+like any other (the pool starts it ahead of need). The worker imports and
+compiles the candidate while nothing else waits for it, then, with the GPU to
+itself, runs the representative shape once and again between cudaProfilerStart
 and cudaProfilerStop, and exits; ncu then writes one CSV row per kernel. Counters
 of several kernels are averaged, weighted by their durations. Results are cached
 by (GPU, source hash, shape) for the life of the evaluator.
@@ -16,6 +17,7 @@ import hashlib
 import io
 import os
 import shutil
+import threading
 
 # phi key -> (metric, scale to percent or count)
 METRICS: dict[str, tuple[str, float]] = {
@@ -90,43 +92,107 @@ def cache_key(device: str, source: str, shape: int) -> str:
     return hashlib.sha256(f"{device}\0{shape}\0{source}".encode()).hexdigest()
 
 
-def profile(task, source: str, shape: int, seed: int, device: str, pool) -> tuple[dict | None, str | None]:
-    """(phi values, note). The note says why there are none."""
-    key = cache_key(device, source, shape)
-    if key in _cache:
-        return _cache[key], None
-    from kernelband.evaluation.pool import WorkerGone
-    try:
-        worker = pool.acquire_profiler()
-    except WorkerGone as exc:
-        return None, f"ncu: no profiling worker ({exc.detail.splitlines()[0] if exc.detail else exc.outcome})"
-    try:
-        reply = worker.request({"op": "load", "role": "cand", "task": task.wire(), "module_source": source}, 300)
-        if not reply.get("ok"):
-            return None, "ncu: the candidate did not load under the profiler"
-        reply = worker.request({"op": "profile", "shape": shape, "seed": seed}, 300)
-        if not reply.get("ok"):
-            return None, f"ncu: profiling run failed: {reply.get('error', '')[-200:]}"
+class Profile:
+    """One candidate profiled under ncu, in three steps, so that only the profiled run itself holds the GPU:
+
+    * `prepare` (a side thread, no GPU lock): a warm profiling worker imports the candidate and compiles its
+      kernels for the representative shape, while the candidate's own worker does the same;
+    * `measure` (under the GPU lock): one warm-up run, then one run between cudaProfilerStart and Stop,
+      during which ncu replays each kernel to read its counters;
+    * `finish` (no GPU lock): the worker exits, ncu writes its CSV, and the counters are parsed.
+
+    `cancel` ends it at any point (the candidate failed): the worker is killed, nothing waits for it.
+    The values are cached by (GPU, source, shape); a cached profile needs no worker at all.
+    """
+
+    def __init__(self, task, source: str, shape: int, seed: int, device: str, pool):
+        self.task, self.source, self.shape, self.seed, self.pool = task, source, shape, seed, pool
+        self.key = cache_key(device, source, shape)
+        self.values: dict | None = _cache.get(self.key)
+        self.note: str | None = None
+        self.worker = None
+        self.prepared = None  # the future of `prepare`, set by whoever runs it
+        self._cancelled = False
+        self._lock = threading.Lock()
+
+    def prepare(self) -> None:
+        from kernelband.evaluation.pool import WorkerGone
+
+        if self.values is not None:
+            return
         try:
-            worker.request({"op": "exit"}, 5)
-        except WorkerGone:
-            pass
+            worker = self.pool.acquire_profiler()
+        except WorkerGone as exc:
+            self.note = f"ncu: no profiling worker ({exc.detail.splitlines()[0] if exc.detail else exc.outcome})"
+            return
+        with self._lock:
+            if self._cancelled:
+                self.pool.release(worker)
+                return
+            self.worker = worker
         try:
-            worker.proc.wait(timeout=120)
-        except Exception:  # noqa: BLE001
-            worker.kill()
+            reply = worker.request({"op": "load", "role": "cand", "task": self.task.wire(),
+                                    "module_source": self.source}, 300)
+            if reply.get("ok"):
+                reply = worker.request({"op": "precompile", "shapes": [self.shape], "seed": self.seed}, 300)
+            if not reply.get("ok"):
+                self._fail("ncu: the candidate did not load under the profiler")
+        except (WorkerGone, OSError) as exc:
+            self._fail(f"ncu: profiling worker {getattr(exc, 'outcome', 'gone')}")
+
+    def _fail(self, note: str) -> None:
+        self.note = self.note or note
+        self.cancel()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            worker, self.worker = self.worker, None
+        if worker is not None:
+            self.pool.release(worker)
+
+    def measure(self) -> None:
+        """The profiled run: call with the GPU to yourself, after `prepare` has returned."""
+        from kernelband.evaluation.pool import WorkerGone
+
+        worker = self.worker
+        if worker is None:
+            return
         try:
-            with open(worker.ncu_log) as f:
-                text = f.read()
-        except OSError:
-            return None, "ncu: wrote no report"
+            reply = worker.request({"op": "profile", "shape": self.shape, "seed": self.seed}, 300)
+            if not reply.get("ok"):
+                self._fail(f"ncu: profiling run failed: {reply.get('error', '')[-200:]}")
+        except WorkerGone as exc:
+            self._fail(f"ncu: profiling worker {exc.outcome}")
+
+    def finish(self) -> tuple[dict | None, str | None]:
+        """(phi values, note); the note says why there are none."""
+        from kernelband.evaluation.pool import WorkerGone
+
+        with self._lock:
+            worker, self.worker = self.worker, None
+        if worker is None:
+            return self.values, self.note
+        try:
+            try:
+                worker.request({"op": "exit"}, 5)
+            except WorkerGone:
+                pass
+            try:
+                worker.proc.wait(timeout=120)
+            except Exception:  # noqa: BLE001
+                worker.kill()
+            try:
+                with open(worker.ncu_log) as f:
+                    text = f.read()
+            except OSError:
+                return None, "ncu: wrote no report"
+        finally:
+            self.pool.release(worker)
         values = parse(text)
         if values is None:
             tail = " ".join(text.strip().splitlines()[-2:])[:300]
             return None, f"ncu: no kernel in the report ({tail})"
-        _cache[key] = values
+        _cache[self.key] = values
+        self.values = values
         return values, None
-    except WorkerGone as exc:
-        return None, f"ncu: profiling worker {exc.outcome}"
-    finally:
-        pool.release(worker)

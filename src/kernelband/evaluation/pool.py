@@ -217,8 +217,11 @@ class WorkerPool:
         self._watchdog = threading.Thread(target=self._watch, name="kernelband-memory-watchdog", daemon=True)
         self._watchdog.start()
         self._fill()
+        # Each evaluation uses up one profiling worker, and one starts slowly under ncu (10-20 s): keep more
+        # warm than candidates may be in flight.
         if self.profiler:
-            threading.Thread(target=self._spawn_profiler, daemon=True).start()
+            for _ in range(self.warm + 2):
+                threading.Thread(target=self._spawn_profiler, daemon=True).start()
 
     # -- spares -------------------------------------------------------------------------------
     def _spawn(self) -> None:

@@ -2,7 +2,9 @@
 
 Placement: one evaluator per visible GPU, each with its own worker pool and its own timing lock, fed from
 one queue of runs; a GPU never times two kernels at once. Runs of one task go to the same GPU where
-possible (its reference workers stay warm there).
+possible (its reference workers stay warm there). Each GPU takes `runs_per_gpu` runs at once (default 2):
+while one run's candidate is checked and timed under the GPU's lock, another's is imported and compiled,
+so the GPU does not wait for the compiler.
 
 Sharing within a sweep: an evaluation is a property of (task, source, device), so a kernel that several
 policies or seeds reach is evaluated once per GPU kind and reused (the reuse is noted in the result).
@@ -81,8 +83,12 @@ class Job:
 class Bench:
     def __init__(self, store: Store, config: BenchConfig, evaluators: list, make_proposer: Callable[[], object],
                  tritonbench_path: str | None = None, bench_id: int | None = None,
-                 on_event: Callable[[dict], None] | None = None, deadline: float | None = None):
+                 on_event: Callable[[dict], None] | None = None, deadline: float | None = None,
+                 runs_per_gpu: int = 2):
+        if runs_per_gpu < 1:
+            raise UserError("--runs-per-gpu must be at least 1")
         self.store, self.config, self.evaluators = store, config, evaluators
+        self.runs_per_gpu = runs_per_gpu
         self.deadline = deadline  # time.monotonic() after which no new run starts (the sweep can resume)
         self.make_proposer = make_proposer
         self.tritonbench_path = tritonbench_path
@@ -98,10 +104,13 @@ class Bench:
     def jobs(self) -> list[Job]:
         names = suite_tasks(self.config.suite, self.tritonbench_path)
         if self.config.tasks:
-            unknown = sorted(set(self.config.tasks) - set(names))
+            # A task is named by its reference (examples:softmax) or by its bare name (softmax).
+            wanted = {n if ":" in n else next((r for r in names if r.split(":", 1)[1] == n), n)
+                      for n in self.config.tasks}
+            unknown = sorted(wanted - set(names))
             if unknown:
                 raise UserError(f"not in suite {self.config.suite}: {', '.join(unknown)}")
-            names = [n for n in names if n in self.config.tasks]
+            names = [n for n in names if n in wanted]
         return [Job(t, p, s) for t in names for p in self.config.policies for s in self.config.seeds]
 
     def _task(self, ref: str):
@@ -118,7 +127,8 @@ class Bench:
         work: queue.Queue = queue.Queue()
         for group in by_task.values():
             work.put(group)  # one task's runs stay on one GPU
-        threads = [threading.Thread(target=self._drain, args=(work, ev), daemon=True) for ev in self.evaluators]
+        threads = [threading.Thread(target=self._drain, args=(work, ev), daemon=True)
+                   for ev in self.evaluators for _ in range(self.runs_per_gpu)]
         for t in threads:
             t.start()
         for t in threads:

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Wait up to SECONDS for benchmarks/gpu_session.sh to finish, then copy what it has so far to $OUT:
+#   bash benchmarks/gpu_collect.sh 540
+# The sweep database is copied through SQLite's backup API, so the copy is consistent mid-run.
+set -u
+S=${KB_STATE:-kernelband-runs/gpu}
+end=$((SECONDS + ${1:-0}))
+while [ $SECONDS -lt $end ] && [ ! -f "$S/done" ]; do sleep 5; done
+mkdir -p "$OUT"
+cp ~/.cache/kernelband/calibration.json "$S/" 2>/dev/null
+tar czf "$OUT/logs.tar.gz" -C "$S" $(cd "$S" && ls ./*.log ./*.json 2>/dev/null)
+[ -f "$S/quality.db" ] && python3 - "$S/quality.db" "$OUT/quality.db" <<'PY'
+import sqlite3, sys
+src, dst = sqlite3.connect(sys.argv[1], timeout=60), sqlite3.connect(sys.argv[2])
+src.backup(dst)
+dst.close()
+PY
+[ -f "$OUT/quality.db" ] && gzip "$OUT/quality.db"
+[ -f "$S/done" ] && echo "session finished"
+tail -n 25 "$S/session.log"
+grep -h "^{\"kind\": \"job_done\|job_error" "$S/sweep.log" 2>/dev/null | tail -n 5
+tail -n 3 "$S/eval_throughput.log" "$S/gpu_tests.log" 2>/dev/null

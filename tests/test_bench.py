@@ -1,0 +1,61 @@
+"""`kernelband bench` in the interpreter: every task x policy x seed lands in one database, a kernel that
+several runs reach is evaluated once, k0 is a stored golden baseline, and a resumed sweep redoes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelband.search.store import Store
+
+pytestmark = pytest.mark.slow
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, KERNELBAND_MODE="interpreter")
+    for key in ("KERNELBAND_LLM_BASE_URL", "KERNELBAND_LLM_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        env.pop(key, None)
+    return subprocess.run([sys.executable, "-m", "kernelband", *args], capture_output=True, text=True,
+                          timeout=900, env=env)
+
+
+def test_bench_sweep_shares_evaluations_and_resumes(tmp_path: Path):
+    db = tmp_path / "bench.db"
+    proc = _cli("bench", "--suite", "examples", "--tasks", "vector_add", "--policies", "greedy,bon",
+                "-n", "2", "--seeds", "0,1", "--proposer", "rewrite", "--db", str(db), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    runs = out["runs"]
+    assert sorted((r["policy"], r["seed"]) for r in runs) == [("bon", 0), ("bon", 1), ("greedy", 0), ("greedy", 1)]
+    assert all(r["task"] == "examples:vector_add" and r["status"] == "done" for r in runs)
+    assert out["errors"] == []
+
+    store = Store(db)
+    assert store.bench(out["bench_id"])["config"]["policies"] == ["greedy", "bon"]
+    with sqlite3.connect(db) as con:
+        made = con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+        notes = [json.loads(r[0]) for r in con.execute("SELECT result FROM evaluations")]
+    # Four runs share one k0: it is measured once and stored as the golden baseline, the others reuse it.
+    texts = [" ".join(n.get("notes", [])) for n in notes]
+    assert sum("golden baseline reused" in t for t in texts) >= 3
+    # greedy and bon both start by expanding k0 with the same rewriter: their common children are shared.
+    assert any("evaluation reused" in t for t in texts)
+
+    again = _cli("bench", "--resume", str(out["bench_id"]), "--db", str(db), "--json")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stderr.count("finished earlier") == 4  # every run skipped
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == made
+
+
+def test_bench_rejects_a_task_outside_the_suite(tmp_path: Path):
+    proc = _cli("bench", "--suite", "examples", "--tasks", "no_such_kernel", "--policies", "random",
+                "--db", str(tmp_path / "b.db"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].endswith("not in suite examples: no_such_kernel")
