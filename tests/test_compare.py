@@ -7,8 +7,8 @@ import os
 
 import pytest
 import torch
-from safetensors.torch import save_file
 
+from kernelband import tensorfile
 from kernelband.evaluation.compare import Outputs, compare
 from kernelband.worker.outputs import flatten
 
@@ -149,9 +149,9 @@ def test_plain_values_are_compared_with_the_tolerances():
 
 def test_outputs_load_reads_the_worker_file_and_removes_it(tmp_path):
     entries, tensors = flatten({"result": {"out": torch.arange(6.0).reshape(2, 3)}})
-    path = tmp_path / "out.safetensors"
-    save_file(tensors, str(path))
-    loaded = Outputs.load({"file": str(path), "entries": entries})
+    path = tmp_path / "out.tensors"
+    layout = tensorfile.write(tensors, str(path))
+    loaded = Outputs.load({"file": str(path), "layout": layout, "entries": entries})
     assert not path.exists()
     assert torch.equal(loaded.tensors["result.out"], torch.arange(6.0).reshape(2, 3))
     assert loaded.nbytes() == 6 * 4  # the result's bytes, for the speed-of-light bound

@@ -96,3 +96,23 @@ def test_a_mutated_tritonbench_kernel_is_a_wrong_output(evaluator):
     result = evaluator.evaluate(task, mutated, seed=3)
     assert result.outcome.value == "wrong_output", (result.outcome, result.detail)
     assert result.detail.startswith(f"shape {result.shapes[0].label}: ")
+
+
+def test_the_first_failing_shape_decides_even_when_checks_overlap_the_next_run(evaluator, tmp_path):
+    """The parent compares one shape while the workers run the next: a wrong answer on the second shape
+    must still be the outcome when the third shape then raises."""
+    task_file = tmp_path / "three_shapes.py"
+    text = (Path(__file__).parent / "data" / "small_add.py").read_text()
+    text = text.replace("INTERPRETER_SHAPES = [dict(n=4096), dict(n=5000)]",
+                        "INTERPRETER_SHAPES = [dict(n=1024), dict(n=2000), dict(n=3000)]")
+    task_file.write_text(text)
+    task = load_task(str(task_file))
+    module = task.module_source.replace(
+        "    return out\n",
+        "    if x.numel() == 2000:\n        return out * 2\n"
+        "    if x.numel() == 3000:\n        raise RuntimeError('third shape')\n    return out\n", 1)
+    assert module != task.module_source
+    result = evaluator.evaluate(task, module)
+    assert result.outcome.value == "wrong_output", (result.outcome, result.detail)
+    assert "n=2000" in result.detail
+    assert [s.correct for s in result.shapes] == [True, False, None]

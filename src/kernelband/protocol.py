@@ -2,8 +2,9 @@
 
 Messages are length-prefixed JSON on a socket pair. JSON, never pickle: a
 worker runs untrusted code, and unpickling what it sends would hand that code
-the parent. Tensors do not travel on the socket; they are written as
-safetensors files in the worker's directory and named in the message.
+the parent. Tensors do not travel on the socket; they are written to raw
+tensor files in the worker's directory (`kernelband.tensorfile`) and named,
+with their layout, in the message.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Correctness, decided in the trusted parent.
 
 Outputs arrive as a list of entries (path, kind, dtype, shape, value) and a
-safetensors file; the parent loads both sides and compares them with
-`torch.allclose`, the paper's rule |cand - ref| <= atol + rtol * |ref|.
+raw tensor file (`kernelband.tensorfile`); the parent loads both sides and
+compares them with `torch.allclose`, the paper's rule
+|cand - ref| <= atol + rtol * |ref|.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import os
 from dataclasses import dataclass
 
 import torch
-from safetensors.torch import load_file
+
+from kernelband import tensorfile
 
 
 @dataclass
@@ -26,7 +28,7 @@ class Outputs:
         path = reply.get("file")
         tensors = {}
         if path:
-            tensors = load_file(path, device=device)
+            tensors = tensorfile.read(path, reply.get("layout") or {}, device=device)
             if remove:
                 try:
                     os.remove(path)

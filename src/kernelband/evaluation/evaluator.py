@@ -125,10 +125,13 @@ class Evaluator:
         self._mutated: dict[tuple[str, int], list[int]] = {}
         self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelband-ref")
         self._profiling = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kernelband-ncu")
+        # The parent's loads and compares of one shape, overlapping the workers' runs of the next.
+        self._checks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelband-check")
 
     def close(self) -> None:
         self._side.shutdown(wait=False)
         self._profiling.shutdown(wait=False)
+        self._checks.shutdown(wait=False)
         self.pool.close()
 
     def _release_compare_memory(self) -> None:
@@ -361,80 +364,128 @@ class Evaluator:
         result.seconds["features_gpu"] = gpu_s
 
     def _correctness(self, task, info, ref, cand, shapes, seed, result, by_index) -> dict[int, int]:
-        atol, rtol = info.atol, info.rtol
+        """Every shape, pipelined: while the parent loads and compares one shape's outputs, the workers
+        already run the next one. The first failing shape decides the outcome, as if run one by one."""
         io_bytes: dict[int, int] = {}
-        search = [s for s in shapes if not s.held_out]
-        alias_shape = min(search or shapes, key=lambda s: s.nbytes)
-        launches = 0
-        for shape in shapes:
-            s = _seed(seed, shape.index)
-            what = f"shape {shape.label}"
-            ref_msg = {"op": "run", "shape": shape.index, "seed": s, "use_reference": True, "return_mutated": True}
-            known = self._mutated.get((task.key, shape.index))
-            # Once the inputs the reference modifies in place are known, the reference and the candidate run
-            # at the same time; the first evaluation of a task learns them.
-            ref_run = self._side.submit(self._ask_ref, task, ref, ref_msg, self.limits.run_s, what)
-            if known is None:
-                r_reply = self._held_out_guard(ref_run, shape, by_index, result)
-                if r_reply is None:
+        pending = None  # the parent's check of the previous shape
+        try:
+            launches = 0
+            for shape in shapes:
+                replies = self._run_shape(task, ref, cand, shape, seed, shape is self._alias_shape(shapes),
+                                          by_index, result)
+                if replies is None:
                     continue
-                known = r_reply.get("mutated_inputs", [])
-            c_msg = {"op": "run", "shape": shape.index, "seed": s, "keep": shape is alias_shape,
-                     "return_inputs": known}
-            try:
-                c_reply = self._ask(cand, c_msg, self.limits.run_s, f"correctness ({what})")
-            except _Stop:
-                wait([ref_run])  # the reference worker must be idle before anyone asks it again
-                raise
-            r_reply = self._held_out_guard(ref_run, shape, by_index, result)
-            if r_reply is None:
-                continue
-            mutated = r_reply.get("mutated_inputs", [])
-            if mutated != known:  # data-dependent in-place updates: ask again for the right inputs
-                c_reply = self._ask(cand, {**c_msg, "return_inputs": mutated}, self.limits.run_s,
-                                    f"correctness ({what})")
-            self._mutated[(task.key, shape.index)] = mutated
-            r_out = self._load(r_reply)
-            io_bytes[shape.index] = shape.nbytes + r_out.nbytes("result")
-            c_out = self._load(c_reply)
-            launches += c_reply.get("launches", 0)
-            self._check_run(c_reply, r_reply, what)
-            self._check_outputs(r_out, c_out, atol, rtol, what, by_index[shape.index])
-            by_index[shape.index].correct = True
-            if shape is alias_shape:
-                # The same shape again with other inputs: cached or aliased outputs show up here.
-                s2 = _seed(seed, shape.index, 1)
-                r2 = self._load(self._ask_ref(task, ref, {"op": "run", "shape": shape.index, "seed": s2,
-                                                            "use_reference": True, "return_mutated": True},
-                                                self.limits.run_s, what))
-                c2_reply = self._ask(cand, {"op": "run", "shape": shape.index, "seed": s2, "check_alias": True,
-                                            "return_inputs": r_reply.get("mutated_inputs", [])},
-                                     self.limits.run_s, f"correctness ({what}, second call)")
-                if c2_reply.get("aliased"):
-                    raise _Stop(Outcome.SUSPICIOUS, "correctness", f"{what}: the second call returned the same "
-                                "output memory as the first (cached output)", check="aliased_output")
-                mismatch = compare(r2, self._load(c2_reply), atol, rtol)
-                if mismatch is not None:
-                    raise _Stop(Outcome.SUSPICIOUS, "correctness", f"{what}: right on the first call, wrong on a "
-                                f"second call with other inputs (cached output?): {mismatch.detail}",
-                                check="cached_output")
-        if info.has_tests and self.mode == "interpreter":
-            # TritonBench's instance tests are sized for GPUs (32K-row copies take minutes here).
-            result.notes.append("the task's own test cases are skipped in interpreter mode")
-        elif info.has_tests:
-            s = _seed(seed, 10_000)
-            r_out = self._load(self._ask_ref(task, ref, {"op": "tests", "seed": s}, self.limits.run_s * 2,
-                                               "its own test cases"))
-            c_reply = self._ask(cand, {"op": "tests", "seed": s}, self.limits.run_s * 2,
-                                "correctness (the task's test cases)")
-            mismatch = compare(r_out, self._load(c_reply), atol, rtol)
-            if mismatch is not None:
-                raise _Stop(Outcome(mismatch.outcome), "correctness", f"the task's own test cases: {mismatch.detail}",
-                            check=None if mismatch.outcome == "wrong_output" else mismatch.check)
+                r_reply, c_reply = replies
+                what = f"shape {shape.label}"
+                launches += c_reply.get("launches", 0)
+                self._check_run(c_reply, r_reply, what)
+                job = self._checks.submit(self._judge, r_reply, c_reply, shape, info, what, by_index[shape.index])
+                if pending is not None:
+                    io_bytes.update(pending.result())
+                pending = job
+                if shape is self._alias_shape(shapes):
+                    io_bytes.update(pending.result())
+                    pending = None
+                    self._second_call(task, ref, cand, shape, seed, r_reply, info, what)
+            if pending is not None:
+                io_bytes.update(pending.result())
+                pending = None
+        except _Stop as stop:
+            earlier = pending.exception() if pending is not None else None
+            if isinstance(earlier, _Stop) and earlier is not stop:
+                raise earlier from None  # an earlier shape failed first
+            raise
+        finally:
+            if pending is not None:
+                wait([pending])  # no check may outlive the evaluation's GPU lock
+        self._task_tests(task, info, ref, cand, seed, result)
         if launches == 0 and not info.allow_torch_only:
             raise _Stop(Outcome.SUSPICIOUS, "correctness", "the candidate launched no Triton kernel (torch only)",
                         check="no_triton")
         return io_bytes
+
+    @staticmethod
+    def _alias_shape(shapes: list[ShapeInfo]) -> ShapeInfo:
+        """The shape run twice (other inputs the second time): the smallest search shape."""
+        search = [s for s in shapes if not s.held_out]
+        return min(search or shapes, key=lambda s: s.nbytes)
+
+    def _run_shape(self, task, ref, cand, shape, seed, keep, by_index, result) -> tuple[dict, dict] | None:
+        """The reference's and the candidate's replies for one shape (None: a held-out shape the reference
+        cannot run). Both run at once when the inputs the reference modifies in place are known."""
+        s = _seed(seed, shape.index)
+        what = f"shape {shape.label}"
+        ref_msg = {"op": "run", "shape": shape.index, "seed": s, "use_reference": True, "return_mutated": True}
+        known = self._mutated.get((task.key, shape.index))
+        ref_run = self._side.submit(self._ask_ref, task, ref, ref_msg, self.limits.run_s, what)
+        if known is None:  # the first evaluation of a task learns them
+            r_reply = self._held_out_guard(ref_run, shape, by_index, result)
+            if r_reply is None:
+                return None
+            known = r_reply.get("mutated_inputs", [])
+        c_msg = {"op": "run", "shape": shape.index, "seed": s, "keep": keep, "return_inputs": known}
+        try:
+            c_reply = self._ask(cand, c_msg, self.limits.run_s, f"correctness ({what})")
+        except _Stop:
+            wait([ref_run])  # the reference worker must be idle before anyone asks it again
+            raise
+        r_reply = self._held_out_guard(ref_run, shape, by_index, result)
+        if r_reply is None:
+            return None
+        mutated = r_reply.get("mutated_inputs", [])
+        if mutated != known:  # data-dependent in-place updates: ask again for the right inputs
+            c_reply = self._ask(cand, {**c_msg, "return_inputs": mutated}, self.limits.run_s,
+                                f"correctness ({what})")
+        self._mutated[(task.key, shape.index)] = mutated
+        return r_reply, c_reply
+
+    def _judge(self, r_reply: dict, c_reply: dict, shape: ShapeInfo, info: TaskInfo, what: str,
+               shape_result: ShapeResult) -> dict[int, int]:
+        """The parent's verdict on one shape (raises _Stop); returns the shape's bytes in and out."""
+        r_out = self._load(r_reply)
+        c_out = self._load(c_reply)
+        self._check_outputs(r_out, c_out, info.atol, info.rtol, what, shape_result)
+        shape_result.correct = True
+        return {shape.index: shape.nbytes + r_out.nbytes("result")}
+
+    def _second_call(self, task, ref, cand, shape, seed, r_reply, info, what) -> None:
+        """The same shape again with other inputs: cached or aliased outputs show up here."""
+        s2 = _seed(seed, shape.index, 1)
+        r2 = self._load(self._ask_ref(task, ref, {"op": "run", "shape": shape.index, "seed": s2,
+                                                    "use_reference": True, "return_mutated": True},
+                                        self.limits.run_s, what))
+        c2_reply = self._ask(cand, {"op": "run", "shape": shape.index, "seed": s2, "check_alias": True,
+                                    "return_inputs": r_reply.get("mutated_inputs", [])},
+                             self.limits.run_s, f"correctness ({what}, second call)")
+        if c2_reply.get("aliased"):
+            raise _Stop(Outcome.SUSPICIOUS, "correctness", f"{what}: the second call returned the same "
+                        "output memory as the first (cached output)", check="aliased_output")
+        mismatch = compare(r2, self._load(c2_reply), info.atol, info.rtol)
+        if mismatch is not None:
+            raise _Stop(Outcome.SUSPICIOUS, "correctness", f"{what}: right on the first call, wrong on a "
+                        f"second call with other inputs (cached output?): {mismatch.detail}",
+                        check="cached_output")
+
+    def _task_tests(self, task, info, ref, cand, seed, result) -> None:
+        """The task's own test cases (TritonBench's instance tests), reference and candidate at once."""
+        if not info.has_tests:
+            return
+        if self.mode == "interpreter":
+            # TritonBench's instance tests are sized for GPUs (32K-row copies take minutes here).
+            result.notes.append("the task's own test cases are skipped in interpreter mode")
+            return
+        s = _seed(seed, 10_000)
+        ref_run = self._side.submit(self._ask_ref, task, ref, {"op": "tests", "seed": s}, self.limits.run_s * 2,
+                                    "its own test cases")
+        try:
+            c_reply = self._ask(cand, {"op": "tests", "seed": s}, self.limits.run_s * 2,
+                                "correctness (the task's test cases)")
+        finally:
+            wait([ref_run])
+        mismatch = compare(self._load(ref_run.result()), self._load(c_reply), info.atol, info.rtol)
+        if mismatch is not None:
+            raise _Stop(Outcome(mismatch.outcome), "correctness", f"the task's own test cases: {mismatch.detail}",
+                        check=None if mismatch.outcome == "wrong_output" else mismatch.check)
 
     @staticmethod
     def _held_out_guard(ref_run, shape: ShapeInfo, by_index, result: EvalResult) -> dict | None:

@@ -188,17 +188,16 @@ class Worker:
             torch.cuda.synchronize()
         return {"ok": True, "compile_s": time.perf_counter() - t0}
 
-    def _write(self, obj, tag: str) -> tuple[str | None, list[dict]]:
-        from safetensors.torch import save_file
-
+    def _write(self, obj, tag: str) -> dict:
+        """The reply's fields that carry `obj`: its entries, and its tensors' file and layout."""
+        from kernelband import tensorfile
         from kernelband.worker.outputs import flatten
         entries, tensors = flatten(obj)
         if not tensors:
-            return None, entries
+            return {"file": None, "entries": entries}
         self.files += 1
-        path = os.path.join(self.dir, f"out-{self.files}-{tag}.safetensors")
-        save_file(tensors, path)
-        return path, entries
+        path = os.path.join(self.dir, f"out-{self.files}-{tag}.tensors")
+        return {"file": path, "layout": tensorfile.write(tensors, path), "entries": entries}
 
     def op_run(self, request: dict) -> dict:
         """Run the module (or the task's reference) on fresh inputs of one shape."""
@@ -247,8 +246,7 @@ class Worker:
         wanted = mutated if request.get("return_mutated") else request.get("return_inputs", [])
         if wanted:
             payload["inputs"] = {str(i): in_tensors[i] for i in wanted if i < len(in_tensors)}
-        path, entries = self._write(payload, f"run{index}")
-        return {"ok": True, "file": path, "entries": entries, "mutated_inputs": mutated,
+        return {"ok": True, **self._write(payload, f"run{index}"), "mutated_inputs": mutated,
                 "n_inputs": len(in_tensors), "launches": self.log.count, "lazy_output": lazy,
                 "new_threads": new_threads, "aliased": aliased, "tampered": self._tamper(),
                 "call_s": call_s}
@@ -296,8 +294,7 @@ class Worker:
             text = _error_text(exc)
             outcome = "crashed" if self.gpu and _is_cuda_fault(text) else "runtime_error"
             return {"ok": False, "outcome": outcome, "error": text, "tampered": self._tamper()}
-        path, entries = self._write({"tests": results}, "tests")
-        return {"ok": True, "file": path, "entries": entries, "launches": self.log.count,
+        return {"ok": True, **self._write({"tests": results}, "tests"), "launches": self.log.count,
                 "tampered": self._tamper()}
 
     def op_time(self, request: dict) -> dict:

@@ -1,14 +1,15 @@
 """Flatten what a module returned into named tensors and plain values.
 
-Tensors go to a safetensors file; everything else travels as JSON. The parent
-rebuilds nothing: it compares entry by entry, by path.
+Tensors go to a raw tensor file (`kernelband.tensorfile`), straight from the
+device they are on; everything else travels as JSON. The parent rebuilds
+nothing: it compares entry by entry, by path.
 """
 
 from __future__ import annotations
 
 import torch
 
-# dtypes safetensors stores as they are; others travel as raw bytes.
+# dtypes stored as they are; others travel as raw bytes.
 _NATIVE = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
            torch.bfloat16, torch.float32, torch.float64}
 for _name in ("float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64"):
@@ -25,7 +26,7 @@ def flatten(obj, path: str = "") -> tuple[list[dict], dict[str, torch.Tensor]]:
             t = value.detach()
             entry = {"path": where, "kind": "tensor", "dtype": str(t.dtype).replace("torch.", ""),
                      "shape": list(t.shape)}
-            t = t.to("cpu", copy=True).contiguous()
+            t = t.contiguous()  # stays on its device: the tensor file copies it once, straight from there
             if t.is_complex():
                 t = torch.view_as_real(t).contiguous()
                 entry["stored_as"] = "real_pairs"
