@@ -14,7 +14,8 @@ from kernelband.tasks import example_names
 from kernelband.tasks import tritonbench as tb
 
 ROOT = Path(__file__).resolve().parents[1]
-TB_JSON = Path(os.environ.get("KERNELBAND_TRITONBENCH") or ROOT / ".data" / "tritonbench_g_tasks.json")
+# KERNELBAND_TRITONBENCH, else shared/tritonbench/... next to or above the checkout
+TB_JSON = tb.find() or Path("<no TritonBench-G data: set KERNELBAND_TRITONBENCH>")
 needs_tb = pytest.mark.skipif(not TB_JSON.is_file(), reason=f"no TritonBench-G JSON at {TB_JSON}")
 EXAMPLES = ROOT / "src" / "kernelband" / "tasks" / "examples"
 RESULT_KEYS = {"outcome", "speedup", "shapes", "features", "interpreter", "detail", "seed"}

@@ -18,7 +18,8 @@ from kernelband.tasks import tritonbench as tb
 from kernelband.worker.harness import MIN_SEARCH_SHAPES, PyFileHarness
 
 ROOT = Path(__file__).resolve().parents[1]
-TB_JSON = Path(os.environ.get("KERNELBAND_TRITONBENCH") or ROOT / ".data" / "tritonbench_g_tasks.json")
+# KERNELBAND_TRITONBENCH, else shared/tritonbench/... next to or above the checkout
+TB_JSON = tb.find() or Path("<no TritonBench-G data: set KERNELBAND_TRITONBENCH>")
 needs_tb = pytest.mark.skipif(not TB_JSON.is_file(), reason=f"no TritonBench-G JSON at {TB_JSON}")
 
 KERNEL = '''"""A tiny task for tests."""

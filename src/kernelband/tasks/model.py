@@ -22,6 +22,8 @@ class Task:
     harness_file: str = "<harness>"
     tests_source: str | None = None  # TritonBench instance tests, run against every module
     extra_loop_values: tuple[float, ...] = ()  # TritonBench: loop values added to the script's own
+    # TritonBench: (old, new) replacements in the performance script under the CPU interpreter only
+    interpreter_fixes: tuple[tuple[str, str], ...] = ()
     description: str = ""
     difficulty: int | None = None
 
@@ -30,7 +32,7 @@ class Task:
         """Identifies the reference: same key, same reference worker."""
         h = hashlib.sha256()
         for part in (self.kind, self.name, self.module_source, self.harness_source, self.tests_source or "",
-                     repr(self.extra_loop_values)):
+                     repr(self.extra_loop_values), repr(self.interpreter_fixes)):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()[:16]
@@ -39,7 +41,8 @@ class Task:
         """What a worker needs to build the harness."""
         return {"kind": self.kind, "name": self.name, "harness_source": self.harness_source,
                 "harness_file": self.harness_file, "tests_source": self.tests_source,
-                "extra_loop_values": list(self.extra_loop_values)}
+                "extra_loop_values": list(self.extra_loop_values),
+                "interpreter_fixes": [list(f) for f in self.interpreter_fixes]}
 
 
 @dataclass(frozen=True)

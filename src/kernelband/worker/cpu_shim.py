@@ -132,6 +132,30 @@ def _autotune_by_wall_clock() -> None:
     autotuner.Autotuner.do_bench = property(bench)
 
 
+def _interpreter_libdevice() -> None:
+    """libdevice's functions are stubs that the GPU compiler resolves; the interpreter runs the stub and gets
+    None. Give the common ones a body in `tl` terms, before any module imports them by name."""
+    import importlib
+
+    import triton.language as tl
+
+    def unary(name):
+        return lambda x: getattr(tl.math, name)(x)  # looked up at call time, when the interpreter has patched tl
+
+    bodies = {name: unary(name) for name in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "erf",
+                                               "floor", "ceil")}
+    bodies["fabs"] = lambda x: tl.abs(x)
+    bodies["tanh"] = lambda x: 2.0 / (1.0 + tl.exp(-2.0 * x)) - 1.0
+    for module_name in ("triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice"):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        for name, body in bodies.items():
+            if hasattr(module, name):
+                setattr(module, name, body)
+
+
 def install() -> None:
     torch.Tensor.cuda = lambda self, *args, **kwargs: self
     torch.Tensor.is_cuda = property(lambda self: True)
@@ -163,4 +187,5 @@ def install() -> None:
         cuda.amp = types.SimpleNamespace()
     _interpreter_reads_string_annotations()
     _autotune_by_wall_clock()
+    _interpreter_libdevice()
     _CudaToCpu().__enter__()
