@@ -19,6 +19,7 @@ import math
 import os
 import random
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import time
@@ -575,3 +576,50 @@ def test_unfinished_and_broken_runs(tmp_path):
     assert empty["policies"] == [] and empty["excluded"]
     assert "nothing to report" in write_report(empty, tmp_path / "empty").read_text()
     store.close()
+
+
+def test_a_sweep_split_over_two_databases_merges_into_the_same_report(tmp_path):
+    """Half the tasks in one database, half in another (two machines or sessions): merged, the report's
+    numbers are those of the sweep run in one database; merging again copies nothing."""
+    whole, bench, _ = build_db(tmp_path / "whole.db")
+    expected = report_data(whole, f"bench:{bench}")
+    parts = []
+    for name, keep in (("a", TASKS[: len(TASKS) // 2]), ("b", TASKS[len(TASKS) // 2:])):
+        part = tmp_path / f"{name}.db"
+        with sqlite3.connect(tmp_path / "whole.db") as src, sqlite3.connect(part) as dst:
+            src.backup(dst)  # the open database's WAL included
+        store = Store(part)
+        with store._tx() as db:
+            gone = [r.id for r in store.runs(bench) if r.task not in keep]
+            for table in ("candidates", "proposals", "evaluations", "iterations", "llm_calls"):
+                db.executemany(f"DELETE FROM {table} WHERE run_id = ?", [(i,) for i in gone])
+            db.executemany("DELETE FROM runs WHERE id = ?", [(i,) for i in gone])
+        store.close()
+        parts.append(part)
+
+    merged = tmp_path / "merged.db"
+    runner = CliRunner()
+    res = runner.invoke(app, ["merge", str(parts[0]), str(bench), "--db", str(merged)])
+    assert res.exit_code == 0, res.output
+    target = int(" ".join(res.output.split()).split("into bench ")[1].split()[0])
+    res = runner.invoke(app, ["merge", str(parts[1]), str(bench), "--db", str(merged), "--into", str(target)])
+    assert res.exit_code == 0, res.output
+    store = Store(merged)
+    assert len(store.runs(target)) == len(whole.runs(bench))
+    got = report_data(store, f"bench:{target}")
+    assert got["summary"] == expected["summary"]
+    def rows(data):  # run ids are new in the merged database
+        return sorted(json.dumps({k: v for k, v in r.items() if k != "run_id"}, sort_keys=True)
+                       for r in data["tasks"])
+
+    assert rows(got) == rows(expected)
+
+    again = runner.invoke(app, ["merge", str(parts[1]), str(bench), "--db", str(merged), "--into", str(target)])
+    assert "0 runs copied" in " ".join(again.output.split())
+    other = Store(tmp_path / "other.db")
+    odd = other.create_bench("examples", {"policies": ["random"], "seeds": [0], "iterations": 3})
+    other.close()
+    res = runner.invoke(app, ["merge", str(tmp_path / "other.db"), str(odd), "--db", str(merged), "--into",
+                              str(target)])
+    message = " ".join(res.output.split())
+    assert res.exit_code == 2 and "differs from bench" in message and "policies" in message

@@ -239,6 +239,23 @@ def bench_cmd(
         out.print(f"[red]error[/] {line}", highlight=False)
 
 
+@app.command("merge")
+def merge_cmd(
+    source: Path = typer.Argument(..., help="the run database to copy from"),
+    bench: int = typer.Argument(..., help="the bench in SOURCE to copy"),
+    db: Path = typer.Option(Path(DEFAULT_DB), "--db", help="the run database to copy into"),
+    into: int | None = typer.Option(None, "--into", help="join this bench of --db (default: a new bench)"),
+) -> None:
+    """Copy a bench from another run database (a sweep split over machines or sessions) into --db."""
+    from kernelband.search.store import Store
+
+    try:
+        target, copied = Store(db).merge_bench(source, bench, into)
+    except UserError as exc:
+        _fail(str(exc))
+    out.print(f"bench {bench} of {source}: {copied} runs copied into bench {target} of {db}", highlight=False)
+
+
 def _gpu_indices(text: str | None) -> list[int]:
     import torch
 
@@ -267,4 +284,4 @@ def _bench_event(event: dict) -> None:
         err.print(f"[red]error[/]   {where}: {event['error']}", highlight=False)
 
 
-__all__ = ["optimize_cmd", "runs_cmd", "bench_cmd", "err"]
+__all__ = ["optimize_cmd", "runs_cmd", "bench_cmd", "merge_cmd", "err"]

@@ -310,6 +310,60 @@ class Store:
         with self._tx() as db:
             db.execute("UPDATE benches SET status = 'done', finished = ? WHERE id = ?", (time.time(), bench_id))
 
+    def merge_bench(self, other: str | Path, bench_id: int, into: int | None = None) -> tuple[int, int]:
+        """Copy bench `bench_id` of the database `other` into this one: every run with its candidates,
+        proposals, evaluations, iterations and LLM calls, and the golden baselines. The runs join bench
+        `into` (its settings must match; the task lists are joined) or a new bench with the same settings.
+        A run whose (task, policy, proposer, seed) is already done in the target is skipped.
+        Returns (target bench, runs copied). For sweeps split over machines or sessions."""
+        other = Path(other).expanduser()
+        if not other.is_file():
+            raise UserError(f"no run database at {other}")
+        src = Store(other)
+        try:
+            theirs = src.bench(bench_id)
+            same = ("suite", "policies", "seeds", "iterations", "q", "proposer", "preset")
+            if into is None:
+                into = self.create_bench(theirs["suite"], theirs["config"])
+            else:
+                ours = self.bench(into)
+                differ = [k for k in same if ours["config"].get(k) != theirs["config"].get(k)]
+                if differ:
+                    raise UserError(f"bench {bench_id} of {other} differs from bench {into} in {', '.join(differ)}")
+                tasks = list(dict.fromkeys((ours["config"].get("tasks") or []) + (theirs["config"].get("tasks") or [])))
+                with self._tx() as db:
+                    db.execute("UPDATE benches SET config = ? WHERE id = ?",
+                               (json.dumps({**ours["config"], "tasks": tasks}), into))
+            copied = 0
+            for run in src.runs(bench_id):
+                done = self.find_run(run.task_key, run.policy, run.proposer, run.seed, into)
+                if done is not None and done.status == "done":
+                    continue
+                copied += 1
+                self._copy_run(src, run.id, into)
+            with self._tx() as db:
+                for row in src._rows("SELECT * FROM baselines"):
+                    db.execute("INSERT OR IGNORE INTO baselines VALUES (?,?,?,?,?,?,?)", tuple(row.values()))
+            return into, copied
+        finally:
+            src.close()
+
+    def _copy_run(self, src: Store, run_id: int, bench_id: int) -> None:
+        row = src._rows("SELECT * FROM runs WHERE id = ?", (run_id,))[0]
+        with self._tx() as db:
+            new = db.execute("INSERT INTO runs (bench_id, task, task_key, policy, proposer, seed, config, status, "
+                             "device, created, finished, summary) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                             (bench_id, row["task"], row["task_key"], row["policy"], row["proposer"], row["seed"],
+                              row["config"], row["status"], row["device"], row["created"], row["finished"],
+                              row["summary"])).lastrowid
+            for table in ("candidates", "proposals", "evaluations", "iterations", "llm_calls"):
+                for r in src._rows(f"SELECT * FROM {table} WHERE run_id = ?", (run_id,)):
+                    r["run_id"] = new
+                    if table == "llm_calls":
+                        r.pop("id")
+                    cols = ", ".join(r)
+                    db.execute(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(r))})", tuple(r.values()))
+
     def baseline(self, gpu: str, driver: str, triton: str, task_key: str, preset: str) -> EvalResult | None:
         rows = self._rows("SELECT result FROM baselines WHERE gpu = ? AND driver = ? AND triton = ? AND task_key = ?"
                           " AND preset = ?", (gpu, driver, triton, task_key, preset))
