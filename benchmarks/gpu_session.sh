@@ -11,7 +11,8 @@
 #
 # Settings (environment): SWEEP_BUDGET_S (start no new search run after this many seconds), GRID_BUDGET_S,
 # SWEEP_TIMEOUT_S and EVAL_TIMEOUT_S (hard stops), EVAL_PARTS (eval_throughput parts, in order), RUNS_PER_GPU,
-# SWEEP_TASKS, SWEEP_POLICIES, GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny version of everything).
+# SWEEP_TASKS, SWEEP_POLICIES, SWEEP_RESUME=part.db.gz:BENCH (continue a committed sweep database),
+# GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny version of everything).
 set -u
 S=${KB_STATE:-kernelband-runs/gpu}
 mkdir -p "$S"
@@ -58,6 +59,9 @@ evaluator_parts() {
 sweep() {
   export CUDA_VISIBLE_DEVICES=$1
   local resume=""
+  if [ -n "${SWEEP_RESUME:-}" ] && [ ! -f "$S/quality.db" ]; then  # SWEEP_RESUME=part.db.gz:BENCH
+    gunzip -c "${SWEEP_RESUME%:*}" > "$S/quality.db" && echo "${SWEEP_RESUME##*:}" > "$S/bench_id"
+  fi
   [ -f "$S/bench_id" ] && resume="--bench-id $(cat "$S/bench_id")"
   echo "== $(date -u +%FT%TZ) sweep on GPUs $1 $resume"
   # shellcheck disable=SC2086
