@@ -40,6 +40,7 @@ def test_optimize_end_to_end_with_the_rewriter(tmp_path: Path):
     assert summary["proposer"] == "rewrite"
     assert summary["iterations"] == 3 and summary["evaluations"] >= 1
     assert summary["best_outcome"] == "ok"
+    assert summary["interpreter"] is True and summary["device"]  # labelled: interpreter timings
 
     store = Store(db)
     run = store.run(summary["run_id"])

@@ -138,6 +138,9 @@ def _print_summary(summary, store) -> None:
     if summary.k0_self_speedup is not None:
         out.print(f"noise floor: the starting kernel timed against itself gave {summary.k0_self_speedup:.3f}x",
                   highlight=False)
+    if summary.interpreter:
+        out.print("[yellow]interpreter timings[/]: the kernels ran in the Triton interpreter on the CPU; these "
+                  "speedups say nothing about GPU speed (run on a GPU machine for real ones)", highlight=False)
     if summary.stopped:
         out.print(f"stopped early: {summary.stopped}", highlight=False)
     if summary.best_path:

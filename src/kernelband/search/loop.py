@@ -66,6 +66,8 @@ class Summary:
     best_path: str = ""
     diff_path: str = ""
     stopped: str = ""  # why the run ended before its iterations, if it did
+    device: str = ""  # where the timings were taken
+    interpreter: bool = False  # timings from the Triton interpreter on a CPU: they say nothing about GPU speed
     per_iteration: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -314,6 +316,7 @@ class Search:
                           best_sol_fraction=statistics.median(fractions) if fractions else None,
                           k0_self_speedup=self.k0_self_speedup, tokens=self.tokens,
                           pool_size=sum(c.valid for c in self.candidates), stopped=stopped,
+                          device=best.result.device, interpreter=best.result.interpreter,
                           per_iteration=[{k: v for k, v in row.items() if k != "arms"} for row in per_iteration])
         if self.out_dir is not None:
             summary.best_path, summary.diff_path = self._write_best(best)
