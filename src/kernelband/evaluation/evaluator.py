@@ -367,23 +367,25 @@ class Evaluator:
         """Every shape, pipelined: while the parent loads and compares one shape's outputs, the workers
         already run the next one. The first failing shape decides the outcome, as if run one by one."""
         io_bytes: dict[int, int] = {}
+        alias = self._alias_shape(shapes)
         pending = None  # the parent's check of the previous shape
+        jobs = []
         try:
             launches = 0
             for shape in shapes:
-                replies = self._run_shape(task, ref, cand, shape, seed, shape is self._alias_shape(shapes),
-                                          by_index, result)
+                replies = self._run_shape(task, ref, cand, shape, seed, shape is alias, by_index, result)
                 if replies is None:
                     continue
                 r_reply, c_reply = replies
                 what = f"shape {shape.label}"
                 launches += c_reply.get("launches", 0)
                 self._check_run(c_reply, r_reply, what)
-                job = self._checks.submit(self._judge, r_reply, c_reply, shape, info, what, by_index[shape.index])
+                jobs.append(self._checks.submit(self._judge, r_reply, c_reply, shape, info, what,
+                                                by_index[shape.index]))
                 if pending is not None:
                     io_bytes.update(pending.result())
-                pending = job
-                if shape is self._alias_shape(shapes):
+                pending = jobs[-1]
+                if shape is alias:
                     io_bytes.update(pending.result())
                     pending = None
                     self._second_call(task, ref, cand, shape, seed, r_reply, info, what)
@@ -396,8 +398,7 @@ class Evaluator:
                 raise earlier from None  # an earlier shape failed first
             raise
         finally:
-            if pending is not None:
-                wait([pending])  # no check may outlive the evaluation's GPU lock
+            wait(jobs)  # no check may outlive the evaluation's GPU lock
         self._task_tests(task, info, ref, cand, seed, result)
         if launches == 0 and not info.allow_torch_only:
             raise _Stop(Outcome.SUSPICIOUS, "correctness", "the candidate launched no Triton kernel (torch only)",
