@@ -563,6 +563,7 @@ def test_unfinished_and_broken_runs(tmp_path):
     store.add_evaluation(broken, 0, "search", _result("examples:rmsnorm", "compile_error", None, 0))
 
     data = report_data(store, f"bench:{bench}")
+    assert data["warnings"] == ["unfinished sweep: 0 of ? planned runs are done"]
     assert [e["run_id"] for e in data["excluded"]] == [broken]
     row = [r for r in data["tasks"] if r["run_id"] == live][0]
     assert (row["best_speedup"], row["best_candidate"], row["evaluations"], row["evals_ok"]) == (1.3, 1, 2, 1)
@@ -623,3 +624,17 @@ def test_a_sweep_split_over_two_databases_merges_into_the_same_report(tmp_path):
                               str(target)])
     message = " ".join(res.output.split())
     assert res.exit_code == 2 and "differs from bench" in message and "policies" in message
+
+
+def test_the_report_warns_when_policies_cover_different_tasks(tmp_path):
+    store, bench, ids = build_db(tmp_path / "runs.db")
+    assert report_data(store, f"bench:{bench}")["warnings"] == []
+    policy = next(iter(POLICIES))
+    gone = [run for (p, task, _), run in ids.items() if p == policy and task == TASKS[0]]
+    with store._tx() as db:
+        db.executemany("UPDATE runs SET bench_id = NULL WHERE id = ?", [(i,) for i in gone])
+    data = report_data(store, f"bench:{bench}")
+    assert len(data["warnings"]) == 1 and "cover different tasks" in data["warnings"][0]
+    assert f"{policy} {len(TASKS) - 1}" in data["warnings"][0]
+    page = write_report(data, tmp_path / "out").read_text()
+    assert "do not compare the policies" in page

@@ -266,6 +266,7 @@ def render(data: dict, figs: dict[str, str]) -> str:
     parts = [f"<h1>{esc(title)}</h1>",
              f'<p class="meta">{esc(meta)}<br>database {esc(data["db"])}; made {esc(data["generated"])}; '
              f'the numbers are also in <a href="report.json">report.json</a></p>']
+    parts += [f'<p class="bad">Warning: {esc(w)}.</p>' for w in data.get("warnings", [])]
     if not data["policies"]:
         parts.append('<p class="bad">No run here has a correctly evaluated starting kernel: nothing to report.</p>')
 

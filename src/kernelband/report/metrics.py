@@ -421,12 +421,31 @@ def report_data(store: Store, bench_or_run) -> dict:
         "tasks": tasks, "task_means": task_means,
         "excluded": [{"run_id": f.row.id, "task": f.row.task, "policy": f.row.policy, "seed": f.row.seed,
                       "reason": f.reason} for f in facts if not f.usable],
+        "warnings": _warnings(bench, summary, facts),
         "focus_run": focus.row.id if focus else None,
         "pool": pool_projection(store, focus) if focus else None,
         "lineage": lineage(store, focus) if focus else None,
         "shape_sol": shape_sol(focus) if focus else [],
         "best_kernels": [best_kernel(store, f) for _, f in sorted(best_per_task.items())],
     })
+
+
+def _warnings(bench: dict | None, summary: dict, facts: list[RunFacts]) -> list[str]:
+    """What a reader must know before comparing the figures: an unfinished sweep, policies on different tasks."""
+    out = []
+    if bench is not None:
+        cfg = bench["config"]
+        planned = (len(cfg.get("policies") or []) * len(cfg.get("seeds") or [])
+                   * len(cfg.get("tasks") or []))
+        done = sum(f.row.status == "done" for f in facts)
+        if bench["status"] != "done" or (planned and done < planned):
+            out.append(f"unfinished sweep: {done} of {planned or '?'} planned runs are done")
+    covered = {p: len(v["tasks"]) for p, v in summary.items()}
+    if len({tuple(v["tasks"]) for v in summary.values()}) > 1:
+        counts = ", ".join(f"{p} {n}" for p, n in covered.items())
+        out.append(f"the policies cover different tasks ({counts}): their figures average over different "
+                   "tasks and do not compare the policies")
+    return out
 
 
 def _clean(value):

@@ -42,6 +42,8 @@ def print_report(data: dict, console: Console) -> None:
         r = data["run"]
         console.print(f"run {data['id']}: {r['task']} ({r['policy']}, seed {r['seed']}, {r['status']}) in "
                       f"{data['db']}", highlight=False)
+    for warning in data.get("warnings", []):
+        console.print(f"[yellow]warning[/]: {warning}", highlight=False)
     if not data["policies"]:
         console.print("no run here has a correctly evaluated starting kernel: nothing to report")
     for t in tbl.build(data):
