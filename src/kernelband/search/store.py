@@ -325,6 +325,8 @@ class Store:
             same = ("suite", "policies", "seeds", "iterations", "q", "proposer", "preset")
             if into is None:
                 into = self.create_bench(theirs["suite"], theirs["config"])
+                if theirs["status"] == "done":
+                    self.finish_bench(into)
             else:
                 ours = self.bench(into)
                 differ = [k for k in same if ours["config"].get(k) != theirs["config"].get(k)]
