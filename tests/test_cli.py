@@ -149,3 +149,11 @@ def pyfile_module(path: Path) -> str:
     from kernelband.tasks.pyfile import module_part
 
     return module_part(path.read_text())
+
+
+def test_a_mistyped_option_or_argument_is_one_line_and_exit_2():
+    assert_user_error(kernelband("optimize", "examples:vector_add", "--iterations", "ten"),
+                      "Invalid value for '--iterations'")
+    assert_user_error(kernelband("eval", "examples:vector_add", "--no-such-flag"), "No such option: --no-such-flag")
+    assert_user_error(kernelband("optimize"), "Missing argument 'task'")
+    assert_user_error(kernelband("frobnicate"), "No such command 'frobnicate'")

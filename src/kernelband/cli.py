@@ -189,12 +189,35 @@ import kernelband.cli_report  # noqa: E402,F401  (registers report)
 from kernelband import cli_search  # noqa: E402,F401  (registers optimize and runs)
 
 
-def main() -> None:
+def _click_exceptions():
+    """The click that typer runs on: its own copy in recent typer, the click package before."""
     try:
-        app()
+        from typer._click import exceptions
+    except ImportError:
+        import click.exceptions as exceptions
+    return exceptions
+
+
+def main() -> None:
+    """The `kernelband` command. A mistyped option or argument is one line and exit code 2, like every other
+    bad input, instead of click's usage box."""
+    errors = _click_exceptions()
+    try:
+        code = app(standalone_mode=False)
+    except errors.NoArgsIsHelpError as exc:
+        exc.show()
+        sys.exit(2)
+    except errors.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else "kernelband"
+        err.print(f"[bold red]error:[/] {' '.join(exc.format_message().split())} (`{where} --help` lists the "
+                  "options)", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except errors.Abort:
+        sys.exit(130)
     except UserError as exc:  # pragma: no cover - commands catch their own
         err.print(f"error: {exc}")
         sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
