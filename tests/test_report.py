@@ -624,6 +624,9 @@ def test_a_sweep_split_over_two_databases_merges_into_the_same_report(tmp_path):
                               str(target)])
     message = " ".join(res.output.split())
     assert res.exit_code == 2 and "differs from bench" in message and "policies" in message
+    res = runner.invoke(app, ["merge", str(merged), str(target), "--db", str(merged)])
+    assert res.exit_code == 2 and "the database being merged into" in " ".join(res.output.split())
+    assert len(Store(merged).runs(target)) == len(whole.runs(bench))  # nothing lost, nothing doubled
 
 
 def test_the_report_warns_when_policies_cover_different_tasks(tmp_path):

@@ -319,6 +319,8 @@ class Store:
         other = Path(other).expanduser()
         if not other.is_file():
             raise UserError(f"no run database at {other}")
+        if other.resolve() == self.path.resolve():
+            raise UserError(f"{other} is the database being merged into: give another one with --db")
         src = Store(other)
         try:
             theirs = src.bench(bench_id)
