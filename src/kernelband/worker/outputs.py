@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import torch
 
-# dtypes stored as they are; others travel as raw bytes.
-_NATIVE = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-           torch.bfloat16, torch.float32, torch.float64}
-for _name in ("float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64"):
-    if hasattr(torch, _name):
-        _NATIVE.add(getattr(torch, _name))
+from kernelband.tensorfile import DTYPES
+
+# dtypes the tensor file stores as they are; others travel as raw bytes.
+_NATIVE = set(DTYPES.values())
 
 
 def flatten(obj, path: str = "") -> tuple[list[dict], dict[str, torch.Tensor]]:
