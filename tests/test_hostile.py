@@ -31,6 +31,7 @@ EXPECTED = {
     "read_api_key": ("ok", "", None),
     "write_outside": ("runtime_error", "not allowed", None),
     "write_outside_subprocess": ("ok", "", None),
+    "bad_output_file": ("suspicious", "outputs cannot be read", "output_file"),
 }
 
 

@@ -33,6 +33,7 @@ from kernelband.evaluation.compare import Mismatch, Outputs, compare
 from kernelband.evaluation.pool import Worker, WorkerGone, WorkerPool
 from kernelband.evaluation.records import PRESETS, EvalResult, Outcome, Preset, ShapeResult
 from kernelband.tasks.model import ShapeInfo, Task, TaskInfo
+from kernelband.tensorfile import TensorFileError
 
 # In interpreter mode a task keeps its smallest search shapes: at most this many, each at most this big.
 INTERPRETER_SHAPES = 2
@@ -142,8 +143,17 @@ class Evaluator:
 
             torch.cuda.empty_cache()
 
-    def _load(self, reply: dict) -> Outputs:
-        return Outputs.load(reply, device=self.compare_device)
+    def _load(self, reply: dict, what: str, task: Task | None = None) -> Outputs:
+        """The outputs a worker sent: the candidate's (`task` None) or the reference's. A file or layout the
+        parent cannot read is the sender's fault: `suspicious` for a candidate, a task error for the
+        reference."""
+        try:
+            return Outputs.load(reply, device=self.compare_device)
+        except (TensorFileError, OSError, RuntimeError) as exc:
+            if task is not None:
+                raise TaskError(f"{task.ref}: the reference's outputs on {what} cannot be read: {exc}") from None
+            raise _Stop(Outcome.SUSPICIOUS, "correctness", f"{what}: the candidate's outputs cannot be read "
+                        f"({exc})", check="output_file") from None
 
     def __enter__(self) -> Evaluator:
         return self
@@ -380,7 +390,7 @@ class Evaluator:
                 what = f"shape {shape.label}"
                 launches += c_reply.get("launches", 0)
                 self._check_run(c_reply, r_reply, what)
-                jobs.append(self._checks.submit(self._judge, r_reply, c_reply, shape, info, what,
+                jobs.append(self._checks.submit(self._judge, task, r_reply, c_reply, shape, info, what,
                                                 by_index[shape.index]))
                 if pending is not None:
                     io_bytes.update(pending.result())
@@ -440,11 +450,11 @@ class Evaluator:
         self._mutated[(task.key, shape.index)] = mutated
         return r_reply, c_reply
 
-    def _judge(self, r_reply: dict, c_reply: dict, shape: ShapeInfo, info: TaskInfo, what: str,
+    def _judge(self, task: Task, r_reply: dict, c_reply: dict, shape: ShapeInfo, info: TaskInfo, what: str,
                shape_result: ShapeResult) -> dict[int, int]:
         """The parent's verdict on one shape (raises _Stop); returns the shape's bytes in and out."""
-        r_out = self._load(r_reply)
-        c_out = self._load(c_reply)
+        r_out = self._load(r_reply, what, task)
+        c_out = self._load(c_reply, what)
         self._check_outputs(r_out, c_out, info.atol, info.rtol, what, shape_result)
         shape_result.correct = True
         return {shape.index: shape.nbytes + r_out.nbytes("result")}
@@ -454,14 +464,14 @@ class Evaluator:
         s2 = _seed(seed, shape.index, 1)
         r2 = self._load(self._ask_ref(task, ref, {"op": "run", "shape": shape.index, "seed": s2,
                                                     "use_reference": True, "return_mutated": True},
-                                        self.limits.run_s, what))
+                                        self.limits.run_s, what), what, task)
         c2_reply = self._ask(cand, {"op": "run", "shape": shape.index, "seed": s2, "check_alias": True,
                                     "return_inputs": r_reply.get("mutated_inputs", [])},
                              self.limits.run_s, f"correctness ({what}, second call)")
         if c2_reply.get("aliased"):
             raise _Stop(Outcome.SUSPICIOUS, "correctness", f"{what}: the second call returned the same "
                         "output memory as the first (cached output)", check="aliased_output")
-        mismatch = compare(r2, self._load(c2_reply), info.atol, info.rtol)
+        mismatch = compare(r2, self._load(c2_reply, what), info.atol, info.rtol)
         if mismatch is not None:
             raise _Stop(Outcome.SUSPICIOUS, "correctness", f"{what}: right on the first call, wrong on a "
                         f"second call with other inputs (cached output?): {mismatch.detail}",
@@ -483,7 +493,8 @@ class Evaluator:
                                 "correctness (the task's test cases)")
         finally:
             wait([ref_run])
-        mismatch = compare(self._load(ref_run.result()), self._load(c_reply), info.atol, info.rtol)
+        what = "the task's test cases"
+        mismatch = compare(self._load(ref_run.result(), what, task), self._load(c_reply, what), info.atol, info.rtol)
         if mismatch is not None:
             raise _Stop(Outcome(mismatch.outcome), "correctness", f"the task's own test cases: {mismatch.detail}",
                         check=None if mismatch.outcome == "wrong_output" else mismatch.check)
