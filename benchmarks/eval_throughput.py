@@ -167,19 +167,27 @@ def main() -> None:
     def save() -> None:
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))
 
-    with Evaluator(warm=args.threads + 1) as ev:  # the parts run in the order given
-        report["device"] = ev.pool.mode
-        for part in parts:
+    unknown = [p for p in parts if p not in ("speed", "pool", "repeat", "peers")]
+    if unknown:
+        raise SystemExit(f"unknown part {unknown[0]!r}: use speed, pool, repeat, peers")
+    ev = None  # started when a part needs it: the peers' part alone needs no workers on the GPU
+    try:
+        for part in parts:  # in the order given
+            if part == "peers":
+                part_peers(args.peer_tasks.split(","), report, save)
+                continue
+            if ev is None:
+                ev = Evaluator(warm=args.threads + 1)
+                report["device"] = ev.pool.mode
             if part == "speed":
                 part_speed(ev, names, report, save)
             elif part == "pool":
                 part_pool(ev, names, report, save, args.threads)
-            elif part == "repeat":
-                part_repeat(ev, args.repeat_tasks.split(","), report, save, args.repeats)
-            elif part == "peers":
-                part_peers(args.peer_tasks.split(","), report, save)
             else:
-                raise SystemExit(f"unknown part {part!r}: use speed, pool, repeat, peers")
+                part_repeat(ev, args.repeat_tasks.split(","), report, save, args.repeats)
+    finally:
+        if ev is not None:
+            ev.close()
     print(json.dumps({k: v.get("summary", v) if isinstance(v, dict) else v for k, v in report.items()
                       if k not in ("tasks", "repeat")}, default=str)[:3000])
 
