@@ -346,3 +346,14 @@ def test_the_tritonbench_location_comes_from_the_environment(tmp_path, monkeypat
     monkeypatch.setenv("KERNELBAND_TRITONBENCH", str(bad))
     with pytest.raises(UserError, match="is not a TritonBench-G task file"):
         load_task("tritonbench:add_value")
+
+
+@needs_tb
+def test_every_interpreter_size_reduction_finds_its_text_in_the_script():
+    """A reduction whose text the script no longer has would silently leave the GPU size in place."""
+    for name, fixes in tb.INTERPRETER_FIXES.items():
+        task = load_task(f"tritonbench:{name}", str(TB_JSON))
+        assert task.interpreter_fixes == fixes
+        for old, new in fixes:
+            assert task.harness_source.count(old) >= 1, (name, old)
+            assert new not in task.harness_source, (name, new)
