@@ -317,8 +317,7 @@ class Evaluator:
             # The profiling worker imports and compiles the candidate beside its own worker, off the GPU lock.
             from kernelband.evaluation import ncu
             profile = ncu.Profile(task, source, rep.index, _seed(seed, rep.index, 3),
-                                  ref.ready.device.get("name", ""), self.pool)
-            profile.prepared = self._profiling.submit(profile.prepare)
+                                  ref.ready.device.get("name", ""), self.pool).start(self._profiling)
         try:
             self._stages(task, info, ref, cand, source, shapes, preset, seed, result, by_index, rep, profile)
         finally:

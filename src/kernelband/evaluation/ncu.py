@@ -111,9 +111,14 @@ class Profile:
         self.values: dict | None = _cache.get(self.key)
         self.note: str | None = None
         self.worker = None
-        self.prepared = None  # the future of `prepare`, set by whoever runs it
+        self.prepared = None  # the future of `prepare`, once started
         self._cancelled = False
         self._lock = threading.Lock()
+
+    def start(self, executor) -> Profile:
+        """Run `prepare` on `executor`; `prepared` is its future."""
+        self.prepared = executor.submit(self.prepare)
+        return self
 
     def prepare(self) -> None:
         from kernelband.evaluation.pool import WorkerGone
