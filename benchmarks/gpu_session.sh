@@ -11,7 +11,10 @@
 #
 # Settings (environment): SWEEP_BUDGET_S (start no new search run after this many seconds), GRID_BUDGET_S,
 # SWEEP_TIMEOUT_S and EVAL_TIMEOUT_S (hard stops), EVAL_PARTS (eval_throughput parts, in order), RUNS_PER_GPU,
-# SWEEP_TASKS, SWEEP_POLICIES, SWEEP_RESUME=part.db.gz:BENCH (continue a committed sweep database),
+# SWEEP_TASKS, SWEEP_POLICIES (phases split by ';', run one after another within one SWEEP_BUDGET_S, e.g.
+# 'kernelband;greedy,random': every task with kernelband first), SWEEP_PARTS (search_quality parts, default
+# bench,grid,overhead), SWEEP_RESUME=part.db.gz:BENCH (continue a committed sweep database), EVAL=0 (no
+# evaluator parts: the sweep takes every GPU), SWEEP=0 (no sweep: the evaluator parts take GPU 0),
 # GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny version of everything).
 set -u
 S=${KB_STATE:-kernelband-runs/gpu}
@@ -27,6 +30,7 @@ which ncu && ncu --version | tail -1
 N=$(nvidia-smi -L | wc -l)
 LAST=$((N - 1))
 if [ "$N" -gt 1 ]; then SWEEP_GPUS=$(seq -s, 0 $((N - 2))); else SWEEP_GPUS=0; fi
+[ "${EVAL:-1}" = 0 ] && SWEEP_GPUS=$(seq -s, 0 $((N - 1)))
 
 EVAL_TASKS=""; REPEAT_TASKS=${REPEAT_TASKS:-add_value,softmax_triton1,matmul_kernel}
 PEER_TASKS=${PEER_TASKS:-add_value,softmax_triton1,rmsnorm_triton,kldiv_compute,cosine_compute,matmul_kernel}
@@ -36,7 +40,6 @@ if [ "${SMOKE:-0}" = 1 ]; then
   SWEEP_ARGS="--tasks add_value,softmax_triton1 --iterations 3"
 fi
 [ -n "${SWEEP_TASKS:-}" ] && SWEEP_ARGS="$SWEEP_ARGS --tasks $SWEEP_TASKS"
-[ -n "${SWEEP_POLICIES:-}" ] && SWEEP_ARGS="$SWEEP_ARGS --policies $SWEEP_POLICIES"
 
 evaluator_parts() {
   export CUDA_VISIBLE_DEVICES=$1
@@ -63,17 +66,35 @@ sweep() {
     gunzip -c "${SWEEP_RESUME%:*}" > "$S/quality.db" && echo "${SWEEP_RESUME##*:}" > "$S/bench_id"
   fi
   [ -f "$S/bench_id" ] && resume="--bench-id $(cat "$S/bench_id")"
-  echo "== $(date -u +%FT%TZ) sweep on GPUs $1 $resume"
-  # shellcheck disable=SC2086
-  timeout "${SWEEP_TIMEOUT_S:-2400}" python3 benchmarks/search_quality.py --parts bench,grid,overhead \
-    --db "$S/quality.db" --out "$S/quality.json" --budget-s "${SWEEP_BUDGET_S:-1200}" \
-    --grid-budget-s "${GRID_BUDGET_S:-300}" --runs-per-gpu "${RUNS_PER_GPU:-3}" $resume $SWEEP_ARGS \
-    > "$S/sweep.log" 2>&1
-  echo "sweep rc=$?"
+  local start=$SECONDS phase=0 phases
+  IFS=';' read -r -a phases <<< "${SWEEP_POLICIES:-}"
+  [ ${#phases[@]} -eq 0 ] && phases=("")
+  for policies in "${phases[@]}"; do
+    phase=$((phase + 1))
+    local left=$(( ${SWEEP_BUDGET_S:-1200} - (SECONDS - start) )) hard=$(( ${SWEEP_TIMEOUT_S:-2400} - (SECONDS - start) ))
+    [ "$left" -le 0 ] && break
+    local extra=""
+    [ -n "$policies" ] && extra="--policies $policies"
+    echo "== $(date -u +%FT%TZ) sweep phase $phase (${policies:-all policies}) on GPUs $1 $resume, ${left}s"
+    # shellcheck disable=SC2086
+    timeout "$hard" python3 benchmarks/search_quality.py --parts "${SWEEP_PARTS:-bench,grid,overhead}" \
+      --db "$S/quality.db" --out "$S/quality$phase.json" --budget-s "$left" \
+      --grid-budget-s "${GRID_BUDGET_S:-300}" --runs-per-gpu "${RUNS_PER_GPU:-3}" $resume $SWEEP_ARGS $extra \
+      >> "$S/sweep.log" 2>&1
+    echo "sweep phase $phase rc=$?"
+    if [ -z "$resume" ]; then  # the first phase created the bench: the next ones continue it
+      id=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bench']['bench_id'])" "$S/quality$phase.json" 2>/dev/null)
+      [ -n "$id" ] && echo "$id" > "$S/bench_id" && resume="--bench-id $id"
+    fi
+  done
   echo "== $(date -u +%FT%TZ) sweep done"
 }
 
-if [ "$N" -gt 1 ]; then
+if [ "${EVAL:-1}" = 0 ]; then
+  sweep "$SWEEP_GPUS"
+elif [ "${SWEEP:-1}" = 0 ]; then
+  evaluator_parts 0
+elif [ "$N" -gt 1 ]; then
   evaluator_parts "$LAST" &
   sweep "$SWEEP_GPUS"
   wait

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from kernelband.search.bench import Bench, BenchConfig
+from kernelband.search.rewrite import RewriteProposer
 from kernelband.search.store import Store
-
-pytestmark = pytest.mark.slow
+from kernelband.tasks import load_task
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -25,6 +26,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=900, env=env)
 
 
+@pytest.mark.slow
 def test_bench_sweep_shares_evaluations_and_resumes(tmp_path: Path):
     db = tmp_path / "bench.db"
     proc = _cli("bench", "--suite", "examples", "--tasks", "vector_add", "--policies", "greedy,bon",
@@ -54,8 +56,32 @@ def test_bench_sweep_shares_evaluations_and_resumes(tmp_path: Path):
         assert con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == made
 
 
+@pytest.mark.slow
 def test_bench_rejects_a_task_outside_the_suite(tmp_path: Path):
     proc = _cli("bench", "--suite", "examples", "--tasks", "no_such_kernel", "--policies", "random",
                 "--db", str(tmp_path / "b.db"))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].endswith("not in suite examples: no_such_kernel")
+
+
+def test_a_resume_of_some_policies_leaves_the_bench_unfinished(tmp_path: Path):
+    """Resuming a sweep with a subset of its policies (as the GPU sessions do, one policy at a time) must not
+    mark the bench done while other planned runs are missing."""
+    store = Store(tmp_path / "b.db")
+    config = BenchConfig("examples", ["greedy", "bon"], [0], 2, tasks=["examples:vector_add"])
+    bench_id = store.create_bench(config.suite, config.to_dict())
+    key = load_task("examples:vector_add").key
+    run = store.create_run("examples:vector_add", key, "greedy", "rewrite", 0, {}, bench_id=bench_id)
+    store.finish_run(run, "done", {})
+    subset = BenchConfig("examples", ["greedy"], [0], 2, tasks=["examples:vector_add"])
+    events = []
+    # Its only job is done already, so the evaluator is never used.
+    bench = Bench(store, subset, [object()], RewriteProposer, bench_id=bench_id, on_event=events.append)
+    assert bench.run() == bench_id
+    assert [e["kind"] for e in events] == ["job_skipped"]
+    assert store.bench(bench_id)["status"] == "running"
+
+    other = store.create_run("examples:vector_add", key, "bon", "rewrite", 0, {}, bench_id=bench_id)
+    store.finish_run(other, "done", {})
+    bench.run()
+    assert store.bench(bench_id)["status"] == "done"

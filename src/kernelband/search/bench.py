@@ -133,9 +133,17 @@ class Bench:
             t.start()
         for t in threads:
             t.join()
-        if all(r.status == "done" for r in self.store.runs(self.bench_id)) and work.empty():
+        if work.empty() and self._complete():
             self.store.finish_bench(self.bench_id)
         return self.bench_id
+
+    def _complete(self) -> bool:
+        """Every run the bench was created for is done, not only those of this invocation (a resume may run a
+        subset of the policies or tasks)."""
+        planned = Bench(self.store, BenchConfig(**self.store.bench(self.bench_id)["config"]), [],
+                        self.make_proposer, self.tritonbench_path, bench_id=self.bench_id).jobs()
+        done = {(r.task, r.policy, r.seed) for r in self.store.runs(self.bench_id) if r.status == "done"}
+        return all((j.task, j.policy, j.seed) in done for j in planned)
 
     def _drain(self, work: queue.Queue, evaluator) -> None:
         while True:
