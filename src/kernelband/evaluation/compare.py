@@ -63,10 +63,11 @@ def _errors(cand: torch.Tensor, ref: torch.Tensor, atol: float) -> tuple[float, 
     return max_abs, max_rel
 
 
-def compare(ref: Outputs, cand: Outputs, atol: float, rtol: float, prefix: str = "") -> Mismatch | None:
-    """None when `cand` matches `ref`; else the first mismatch."""
-    ref_entries = {e["path"]: e for e in ref.entries if e["path"].startswith(prefix)}
-    cand_entries = {e["path"]: e for e in cand.entries if e["path"].startswith(prefix)}
+def compare(ref: Outputs, cand: Outputs, atol: float, rtol: float, prefix: str = "",
+            ignore: frozenset[str] | set[str] = frozenset()) -> Mismatch | None:
+    """None when `cand` matches `ref`; else the first mismatch. Outputs whose path is in `ignore` are left out."""
+    ref_entries = {e["path"]: e for e in ref.entries if e["path"].startswith(prefix) and e["path"] not in ignore}
+    cand_entries = {e["path"]: e for e in cand.entries if e["path"].startswith(prefix) and e["path"] not in ignore}
     if set(ref_entries) != set(cand_entries):  # a dict's key order carries no meaning
         missing = [p for p in ref_entries if p not in cand_entries]
         extra = [p for p in cand_entries if p not in ref_entries]
@@ -125,3 +126,11 @@ def compare(ref: Outputs, cand: Outputs, atol: float, rtol: float, prefix: str =
                             f"{path}: max abs error {max_abs:.3g}, max rel error {max_rel:.3g} "
                             f"(atol={atol:g}, rtol={rtol:g})", max_abs, max_rel)
     return None
+
+
+def mismatched_paths(a: Outputs, b: Outputs, atol: float, rtol: float) -> list[str]:
+    """Every output path on which two runs disagree (a difference in structure ends the search)."""
+    found: set[str] = set()
+    while (m := compare(a, b, atol, rtol, ignore=found)) is not None and m.check != "structure":
+        found.add(m.path)
+    return sorted(found)

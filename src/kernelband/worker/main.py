@@ -11,6 +11,7 @@ builds inputs, runs, times and reports, and the parent compares.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import random
@@ -33,6 +34,25 @@ def _error_text(exc: BaseException) -> str:
 
 def _is_cuda_fault(text: str) -> bool:
     return any(marker in text for marker in _CUDA_FAULT_MARKERS)
+
+
+@contextlib.contextmanager
+def _filled_memory():
+    """Uninitialized memory (torch.empty and friends) filled with NaN / the largest integer, through torch's
+    deterministic mode. Code whose outputs show what an allocation held before gives different outputs with
+    and without it: this is how the reference's own non-reproducible outputs are found."""
+    import torch
+    import torch.utils.deterministic as det
+
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              det.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    det.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        det.fill_uninitialized_memory = before[2]
 
 
 class Worker:
@@ -256,7 +276,8 @@ class Worker:
                 "call_s": call_s}
 
     def op_selfcheck(self, request: dict) -> dict:
-        """Run the module twice on the same inputs and say whether it agrees with itself.
+        """Run the module twice on the same inputs and say whether it agrees with itself. The second run
+        fills uninitialized memory, so outputs that depend on it count as disagreeing.
 
         Used on the reference only, to drop shapes it cannot judge; compared here, on the device,
         because the reference is the task's own code and nothing is decided about a candidate.
@@ -267,11 +288,12 @@ class Worker:
         index, seed = request["shape"], request["seed"]
         outs = []
         try:
-            for _ in range(2):
-                self._seed(seed)
-                inputs = self.harness.make_inputs(index, self.device)
-                out = self.harness.call(inputs)
-                outs.append([t.detach().clone() for t in tensors_in(out) + tensors_in(inputs)])
+            for filled in (False, True):  # the second call with uninitialized memory filled
+                with _filled_memory() if filled else contextlib.nullcontext():
+                    self._seed(seed)
+                    inputs = self.harness.make_inputs(index, self.device)
+                    out = self.harness.call(inputs)
+                    outs.append([t.detach().clone() for t in tensors_in(out) + tensors_in(inputs)])
             if self.gpu:
                 torch.cuda.synchronize()
         except BaseException as exc:  # noqa: BLE001
@@ -293,7 +315,8 @@ class Worker:
         try:
             self._seed(request["seed"])
             self.log.reset()
-            results = self.harness.run_tests()
+            with _filled_memory() if request.get("filled_memory") else contextlib.nullcontext():
+                results = self.harness.run_tests()
         except BaseException as exc:  # noqa: BLE001
             text = _error_text(exc)
             outcome = "crashed" if self.gpu and _is_cuda_fault(text) else "runtime_error"
