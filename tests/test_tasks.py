@@ -357,3 +357,15 @@ def test_every_interpreter_size_reduction_finds_its_text_in_the_script():
         for old, new in fixes:
             assert task.harness_source.count(old) >= 1, (name, old)
             assert new not in task.harness_source, (name, new)
+
+
+def test_a_tasks_key_is_its_code_not_the_interpreters_size_reductions():
+    """The key names a task in the run store: a stored GPU sweep must keep matching its tasks when the
+    interpreter's reductions (not applied on a GPU) change, and any change to the kernel or harness must
+    give a new key."""
+    import dataclasses
+
+    task = load_task("examples:vector_add")
+    assert dataclasses.replace(task, interpreter_fixes=(("a", "b"),)).key == task.key
+    assert dataclasses.replace(task, module_source=task.module_source + "\n").key != task.key
+    assert dataclasses.replace(task, harness_source=task.harness_source + "\n").key != task.key

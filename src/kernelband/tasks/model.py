@@ -29,10 +29,12 @@ class Task:
 
     @property
     def key(self) -> str:
-        """Identifies the reference: same key, same reference worker."""
+        """Identifies the reference: same key, same reference worker, and the same task in the run store.
+        The interpreter's size reductions are left out: they follow from the task's kind and name, are not
+        applied on a GPU, and adding them would part stored GPU sweeps from the tasks they measured."""
         h = hashlib.sha256()
         for part in (self.kind, self.name, self.module_source, self.harness_source, self.tests_source or "",
-                     repr(self.extra_loop_values), repr(self.interpreter_fixes)):
+                     repr(self.extra_loop_values)):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()[:16]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import math
 import os
 import random
 import socket
@@ -53,6 +54,20 @@ def _filled_memory():
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
         det.fill_uninitialized_memory = before[2]
+
+
+def _scramble_free_memory(device) -> None:
+    """Fill the CUDA caching allocator's free memory with NaN: code that reads memory its tensors do not own
+    (past a tensor's end, into freed blocks) then reads other values than before. Small allocations come from
+    2 MiB segments, large ones from their own: both pools get NaN-filled free blocks."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    junk = [torch.full((1 << 18,), math.nan, device=device) for _ in range(64)]  # 1 MiB each: small pool
+    junk += [torch.full((8 << 20,), math.nan, device=device) for _ in range(8)]  # 32 MiB each: large pool
+    torch.cuda.synchronize()
+    del junk
 
 
 class Worker:
@@ -315,6 +330,8 @@ class Worker:
         try:
             self._seed(request["seed"])
             self.log.reset()
+            if request.get("filled_memory") and self.gpu:
+                _scramble_free_memory(self.device)
             with _filled_memory() if request.get("filled_memory") else contextlib.nullcontext():
                 results = self.harness.run_tests()
         except BaseException as exc:  # noqa: BLE001
