@@ -50,8 +50,16 @@ def test_optimize_end_to_end_with_the_rewriter(tmp_path: Path):
     children = candidates[1:]
     assert children and all(c["parent"] is not None and c["strategy"] for c in children)
     assert all(c["source"] != candidates[0]["source"] for c in children)
-    evaluations = {e["candidate"]: e for e in store.evaluations(run.id)}
+    evaluations = {e["candidate"]: e for e in store.evaluations(run.id) if e["which"] == "search"}
     assert all(c["id"] in evaluations for c in candidates)  # every candidate was evaluated and stored
+    # After the search the best kernel is checked and timed once more: search shapes (fresh inputs) and held-out.
+    if summary["best_candidate"] != 0:
+        final = store.evaluation(run.id, summary["best_candidate"], "held_out")
+        assert final is not None and final.seed != evaluations[summary["best_candidate"]]["result"]["seed"]
+        assert {s.held_out for s in final.shapes} == {False, True}
+        assert summary["confirmed_speedup"] == final.speedup > 0
+    else:
+        assert summary["confirmed_speedup"] == 1.0
     iterations = store.iterations(run.id)
     assert [row["iteration"] for row in iterations] == [1, 2, 3]
     assert all(row["arms"] for row in iterations)

@@ -132,7 +132,8 @@ def _print_summary(summary, store) -> None:
         table.add_row(str(row["iteration"]), _fmt(row["best_speedup"], ".3f"), _fmt(row["iteration_speedup"], ".3f"),
                       str(row["pool_size"]), str(row["tokens"]), f"{row['seconds']:.1f}")
     out.print(table)
-    held = "" if summary.held_out_speedup is None else f", held-out {summary.held_out_speedup:.3f}x"
+    held = "" if summary.confirmed_speedup is None else f", re-measured {summary.confirmed_speedup:.3f}x"
+    held += "" if summary.held_out_speedup is None else f", held-out {summary.held_out_speedup:.3f}x"
     out.print(f"best: candidate {summary.best_candidate}, {summary.best_speedup:.3f}x over the starting kernel "
               f"({summary.best_outcome}{held}); {summary.evaluations} evaluations", highlight=False)
     if summary.k0_self_speedup is not None:

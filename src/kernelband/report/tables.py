@@ -93,21 +93,24 @@ def build(data: dict) -> list[Table]:
 
     t = Table("held-out", "Held-out shapes (never seen during the search), reported apart",
               ["policy", "tasks with held-out", "held-out geomean", "held-out Fast@1", "failed on held-out",
-               "search geomean"])
+               "search geomean", "search, re-measured (tasks)"])
     for p in policies:
         s = summary[p]
         t.rows.append([label(p), num(s["n_held_out"], "g"), num(s["held_out_geomean"]), pct(s["held_out_fast1"]),
-                       num(s["held_out_failed"], "g"), num(s["geomean_best"])])
+                       num(s["held_out_failed"], "g"), num(s["geomean_best"]),
+                       (f"{num(s.get('confirmed_geomean'))[0]} ({s.get('n_confirmed') or 0:g})",
+                        s.get("confirmed_geomean"))])
     tables.append(t)
 
     t = Table("tasks", "Per task and run (noise floor: k0 timed against itself)", ["task", "policy", "seed", "run", "best speedup", "held-out",
                                             "best outcome", "SOL", "evaluations", "correct evals", "tokens",
-                                            "noise floor", "status"])
+                                            "noise floor", "status", "re-measured"])
     for r in data["tasks"]:
         t.rows.append([label(r["task"]), label(r["policy"]), num(r["seed"], "d"), num(r["run_id"], "d"),
                        num(r["best_speedup"]), num(r["held_out"]), label(r["best_outcome"]),
                        num(r["sol_fraction"], ".2f"), num(r["evaluations"], "d"), num(r["evals_ok"], "d"),
-                       num(r["tokens"], "d"), num(r["k0_self_speedup"]), label(r["status"])])
+                       num(r["tokens"], "d"), num(r["k0_self_speedup"]), label(r["status"]),
+                       num(r.get("confirmed"))])
     tables.append(t)
 
     if any(m["n_seeds"] > 1 for m in data["task_means"]):
