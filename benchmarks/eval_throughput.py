@@ -91,20 +91,25 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int)
     with ThreadPoolExecutor(threads) as pool:
         results = list(pool.map(lambda t: _safe_eval(ev, t), tasks))
     elapsed = time.perf_counter() - t0
-    done = [r for r in results if r is not None]
+    done = [r for r in results if not isinstance(r, str)]
+    failed = {t.name: r for t, r in zip(tasks, results) if isinstance(r, str)}
+    for name, error in failed.items():
+        print(f"pool: {name} gave no result: {error}", flush=True)
     report["pool"] = {"threads": threads, "candidates": len(done), "seconds": elapsed,
                       "candidates_per_minute": 60 * len(done) / elapsed,
-                      "outcomes": [r.outcome.value for r in done]}
+                      "outcomes": {t.name: r.outcome.value for t, r in zip(tasks, results) if not isinstance(r, str)},
+                      "no_result": failed}
     print(f"pool: {len(done)} candidates in {elapsed:.1f}s with {threads} threads = "
           f"{60 * len(done) / elapsed:.1f}/min", flush=True)
     save()
 
 
 def _safe_eval(ev, task):
+    """The result, or the error's text (a task the evaluator cannot set up is reported, not fatal)."""
     try:
         return ev.evaluate(task)
-    except Exception:  # noqa: BLE001
-        return None
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"
 
 
 def part_repeat(ev: Evaluator, names: list[str], report: dict, save, n: int) -> None:
