@@ -10,7 +10,8 @@
 # A sweep database carried back in $S (kernelband-runs/gpu) is resumed.
 #
 # Settings (environment): SWEEP_BUDGET_S (start no new search run after this many seconds), GRID_BUDGET_S,
-# SWEEP_TIMEOUT_S and EVAL_TIMEOUT_S (hard stops), EVAL_PARTS (eval_throughput parts, in order), RUNS_PER_GPU,
+# SWEEP_TIMEOUT_S and EVAL_TIMEOUT_S (hard stops), EVAL_PARTS (eval_throughput parts, in order; 'none': only
+# calibration and the GPU tests), RUNS_PER_GPU,
 # SWEEP_TASKS, SWEEP_POLICIES (phases split by ';', run one after another within one SWEEP_BUDGET_S, e.g.
 # 'kernelband;greedy,random': every task with kernelband first), SWEEP_PARTS (search_quality parts, default
 # bench,grid,overhead), SWEEP_RESUME=part.db.gz:BENCH (continue a committed sweep database), EVAL=0 (no
@@ -47,9 +48,10 @@ evaluator_parts() {
   timeout 300 python3 -m kernelband calibrate > "$S/calibrate.log" 2>&1
   if [ "${GPU_TESTS:-1}" = 1 ]; then
     echo "== $(date -u +%FT%TZ) GPU fault tests"
-    timeout 300 python3 -m pytest -m gpu tests/test_hostile.py -q -p no:cacheprovider > "$S/gpu_tests.log" 2>&1
+    timeout 420 python3 -m pytest -m gpu tests/test_hostile.py tests/test_kernels.py -q -p no:cacheprovider > "$S/gpu_tests.log" 2>&1
     echo "gpu tests rc=$?"
   fi
+  if [ "${EVAL_PARTS:-}" = none ]; then echo "== $(date -u +%FT%TZ) evaluator parts done"; return; fi
   echo "== $(date -u +%FT%TZ) evaluator throughput (${EVAL_PARTS:-repeat,peers,speed,pool})"
   # shellcheck disable=SC2086
   timeout "${EVAL_TIMEOUT_S:-1500}" python3 benchmarks/eval_throughput.py --parts "${EVAL_PARTS:-repeat,peers,speed,pool}" $EVAL_TASKS \

@@ -172,3 +172,26 @@ def test_tritonbench_test_outputs_the_reference_does_not_reproduce_are_left_out(
             assert result.ok, (result.outcome, result.detail)
     if name == "geglu_tanh_triton":
         assert any("test_case_3" in n and "left out" in n for n in result.notes), result.notes
+
+
+def test_test_outputs_the_reference_does_not_reproduce_are_left_out_in_the_interpreter(tmp_path):
+    """geglu_tanh_triton's own tests are small enough for the CPU: with them on, its test_case_3 (a
+    torch.empty_like whose last 128 columns the kernel never writes) is found at set-up and left out, the
+    starting kernel comes out ok against itself, and a candidate wrong on another test output still fails."""
+    from kernelband.evaluation.evaluator import Evaluator, Limits
+
+    if not TB_JSON.is_file():
+        pytest.skip(f"no TritonBench-G JSON at {TB_JSON}")
+    task = load_task("tritonbench:geglu_tanh_triton", str(TB_JSON))
+    with Evaluator(mode="interpreter", warm=1, limits=Limits(load_s=120, run_s=120, time_s=300)) as ev:
+        ev.task_tests = True
+        ok = ev.evaluate(task, task.module_source, seed=6)
+        assert ok.ok, (ok.outcome, ok.detail)
+        assert any(n.startswith("the task's test outputs tests.test_case_3[2]") and "left out" in n
+                   for n in ok.notes), ok.notes
+        # Wrong only in the backward kernel, which the search shapes (forward only) never call.
+        wrong = task.module_source.replace("db_row = dc_row * geglu_a", "db_row = dc_row * geglu_a * 2")
+        assert wrong != task.module_source
+        bad = ev.evaluate(task, wrong, seed=6)
+        assert bad.outcome.value == "wrong_output", (bad.outcome, bad.detail)
+        assert bad.detail.startswith("the task's own test cases: tests.test_case_1"), bad.detail

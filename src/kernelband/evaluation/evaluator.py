@@ -125,6 +125,9 @@ class Evaluator:
         self.use_ncu = use_ncu
         # The parent compares on the GPU when there is one (it never runs candidate code there).
         self.compare_device = f"cuda:{device_index}" if self.mode == "gpu" else "cpu"
+        # A task's own test cases (TritonBench's) run on a GPU only: they are sized for one. Tests of small
+        # ones turn them on in the interpreter.
+        self.task_tests = self.mode == "gpu"
         # Inputs the reference modifies in place, per task and shape: the candidate returns them too.
         self._mutated: dict[tuple[str, int], list[int]] = {}
         self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelband-ref")
@@ -186,7 +189,7 @@ class Evaluator:
         torch.empty_like whose columns past its BLOCK_SIZE the kernel never writes; flash_decode2_phi's
         test_case_3 reads past the end of its inputs when a sequence is longer than its blocks."""
         worker.unreproducible = frozenset()
-        if not worker.info.has_tests or self.mode == "interpreter":
+        if not worker.info.has_tests or not self.task_tests:
             return
         what = "its own test cases"
         runs = [self._load(self._ask_ref(task, worker, {"op": "tests", "seed": TESTS_SEED, "filled_memory": f},
@@ -502,7 +505,7 @@ class Evaluator:
         inputs)."""
         if not info.has_tests:
             return
-        if self.mode == "interpreter":
+        if not self.task_tests:
             # TritonBench's instance tests are sized for GPUs (32K-row copies take minutes here).
             result.notes.append("the task's own test cases are skipped in interpreter mode")
             return
