@@ -11,7 +11,7 @@
 #
 # Settings (environment): SWEEP_BUDGET_S (start no new search run after this many seconds), GRID_BUDGET_S,
 # SWEEP_TIMEOUT_S and EVAL_TIMEOUT_S (hard stops), EVAL_PARTS (eval_throughput parts, in order; 'none': only
-# calibration and the GPU tests), RUNS_PER_GPU,
+# calibration and the GPU tests, on GPU 0, before the sweep takes every GPU), RUNS_PER_GPU,
 # SWEEP_TASKS, SWEEP_POLICIES (phases split by ';', run one after another within one SWEEP_BUDGET_S, e.g.
 # 'kernelband;greedy,random': every task with kernelband first), SWEEP_PARTS (search_quality parts, default
 # bench,grid,overhead), SWEEP_RESUME=part.db.gz:BENCH (continue a committed sweep database), EVAL=0 (no
@@ -96,6 +96,9 @@ if [ "${EVAL:-1}" = 0 ]; then
   sweep "$SWEEP_GPUS"
 elif [ "${SWEEP:-1}" = 0 ]; then
   evaluator_parts 0
+elif [ "${EVAL_PARTS:-}" = none ]; then  # calibration and the GPU tests first, then the sweep on every GPU
+  evaluator_parts 0
+  sweep "$(seq -s, 0 $((N - 1)))"
 elif [ "$N" -gt 1 ]; then
   evaluator_parts "$LAST" &
   sweep "$SWEEP_GPUS"
