@@ -48,7 +48,8 @@ def summarise(rows: list[dict]) -> dict:
             "best_speedup": max(speedups) if speedups else None,
             "evaluations": sum(r["evaluations"] for r in rows),
             "median_sol_fraction": statistics.median(sol) if sol else None,
-            "held_out_geomean": geomean([r["held_out"] for r in rows if r.get("held_out")])}
+            "held_out_geomean": geomean([r["held_out"] for r in rows if r.get("held_out")]),
+            "confirmed_geomean": geomean([r["confirmed"] for r in rows if r.get("confirmed")])}
 
 
 def part_bench(store: Store, evaluators, tasks: list[str], policies: list[str], seeds: list[int], iterations: int,
@@ -67,7 +68,7 @@ def part_bench(store: Store, evaluators, tasks: list[str], policies: list[str], 
         rows.append({"task": run.task, "policy": run.policy, "seed": run.seed, "status": run.status,
                      "best_speedup": s.get("best_speedup"), "held_out": s.get("held_out_speedup"),
                      "sol": s.get("best_sol_fraction"), "evaluations": s.get("evaluations", 0),
-                     "best_outcome": s.get("best_outcome")})
+                     "best_outcome": s.get("best_outcome"), "confirmed": s.get("confirmed_speedup")})
     report["bench"] = {"bench_id": bench_id, "seconds": time.perf_counter() - t0, "rows": rows,
                        "errors": bench.errors,
                        "per_policy": {p: summarise([r for r in rows if r["policy"] == p and r["status"] == "done"])
