@@ -185,6 +185,9 @@ def test_test_outputs_the_reference_does_not_reproduce_are_left_out_in_the_inter
     task = load_task("tritonbench:geglu_tanh_triton", str(TB_JSON))
     with Evaluator(mode="interpreter", warm=1, limits=Limits(load_s=120, run_s=120, time_s=300)) as ev:
         ev.task_tests = True
+        asked = []
+        ask_ref = ev._ask_ref
+        ev._ask_ref = lambda task, ref, message, *rest: asked.append(message["op"]) or ask_ref(task, ref, message, *rest)
         ok = ev.evaluate(task, task.module_source, seed=6)
         assert ok.ok, (ok.outcome, ok.detail)
         assert any(n.startswith("the task's test outputs tests.test_case_3[2]") and "left out" in n
@@ -195,3 +198,5 @@ def test_test_outputs_the_reference_does_not_reproduce_are_left_out_in_the_inter
         bad = ev.evaluate(task, wrong, seed=6)
         assert bad.outcome.value == "wrong_output", (bad.outcome, bad.detail)
         assert bad.detail.startswith("the task's own test cases: tests.test_case_1"), bad.detail
+        # The reference ran its tests twice at set-up, and its kept outputs judged both candidates.
+        assert asked.count("tests") == 2, asked
