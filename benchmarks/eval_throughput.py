@@ -7,8 +7,9 @@ Parts (run them in one call or split them across calls):
            evaluated candidate: median and p90.
   pool     the same candidates evaluated concurrently through one worker pool (ncu cache emptied
            first): candidates/minute.
-  repeat   5 evaluations of the same kernel per preset (default, paper): coefficient of variation
-           of the runtime-weighted candidate time and of the speedup.
+  repeat   5 evaluations of the same kernel per preset (--repeat-presets, default and paper) on the
+           --repeat-tasks ('all': the 29): coefficient of variation of the runtime-weighted candidate
+           time and of the speedup per task, and their medians over the tasks.
   peers    the way TritonBench, GEAK-eval and the KernelBand release evaluate: one fresh Python
            process per candidate that imports the module, runs the instance tests and times every
            shape with do_bench(warmup=100 ms, rep=1000 ms).
@@ -104,34 +105,44 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int)
     save()
 
 
-def _safe_eval(ev, task):
+def _safe_eval(ev, task, **kwargs):
     """The result, or the error's text (a task the evaluator cannot set up is reported, not fatal)."""
     try:
-        return ev.evaluate(task)
+        return ev.evaluate(task, **kwargs)
     except Exception as exc:  # noqa: BLE001
         return f"{type(exc).__name__}: {exc}"
 
 
-def part_repeat(ev: Evaluator, names: list[str], report: dict, save, n: int) -> None:
+def part_repeat(ev: Evaluator, names: list[str], report: dict, save, n: int,
+                presets: tuple[str, ...] = ("default", "paper")) -> None:
     rows = []
     for name in names:
         task = load_task(f"tritonbench:{name}")
-        for preset in ("default", "paper"):
-            totals, speedups, secs = [], [], []
+        for preset in presets:
+            totals, speedups, secs, failed = [], [], [], []
             for _ in range(n):
                 t0 = time.perf_counter()
-                r = ev.evaluate(task, preset=preset)
+                r = _safe_eval(ev, task, preset=preset)
                 secs.append(time.perf_counter() - t0)
+                if isinstance(r, str) or not r.ok or not r.speedup:
+                    failed.append(r if isinstance(r, str) else f"{r.outcome.value}: {r.detail}")
+                    continue
                 totals.append(sum(s.cand_ms for s in r.shapes if s.cand_ms))
-                speedups.append(r.speedup or 0.0)
-            row = {"task": name, "preset": preset, "n": n, "seconds_each": statistics.median(secs),
-                   "cv_time": statistics.pstdev(totals) / statistics.fmean(totals),
-                   "cv_speedup": statistics.pstdev(speedups) / statistics.fmean(speedups),
-                   "speedups": speedups}
+                speedups.append(r.speedup)
+            row = {"task": name, "preset": preset, "n": len(speedups), "seconds_each": statistics.median(secs),
+                   "cv_time": statistics.pstdev(totals) / statistics.fmean(totals) if len(totals) > 1 else None,
+                   "cv_speedup": (statistics.pstdev(speedups) / statistics.fmean(speedups)
+                                  if len(speedups) > 1 else None),
+                   "speedups": speedups, "failed": failed}
             rows.append(row)
-            print(f"{name:28s} {preset:8s} cv(time)={100 * row['cv_time']:.2f}% "
-                  f"cv(speedup)={100 * row['cv_speedup']:.2f}% {row['seconds_each']:.1f}s each", flush=True)
+            cv = " ".join(f"{k}={100 * row[k]:.2f}%" for k in ("cv_time", "cv_speedup") if row[k] is not None)
+            print(f"{name:28s} {preset:8s} {cv} {row['seconds_each']:.1f}s each"
+                  + (f" ({len(failed)} not ok: {failed[0][:80]})" if failed else ""), flush=True)
             report["repeat"] = rows
+            report["repeat_summary"] = {
+                p: {k: statistics.median(v) for k in ("cv_time", "cv_speedup", "seconds_each")
+                    if (v := [r[k] for r in rows if r["preset"] == p and r[k] is not None])}
+                for p in presets}
             save()
 
 
@@ -158,7 +169,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="speed,pool,repeat,peers")
     ap.add_argument("--tasks", default="", help="comma-separated; default: the 29 level-1/2 tasks")
-    ap.add_argument("--repeat-tasks", default="add_value,softmax_triton1,matmul_kernel")
+    ap.add_argument("--repeat-tasks", default="add_value,softmax_triton1,matmul_kernel",
+                    help="comma-separated, or 'all' for the 29 level-1/2 tasks")
+    ap.add_argument("--repeat-presets", default="default,paper")
     ap.add_argument("--peer-tasks", default="add_value,softmax_triton1,rmsnorm_triton,dropout_triton,"
                                             "matmul_kernel,kldiv_compute")
     ap.add_argument("--threads", type=int, default=3)
@@ -189,7 +202,8 @@ def main() -> None:
             elif part == "pool":
                 part_pool(ev, names, report, save, args.threads)
             else:
-                part_repeat(ev, args.repeat_tasks.split(","), report, save, args.repeats)
+                repeat = names if args.repeat_tasks == "all" else args.repeat_tasks.split(",")
+                part_repeat(ev, repeat, report, save, args.repeats, tuple(args.repeat_presets.split(",")))
     finally:
         if ev is not None:
             ev.close()

@@ -16,7 +16,8 @@
 # 'kernelband;greedy,random': every task with kernelband first), SWEEP_PARTS (search_quality parts, default
 # bench,grid,overhead), SWEEP_RESUME=part.db.gz:BENCH (continue a committed sweep database), EVAL=0 (no
 # evaluator parts: the sweep takes every GPU), SWEEP=0 (no sweep: the evaluator parts take GPU 0),
-# GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny version of everything).
+# REPEAT_TASKS ('all': the 29), REPEAT_PRESETS, GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny
+# version of everything).
 set -u
 S=${KB_STATE:-kernelband-runs/gpu}
 mkdir -p "$S"
@@ -55,7 +56,7 @@ evaluator_parts() {
   echo "== $(date -u +%FT%TZ) evaluator throughput (${EVAL_PARTS:-repeat,peers,speed,pool})"
   # shellcheck disable=SC2086
   timeout "${EVAL_TIMEOUT_S:-1500}" python3 benchmarks/eval_throughput.py --parts "${EVAL_PARTS:-repeat,peers,speed,pool}" $EVAL_TASKS \
-    --repeat-tasks "$REPEAT_TASKS" --peer-tasks "$PEER_TASKS" --out "$S/eval_throughput.json" \
+    --repeat-tasks "$REPEAT_TASKS" --repeat-presets "${REPEAT_PRESETS:-default,paper}" --peer-tasks "$PEER_TASKS" --out "$S/eval_throughput.json" \
     > "$S/eval_throughput.log" 2>&1
   echo "eval_throughput rc=$?"
   echo "== $(date -u +%FT%TZ) evaluator parts done"
