@@ -31,8 +31,8 @@ nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem --format=c
 which ncu && ncu --version | tail -1
 N=$(nvidia-smi -L | wc -l)
 LAST=$((N - 1))
+ALL_GPUS=$(seq -s, 0 $((N - 1)))
 if [ "$N" -gt 1 ]; then SWEEP_GPUS=$(seq -s, 0 $((N - 2))); else SWEEP_GPUS=0; fi
-[ "${EVAL:-1}" = 0 ] && SWEEP_GPUS=$(seq -s, 0 $((N - 1)))
 
 EVAL_TASKS=""; REPEAT_TASKS=${REPEAT_TASKS:-add_value,softmax_triton1,matmul_kernel}
 PEER_TASKS=${PEER_TASKS:-add_value,softmax_triton1,rmsnorm_triton,kldiv_compute,cosine_compute,matmul_kernel}
@@ -94,12 +94,12 @@ sweep() {
 }
 
 if [ "${EVAL:-1}" = 0 ]; then
-  sweep "$SWEEP_GPUS"
+  sweep "$ALL_GPUS"
 elif [ "${SWEEP:-1}" = 0 ]; then
   evaluator_parts 0
 elif [ "${EVAL_PARTS:-}" = none ]; then  # calibration and the GPU tests first, then the sweep on every GPU
   evaluator_parts 0
-  sweep "$(seq -s, 0 $((N - 1)))"
+  sweep "$ALL_GPUS"
 elif [ "$N" -gt 1 ]; then
   evaluator_parts "$LAST" &
   sweep "$SWEEP_GPUS"

@@ -80,7 +80,6 @@ def _checked(name: str, spec, size: int) -> tuple[torch.dtype, list[int], int, i
         raise TensorFileError(f"{name}: bad shape {shape!r}")
     if not (type(offset) is int and type(nbytes) is int and offset >= 0 and offset % ALIGN == 0):
         raise TensorFileError(f"{name}: bad offset {offset!r}")
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    if nbytes != math.prod(shape) * itemsize or offset + nbytes > size:
+    if nbytes != math.prod(shape) * dtype.itemsize or offset + nbytes > size:
         raise TensorFileError(f"{name}: {nbytes} bytes at {offset} do not fit the shape or the file")
     return dtype, shape, offset, nbytes

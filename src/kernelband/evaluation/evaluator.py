@@ -190,7 +190,6 @@ class Evaluator:
         memory filled and the allocator's free memory set to NaN. TritonBench's geglu_tanh_triton returns a
         torch.empty_like whose columns past its BLOCK_SIZE the kernel never writes; flash_decode2_phi's
         test_case_3 reads past the end of its inputs when a sequence is longer than its blocks."""
-        worker.unreproducible, worker.test_outputs = frozenset(), None
         if not worker.info.has_tests or not self.task_tests:
             return
         what = "its own test cases"
@@ -437,7 +436,7 @@ class Evaluator:
             raise
         finally:
             wait(jobs)  # no check may outlive the evaluation's GPU lock
-        self._task_tests(task, info, ref, cand, seed, result)
+        self._task_tests(task, info, ref, cand, result)
         if launches == 0 and not info.allow_torch_only:
             raise _Stop(Outcome.SUSPICIOUS, "correctness", "the candidate launched no Triton kernel (torch only)",
                         check="no_triton")
@@ -505,7 +504,7 @@ class Evaluator:
                         f"second call with other inputs (cached output?): {mismatch.detail}",
                         check="cached_output")
 
-    def _task_tests(self, task, info, ref, cand, seed, result) -> None:
+    def _task_tests(self, task, info, ref, cand, result) -> None:
         """The task's own test cases (TritonBench's instance tests), reference and candidate at once, with the
         seed the set-up checked them with (they are the task's unit tests; the search shapes bring the fresh
         inputs)."""
@@ -515,12 +514,12 @@ class Evaluator:
             # TritonBench's instance tests are sized for GPUs (32K-row copies take minutes here).
             result.notes.append("the task's own test cases are skipped in interpreter mode")
             return
-        s = TESTS_SEED
+        message = {"op": "tests", "seed": TESTS_SEED}
         kept = ref.test_outputs
         ref_run = None if kept is not None else self._side.submit(
-            self._ask_ref, task, ref, {"op": "tests", "seed": s}, self.limits.run_s * 2, "its own test cases")
+            self._ask_ref, task, ref, message, self.limits.run_s * 2, "its own test cases")
         try:
-            c_reply = self._ask(cand, {"op": "tests", "seed": s}, self.limits.run_s * 2,
+            c_reply = self._ask(cand, message, self.limits.run_s * 2,
                                 "correctness (the task's test cases)")
         finally:
             if ref_run is not None:

@@ -80,6 +80,19 @@ class Job:
     seed: int
 
 
+def planned_jobs(config: BenchConfig, tritonbench_path: str | None = None) -> list[Job]:
+    """Every task x policy x seed of `config`, in the suite's task order."""
+    names = suite_tasks(config.suite, tritonbench_path)
+    if config.tasks:
+        # A task is named by its reference (examples:softmax) or by its bare name (softmax).
+        wanted = {n if ":" in n else next((r for r in names if r.split(":", 1)[1] == n), n) for n in config.tasks}
+        unknown = sorted(wanted - set(names))
+        if unknown:
+            raise UserError(f"not in suite {config.suite}: {', '.join(unknown)}")
+        names = [n for n in names if n in wanted]
+    return [Job(t, p, s) for t in names for p in config.policies for s in config.seeds]
+
+
 class Bench:
     def __init__(self, store: Store, config: BenchConfig, evaluators: list, make_proposer: Callable[[], object],
                  tritonbench_path: str | None = None, bench_id: int | None = None,
@@ -102,16 +115,7 @@ class Bench:
         self.errors: list[str] = []
 
     def jobs(self) -> list[Job]:
-        names = suite_tasks(self.config.suite, self.tritonbench_path)
-        if self.config.tasks:
-            # A task is named by its reference (examples:softmax) or by its bare name (softmax).
-            wanted = {n if ":" in n else next((r for r in names if r.split(":", 1)[1] == n), n)
-                      for n in self.config.tasks}
-            unknown = sorted(wanted - set(names))
-            if unknown:
-                raise UserError(f"not in suite {self.config.suite}: {', '.join(unknown)}")
-            names = [n for n in names if n in wanted]
-        return [Job(t, p, s) for t in names for p in self.config.policies for s in self.config.seeds]
+        return planned_jobs(self.config, self.tritonbench_path)
 
     def _task(self, ref: str):
         with self._lock:
@@ -140,8 +144,7 @@ class Bench:
     def _complete(self) -> bool:
         """Every run the bench was created for is done, not only those of this invocation (a resume may run a
         subset of the policies or tasks)."""
-        planned = Bench(self.store, BenchConfig(**self.store.bench(self.bench_id)["config"]), [],
-                        self.make_proposer, self.tritonbench_path, bench_id=self.bench_id).jobs()
+        planned = planned_jobs(BenchConfig(**self.store.bench(self.bench_id)["config"]), self.tritonbench_path)
         done = {(r.task, r.policy, r.seed) for r in self.store.runs(self.bench_id) if r.status == "done"}
         return all((j.task, j.policy, j.seed) in done for j in planned)
 

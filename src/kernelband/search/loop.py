@@ -310,17 +310,17 @@ class Search:
         held = None
         if self.config.held_out and best.id != 0:
             held = self._evaluate(best.id, best.source, which="held_out", shapes="all")
+        checked = held is not None and held.ok
+        unchecked = 1.0 if best.id == 0 else None  # k0 as the best is 1.0 by definition
         fractions = [s.sol_fraction for s in best.result.shapes if s.sol_fraction is not None and not s.held_out]
         summary = Summary(run_id=self.run_id, task=self.task.ref, policy=getattr(self.policy, "name", "?"),
                           proposer=self.proposer.name, seed=self.seed, iterations=iterations,
                           evaluations=self.evaluations, best_candidate=best.id, best_speedup=best.speedup,
                           best_outcome=(held.outcome.value if held is not None else best.result.outcome.value),
-                          held_out_speedup=(held.held_out_speedup if held is not None and held.ok else
-                                            (1.0 if best.id == 0 else None)),
+                          held_out_speedup=held.held_out_speedup if checked else unchecked,
                           best_sol_fraction=statistics.median(fractions) if fractions else None,
                           k0_self_speedup=self.k0_self_speedup, tokens=self.tokens,
-                          confirmed_speedup=(held.speedup if held is not None and held.ok else
-                                             (1.0 if best.id == 0 else None)),
+                          confirmed_speedup=held.speedup if checked else unchecked,
                           pool_size=sum(c.valid for c in self.candidates), stopped=stopped,
                           device=best.result.device, interpreter=best.result.interpreter,
                           per_iteration=[{k: v for k, v in row.items() if k != "arms"} for row in per_iteration])

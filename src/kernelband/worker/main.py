@@ -330,9 +330,10 @@ class Worker:
         try:
             self._seed(request["seed"])
             self.log.reset()
-            if request.get("filled_memory") and self.gpu:
+            filled = bool(request.get("filled_memory"))
+            if filled and self.gpu:
                 _scramble_free_memory(self.device)
-            with _filled_memory() if request.get("filled_memory") else contextlib.nullcontext():
+            with _filled_memory() if filled else contextlib.nullcontext():
                 results = self.harness.run_tests()
         except BaseException as exc:  # noqa: BLE001
             text = _error_text(exc)
