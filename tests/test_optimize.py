@@ -127,3 +127,13 @@ def test_llm_proposer_without_endpoint_is_a_user_error(tmp_path: Path):
     proc = _cli("optimize", "examples:vector_add", "--proposer", "llm", "--db", str(tmp_path / "x.db"))
     assert proc.returncode == 2
     assert "KERNELBAND_LLM_BASE_URL" in proc.stderr
+
+
+def test_an_unknown_policy_is_a_user_error_that_stores_no_run(tmp_path: Path):
+    db = tmp_path / "x.db"
+    first = _cli("optimize", "examples:vector_add", "--iterations", "1", "--db", str(db), "--json")
+    assert first.returncode == 0, first.stderr[-2000:]
+    proc = _cli("optimize", "examples:vector_add", "--policy", "bogus", "--db", str(db))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: unknown policy 'bogus'")
+    assert [(r.policy, r.status) for r in Store(db).runs()] == [("kernelband", "done")]  # nothing added or lost

@@ -627,6 +627,9 @@ def test_a_sweep_split_over_two_databases_merges_into_the_same_report(tmp_path):
     res = runner.invoke(app, ["merge", str(merged), str(target), "--db", str(merged)])
     assert res.exit_code == 2 and "the database being merged into" in " ".join(res.output.split())
     assert len(Store(merged).runs(target)) == len(whole.runs(bench))  # nothing lost, nothing doubled
+    res = runner.invoke(app, ["merge", str(parts[0]), "99", "--db", str(tmp_path / "new.db")])
+    assert res.exit_code == 2 and "no bench 99" in " ".join(res.output.split())
+    assert not (tmp_path / "new.db").exists()  # a failed merge leaves no empty database behind
 
 
 def test_the_report_warns_when_policies_cover_different_tasks(tmp_path):

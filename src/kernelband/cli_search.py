@@ -253,9 +253,16 @@ def merge_cmd(
     """Copy a bench from another run database (a sweep split over machines or sessions) into --db."""
     from kernelband.search.store import Store
 
+    new = not db.exists()
     try:
-        target, copied = Store(db).merge_bench(source, bench, into)
+        store = Store(db)
+        try:
+            target, copied = store.merge_bench(source, bench, into)
+        finally:
+            store.close()
     except UserError as exc:
+        if new:  # a failed merge leaves no empty database behind
+            db.unlink(missing_ok=True)
         _fail(str(exc))
     out.print(f"bench {bench} of {source}: {copied} runs copied into bench {target} of {db}", highlight=False)
 

@@ -51,6 +51,7 @@ def open_search(task: Task, evaluator, store: Store, policy: str, proposer, seed
     from kernelband.search.strategies import load_strategies
 
     strategies = load_strategies(strategies_file)
+    bandit = make_policy(policy, seed)  # an unknown policy is an error before any run is stored
     run = store.find_run(task.key, policy, proposer.name, seed, bench_id) if resume else None
     if resume and bench_id is None and (run is None or run.status != "running"):
         raise UserError(f"nothing to resume: no unfinished {policy}/{proposer.name} run of {task.ref} with seed "
@@ -62,5 +63,5 @@ def open_search(task: Task, evaluator, store: Store, policy: str, proposer, seed
         run_id = store.create_run(task.ref, task.key, policy, proposer.name, seed,
                                   {**config.to_dict(), "strategies": [s.name for s in strategies]},
                                   bench_id=bench_id)
-    return Search(task, evaluator, proposer, make_policy(policy, seed), strategies, store, run_id, seed, config,
+    return Search(task, evaluator, proposer, bandit, strategies, store, run_id, seed, config,
                   out_dir=out_dir if out_dir is not None else store.path.parent, on_event=on_event, lookup=lookup)
