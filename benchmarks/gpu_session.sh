@@ -11,12 +11,13 @@
 #
 # Settings (environment): SWEEP_BUDGET_S (start no new search run after this many seconds), GRID_BUDGET_S,
 # SWEEP_TIMEOUT_S and EVAL_TIMEOUT_S (hard stops), EVAL_PARTS (eval_throughput parts, in order; 'none': only
-# calibration and the GPU tests, on GPU 0, before the sweep takes every GPU), RUNS_PER_GPU,
+# calibration and the GPU tests, on GPU 0, before the sweep takes every GPU; otherwise the GPU tests run
+# after the evaluator parts), RUNS_PER_GPU (default 4),
 # SWEEP_TASKS, SWEEP_POLICIES (phases split by ';', run one after another within one SWEEP_BUDGET_S, e.g.
 # 'kernelband;greedy,random': every task with kernelband first), SWEEP_PARTS (search_quality parts, default
 # bench,grid,overhead), SWEEP_RESUME=part.db.gz:BENCH (continue a committed sweep database), EVAL=0 (no
 # evaluator parts: the sweep takes every GPU), SWEEP=0 (no sweep: the evaluator parts take GPU 0),
-# REPEAT_TASKS ('all': the 29), REPEAT_PRESETS, GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny
+# REPEAT_TASKS ('all': the 29), REPEAT_PRESETS, POOL_THREADS (default 4), GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny
 # version of everything).
 set -u
 S=${KB_STATE:-kernelband-runs/gpu}
@@ -43,22 +44,26 @@ if [ "${SMOKE:-0}" = 1 ]; then
 fi
 [ -n "${SWEEP_TASKS:-}" ] && SWEEP_ARGS="$SWEEP_ARGS --tasks $SWEEP_TASKS"
 
-evaluator_parts() {
-  export CUDA_VISIBLE_DEVICES=$1
-  echo "== $(date -u +%FT%TZ) calibrate on GPU $1"
-  timeout 300 python3 -m kernelband calibrate > "$S/calibrate.log" 2>&1
+gpu_tests() {
   if [ "${GPU_TESTS:-1}" = 1 ]; then
     echo "== $(date -u +%FT%TZ) GPU fault tests"
     timeout 420 python3 -m pytest -m gpu tests/test_hostile.py tests/test_kernels.py -q -p no:cacheprovider > "$S/gpu_tests.log" 2>&1
     echo "gpu tests rc=$?"
   fi
-  if [ "${EVAL_PARTS:-}" = none ]; then echo "== $(date -u +%FT%TZ) evaluator parts done"; return; fi
+}
+
+evaluator_parts() {
+  export CUDA_VISIBLE_DEVICES=$1
+  echo "== $(date -u +%FT%TZ) calibrate on GPU $1"
+  timeout 300 python3 -m kernelband calibrate > "$S/calibrate.log" 2>&1
+  if [ "${EVAL_PARTS:-}" = none ]; then gpu_tests; echo "== $(date -u +%FT%TZ) evaluator parts done"; return; fi
   echo "== $(date -u +%FT%TZ) evaluator throughput (${EVAL_PARTS:-repeat,peers,speed,pool})"
   # shellcheck disable=SC2086
   timeout "${EVAL_TIMEOUT_S:-1500}" python3 benchmarks/eval_throughput.py --parts "${EVAL_PARTS:-repeat,peers,speed,pool}" $EVAL_TASKS \
-    --repeat-tasks "$REPEAT_TASKS" --repeat-presets "${REPEAT_PRESETS:-default,paper}" --peer-tasks "$PEER_TASKS" --out "$S/eval_throughput.json" \
-    > "$S/eval_throughput.log" 2>&1
+    --repeat-tasks "$REPEAT_TASKS" --repeat-presets "${REPEAT_PRESETS:-default,paper}" --peer-tasks "$PEER_TASKS" \
+    --threads "${POOL_THREADS:-4}" --out "$S/eval_throughput.json" > "$S/eval_throughput.log" 2>&1
   echo "eval_throughput rc=$?"
+  gpu_tests  # last: the measurements come first when time is short
   echo "== $(date -u +%FT%TZ) evaluator parts done"
 }
 
@@ -82,7 +87,7 @@ sweep() {
     # shellcheck disable=SC2086
     timeout "$hard" python3 benchmarks/search_quality.py --parts "${SWEEP_PARTS:-bench,grid,overhead}" \
       --db "$S/quality.db" --out "$S/quality$phase.json" --budget-s "$left" \
-      --grid-budget-s "${GRID_BUDGET_S:-300}" --runs-per-gpu "${RUNS_PER_GPU:-3}" $resume $SWEEP_ARGS $extra \
+      --grid-budget-s "${GRID_BUDGET_S:-300}" --runs-per-gpu "${RUNS_PER_GPU:-4}" $resume $SWEEP_ARGS $extra \
       >> "$S/sweep.log" 2>&1
     echo "sweep phase $phase rc=$?"
     if [ -z "$resume" ]; then  # the first phase created the bench: the next ones continue it

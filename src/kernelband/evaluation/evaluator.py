@@ -132,10 +132,11 @@ class Evaluator:
         self.task_tests = self.mode == "gpu"
         # Inputs the reference modifies in place, per task and shape: the candidate returns them too.
         self._mutated: dict[tuple[str, int], list[int]] = {}
-        self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelband-ref")
+        # Several candidates' correctness runs may be in flight at once (they share the GPU).
+        self._side = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kernelband-ref")
         self._profiling = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kernelband-ncu")
         # The parent's loads and compares of one shape, overlapping the workers' runs of the next.
-        self._checks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelband-check")
+        self._checks = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kernelband-check")
 
     def close(self) -> None:
         self._side.shutdown(wait=False)
@@ -368,16 +369,23 @@ class Evaluator:
                 profile.note = "ncu: the profiling worker did not compile the candidate in time"
                 profile.cancel()
         result.seconds["compile"] = time.perf_counter() - t0
-        with self.pool.gpu_lock:
-            # 2. correctness
+        # 2. correctness: other candidates' correctness runs may share the GPU, never a timing. An autotuner
+        # times its configs inside the first call, so a module with one runs its correctness alone.
+        lock = self.pool.gpu_lock
+        t_wait = time.perf_counter()
+        with lock.exclusive() if "autotune" in source else lock.shared():
             t0 = time.perf_counter()
+            result.seconds["gpu_wait"] = t0 - t_wait
             try:
                 io_bytes = self._correctness(task, info, ref, cand, shapes, seed, result, by_index)
             finally:
                 self._release_compare_memory()
             result.seconds["correctness"] = time.perf_counter() - t0
+        t_wait = time.perf_counter()
+        with lock.exclusive():
             # 3. timing
             t0 = time.perf_counter()
+            result.seconds["gpu_wait"] += t0 - t_wait
             self._timing(task, ref, cand, shapes, preset, seed, result, by_index)
             result.seconds["timing"] = time.perf_counter() - t0
             # 4. features: the launches and footprint, and the profiled run under ncu

@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psutil
@@ -53,6 +54,44 @@ def worker_env(workdir: str, mode: str, device_index: int | None) -> dict[str, s
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join([src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
+
+
+class GpuLock:
+    """Who may use the GPU at once. Timing and ncu's profiled run take it alone (`exclusive`), so nothing
+    else of ours runs on the GPU while a kernel is timed; correctness runs of several candidates may share
+    it with each other (`shared`). A waiting exclusive holder goes first: timings are not starved."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._sharing = 0
+        self._alone = False
+        self._waiting = 0  # exclusive holders waiting
+
+    @contextmanager
+    def shared(self):
+        with self._cond:
+            self._cond.wait_for(lambda: not self._alone and not self._waiting)
+            self._sharing += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._sharing -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self):
+        with self._cond:
+            self._waiting += 1
+            self._cond.wait_for(lambda: not self._alone and not self._sharing)
+            self._waiting -= 1
+            self._alone = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._alone = False
+                self._cond.notify_all()
 
 
 class WorkerGone(Exception):
@@ -210,7 +249,7 @@ class WorkerPool:
         self._max_references = max_references
         self._all: list[Worker] = []
         self._closed = False
-        self.gpu_lock = threading.Lock()  # one timing (and one correctness run) at a time on this GPU
+        self.gpu_lock = GpuLock()
         self.startup_times: list[float] = []
         self.profiler = profiler and mode == "gpu"
         self._profilers: list[Worker] = []

@@ -1,0 +1,79 @@
+"""Who may use the GPU at once: correctness runs share it, a timing has it alone."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+from kernelband.evaluation.pool import GpuLock
+
+GOOD = (Path(__file__).parent / "hostile" / "good.py").read_text()
+
+
+def _holder(lock: GpuLock, mode: str, inside: threading.Event, leave: threading.Event) -> threading.Thread:
+    def run():
+        with getattr(lock, mode)():
+            inside.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_shared_holders_overlap_and_exclusive_waits_for_them():
+    lock = GpuLock()
+    in_a, in_b, in_x = threading.Event(), threading.Event(), threading.Event()
+    leave_a, leave_b, leave_x = threading.Event(), threading.Event(), threading.Event()
+    a = _holder(lock, "shared", in_a, leave_a)
+    b = _holder(lock, "shared", in_b, leave_b)
+    assert in_a.wait(5) and in_b.wait(5), "two correctness runs may share the GPU"
+    x = _holder(lock, "exclusive", in_x, leave_x)
+    assert not in_x.wait(0.3), "a timing started while correctness runs were on the GPU"
+    # A waiting timing goes first: a new correctness run does not slip in ahead of it.
+    in_c, leave_c = threading.Event(), threading.Event()
+    c = _holder(lock, "shared", in_c, leave_c)
+    assert not in_c.wait(0.3)
+    leave_a.set()
+    assert not in_x.wait(0.3), "a timing started while one correctness run was still on the GPU"
+    leave_b.set()
+    assert in_x.wait(5)
+    assert not in_c.wait(0.3), "a correctness run started during a timing"
+    leave_x.set()
+    assert in_c.wait(5)
+    leave_c.set()
+    for t in (a, b, c, x):
+        t.join(5)
+
+
+class _Recording(GpuLock):
+    def __init__(self):
+        super().__init__()
+        self.held: list[str] = []
+
+    @contextmanager
+    def shared(self):
+        with super().shared():
+            self.held.append("shared")
+            yield
+
+    @contextmanager
+    def exclusive(self):
+        with super().exclusive():
+            self.held.append("exclusive")
+            yield
+
+
+def test_evaluation_checks_under_the_shared_lock_and_times_alone(evaluator, vector_add):
+    lock = evaluator.pool.gpu_lock
+    try:
+        evaluator.pool.gpu_lock = rec = _Recording()
+        assert evaluator.evaluate(vector_add, GOOD).ok
+        assert rec.held == ["shared", "exclusive"]
+        # An autotuner times its configs inside the first call: that call must have the GPU alone.
+        rec.held.clear()
+        assert evaluator.evaluate(vector_add, GOOD + "\n# triton.autotune\n").ok
+        assert rec.held == ["exclusive", "exclusive"]
+    finally:
+        evaluator.pool.gpu_lock = lock
