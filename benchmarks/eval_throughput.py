@@ -195,7 +195,8 @@ def main() -> None:
                 part_peers(args.peer_tasks.split(","), report, save)
                 continue
             if ev is None:
-                ev = Evaluator(warm=args.threads + 1)
+                # every task's reference kept: the pool part measures candidates, not set-ups
+                ev = Evaluator(warm=args.threads + 1, max_references=max(4, len(names)))
                 report["device"] = ev.pool.mode
             if part == "speed":
                 part_speed(ev, names, report, save)

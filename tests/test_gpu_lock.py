@@ -77,3 +77,23 @@ def test_evaluation_checks_under_the_shared_lock_and_times_alone(evaluator, vect
         assert rec.held == ["exclusive", "exclusive"]
     finally:
         evaluator.pool.gpu_lock = lock
+
+
+def test_a_reference_in_use_is_not_closed_to_make_room(evaluator, vector_add):
+    """With more tasks in flight than the pool keeps references for, an evaluation's reference must stay up
+    (closing it killed the reference in the middle of a timing on the GPU); idle ones go instead."""
+    from kernelband.tasks import load_task
+
+    softmax = load_task("examples:softmax")
+    keep = evaluator.pool._max_references
+    evaluator.pool._max_references = 1
+    try:
+        with evaluator._reference(vector_add) as ref:
+            evaluator.info(softmax)  # a second task's reference, over the limit of one
+            assert ref.alive(), "the reference in use was closed"
+            # the idle one (softmax's) went instead
+            assert list(evaluator.pool._references.values()) == [ref]
+        assert evaluator.evaluate(vector_add, GOOD).ok
+        assert len(evaluator.pool._references) == 1
+    finally:
+        evaluator.pool._max_references = keep

@@ -22,8 +22,11 @@ import math
 import os
 import secrets
 import statistics
+import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from kernelband.errors import TaskError, UserError
@@ -112,7 +115,7 @@ class Evaluator:
 
     def __init__(self, mode: str | None = None, warm: int = 2, device_index: int = 0, preset: str = "default",
                  limits: Limits | None = None, memory_limit: int | None = None, use_ncu: bool | None = None,
-                 calibration_path: str | None = None):
+                 calibration_path: str | None = None, max_references: int = 4):
         self.mode = mode or detect_mode()
         if preset not in PRESETS:
             raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
@@ -122,7 +125,7 @@ class Evaluator:
             from kernelband.evaluation import ncu
             use_ncu = self.mode == "gpu" and ncu.available()
         self.pool = WorkerPool(self.mode, warm=warm, device_index=device_index, memory_limit=memory_limit,
-                               profiler=use_ncu)
+                               profiler=use_ncu, max_references=max_references)
         self.calibration_path = calibration_path
         self.use_ncu = use_ncu
         # The parent compares on the GPU when there is one (it never runs candidate code there).
@@ -132,6 +135,7 @@ class Evaluator:
         self.task_tests = self.mode == "gpu"
         # Inputs the reference modifies in place, per task and shape: the candidate returns them too.
         self._mutated: dict[tuple[str, int], list[int]] = {}
+        self._setup_locks: dict[str, threading.Lock] = {}
         # Several candidates' correctness runs may be in flight at once (they share the GPU).
         self._side = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kernelband-ref")
         self._profiling = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kernelband-ncu")
@@ -171,18 +175,29 @@ class Evaluator:
         self.close()
 
     # -- reference ----------------------------------------------------------------------------
-    def _reference(self, task: Task) -> Worker:
-        worker = self.pool.reference(task.key)
-        if worker is not None:
-            return worker
-        worker = self._load_reference(task)
-        worker.valid, worker.dropped = self._validate(task, worker)
-        if not any(s.index in worker.valid for s in worker.info.search):
-            self.pool.drop_reference(task.key)
-            raise TaskError(f"{task.ref}: the starting kernel fails on every search shape "
-                            f"({'; '.join(worker.dropped[:2])})")
-        worker = self.pool.reference(task.key) or worker
-        self._validate_tests(task, worker)
+    @contextmanager
+    def _reference(self, task: Task) -> Iterator[Worker]:
+        """The task's reference worker (set up on first use), leased for the `with` block: a reference in use
+        is never closed to make room for another task's."""
+        with self._setup_locks.setdefault(task.key, threading.Lock()):  # one set-up per task at a time
+            worker = self.pool.reference(task.key) or self._set_up_reference(task)
+        try:
+            yield worker
+        finally:
+            self.pool.release_reference(worker)
+
+    def _set_up_reference(self, task: Task) -> Worker:
+        """Load the reference, check it on every shape and its own tests; the worker comes back leased."""
+        worker = self._validate(task, self._load_reference(task))
+        try:
+            if not any(s.index in worker.valid for s in worker.info.search):
+                self.pool.drop_reference(task.key)
+                raise TaskError(f"{task.ref}: the starting kernel fails on every search shape "
+                                f"({'; '.join(worker.dropped[:2])})")
+            self._validate_tests(task, worker)
+        except BaseException:
+            self.pool.release_reference(worker)
+            raise
         return worker
 
     def _validate_tests(self, task: Task, worker: Worker) -> None:
@@ -202,8 +217,9 @@ class Evaluator:
         if runs[0].nbytes("") <= TESTS_CACHE_BYTES:
             worker.test_outputs = Outputs(runs[0].entries, {k: t.cpu() for k, t in runs[0].tensors.items()})
 
-    def _validate(self, task: Task, worker: Worker) -> tuple[set[int], list[str]]:
-        """Shapes on which the reference runs and agrees with itself (twice, same inputs).
+    def _validate(self, task: Task, worker: Worker) -> Worker:
+        """Shapes on which the reference runs and agrees with itself (twice, same inputs), set as the
+        worker's `valid` and `dropped`; returns the (leased) worker, a new one if the first crashed.
 
         A shape where the starting kernel crashes, raises or gives two different answers cannot
         judge a candidate; it is dropped, with a note. In interpreter mode only as many of the
@@ -226,16 +242,20 @@ class Evaluator:
                     problem = _last_line(reply.get("error", ""))
                 elif not reply.get("deterministic"):
                     problem = "the reference gives different outputs on the same inputs"
+                gone = reply.get("outcome") == "crashed"  # a CUDA fault: the worker exits after its reply
             except WorkerGone as exc:
                 problem = f"the reference {exc.outcome}: {_first_line(exc.detail)}"
+                gone = True
+            if gone:
                 self.pool.drop_reference(task.key)
+                self.pool.release_reference(worker)
                 worker = self._load_reference(task)
             if problem is None:
                 valid.add(shape.index)
             else:
                 dropped.append(f"{shape.label}: {problem}")
         worker.valid, worker.dropped = valid, dropped
-        return valid, dropped
+        return worker
 
     def _load_reference(self, task: Task) -> Worker:
         worker = self.pool.acquire()
@@ -258,11 +278,13 @@ class Evaluator:
 
     def info(self, task: Task) -> TaskInfo:
         """The task's shapes and settings, as its harness describes them (run in a worker)."""
-        return self._reference(task).info
+        with self._reference(task) as ref:
+            return ref.info
 
     def fingerprint(self, task: Task) -> dict:
         """What a stored baseline must match: the GPU's name, the driver and Triton's version."""
-        ready = self._reference(task).ready
+        with self._reference(task) as ref:
+            ready = ref.ready
         return {"gpu": ready.device.get("name", "Triton interpreter (CPU)"),
                 "driver": ready.device.get("driver", ""), "triton": ready.versions.get("triton", "")}
 
@@ -285,7 +307,12 @@ class Evaluator:
         seed = secrets.randbits(31) if seed is None else seed
         source = task.module_source if source is None else source
         t_start = time.perf_counter()
-        ref = self._reference(task)
+        with self._reference(task) as ref:
+            result = self._evaluate(task, ref, source, preset, which, seed)
+        result.seconds["total"] = time.perf_counter() - t_start
+        return result
+
+    def _evaluate(self, task: Task, ref: Worker, source: str, preset: Preset, which: str, seed: int) -> EvalResult:
         info: TaskInfo = ref.info
         shapes = select_shapes(info, self.mode, which, ref.valid)
         result = EvalResult(task=task.ref, outcome=Outcome.OK, preset=preset.name,
@@ -304,7 +331,6 @@ class Evaluator:
                 result.checks.append(stop.check)
         finally:
             self.pool.release(cand)
-        result.seconds["total"] = time.perf_counter() - t_start
         return result
 
     def _ask(self, worker: Worker, message: dict, timeout: float, stage: str) -> dict:

@@ -139,6 +139,7 @@ class Worker:
         child.close()
         self.ready: ReadyInfo | None = None
         self.lock = threading.Lock()
+        self.users = 0  # evaluations using this worker as their reference (see WorkerPool.reference)
 
     def wait_ready(self, timeout: float) -> ReadyInfo:
         msg = self._recv(timeout, "start")
@@ -351,22 +352,39 @@ class WorkerPool:
                 self._all.remove(worker)
 
     # -- references ---------------------------------------------------------------------------
+    # A reference worker is leased while an evaluation uses it, and only idle ones are closed to keep the
+    # number of references down: with more tasks in flight than `max_references`, there are more for a while.
     def reference(self, key: str) -> Worker | None:
+        """The task's reference worker, leased to the caller (give it back with `release_reference`)."""
         with self._cond:
             worker = self._references.get(key)
             if worker is not None and worker.alive():
                 self._references.move_to_end(key)
+                worker.users += 1
                 return worker
             if worker is not None:
                 del self._references[key]
         return None
 
     def keep_reference(self, key: str, worker: Worker) -> None:
+        """Keep a newly loaded reference worker, leased to the caller."""
         with self._cond:
+            worker.users += 1
             self._references[key] = worker
-            while len(self._references) > self._max_references:
-                _, old = self._references.popitem(last=False)
-                old.close()
+        self._trim_references()
+
+    def release_reference(self, worker: Worker) -> None:
+        with self._cond:
+            worker.users = max(0, worker.users - 1)
+        self._trim_references()
+
+    def _trim_references(self) -> None:
+        with self._cond:
+            idle = [k for k, w in self._references.items() if w.users == 0]  # oldest first
+            extra = len(self._references) - self._max_references
+            closing = [self._references.pop(k) for k in idle[:max(0, extra)]]
+        for old in closing:
+            old.close()
 
     def drop_reference(self, key: str) -> None:
         with self._cond:
