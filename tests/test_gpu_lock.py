@@ -67,8 +67,12 @@ class _Recording(GpuLock):
 
 def test_evaluation_checks_under_the_shared_lock_and_times_alone(evaluator, vector_add):
     lock = evaluator.pool.gpu_lock
+    evaluator.pool.drop_reference(vector_add.key)
     try:
         evaluator.pool.gpu_lock = rec = _Recording()
+        evaluator.info(vector_add)  # the reference's set-up runs it on the GPU: beside checks, never a timing
+        assert rec.held and set(rec.held) == {"shared"}
+        rec.held.clear()
         assert evaluator.evaluate(vector_add, GOOD).ok
         assert rec.held == ["shared", "exclusive"]
         # An autotuner times its configs inside the first call: that call must have the GPU alone.

@@ -187,14 +187,18 @@ class Evaluator:
             self.pool.release_reference(worker)
 
     def _set_up_reference(self, task: Task) -> Worker:
-        """Load the reference, check it on every shape and its own tests; the worker comes back leased."""
-        worker = self._validate(task, self._load_reference(task))
+        """Load the reference, check it on every shape and its own tests; the worker comes back leased. The
+        checks run on the GPU like a correctness run: beside other candidates' checks, never during a timing."""
+        worker = self._load_reference(task)
+        with self.pool.gpu_lock.shared():
+            worker = self._validate(task, worker)
         try:
             if not any(s.index in worker.valid for s in worker.info.search):
                 self.pool.drop_reference(task.key)
                 raise TaskError(f"{task.ref}: the starting kernel fails on every search shape "
                                 f"({'; '.join(worker.dropped[:2])})")
-            self._validate_tests(task, worker)
+            with self.pool.gpu_lock.shared():
+                self._validate_tests(task, worker)
         except BaseException:
             self.pool.release_reference(worker)
             raise
