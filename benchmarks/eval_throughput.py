@@ -119,7 +119,7 @@ def part_repeat(ev: Evaluator, names: list[str], report: dict, save, n: int,
     for name in names:
         task = load_task(f"tritonbench:{name}")
         for preset in presets:
-            totals, speedups, secs, failed = [], [], [], []
+            totals, speedups, secs, failed, drift = [], [], [], [], {"ref": [], "cand": []}
             for _ in range(n):
                 t0 = time.perf_counter()
                 r = _safe_eval(ev, task, preset=preset)
@@ -129,11 +129,16 @@ def part_repeat(ev: Evaluator, names: list[str], report: dict, save, n: int,
                     continue
                 totals.append(sum(s.cand_ms for s in r.shapes if s.cand_ms))
                 speedups.append(r.speedup)
+                for who in drift:  # first round over last, summed over the shapes: > 1 if the first is slow
+                    pairs = [(x[0], x[-1]) for s in r.shapes if len(x := getattr(s, f"{who}_rounds")) > 1]
+                    if pairs:
+                        drift[who].append(sum(a for a, _ in pairs) / sum(b for _, b in pairs))
             row = {"task": name, "preset": preset, "n": len(speedups), "seconds_each": statistics.median(secs),
                    "cv_time": statistics.pstdev(totals) / statistics.fmean(totals) if len(totals) > 1 else None,
                    "cv_speedup": (statistics.pstdev(speedups) / statistics.fmean(speedups)
                                   if len(speedups) > 1 else None),
-                   "speedups": speedups, "failed": failed}
+                   "speedups": speedups, "failed": failed,
+                   **{f"{who}_first_over_last": statistics.median(v) if v else None for who, v in drift.items()}}
             rows.append(row)
             cv = " ".join(f"{k}={100 * row[k]:.2f}%" for k in ("cv_time", "cv_speedup") if row[k] is not None)
             print(f"{name:28s} {preset:8s} {cv} {row['seconds_each']:.1f}s each"

@@ -629,8 +629,8 @@ class Evaluator:
                     else:
                         cand_times.append(self._ask(cand, msg, self.limits.time_s, f"timing ({shape.label})")
                                           ["times"])
-            sr.ref_ms, sr.ref_cv = _summarise(ref_times, preset.stat)
-            sr.cand_ms, sr.cand_cv = _summarise(cand_times, preset.stat)
+            sr.ref_ms, sr.ref_cv, sr.ref_rounds = _summarise(ref_times, preset.stat)
+            sr.cand_ms, sr.cand_cv, sr.cand_rounds = _summarise(cand_times, preset.stat)
             sr.speedup = sr.ref_ms / sr.cand_ms if sr.cand_ms else None
         search = [by_index[s.index] for s in shapes if not s.held_out and by_index[s.index].cand_ms]
         held = [by_index[s.index] for s in shapes if s.held_out and by_index[s.index].cand_ms]
@@ -665,16 +665,17 @@ class Evaluator:
                     result.checks.append("speed_of_light")
 
 
-def _summarise(rounds: list[list[float]], stat: str) -> tuple[float | None, float | None]:
+def _summarise(rounds: list[list[float]], stat: str) -> tuple[float | None, float | None, list[float]]:
+    """The mean over the rounds of each round's `stat`, the iterations' CV, and each round's `stat`."""
     rounds = [r for r in rounds if r]
     if not rounds:
-        return None, None
+        return None, None, []
     per_round = [statistics.fmean(r) if stat == "mean" else statistics.median(r) for r in rounds]
     flat = [t for r in rounds for t in r]
     mean = statistics.fmean(flat)
     cv = statistics.pstdev(flat) / mean if len(flat) > 1 and mean > 0 else None
     value = statistics.fmean(per_round)
-    return (value if math.isfinite(value) else None), cv
+    return (value if math.isfinite(value) else None), cv, [round(x, 6) for x in per_round]
 
 
 def _first_line(text: str) -> str:
