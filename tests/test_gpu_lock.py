@@ -74,7 +74,10 @@ def test_evaluation_checks_under_the_shared_lock_and_times_alone(evaluator, vect
         assert rec.held and set(rec.held) == {"shared"}
         rec.held.clear()
         assert evaluator.evaluate(vector_add, GOOD).ok
-        assert rec.held == ["shared", "exclusive"]
+        # each correctness step (a shape's runs, a comparison, the second call) shares; then the timing
+        assert rec.held[-1] == "exclusive" and rec.held.count("exclusive") == 1
+        n_shapes = sum(1 for s in evaluator.info(vector_add).shapes if not s.held_out)
+        assert rec.held.count("shared") >= 2 * min(n_shapes, 2)
         # An autotuner times its configs inside the first call: that call must have the GPU alone.
         rec.held.clear()
         assert evaluator.evaluate(vector_add, GOOD + "\n# triton.autotune\n").ok

@@ -26,8 +26,9 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 
 from kernelband.errors import TaskError, UserError
 from kernelband.evaluation import features as feature_mod
@@ -189,16 +190,13 @@ class Evaluator:
     def _set_up_reference(self, task: Task) -> Worker:
         """Load the reference, check it on every shape and its own tests; the worker comes back leased. The
         checks run on the GPU like a correctness run: beside other candidates' checks, never during a timing."""
-        worker = self._load_reference(task)
-        with self.pool.gpu_lock.shared():
-            worker = self._validate(task, worker)
+        worker = self._validate(task, self._load_reference(task))
         try:
             if not any(s.index in worker.valid for s in worker.info.search):
                 self.pool.drop_reference(task.key)
                 raise TaskError(f"{task.ref}: the starting kernel fails on every search shape "
                                 f"({'; '.join(worker.dropped[:2])})")
-            with self.pool.gpu_lock.shared():
-                self._validate_tests(task, worker)
+            self._validate_tests(task, worker)
         except BaseException:
             self.pool.release_reference(worker)
             raise
@@ -213,8 +211,12 @@ class Evaluator:
         if not worker.info.has_tests or not self.task_tests:
             return
         what = "its own test cases"
-        runs = [self._load(self._ask_ref(task, worker, {"op": "tests", "seed": TESTS_SEED, "filled_memory": f},
-                                         self.limits.run_s * 2, what), what, task) for f in (False, True)]
+        runs = []
+        for filled in (False, True):
+            with self.pool.gpu_lock.shared():
+                reply = self._ask_ref(task, worker, {"op": "tests", "seed": TESTS_SEED, "filled_memory": filled},
+                                      self.limits.run_s * 2, what)
+            runs.append(self._load(reply, what, task))
         worker.unreproducible = frozenset(mismatched_paths(*runs, worker.info.atol, worker.info.rtol))
         # With one seed and the unreproducible outputs left out, the reference's answer is the same for every
         # candidate: kept (in host memory, up to a size) instead of run again each time.
@@ -240,8 +242,9 @@ class Evaluator:
                     continue
             problem = None
             try:
-                reply = worker.request({"op": "selfcheck", "shape": shape.index, "seed": 12345},
-                                       2 * self.limits.run_s)
+                with self.pool.gpu_lock.shared():
+                    reply = worker.request({"op": "selfcheck", "shape": shape.index, "seed": 12345},
+                                           2 * self.limits.run_s)
                 if not reply.get("ok"):
                     problem = _last_line(reply.get("error", ""))
                 elif not reply.get("deterministic"):
@@ -399,23 +402,23 @@ class Evaluator:
                 profile.note = "ncu: the profiling worker did not compile the candidate in time"
                 profile.cancel()
         result.seconds["compile"] = time.perf_counter() - t0
-        # 2. correctness: other candidates' correctness runs may share the GPU, never a timing. An autotuner
-        # times its configs inside the first call, so a module with one runs its correctness alone.
+        # 2. correctness: each of its GPU steps (a shape's runs, a comparison) may share the GPU with other
+        # candidates' steps, never with a timing, which waits for the steps in progress only. An autotuner
+        # times its configs inside the first call, so a module with one has the GPU alone for the whole check.
         lock = self.pool.gpu_lock
-        t_wait = time.perf_counter()
-        with lock.exclusive() if "autotune" in source else lock.shared():
-            t0 = time.perf_counter()
-            result.seconds["gpu_wait"] = t0 - t_wait
+        alone = "autotune" in source
+        result.seconds["gpu_wait"] = 0.0
+        t0 = time.perf_counter()
+        with self._gpu(result, lock.exclusive) if alone else nullcontext():
             try:
-                io_bytes = self._correctness(task, info, ref, cand, shapes, seed, result, by_index)
+                io_bytes = self._correctness(task, info, ref, cand, shapes, seed, result, by_index,
+                                             nullcontext if alone else lock.shared)
             finally:
                 self._release_compare_memory()
-            result.seconds["correctness"] = time.perf_counter() - t0
-        t_wait = time.perf_counter()
-        with lock.exclusive():
+        result.seconds["correctness"] = time.perf_counter() - t0
+        with self._gpu(result, lock.exclusive):
             # 3. timing
             t0 = time.perf_counter()
-            result.seconds["gpu_wait"] += t0 - t_wait
             self._timing(task, ref, cand, shapes, preset, seed, result, by_index)
             result.seconds["timing"] = time.perf_counter() - t0
             # 4. features: the launches and footprint, and the profiled run under ncu
@@ -438,9 +441,19 @@ class Evaluator:
         result.seconds["features"] = gpu_s + time.perf_counter() - t0
         result.seconds["features_gpu"] = gpu_s
 
-    def _correctness(self, task, info, ref, cand, shapes, seed, result, by_index) -> dict[int, int]:
+    @contextmanager
+    def _gpu(self, result: EvalResult, take) -> Iterator[None]:
+        """Hold `take()` (a GpuLock mode) for one step; the wait goes into result.seconds['gpu_wait']."""
+        t = time.perf_counter()
+        with take():
+            result.seconds["gpu_wait"] += time.perf_counter() - t
+            yield
+
+    def _correctness(self, task, info, ref, cand, shapes, seed, result, by_index, gpu) -> dict[int, int]:
         """Every shape, pipelined: while the parent loads and compares one shape's outputs, the workers
-        already run the next one. The first failing shape decides the outcome, as if run one by one."""
+        already run the next one. The first failing shape decides the outcome, as if run one by one.
+        `gpu()` is held for each GPU step, and never while waiting for another (see GpuLock)."""
+        step = partial(self._gpu, result, gpu)
         io_bytes: dict[int, int] = {}
         alias = self._alias_shape(shapes)
         pending = None  # the parent's check of the previous shape
@@ -448,7 +461,8 @@ class Evaluator:
         try:
             launches = 0
             for shape in shapes:
-                replies = self._run_shape(task, ref, cand, shape, seed, shape is alias, by_index, result)
+                with step():
+                    replies = self._run_shape(task, ref, cand, shape, seed, shape is alias, by_index, result)
                 if replies is None:
                     continue
                 r_reply, c_reply = replies
@@ -456,14 +470,15 @@ class Evaluator:
                 launches += c_reply.get("launches", 0)
                 self._check_run(c_reply, r_reply, what)
                 jobs.append(self._checks.submit(self._judge, task, r_reply, c_reply, shape, info, what,
-                                                by_index[shape.index]))
+                                                by_index[shape.index], gpu))
                 if pending is not None:
                     io_bytes.update(pending.result())
                 pending = jobs[-1]
                 if shape is alias:
                     io_bytes.update(pending.result())
                     pending = None
-                    self._second_call(task, ref, cand, shape, seed, r_reply, info, what)
+                    with step():
+                        self._second_call(task, ref, cand, shape, seed, r_reply, info, what)
             if pending is not None:
                 io_bytes.update(pending.result())
                 pending = None
@@ -474,7 +489,8 @@ class Evaluator:
             raise
         finally:
             wait(jobs)  # no check may outlive the evaluation's GPU lock
-        self._task_tests(task, info, ref, cand, result)
+        with step():
+            self._task_tests(task, info, ref, cand, result)
         if launches == 0 and not info.allow_torch_only:
             raise _Stop(Outcome.SUSPICIOUS, "correctness", "the candidate launched no Triton kernel (torch only)",
                         check="no_triton")
@@ -516,11 +532,13 @@ class Evaluator:
         return r_reply, c_reply
 
     def _judge(self, task: Task, r_reply: dict, c_reply: dict, shape: ShapeInfo, info: TaskInfo, what: str,
-               shape_result: ShapeResult) -> dict[int, int]:
-        """The parent's verdict on one shape (raises _Stop); returns the shape's bytes in and out."""
-        r_out = self._load(r_reply, what, task)
-        c_out = self._load(c_reply, what)
-        self._check_outputs(r_out, c_out, info.atol, info.rtol, what, shape_result)
+               shape_result: ShapeResult, gpu) -> dict[int, int]:
+        """The parent's verdict on one shape (raises _Stop); returns the shape's bytes in and out. The parent
+        loads and compares on the GPU: a correctness step like the workers' runs."""
+        with gpu():
+            r_out = self._load(r_reply, what, task)
+            c_out = self._load(c_reply, what)
+            self._check_outputs(r_out, c_out, info.atol, info.rtol, what, shape_result)
         shape_result.correct = True
         return {shape.index: shape.nbytes + r_out.nbytes("result")}
 
