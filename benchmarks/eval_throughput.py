@@ -119,7 +119,8 @@ def part_repeat(ev: Evaluator, names: list[str], report: dict, save, n: int,
     for name in names:
         task = load_task(f"tritonbench:{name}")
         for preset in presets:
-            totals, speedups, secs, failed, drift = [], [], [], [], {"ref": [], "cand": []}
+            totals, speedups, secs, failed = [], [], [], []
+            drift = {"ref": [], "cand": [], "first": [], "second": []}
             for _ in range(n):
                 t0 = time.perf_counter()
                 r = _safe_eval(ev, task, preset=preset)
@@ -129,16 +130,24 @@ def part_repeat(ev: Evaluator, names: list[str], report: dict, save, n: int,
                     continue
                 totals.append(sum(s.cand_ms for s in r.shapes if s.cand_ms))
                 speedups.append(r.speedup)
-                for who in drift:  # first round over last, summed over the shapes: > 1 if the first is slow
-                    pairs = [(x[0], x[-1]) for s in r.shapes if len(x := getattr(s, f"{who}_rounds")) > 1]
-                    if pairs:
-                        drift[who].append(sum(a for a, _ in pairs) / sum(b for _, b in pairs))
+                # a side's first round over its last, summed over the shapes (> 1: its first measurement is
+                # slow), by side and by who measured first on the shape
+                pairs: dict[str, list[tuple[float, float]]] = {k: [] for k in drift}
+                for sh in r.shapes:
+                    for who in ("ref", "cand"):
+                        x = getattr(sh, f"{who}_rounds")
+                        if len(x) > 1:
+                            pairs[who].append((x[0], x[-1]))
+                            pairs["first" if sh.timed_first == who else "second"].append((x[0], x[-1]))
+                for k, v in pairs.items():
+                    if v:
+                        drift[k].append(sum(a for a, _ in v) / sum(b for _, b in v))
             row = {"task": name, "preset": preset, "n": len(speedups), "seconds_each": statistics.median(secs),
                    "cv_time": statistics.pstdev(totals) / statistics.fmean(totals) if len(totals) > 1 else None,
                    "cv_speedup": (statistics.pstdev(speedups) / statistics.fmean(speedups)
                                   if len(speedups) > 1 else None),
                    "speedups": speedups, "failed": failed,
-                   **{f"{who}_first_over_last": statistics.median(v) if v else None for who, v in drift.items()}}
+                   **{f"{k}_first_over_last": statistics.median(v) if v else None for k, v in drift.items()}}
             rows.append(row)
             cv = " ".join(f"{k}={100 * row[k]:.2f}%" for k in ("cv_time", "cv_speedup") if row[k] is not None)
             print(f"{name:28s} {preset:8s} {cv} {row['seconds_each']:.1f}s each"

@@ -24,3 +24,28 @@ def test_an_evaluation_records_every_measurement(evaluator, vector_add):
     for s in timed:
         assert s.ref_rounds and s.cand_rounds
         assert s.ref_ms == pytest.approx(sum(s.ref_rounds) / len(s.ref_rounds), rel=1e-4)
+
+
+def test_who_is_timed_first_alternates_from_shape_to_shape(evaluator, vector_add, monkeypatch):
+    calls: list[tuple[str, int]] = []
+    ask, ask_ref = evaluator._ask, evaluator._ask_ref
+
+    def cand(worker, message, *args):
+        if message.get("op") == "time":
+            calls.append(("cand", message["shape"]))
+        return ask(worker, message, *args)
+
+    def ref(task, worker, message, *args):
+        if message.get("op") == "time":
+            calls.append(("ref", message["shape"]))
+        return ask_ref(task, worker, message, *args)
+
+    monkeypatch.setattr(evaluator, "_ask", cand)
+    monkeypatch.setattr(evaluator, "_ask_ref", ref)
+    result = evaluator.evaluate(vector_add)
+    timed = [s for s in result.shapes if s.cand_ms]
+    assert len(timed) >= 2
+    assert [s.timed_first for s in timed] == ["ref", "cand"] * (len(timed) // 2) + ["ref"] * (len(timed) % 2)
+    for s in timed:
+        first = next(who for who, index in calls if index == s.index)
+        assert first == s.timed_first

@@ -628,7 +628,11 @@ class Evaluator:
                     check=None if mismatch.outcome == "wrong_output" else mismatch.check)
 
     def _timing(self, task, ref, cand, shapes, preset, seed, result, by_index) -> None:
+        """Reference and candidate in turn on each shape, ABBA over the rounds so that drift cancels. Who goes
+        first alternates from shape to shape: a first measurement that is slow (a GPU not yet at its clocks,
+        a first allocation) then weighs on both sides alike instead of on the reference every time."""
         wire = preset.wire()
+        timed = 0
         for shape in shapes:
             sr = by_index[shape.index]
             if sr.correct is not True:
@@ -637,8 +641,10 @@ class Evaluator:
             ref_times: list[list[float]] = []
             cand_times: list[list[float]] = []
             rounds = 1 if self.mode == "interpreter" else max(1, preset.rounds)
+            sr.timed_first = "ref" if timed % 2 == 0 else "cand"
+            timed += 1
             for r in range(rounds):
-                order = ("ref", "cand") if r % 2 == 0 else ("cand", "ref")
+                order = ("ref", "cand") if (r % 2 == 0) == (sr.timed_first == "ref") else ("cand", "ref")
                 for who in order:
                     msg = {"op": "time", "shape": shape.index, "seed": s, "preset": wire}
                     if who == "ref":

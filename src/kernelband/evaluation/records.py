@@ -55,9 +55,10 @@ class ShapeResult:
     cand_ms: float | None = None
     ref_cv: float | None = None  # coefficient of variation over the timed iterations
     cand_cv: float | None = None
-    # each measurement's mean or median (ms), in the order taken: ABBA over the rounds, the reference first
+    # each measurement's mean or median (ms), in the order taken: ABBA over the rounds, `timed_first` first
     ref_rounds: list[float] = field(default_factory=list)
     cand_rounds: list[float] = field(default_factory=list)
+    timed_first: str = ""  # "ref" | "cand"
     speedup: float | None = None
     gbps: float | None = None
     tflops: float | None = None
