@@ -104,3 +104,71 @@ def test_a_reference_in_use_is_not_closed_to_make_room(evaluator, vector_add):
         assert len(evaluator.pool._references) == 1
     finally:
         evaluator.pool._max_references = keep
+
+
+class _Checking(GpuLock):
+    """Fails the test if a timing ever overlaps a correctness step."""
+
+    def __init__(self):
+        super().__init__()
+        self.guard = threading.Lock()
+        self.shared_now = self.alone_now = self.most_shared = 0
+        self.violations: list[str] = []
+
+    def _enter(self, kind: str) -> None:
+        with self.guard:
+            if kind == "exclusive":
+                if self.shared_now or self.alone_now:
+                    self.violations.append(f"exclusive while {self.shared_now} shared, {self.alone_now} alone")
+                self.alone_now += 1
+            else:
+                if self.alone_now:
+                    self.violations.append("shared during an exclusive hold")
+                self.shared_now += 1
+                self.most_shared = max(self.most_shared, self.shared_now)
+
+    def _leave(self, kind: str) -> None:
+        with self.guard:
+            if kind == "exclusive":
+                self.alone_now -= 1
+            else:
+                self.shared_now -= 1
+
+    @contextmanager
+    def shared(self):
+        with super().shared():
+            self._enter("shared")
+            try:
+                yield
+            finally:
+                self._leave("shared")
+
+    @contextmanager
+    def exclusive(self):
+        with super().exclusive():
+            self._enter("exclusive")
+            try:
+                yield
+            finally:
+                self._leave("exclusive")
+
+
+def test_concurrent_evaluations_never_time_during_a_check(evaluator, vector_add):
+    """Three tasks, four evaluations in flight (one task twice), more tasks than references kept: every
+    evaluation comes out right, and no timing overlaps a correctness step."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kernelband.tasks import load_task
+
+    tasks = [vector_add, vector_add, load_task("examples:softmax"), load_task("examples:dropout")]
+    lock, keep = evaluator.pool.gpu_lock, evaluator.pool._max_references
+    evaluator.pool.gpu_lock = checking = _Checking()
+    evaluator.pool._max_references = 1
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda t: evaluator.evaluate(t), tasks))
+    finally:
+        evaluator.pool.gpu_lock, evaluator.pool._max_references = lock, keep
+    assert [r.outcome.value for r in results] == ["ok"] * 4, [(r.outcome, r.detail) for r in results]
+    assert not checking.violations, checking.violations[:3]
+    assert checking.alone_now == 0 and checking.shared_now == 0
