@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -48,20 +49,27 @@ def test_shared_holders_overlap_and_exclusive_waits_for_them():
 
 
 class _Recording(GpuLock):
+    """Records the evaluation's holds (`held`) and, apart, the starts of new workers (`starts`)."""
+
     def __init__(self):
         super().__init__()
         self.held: list[str] = []
+        self.starts: list[str] = []
+
+    def _record(self, mode: str) -> None:
+        starting = threading.current_thread().name == "kernelband-worker-start"
+        (self.starts if starting else self.held).append(mode)
 
     @contextmanager
     def shared(self):
         with super().shared():
-            self.held.append("shared")
+            self._record("shared")
             yield
 
     @contextmanager
     def exclusive(self):
         with super().exclusive():
-            self.held.append("exclusive")
+            self._record("exclusive")
             yield
 
 
@@ -82,6 +90,11 @@ def test_evaluation_checks_under_the_shared_lock_and_times_alone(evaluator, vect
         rec.held.clear()
         assert evaluator.evaluate(vector_add, GOOD + "\n# triton.autotune\n").ok
         assert rec.held == ["exclusive", "exclusive"]
+        # each evaluation used up a worker: its replacement initialised CUDA beside checks, never a timing
+        deadline = time.monotonic() + 120
+        while len(rec.starts) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert rec.starts[:2] == ["shared", "shared"]
     finally:
         evaluator.pool.gpu_lock = lock
 

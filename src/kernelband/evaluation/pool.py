@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import psutil
@@ -141,8 +141,17 @@ class Worker:
         self.lock = threading.Lock()
         self.users = 0  # evaluations using this worker as their reference (see WorkerPool.reference)
 
-    def wait_ready(self, timeout: float) -> ReadyInfo:
+    def wait_ready(self, timeout: float, gpu=nullcontext) -> ReadyInfo:
+        """Wait for the worker to import its libraries, then let it initialise CUDA and run its first kernel
+        while holding `gpu()` (the pool's GPU lock, shared: never during a timing)."""
         msg = self._recv(timeout, "start")
+        if msg.get("op") == "loaded":
+            with gpu():
+                try:
+                    protocol.send(self.sock, {"op": "start"})
+                except OSError:
+                    raise self._death() from None
+                msg = self._recv(timeout, "start")
         if msg.get("op") != "ready":
             raise WorkerGone("crashed", f"worker failed to start: {msg.get('error', msg)}")
         self.ready = ReadyInfo(msg["pid"], msg["startup_s"], msg["sandbox"], msg.get("device", {}),
@@ -269,7 +278,7 @@ class WorkerPool:
             worker = Worker(self.mode, self.base_dir, self.device_index, self.memory_limit)
             with self._cond:
                 self._all.append(worker)
-            worker.wait_ready(self.start_timeout)
+            worker.wait_ready(self.start_timeout, self.gpu_lock.shared)
             self.startup_times.append(worker.ready.startup_s)
         except (WorkerGone, OSError) as exc:
             with self._cond:
@@ -299,7 +308,7 @@ class WorkerPool:
         with self._cond:
             if not self._spares and self._starting == 0:
                 self._starting += 1
-                threading.Thread(target=self._spawn, daemon=True).start()
+                threading.Thread(target=self._spawn, daemon=True, name="kernelband-worker-start").start()
             while not self._spares:
                 left = deadline - time.monotonic()
                 if left <= 0 or (self._starting == 0 and not self._spares):
@@ -314,6 +323,7 @@ class WorkerPool:
             worker = Worker(self.mode, self.base_dir, self.device_index, self.memory_limit, profiler=True)
             with self._cond:
                 self._all.append(worker)
+            # Not under the GPU lock: under ncu the start takes 10-20 s, and a timing would wait for it.
             worker.wait_ready(self.start_timeout * 2)
         except (WorkerGone, OSError) as exc:
             with self._cond:

@@ -84,11 +84,18 @@ class Worker:
         self.sandbox: dict = {}
 
     # -- start-up -------------------------------------------------------------------------------
-    def start(self) -> dict:
-        t0 = time.perf_counter()
-        import torch
+    def load_libraries(self) -> None:
+        """The slow, CPU-only part of the start: importing torch and Triton."""
+        self.t0 = time.perf_counter()
+        import torch  # noqa: F401
         import triton  # noqa: F401
         import triton.testing  # noqa: F401
+
+    def start(self) -> dict:
+        """The part of the start that uses the GPU (CUDA's context, Triton's driver, a first kernel); the
+        parent lets it run when no timing is on the GPU."""
+        import torch
+        import triton
 
         if self.gpu:
             torch.cuda.init()
@@ -112,7 +119,7 @@ class Worker:
                      "max_threads_per_sm": getattr(p, "max_threads_per_multi_processor", 2048),
                      "shared_per_sm": getattr(p, "shared_memory_per_multiprocessor", 233472),
                      "total_memory": p.total_memory, "driver": _driver_version(torch)}
-        return {"op": "ready", "pid": os.getpid(), "startup_s": time.perf_counter() - t0,
+        return {"op": "ready", "pid": os.getpid(), "startup_s": time.perf_counter() - self.t0,
                 "sandbox": self.sandbox, "device": props,
                 "versions": {"torch": torch.__version__, "triton": triton.__version__,
                              "python": sys.version.split()[0]}}
@@ -436,7 +443,13 @@ def main() -> None:
     sock = socket.socket(fileno=args.fd)
     worker = Worker(sock, args.dir, args.mode)
     try:
+        worker.load_libraries()
+        protocol.send(sock, {"op": "loaded"})
+        if protocol.recv(sock).get("op") != "start":
+            return
         ready = worker.start()
+    except (protocol.ProtocolError, OSError):
+        return
     except BaseException as exc:  # noqa: BLE001
         protocol.send(sock, {"op": "failed", "error": _error_text(exc)})
         return
