@@ -157,3 +157,10 @@ def test_a_mistyped_option_or_argument_is_one_line_and_exit_2():
     assert_user_error(kernelband("eval", "examples:vector_add", "--no-such-flag"), "No such option: --no-such-flag")
     assert_user_error(kernelband("optimize"), "Missing argument 'task'")
     assert_user_error(kernelband("frobnicate"), "No such command 'frobnicate'")
+
+
+def test_finalists_below_one_is_refused_before_anything_runs(tmp_path):
+    db = tmp_path / "runs.db"
+    assert_user_error(kernelband("optimize", "examples:vector_add", "--finalists", "0", "--db", str(db)),
+                      "--finalists")
+    assert_user_error(kernelband("bench", "--suite", "examples", "--finalists", "0", "--db", str(db)), "--finalists")

@@ -60,6 +60,11 @@ def test_optimize_end_to_end_with_the_rewriter(tmp_path: Path):
         assert summary["confirmed_speedup"] == final.speedup > 0
     else:
         assert summary["confirmed_speedup"] == 1.0
+    # the finalists: the fastest kernels of the search, each re-checked; the one handed back is among them or k0
+    finalists = summary["finalists"]
+    assert len(finalists) <= 3
+    assert all(store.evaluation(run.id, f["candidate"], "held_out") is not None for f in finalists)
+    assert summary["best_candidate"] in [0] + [f["candidate"] for f in finalists] or not finalists
     iterations = store.iterations(run.id)
     assert [row["iteration"] for row in iterations] == [1, 2, 3]
     assert all(row["arms"] for row in iterations)

@@ -79,6 +79,8 @@ def optimize_cmd(
     budget_calls: int | None = typer.Option(None, "--budget-calls", help="LLM budget: calls in all"),
     strategies: str | None = typer.Option(None, "--strategies", help="strategy config file (.toml or .json)"),
     preset: str = typer.Option("default", "--preset", help="timing protocol: default or paper"),
+    finalists: int = typer.Option(3, "--finalists", help="fastest kernels re-measured at the end; the fastest "
+                                  "on that re-measurement is handed back"),
     seed: int = typer.Option(0, "--seed"),
     db: Path = typer.Option(Path(DEFAULT_DB), "--db", help="the run database"),
     resume: bool = typer.Option(False, "--resume", help="resume the unfinished run with these settings"),
@@ -98,8 +100,8 @@ def optimize_cmd(
     try:
         if preset not in PRESETS:
             raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
-        if iterations < 1 or batch < 1 or (evaluations is not None and evaluations < 1):
-            raise UserError("--iterations, --batch and --evaluations must be at least 1")
+        if iterations < 1 or batch < 1 or finalists < 1 or (evaluations is not None and evaluations < 1):
+            raise UserError("--iterations, --batch, --finalists and --evaluations must be at least 1")
         t = load_task(task, tritonbench)
         chosen = make_proposer(ProposerChoice(proposer, model, base_url, max_tokens, budget_calls, budget_tokens))
         store = Store(db)
@@ -107,7 +109,8 @@ def optimize_cmd(
         with Evaluator(mode="interpreter" if interpreter else None, warm=2, preset=preset,
                        use_ncu=False if no_ncu else None) as ev:
             search = open_search(t, ev, store, policy, chosen, seed,
-                                 RunConfig(iterations, batch, evaluations, preset), strategies, resume,
+                                 RunConfig(iterations, batch, evaluations, preset, finalists=finalists),
+                                 strategies, resume,
                                  on_event=view)
             if as_json:
                 summary = search.run()
@@ -136,6 +139,12 @@ def _print_summary(summary, store) -> None:
     held += "" if summary.held_out_speedup is None else f", held-out {summary.held_out_speedup:.3f}x"
     out.print(f"best: candidate {summary.best_candidate}, {summary.best_speedup:.3f}x over the starting kernel "
               f"({summary.best_outcome}{held}); {summary.evaluations} evaluations", highlight=False)
+    if summary.finalists:
+        rows = "; ".join(f"candidate {f['candidate']} {f['speedup']:.3f}x -> "
+                         + (f"{f['confirmed_speedup']:.3f}x" if f["confirmed_speedup"] else f["outcome"])
+                         for f in summary.finalists)
+        out.print(f"finalists, re-measured on fresh inputs (the fastest wins; the starting kernel if none is "
+                  f"faster): {rows}", highlight=False)
     if summary.k0_self_speedup is not None:
         out.print(f"noise floor: the starting kernel timed against itself gave {summary.k0_self_speedup:.3f}x",
                   highlight=False)
@@ -186,6 +195,7 @@ def bench_cmd(
     proposer: str = typer.Option("auto", "--proposer", help="rewrite or llm (default: llm if configured)"),
     tasks: str | None = typer.Option(None, "--tasks", help="comma-separated subset of the suite's tasks"),
     preset: str = typer.Option("default", "--preset"),
+    finalists: int = typer.Option(3, "--finalists", help="fastest kernels of each run re-measured at the end"),
     db: Path = typer.Option(Path(DEFAULT_DB), "--db", help="the run database"),
     resume: int | None = typer.Option(None, "--resume", help="resume bench N (`kernelband runs` lists them)"),
     refresh_baselines: bool = typer.Option(False, "--refresh-baselines", help="measure k0 baselines again"),
@@ -218,9 +228,12 @@ def bench_cmd(
                 raise UserError(f"unknown policies {unknown}: use {', '.join(POLICIES)}")
             if preset not in PRESETS:
                 raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
+            if finalists < 1:
+                raise UserError("--finalists must be at least 1")
             kind = make_proposer(ProposerChoice(proposer)).name
             config = BenchConfig(suite, names, parse_seeds(seeds), iterations, batch, kind, preset,
-                                 [t.strip() for t in tasks.split(",")] if tasks else [], refresh_baselines)
+                                 [t.strip() for t in tasks.split(",")] if tasks else [], refresh_baselines,
+                                 finalists)
         mode = "interpreter" if interpreter else detect_mode()
         indices = _gpu_indices(gpus) if mode == "gpu" else [0]
         with ExitStack() as stack:

@@ -131,6 +131,7 @@ class RunFacts:
     sol_fraction: float | None
     tokens: int
     confirmed: float | None = None  # the best kernel re-measured on the search shapes after the search
+    top_failed: bool = False  # the search's fastest kernel failed its final check (held-out or fresh inputs)
     reason: str = ""  # why the run is left out, if it is
     search: dict[int, dict] = field(default_factory=dict)  # candidate -> search evaluation row
 
@@ -183,6 +184,8 @@ def run_facts(store: Store, row: RunRow) -> RunFacts:
         shapes = search[best_candidate]["result"].get("shapes", [])
         sol = median(s.get("sol_fraction") for s in shapes if not s.get("held_out"))
     planned = max(int(row.config.get("iterations") or 0), summary.get("iterations") or 0)
+    finalists = summary.get("finalists") or []  # fastest first; runs from before finalists have none
+    top_failed = finalists[0]["outcome"] != "ok" if finalists else best_outcome not in (None, "ok")
     reason = "" if usable else "the starting kernel has no correct evaluation"
     return RunFacts(
         row=row, usable=usable,
@@ -194,7 +197,7 @@ def run_facts(store: Store, row: RunRow) -> RunFacts:
         best_generated=best_generated, best_speedup=best_speedup, best_candidate=best_candidate,
         best_outcome=best_outcome, held_out=summary.get("held_out_speedup"), sol_fraction=sol,
         tokens=summary.get("tokens", its[-1]["tokens"] if its else 0), reason=reason, search=search,
-        confirmed=summary.get("confirmed_speedup"))
+        confirmed=summary.get("confirmed_speedup"), top_failed=top_failed)
 
 
 # -- aggregation -----------------------------------------------------------------------------------
@@ -237,7 +240,7 @@ def _seed_summary(runs: list[RunFacts]) -> dict:
         "n_held_out": len(held),
         "confirmed_geomean": geomean(r.confirmed for r in runs if r.confirmed is not None),
         "n_confirmed": sum(r.confirmed is not None for r in runs),
-        "held_out_failed": sum(r.best_outcome not in (None, "ok") for r in runs),
+        "held_out_failed": sum(r.top_failed for r in runs),
         "sol_median": median(r.sol_fraction for r in runs),
         "tokens_per_task": mean(r.tokens for r in runs),
         "evaluations_per_task": mean(r.evaluations for r in runs),

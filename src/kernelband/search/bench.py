@@ -68,6 +68,7 @@ class BenchConfig:
     preset: str = "default"
     tasks: list[str] = field(default_factory=list)  # a subset of the suite; empty: all of it
     refresh_baselines: bool = False
+    finalists: int = 3  # of each run's fastest kernels re-measured at the end (RunConfig.finalists)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -177,7 +178,8 @@ class Bench:
             self.on_event({"kind": "job_skipped", "task": job.task, "policy": job.policy, "seed": job.seed})
             return
         lookup = self._lookup(task, evaluator)
-        config = RunConfig(self.config.iterations, self.config.q, None, self.config.preset)
+        config = RunConfig(self.config.iterations, self.config.q, None, self.config.preset,
+                           finalists=self.config.finalists)
         search = open_search(task, evaluator, self.store, job.policy, proposer, job.seed, config,
                              resume=existing is not None, bench_id=self.bench_id, lookup=lookup)
         summary = search.run()
