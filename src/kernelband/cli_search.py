@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -62,6 +63,23 @@ class LiveView:
                 self.live.update(self.render())
 
 
+@contextmanager
+def _run_store(db: Path):
+    """The run database of one command. One the command created is removed again if the command fails with
+    nothing stored in it: bad input leaves no empty database behind (and never touches a used one)."""
+    from kernelband.search.store import Store
+
+    new = not db.exists()
+    store = Store(db)
+    try:
+        yield store
+    except UserError:
+        if new and not store.runs() and not store.benches():
+            store.close()
+            db.unlink(missing_ok=True)
+        raise
+
+
 @app.command("optimize")
 def optimize_cmd(
     task: str = typer.Argument(..., help="examples:<name>, tritonbench:<name> or a task file"),
@@ -94,7 +112,6 @@ def optimize_cmd(
     from kernelband.evaluation.records import PRESETS
     from kernelband.search.loop import RunConfig
     from kernelband.search.session import ProposerChoice, make_proposer, open_search
-    from kernelband.search.store import Store
     from kernelband.tasks import load_task
 
     try:
@@ -104,10 +121,9 @@ def optimize_cmd(
             raise UserError("--iterations, --batch, --finalists and --evaluations must be at least 1")
         t = load_task(task, tritonbench)
         chosen = make_proposer(ProposerChoice(proposer, model, base_url, max_tokens, budget_calls, budget_tokens))
-        store = Store(db)
         view = LiveView(t.ref, policy, chosen.name, iterations)
-        with Evaluator(mode="interpreter" if interpreter else None, warm=2, preset=preset,
-                       use_ncu=False if no_ncu else None) as ev:
+        with _run_store(db) as store, Evaluator(mode="interpreter" if interpreter else None, warm=2, preset=preset,
+                                                 use_ncu=False if no_ncu else None) as ev:
             search = open_search(t, ev, store, policy, chosen, seed,
                                  RunConfig(iterations, batch, evaluations, preset, finalists=finalists),
                                  strategies, resume,
@@ -214,35 +230,33 @@ def bench_cmd(
     from kernelband.search.bench import Bench, BenchConfig, parse_seeds
     from kernelband.search.policies import POLICIES
     from kernelband.search.session import ProposerChoice, make_proposer
-    from kernelband.search.store import Store
 
     try:
-        store = Store(db)
-        if resume is not None:
-            config = BenchConfig(**store.bench(resume)["config"])
-            config.refresh_baselines = refresh_baselines
-        else:
-            names = [p.strip() for p in policies.split(",") if p.strip()]
-            unknown = [p for p in names if p not in POLICIES]
-            if unknown or not names:
-                raise UserError(f"unknown policies {unknown}: use {', '.join(POLICIES)}")
-            if preset not in PRESETS:
-                raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
-            if finalists < 1:
-                raise UserError("--finalists must be at least 1")
-            kind = make_proposer(ProposerChoice(proposer)).name
-            config = BenchConfig(suite, names, parse_seeds(seeds), iterations, batch, kind, preset,
-                                 [t.strip() for t in tasks.split(",")] if tasks else [], refresh_baselines,
-                                 finalists)
-        mode = "interpreter" if interpreter else detect_mode()
-        indices = _gpu_indices(gpus) if mode == "gpu" else [0]
-        with ExitStack() as stack:
-            evaluators = [stack.enter_context(Evaluator(mode=mode, warm=2, device_index=i, preset=config.preset,
-                                                        use_ncu=False if no_ncu else None)) for i in indices]
-            bench = Bench(store, config, evaluators, lambda: make_proposer(ProposerChoice(config.proposer)),
-                          tritonbench, bench_id=resume, on_event=_bench_event, runs_per_gpu=runs_per_gpu)
-            bench.jobs()  # validates the task subset before anything runs
-            bench_id = bench.run()
+        with _run_store(db) as store:
+            if resume is not None:
+                config = BenchConfig(**store.bench(resume)["config"])
+                config.refresh_baselines = refresh_baselines
+            else:
+                names = [p.strip() for p in policies.split(",") if p.strip()]
+                unknown = [p for p in names if p not in POLICIES]
+                if unknown or not names:
+                    raise UserError(f"unknown policies {unknown}: use {', '.join(POLICIES)}")
+                if preset not in PRESETS:
+                    raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
+                if finalists < 1:
+                    raise UserError("--finalists must be at least 1")
+                kind = make_proposer(ProposerChoice(proposer)).name
+                config = BenchConfig(suite, names, parse_seeds(seeds), iterations, batch, kind, preset,
+                                     [t.strip() for t in tasks.split(",")] if tasks else [], refresh_baselines,
+                                     finalists)
+            mode = "interpreter" if interpreter else detect_mode()
+            indices = _gpu_indices(gpus) if mode == "gpu" else [0]
+            with ExitStack() as stack:
+                evaluators = [stack.enter_context(Evaluator(mode=mode, warm=2, device_index=i, preset=config.preset,
+                                                            use_ncu=False if no_ncu else None)) for i in indices]
+                bench = Bench(store, config, evaluators, lambda: make_proposer(ProposerChoice(config.proposer)),
+                              tritonbench, bench_id=resume, on_event=_bench_event, runs_per_gpu=runs_per_gpu)
+                bench_id = bench.run()
     except UserError as exc:
         _fail(str(exc))
     runs = store.runs(bench_id)
@@ -264,18 +278,11 @@ def merge_cmd(
     into: int | None = typer.Option(None, "--into", help="join this bench of --db (default: a new bench)"),
 ) -> None:
     """Copy a bench from another run database (a sweep split over machines or sessions) into --db."""
-    from kernelband.search.store import Store
-
-    new = not db.exists()
     try:
-        store = Store(db)
-        try:
+        with _run_store(db) as store:
             target, copied = store.merge_bench(source, bench, into)
-        finally:
-            store.close()
+        store.close()
     except UserError as exc:
-        if new:  # a failed merge leaves no empty database behind
-            db.unlink(missing_ok=True)
         _fail(str(exc))
     out.print(f"bench {bench} of {source}: {copied} runs copied into bench {target} of {db}", highlight=False)
 

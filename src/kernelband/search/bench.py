@@ -108,6 +108,7 @@ class Bench:
         self.tritonbench_path = tritonbench_path
         self.on_event = on_event or (lambda event: None)
         if bench_id is None:
+            self.jobs()  # an unknown suite or task is refused before a bench is stored
             bench_id = store.create_bench(config.suite, config.to_dict())
         self.bench_id = bench_id
         self.tasks = {}
