@@ -148,22 +148,19 @@ class _Checking(GpuLock):
                 self.shared_now -= 1
 
     @contextmanager
-    def shared(self):
-        with super().shared():
-            self._enter("shared")
+    def _held(self, kind: str):
+        with getattr(super(), kind)():
+            self._enter(kind)
             try:
                 yield
             finally:
-                self._leave("shared")
+                self._leave(kind)
 
-    @contextmanager
+    def shared(self):
+        return self._held("shared")
+
     def exclusive(self):
-        with super().exclusive():
-            self._enter("exclusive")
-            try:
-                yield
-            finally:
-                self._leave("exclusive")
+        return self._held("exclusive")
 
 
 def test_concurrent_evaluations_never_time_during_a_check(evaluator, vector_add):

@@ -406,13 +406,12 @@ class Evaluator:
         # candidates' steps, never with a timing, which waits for the steps in progress only. An autotuner
         # times its configs inside the first call, so a module with one has the GPU alone for the whole check.
         lock = self.pool.gpu_lock
-        alone = "autotune" in source
+        whole, per_step = (lock.exclusive, nullcontext) if "autotune" in source else (nullcontext, lock.shared)
         result.seconds["gpu_wait"] = 0.0
         t0 = time.perf_counter()
-        with self._gpu(result, lock.exclusive) if alone else nullcontext():
+        with self._gpu(result, whole):
             try:
-                io_bytes = self._correctness(task, info, ref, cand, shapes, seed, result, by_index,
-                                             nullcontext if alone else lock.shared)
+                io_bytes = self._correctness(task, info, ref, cand, shapes, seed, result, by_index, per_step)
             finally:
                 self._release_compare_memory()
         result.seconds["correctness"] = time.perf_counter() - t0

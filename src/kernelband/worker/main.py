@@ -72,6 +72,7 @@ def _scramble_free_memory(device) -> None:
 
 class Worker:
     def __init__(self, sock: socket.socket, workdir: str, mode: str):
+        self.created = time.perf_counter()  # the start-up time counts from here: imports, CUDA, first kernel
         self.sock = sock
         self.dir = workdir
         self.mode = mode
@@ -86,7 +87,6 @@ class Worker:
     # -- start-up -------------------------------------------------------------------------------
     def load_libraries(self) -> None:
         """The slow, CPU-only part of the start: importing torch and Triton."""
-        self.t0 = time.perf_counter()
         import torch  # noqa: F401
         import triton  # noqa: F401
         import triton.testing  # noqa: F401
@@ -119,7 +119,7 @@ class Worker:
                      "max_threads_per_sm": getattr(p, "max_threads_per_multi_processor", 2048),
                      "shared_per_sm": getattr(p, "shared_memory_per_multiprocessor", 233472),
                      "total_memory": p.total_memory, "driver": _driver_version(torch)}
-        return {"op": "ready", "pid": os.getpid(), "startup_s": time.perf_counter() - self.t0,
+        return {"op": "ready", "pid": os.getpid(), "startup_s": time.perf_counter() - self.created,
                 "sandbox": self.sandbox, "device": props,
                 "versions": {"torch": torch.__version__, "triton": triton.__version__,
                              "python": sys.version.split()[0]}}
