@@ -17,6 +17,7 @@ dst.close()
 PY
 [ -f "$OUT/quality.db" ] && gzip "$OUT/quality.db"
 [ -f "$S/done" ] && echo "session finished"
+nvidia-smi --query-gpu=index,memory.used --format=csv,noheader 2>/dev/null
 tail -n 25 "$S/session.log"
 grep -h "^{\"kind\": \"job_done\|job_error" "$S/sweep.log" 2>/dev/null | tail -n 5
 tail -n 3 "$S/eval_throughput.log" "$S/gpu_tests.log" 2>/dev/null

@@ -369,3 +369,41 @@ def test_a_tasks_key_is_its_code_not_the_interpreters_size_reductions():
     assert dataclasses.replace(task, interpreter_fixes=(("a", "b"),)).key == task.key
     assert dataclasses.replace(task, module_source=task.module_source + "\n").key != task.key
     assert dataclasses.replace(task, harness_source=task.harness_source + "\n").key != task.key
+
+
+KEEPS_NOTHING = textwrap.dedent("""
+    # A worker lives on between requests: once a shape's inputs are dropped, nothing of the harness keeps them.
+    import gc, json, sys, types, weakref
+    from kernelband.worker import cpu_shim
+    cpu_shim.install()
+    from kernelband.tasks import tritonbench as tb
+    from kernelband.worker.harness import TritonBenchHarness, tensors_in
+    out = {}
+    for name in sys.argv[2].split(","):
+        task = tb.load(name, sys.argv[1])
+        module = types.ModuleType("kb_" + name)
+        sys.modules[module.__name__] = module
+        exec(compile(task.module_source, "<" + name + ">", "exec"), module.__dict__)
+        h = TritonBenchHarness(name, task.harness_source, task.tests_source, module,
+                               list(task.extra_loop_values), task.module_source)
+        shapes = h.describe("interpreter")["shapes"]
+        index = min(shapes, key=lambda s: s["nbytes"])["index"]
+        inputs = h.make_inputs(index, "cpu")
+        refs = [weakref.ref(t) for t in tensors_in(inputs)]
+        del inputs
+        gc.collect()
+        out[name] = {"tensors": len(refs), "alive": sum(r() is not None for r in refs)}
+    print(json.dumps(out))
+""")
+
+
+@needs_tb
+def test_a_shapes_inputs_are_not_kept_by_the_harness():
+    # In a reference worker kept for many candidates, kept inputs filled an 80 GB GPU with 29 tasks' references.
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", KEEPS_NOTHING, str(TB_JSON), "add_value,softmax_triton1,matrix_transpose"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert all(c["tensors"] >= 1 for c in counts.values()), counts
+    assert all(c["alive"] == 0 for c in counts.values()), counts

@@ -56,6 +56,9 @@ def _filled_memory():
         det.fill_uninitialized_memory = before[2]
 
 
+_FREES_MEMORY = frozenset({"run", "tests", "selfcheck", "time", "features", "profile", "calibrate"})
+
+
 def _scramble_free_memory(device) -> None:
     """Fill the CUDA caching allocator's free memory with NaN: code that reads memory its tensors do not own
     (past a tensor's end, into freed blocks) then reads other values than before. Small allocations come from
@@ -131,8 +134,10 @@ class Worker:
         if handler is None:
             return {"ok": False, "outcome": "internal", "error": f"unknown op {op!r}"}
         reply = handler(request)
-        if self.gpu and op in ("run", "tests", "selfcheck") and reply.get("outcome") != "crashed":
-            # Reference workers stay alive between candidates: give their large shapes' memory back.
+        if self.gpu and op in _FREES_MEMORY and reply.get("outcome") != "crashed":
+            # Reference workers stay alive between candidates: give their large shapes' memory back
+            # (the inputs of a timed shape and do_bench's L2-flush buffer too), or a few dozen idle
+            # references fill the GPU.
             import torch
 
             try:

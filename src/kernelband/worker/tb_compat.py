@@ -118,7 +118,10 @@ class Performance_Metrics:  # noqa: N801 - the name the scripts import
         finally:
             torch.set_default_device(previous)
             self._builder = None
-        return list(self._entries)
+        # The script's list is not kept: a worker lives on between requests, and a shape's tensors
+        # (every shape's, where the script shares tensors between entries) would stay on the GPU.
+        entries, self._entries = list(self._entries), _EntryList([], None)
+        return entries
 
     # The interface the scripts override.
     def get_input_tensors(self):
