@@ -49,3 +49,44 @@ def test_who_is_timed_first_alternates_from_shape_to_shape(evaluator, vector_add
     for s in timed:
         first = next(who for who, index in calls if index == s.index)
         assert first == s.timed_first
+
+
+class _Driver:
+    """Stands in for Triton's CUDA driver, whose `clear_cache` do_bench calls before each timed call."""
+
+    def __init__(self, log: list):
+        self.log = log
+
+    def clear_cache(self, cache):
+        self.log.append(("flush", cache))
+
+
+def test_each_flush_is_followed_by_a_gpu_wait_inside_the_block_only():
+    from kernelband.worker.timing import gpu_ahead
+
+    log: list = []
+    driver = _Driver(log)
+    with gpu_ahead(150.0, driver=driver, sleep=lambda cycles: log.append(("sleep", cycles))):
+        driver.clear_cache("c1")
+        driver.clear_cache("c2")
+    driver.clear_cache("c3")
+    assert log == [("flush", "c1"), ("sleep", 300_000), ("flush", "c2"), ("sleep", 300_000), ("flush", "c3")]
+    assert "clear_cache" not in vars(driver)  # the class's own method is back
+
+
+def test_no_wait_when_the_preset_asks_for_none():
+    from kernelband.worker.timing import gpu_ahead
+
+    log: list = []
+    driver = _Driver(log)
+    with gpu_ahead(0.0, driver=driver, sleep=lambda cycles: log.append(("sleep", cycles))):
+        driver.clear_cache("c1")
+    assert log == [("flush", "c1")]
+
+
+def test_our_presets_keep_the_gpu_ahead_and_the_peers_protocol_does_not():
+    from kernelband.evaluation.records import PRESETS
+
+    assert PRESETS["default"].ahead_us > 0 and PRESETS["paper"].ahead_us > 0
+    assert PRESETS["tritonbench"].ahead_us == 0  # TritonBench's do_bench as its scripts call it
+    assert PRESETS["default"].wire()["ahead_us"] == PRESETS["default"].ahead_us
