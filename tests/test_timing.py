@@ -90,3 +90,24 @@ def test_our_presets_keep_the_gpu_ahead_and_the_peers_protocol_does_not():
     assert PRESETS["default"].ahead_us > 0 and PRESETS["paper"].ahead_us > 0
     assert PRESETS["tritonbench"].ahead_us == 0  # TritonBench's do_bench as its scripts call it
     assert PRESETS["default"].wire()["ahead_us"] == PRESETS["default"].ahead_us
+
+
+def test_a_candidate_that_skips_the_l2_flush_is_caught():
+    from kernelband.worker.guards import TamperGuard
+    from kernelband.worker.timing import gpu_ahead
+
+    class Driver(_Driver):
+        def get_empty_cache_for_benchmark(self):
+            return "cache"
+
+    driver = Driver([])
+    guard = TamperGuard(driver=driver)
+    assert guard.changed() == []
+    with gpu_ahead(150.0, driver=driver, sleep=lambda cycles: None):
+        assert "triton driver:clear_cache" in guard.changed()  # the wait is ours, and only inside timing
+    assert guard.changed() == []
+    driver.clear_cache = lambda cache: None  # a module's no-op flush on the driver...
+    assert guard.changed() == ["triton driver:clear_cache"]
+    del driver.clear_cache
+    Driver.get_empty_cache_for_benchmark = lambda self: None  # ...or on its class
+    assert guard.changed() == ["triton driver:get_empty_cache_for_benchmark"]
