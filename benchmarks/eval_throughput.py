@@ -219,6 +219,7 @@ def main() -> None:
                 part_speed(ev, names, report, save)
             elif part == "pool":
                 part_pool(ev, names, report, save, args.threads)
+                ev.pool.keep_at_most(4)  # as an evaluator does by default: 29 references fill an 80 GB GPU
             else:
                 repeat = names if args.repeat_tasks == "all" else args.repeat_tasks.split(",")
                 part_repeat(ev, repeat, report, save, args.repeats, tuple(args.repeat_presets.split(",")))

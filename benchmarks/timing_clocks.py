@@ -94,8 +94,8 @@ def main() -> None:
                 for _ in range(args.calls):
                     if mode == "burst":
                         burst()
-                    ms, mhz = sampled(clock, lambda: triton.testing.do_bench(
-                        lambda: h.call(inputs), warmup=25, rep=100, return_mode="median"))
+                    ms, mhz = sampled(clock, lambda h=h, i=inputs: triton.testing.do_bench(
+                        lambda: h.call(i), warmup=25, rep=100, return_mode="median"))
                     calls.append((round(ms, 5), round(mhz or 0)))
                 print(json.dumps({"task": name, "shape": h._shapes[shape]["label"], "mode": mode,
                                   "calls_ms_mhz": calls}), flush=True)

@@ -58,7 +58,7 @@ def main() -> None:
                 torch.manual_seed(0)
                 inputs = h.make_inputs(shape, "cuda")
                 addresses.append(hex(min(t.data_ptr() for t in tensors_in(inputs))))
-                times = [triton.testing.do_bench(lambda i=inputs: h.call(i), warmup=25, rep=100, return_mode="median")
+                times = [triton.testing.do_bench(lambda h=h, i=inputs: h.call(i), warmup=25, rep=100, return_mode="median")
                          for _ in range(args.repeats)]
                 per_placement.append(times)
                 if args.free:

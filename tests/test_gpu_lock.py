@@ -119,6 +119,22 @@ def test_a_reference_in_use_is_not_closed_to_make_room(evaluator, vector_add):
         evaluator.pool._max_references = keep
 
 
+def test_lowering_the_reference_limit_closes_the_oldest_idle_references(evaluator, vector_add):
+    from kernelband.tasks import load_task
+
+    softmax = load_task("examples:softmax")
+    keep = evaluator.pool._max_references
+    try:
+        evaluator.info(vector_add)
+        evaluator.info(softmax)
+        first, second = list(evaluator.pool._references.values())[-2:]
+        evaluator.pool.keep_at_most(1)
+        assert list(evaluator.pool._references.values()) == [second]
+        assert not first.alive() and second.alive()
+    finally:
+        evaluator.pool.keep_at_most(keep)
+
+
 class _Checking(GpuLock):
     """Fails the test if a timing ever overlaps a correctness step."""
 

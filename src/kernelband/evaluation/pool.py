@@ -396,6 +396,12 @@ class WorkerPool:
         for old in closing:
             old.close()
 
+    def keep_at_most(self, n: int) -> None:
+        """From now on keep at most `n` idle task references; closes the oldest idle ones beyond that."""
+        with self._cond:
+            self._max_references = max(1, n)
+        self._trim_references()
+
     def drop_reference(self, key: str) -> None:
         with self._cond:
             worker = self._references.pop(key, None)
