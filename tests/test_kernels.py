@@ -200,3 +200,16 @@ def test_test_outputs_the_reference_does_not_reproduce_are_left_out_in_the_inter
         assert bad.detail.startswith("the task's own test cases: tests.test_case_1"), bad.detail
         # The reference ran its tests twice at set-up, and its kept outputs judged both candidates.
         assert asked.count("tests") == 2, asked
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_every_measurement_keeps_the_gpu_ahead():
+    """The timing's GPU wait goes through the Triton driver's clear_cache, which do_bench calls before each
+    timed call: if this Triton's do_bench flushed some other way, the evaluation would carry a note."""
+    from kernelband.evaluation.evaluator import Evaluator
+
+    with Evaluator(mode="gpu", warm=1, use_ncu=False) as ev:
+        result = ev.evaluate(load_task("examples:vector_add"), preset="default")
+    assert result.ok, result.detail
+    assert all(s.cand_ms and s.ref_ms for s in result.shapes if not s.held_out)
+    assert not [n for n in result.notes if "GPU-ahead" in n], result.notes

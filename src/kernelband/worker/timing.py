@@ -41,8 +41,8 @@ def _estimate_ms(fn) -> float:
     return max(start.elapsed_time(end) / 5, 1e-3)
 
 
-def bench(fn, preset: dict, gpu: bool, guard) -> list[float]:
-    """Per-iteration times in milliseconds."""
+def bench(fn, preset: dict, gpu: bool, guard) -> tuple[list[float], int]:
+    """Per-iteration times in milliseconds, and how many GPU waits were queued (see `gpu_ahead`)."""
     if not gpu:
         # Interpreter timings measure Python, not a GPU: one run is all they are worth.
         times = []
@@ -50,10 +50,10 @@ def bench(fn, preset: dict, gpu: bool, guard) -> list[float]:
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1000.0)
-        return times
+        return times, 0
     do_bench = guard.original("triton.testing:do_bench")
     warmup, rep = float(preset["warmup"]), float(preset["rep"])
-    with gpu_ahead(float(preset.get("ahead_us") or 0.0)):
+    with gpu_ahead(float(preset.get("ahead_us") or 0.0)) as waits:
         if preset.get("unit", "iters") == "iters":
             est = _estimate_ms(fn)
             warmup, rep = warmup * est, rep * est
@@ -61,15 +61,17 @@ def bench(fn, preset: dict, gpu: bool, guard) -> list[float]:
         if max_ms:
             warmup, rep = min(warmup, max_ms / 4), min(rep, max_ms)
         times = do_bench(fn, warmup=warmup, rep=rep, return_mode="all")
-    return [float(t) for t in times]
+    return [float(t) for t in times], len(waits)
 
 
 @contextlib.contextmanager
 def gpu_ahead(us: float, driver=None, sleep=None):
     """Within the block, the active Triton driver's `clear_cache` (do_bench's L2 flush before each timed
-    call) also queues a GPU wait of `us` microseconds (cycles at 2 GHz; a slower clock waits longer)."""
+    call) also queues a GPU wait of `us` microseconds (cycles at 2 GHz; a slower clock waits longer).
+    Yields the list of waits queued, so a caller can tell a Triton whose do_bench flushes some other way."""
+    waits: list[int] = []
     if us <= 0:
-        yield
+        yield waits
         return
     if driver is None:
         import triton
@@ -83,10 +85,11 @@ def gpu_ahead(us: float, driver=None, sleep=None):
     def clear_cache(cache):
         flush(cache)
         sleep(cycles)
+        waits.append(cycles)
 
     driver.clear_cache = clear_cache  # on the instance: the class's method is left alone
     try:
-        yield
+        yield waits
     finally:
         if own is None:
             del driver.clear_cache
