@@ -99,12 +99,17 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int)
     failed = {t.name: r for t, r in zip(tasks, results) if isinstance(r, str)}
     for name, error in failed.items():
         print(f"pool: {name} gave no result: {error}", flush=True)
+    # Where a candidate's time went while sharing the GPU with the others (median and p90 per stage).
+    stages = sorted({k for r in done for k in r.seconds})
+    stage_s = {k: {"median": statistics.median(v), "p90": pct(v, 0.9)}
+               for k in stages if (v := [r.seconds[k] for r in done if k in r.seconds])}
     report["pool"] = {"threads": threads, "candidates": len(done), "seconds": elapsed,
-                      "candidates_per_minute": 60 * len(done) / elapsed,
+                      "candidates_per_minute": 60 * len(done) / elapsed, "stages": stage_s,
                       "outcomes": {t.name: r.outcome.value for t, r in zip(tasks, results) if not isinstance(r, str)},
                       "no_result": failed}
     print(f"pool: {len(done)} candidates in {elapsed:.1f}s with {threads} threads = "
-          f"{60 * len(done) / elapsed:.1f}/min", flush=True)
+          f"{60 * len(done) / elapsed:.1f}/min; median s per stage: "
+          + ", ".join(f"{k} {v['median']:.2f}" for k, v in stage_s.items()), flush=True)
     save()
 
 
