@@ -159,6 +159,17 @@ def test_a_mistyped_option_or_argument_is_one_line_and_exit_2():
     assert_user_error(kernelband("frobnicate"), "No such command 'frobnicate'")
 
 
+def test_help_into_a_closed_pipe_ends_without_a_traceback():
+    """`kernelband merge --help | head -3`: the reader goes away before the help is written."""
+    exe = Path(sys.executable).with_name("kernelband")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from kernelband.cli import main; main()"]
+    proc = subprocess.Popen(cmd + ["merge", "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.wait(timeout=60)
+    assert "Traceback" not in err, err
+
+
 def test_finalists_below_one_is_refused_before_anything_runs(tmp_path):
     db = tmp_path / "runs.db"
     assert_user_error(kernelband("optimize", "examples:vector_add", "--finalists", "0", "--db", str(db)),

@@ -212,7 +212,7 @@ def main() -> None:
         err.print(f"[bold red]error:[/] {' '.join(exc.format_message().split())} (`{where} --help` lists the "
                   "options)", highlight=False, soft_wrap=True)
         sys.exit(2)
-    except errors.Abort:
+    except typer.Abort:  # Ctrl-C at a prompt (click's Abort where typer uses click, typer's own where it vendors it)
         sys.exit(130)
     except UserError as exc:  # pragma: no cover - commands catch their own
         err.print(f"error: {exc}")
