@@ -317,7 +317,7 @@ class Search:
         ranked = sorted((c for c in self.candidates if c.valid), key=lambda c: (-c.speedup, c.id))
         if not self.config.held_out or ranked[0].id == 0:
             return ranked[0], None, []
-        k0 = next(c for c in self.candidates if c.id == 0)
+        k0 = self.candidates[0]  # candidates are kept in id order
         checks = [(c, self._evaluate(c.id, c.source, which="held_out", shapes="all"))
                   for c in ranked[:max(1, self.config.finalists)] if c.id != 0]
         finalists = [{"candidate": c.id, "speedup": c.speedup, "outcome": r.outcome.value,
