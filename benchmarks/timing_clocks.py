@@ -14,7 +14,6 @@ import argparse
 import ctypes
 import json
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -57,13 +56,11 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=6)
     args = parser.parse_args()
 
-    import importlib.util
-
     import torch
     import triton
 
     from kernelband.tasks import tritonbench as tb
-    from kernelband.worker.harness import TritonBenchHarness
+    from kernelband.worker import harness
 
     clock = SmClock()
     folder = Path(tempfile.mkdtemp(prefix="kb-clock-"))
@@ -79,12 +76,7 @@ def main() -> None:
         task = tb.load(name)
         path = folder / f"kb_clock_{name}.py"
         path.write_text(task.module_source)
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[path.stem] = module
-        spec.loader.exec_module(module)
-        h = TritonBenchHarness(name, task.harness_source, task.tests_source, module,
-                               list(task.extra_loop_values), task.module_source)
+        h = harness.for_task(task.wire(), harness.import_file(path.stem, str(path)), task.module_source, "gpu")
         search = sorted((s for s in h.describe("gpu")["shapes"] if not s["held_out"]), key=lambda s: s["nbytes"])
         for shape in dict.fromkeys([search[0]["index"], search[-1]["index"]]):
             torch.manual_seed(0)

@@ -13,22 +13,10 @@ a process's placement sticks. One JSON line per shape.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
-import sys
 import tempfile
 from pathlib import Path
-
-
-def _module(name: str, source: str, folder: Path):
-    path = folder / f"kb_place_{name}.py"  # Triton needs its kernels in a real file
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def main() -> None:
@@ -43,14 +31,15 @@ def main() -> None:
     import triton
 
     from kernelband.tasks import tritonbench as tb
-    from kernelband.worker.harness import TritonBenchHarness, tensors_in
+    from kernelband.worker import harness
+    from kernelband.worker.harness import tensors_in
 
     folder = Path(tempfile.mkdtemp(prefix="kb-place-"))
     for name in args.tasks.split(","):
         task = tb.load(name)
-        module = _module(name, task.module_source, folder)
-        h = TritonBenchHarness(name, task.harness_source, task.tests_source, module,
-                               list(task.extra_loop_values), task.module_source)
+        path = folder / f"kb_place_{name}.py"
+        path.write_text(task.module_source)
+        h = harness.for_task(task.wire(), harness.import_file(path.stem, str(path)), task.module_source, "gpu")
         search = sorted((s for s in h.describe("gpu")["shapes"] if not s["held_out"]), key=lambda s: s["nbytes"])
         for shape in dict.fromkeys([search[-1]["index"], search[len(search) // 2]["index"]]):
             kept, per_placement, addresses = [], [], []

@@ -244,38 +244,50 @@ def test_extra_loop_values_belong_to_level_1_2_tasks():
     assert load_task("tritonbench:add_value", str(TB_JSON)).extra_loop_values == ()
 
 
-ENUMERATE = textwrap.dedent("""
-    # Enumerate the shapes as a worker does: the harness on the meta device, CUDA mapped to the CPU.
+# A TritonBench task's harness as a worker builds it, in a script run with CUDA mapped to the CPU.
+TB_HARNESS = textwrap.dedent("""
     import json, sys, types
     from kernelband.worker import cpu_shim
     cpu_shim.install()
     from kernelband.tasks import tritonbench as tb
-    from kernelband.worker.harness import TritonBenchHarness
-    out = {}
-    for name in tb.level12(sys.argv[1]):
+    from kernelband.worker import harness
+
+    def tb_harness(name):
         task = tb.load(name, sys.argv[1])
         module = types.ModuleType("kb_" + name)
         sys.modules[module.__name__] = module
         exec(compile(task.module_source, "<" + name + ">", "exec"), module.__dict__)
-        h = TritonBenchHarness(name, task.harness_source, task.tests_source, module,
-                               list(task.extra_loop_values), task.module_source)
+        return harness.for_task(task.wire(), module, task.module_source, "gpu")
+""")
+
+
+def run_tb_script(body: str, *args: str) -> dict:
+    """`TB_HARNESS` + `body` in a fresh interpreter-mode Python; the JSON of its last line."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", TB_HARNESS + textwrap.dedent(body), str(TB_JSON), *args],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+ENUMERATE = """
+    # Enumerate the shapes as a worker does: the harness on the meta device.
+    out = {}
+    for name in tb.level12(sys.argv[1]):
+        h = tb_harness(name)
         shapes = h.describe("interpreter")["shapes"]
         search = [s for s in shapes if not s["held_out"]]
         out[name] = {"search": len(search), "added": sum(s["added"] for s in search),
                      "held_out": len(shapes) - len(search)}
     print(json.dumps(out))
-""")
+"""
 
 
 @pytest.fixture(scope="module")
 def tb_shape_counts():
     if not TB_JSON.is_file():
         pytest.skip("no TritonBench-G JSON")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "-c", ENUMERATE, str(TB_JSON)], capture_output=True, text=True,
-                          env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_tb_script(ENUMERATE)
 
 
 @needs_tb
@@ -371,21 +383,13 @@ def test_a_tasks_key_is_its_code_not_the_interpreters_size_reductions():
     assert dataclasses.replace(task, harness_source=task.harness_source + "\n").key != task.key
 
 
-KEEPS_NOTHING = textwrap.dedent("""
+KEEPS_NOTHING = """
     # A worker lives on between requests: once a shape's inputs are dropped, nothing of the harness keeps them.
-    import gc, json, sys, types, weakref
-    from kernelband.worker import cpu_shim
-    cpu_shim.install()
-    from kernelband.tasks import tritonbench as tb
-    from kernelband.worker.harness import TritonBenchHarness, tensors_in
+    import gc, weakref
+    from kernelband.worker.harness import tensors_in
     out = {}
     for name in sys.argv[2].split(","):
-        task = tb.load(name, sys.argv[1])
-        module = types.ModuleType("kb_" + name)
-        sys.modules[module.__name__] = module
-        exec(compile(task.module_source, "<" + name + ">", "exec"), module.__dict__)
-        h = TritonBenchHarness(name, task.harness_source, task.tests_source, module,
-                               list(task.extra_loop_values), task.module_source)
+        h = tb_harness(name)
         shapes = h.describe("interpreter")["shapes"]
         index = min(shapes, key=lambda s: s["nbytes"])["index"]
         inputs = h.make_inputs(index, "cpu")
@@ -394,16 +398,12 @@ KEEPS_NOTHING = textwrap.dedent("""
         gc.collect()
         out[name] = {"tensors": len(refs), "alive": sum(r() is not None for r in refs)}
     print(json.dumps(out))
-""")
+"""
 
 
 @needs_tb
 def test_a_shapes_inputs_are_not_kept_by_the_harness():
     # In a reference worker kept for many candidates, kept inputs filled an 80 GB GPU with 29 tasks' references.
-    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "-c", KEEPS_NOTHING, str(TB_JSON), "add_value,softmax_triton1,matrix_transpose"],
-                          capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    counts = run_tb_script(KEEPS_NOTHING, "add_value,softmax_triton1,matrix_transpose")
     assert all(c["tensors"] >= 1 for c in counts.values()), counts
     assert all(c["alive"] == 0 for c in counts.values()), counts

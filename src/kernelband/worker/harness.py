@@ -15,6 +15,7 @@ and the candidate worker build the same inputs without exchanging them.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import math
 import sys
@@ -87,6 +88,27 @@ def _exec_module(name: str, source: str, filename: str, extra: dict | None = Non
     code = compile(source, filename, "exec")
     exec(code, module.__dict__)
     return module
+
+
+def import_file(module_name: str, path: str) -> types.ModuleType:
+    """Import the Python file at `path` as `module_name` (Triton compiles only kernels that live in a file)."""
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def for_task(task: dict, module: types.ModuleType, module_source: str, mode: str) -> Harness:
+    """The harness of a task (as `Task.wire()` sends it) around the imported module under test."""
+    if task["kind"] != "tritonbench":
+        return PyFileHarness(task["harness_source"], task["harness_file"], module)
+    perf = task["harness_source"]
+    if mode == "interpreter":  # smaller fixed sizes, so that the CPU gets through them
+        for old, new in task.get("interpreter_fixes", []):
+            perf = perf.replace(old, new)
+    return TritonBenchHarness(task["name"], perf, task.get("tests_source"), module,
+                              task.get("extra_loop_values", []), module_source)
 
 
 # The paper evaluates every kernel on at least 10 shapes.

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import math
 import os
 import random
@@ -167,27 +166,15 @@ class Worker:
         path = os.path.join(self.dir, f"{module_name}.py")
         with open(path, "w") as f:
             f.write(source)
+        from kernelband.worker import harness as harness_mod
         t0 = time.perf_counter()
         try:
-            spec = importlib.util.spec_from_file_location(module_name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[module_name] = module
-            spec.loader.exec_module(module)
+            module = harness_mod.import_file(module_name, path)
         except BaseException as exc:  # noqa: BLE001 - anything the module raises is its outcome
             return {"ok": False, "outcome": "compile_error", "error": _error_text(exc)}
         self.module = module
         try:
-            from kernelband.worker import harness as harness_mod
-            if task["kind"] == "tritonbench":
-                perf = task["harness_source"]
-                if self.mode == "interpreter":  # smaller fixed sizes, so that the CPU gets through them
-                    for old, new in task.get("interpreter_fixes", []):
-                        perf = perf.replace(old, new)
-                self.harness = harness_mod.TritonBenchHarness(
-                    task["name"], perf, task.get("tests_source"), module,
-                    task.get("extra_loop_values", []), source)
-            else:
-                self.harness = harness_mod.PyFileHarness(task["harness_source"], task["harness_file"], module)
+            self.harness = harness_mod.for_task(task, module, source, self.mode)
             info = self.harness.describe(self.mode)
         except ImportError as exc:
             # The performance script imports the entry point from the module.
