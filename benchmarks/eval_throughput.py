@@ -4,9 +4,13 @@ Parts (run them in one call or split them across calls):
 
   speed    per task, the set-up (its reference loaded and validated on every shape, once per task
            and GPU), then its starting kernel fully evaluated as a candidate. Seconds per fully
-           evaluated candidate: median and p90.
+           evaluated candidate: median and p90. Right after a pool part the references are loaded
+           already, and the set-up column is only the lookup.
   pool     the same candidates evaluated concurrently through one worker pool (ncu cache emptied
            first): candidates/minute.
+  pool-noncu  the same, with no Nsight Compute profile (φ from the compiler and the timing only): the
+           like-for-like figure against the peers, who collect no hardware profile. Right after `pool`
+           it reuses its references.
   repeat   5 evaluations of the same kernel per preset (--repeat-presets, default and paper) on the
            --repeat-tasks ('all': the 29): coefficient of variation of the runtime-weighted candidate
            time and of the speedup per task, and their medians over the tasks.
@@ -81,7 +85,7 @@ def part_speed(ev: Evaluator, names: list[str], report: dict, save) -> None:
     save()
 
 
-def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int) -> None:
+def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int, key: str = "pool") -> None:
     tasks = [load_task(f"tritonbench:{n}") for n in names]
     for t in tasks:  # references loaded beforehand: this measures candidates, not task set-up
         try:
@@ -103,11 +107,11 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int)
     stages = sorted({k for r in done for k in r.seconds})
     stage_s = {k: {"median": statistics.median(v), "p90": pct(v, 0.9)}
                for k in stages if (v := [r.seconds[k] for r in done if k in r.seconds])}
-    report["pool"] = {"threads": threads, "candidates": len(done), "seconds": elapsed,
+    report[key] = {"threads": threads, "ncu": ev.use_ncu, "candidates": len(done), "seconds": elapsed,
                       "candidates_per_minute": 60 * len(done) / elapsed, "stages": stage_s,
                       "outcomes": {t.name: r.outcome.value for t, r in zip(tasks, results) if not isinstance(r, str)},
                       "no_result": failed}
-    print(f"pool: {len(done)} candidates in {elapsed:.1f}s with {threads} threads = "
+    print(f"{key}: {len(done)} candidates in {elapsed:.1f}s with {threads} threads = "
           f"{60 * len(done) / elapsed:.1f}/min; median s per stage: "
           + ", ".join(f"{k} {v['median']:.2f}" for k, v in stage_s.items()), flush=True)
     save()
@@ -207,12 +211,13 @@ def main() -> None:
     def save() -> None:
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))
 
-    unknown = [p for p in parts if p not in ("speed", "pool", "repeat", "peers")]
+    known = ("speed", "pool", "pool-noncu", "repeat", "peers")
+    unknown = [p for p in parts if p not in known]
     if unknown:
-        raise SystemExit(f"unknown part {unknown[0]!r}: use speed, pool, repeat, peers")
+        raise SystemExit(f"unknown part {unknown[0]!r}: use {', '.join(known)}")
     ev = None  # started when a part needs it: the peers' part alone needs no workers on the GPU
     try:
-        for part in parts:  # in the order given
+        for i, part in enumerate(parts):  # in the order given
             if part == "peers":
                 part_peers(args.peer_tasks.split(","), report, save)
                 continue
@@ -222,9 +227,14 @@ def main() -> None:
                 report["device"] = ev.pool.mode
             if part == "speed":
                 part_speed(ev, names, report, save)
-            elif part == "pool":
-                part_pool(ev, names, report, save, args.threads)
-                ev.pool.keep_at_most(4)  # as an evaluator does by default: 29 references fill an 80 GB GPU
+            elif part in ("pool", "pool-noncu"):
+                profiles, ev.use_ncu = ev.use_ncu, ev.use_ncu and part == "pool"
+                try:
+                    part_pool(ev, names, report, save, args.threads, key=part)
+                finally:
+                    ev.use_ncu = profiles
+                if parts[i + 1:i + 2] not in (["pool"], ["pool-noncu"], ["speed"]):  # the next part reuses them
+                    ev.pool.keep_at_most(4)  # as an evaluator does by default: 29 references fill an 80 GB GPU
             else:
                 repeat = names if args.repeat_tasks == "all" else args.repeat_tasks.split(",")
                 part_repeat(ev, repeat, report, save, args.repeats, tuple(args.repeat_presets.split(",")))
