@@ -102,7 +102,10 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     done = [r for r in results if not isinstance(r, str)]
     failed = {t.name: r for t, r in zip(tasks, results) if isinstance(r, str)}
     for name, error in failed.items():
-        print(f"pool: {name} gave no result: {error}", flush=True)
+        print(f"{key}: {name} gave no result: {error}", flush=True)
+    for t, r in zip(tasks, results):
+        if not isinstance(r, str) and not r.ok:
+            print(f"{key}: {t.name} {r.outcome.value} at {r.stage}: {r.detail[:200]} | {_last(r.error)}", flush=True)
     # Where a candidate's time went while sharing the GPU with the others (median and p90 per stage).
     stages = sorted({k for r in done for k in r.seconds})
     stage_s = {k: {"median": statistics.median(v), "p90": pct(v, 0.9)}
@@ -110,11 +113,17 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     report[key] = {"threads": threads, "ncu": ev.use_ncu, "candidates": len(done), "seconds": elapsed,
                       "candidates_per_minute": 60 * len(done) / elapsed, "stages": stage_s,
                       "outcomes": {t.name: r.outcome.value for t, r in zip(tasks, results) if not isinstance(r, str)},
+                      "not_ok": {t.name: f"{r.outcome.value} at {r.stage}: {r.detail[:300]} | {_last(r.error)}"
+                                 for t, r in zip(tasks, results) if not isinstance(r, str) and not r.ok},
                       "no_result": failed}
     print(f"{key}: {len(done)} candidates in {elapsed:.1f}s with {threads} threads = "
           f"{60 * len(done) / elapsed:.1f}/min; median s per stage: "
           + ", ".join(f"{k} {v['median']:.2f}" for k, v in stage_s.items()), flush=True)
     save()
+
+
+def _last(text: str, n: int = 400) -> str:
+    return " / ".join(text.strip().splitlines()[-3:])[-n:] if text else ""
 
 
 def _safe_eval(ev, task, **kwargs):
@@ -202,11 +211,13 @@ def main() -> None:
                                             "matmul_kernel,kldiv_compute")
     ap.add_argument("--threads", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--warm-profilers", type=int, default=None,
+                    help="workers kept started under ncu (default: threads + 3)")
     ap.add_argument("--out", default=os.environ.get("OUT", ".") + "/eval_throughput.json")
     args = ap.parse_args()
     names = [n for n in args.tasks.split(",") if n] or tritonbench.level12()
     parts = args.parts.split(",")
-    report: dict = {"date": time.strftime("%Y-%m-%d"), "tasks": names}
+    report: dict = {"date": time.strftime("%Y-%m-%d"), "tasks": names, "warm_profilers": args.warm_profilers}
 
     def save() -> None:
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))
@@ -223,7 +234,8 @@ def main() -> None:
                 continue
             if ev is None:
                 # every task's reference kept: the pool part measures candidates, not set-ups
-                ev = Evaluator(warm=args.threads + 1, max_references=max(4, len(names)))
+                ev = Evaluator(warm=args.threads + 1, max_references=max(4, len(names)),
+                               warm_profilers=args.warm_profilers)
                 report["device"] = ev.pool.mode
             if part == "speed":
                 part_speed(ev, names, report, save)

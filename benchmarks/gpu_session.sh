@@ -17,7 +17,8 @@
 # 'kernelband;greedy,random': every task with kernelband first), SWEEP_PARTS (search_quality parts, default
 # bench,grid,overhead), SWEEP_RESUME=part.db.gz:BENCH (continue a committed sweep database), EVAL=0 (no
 # evaluator parts: the sweep takes every GPU), SWEEP=0 (no sweep: the evaluator parts take GPU 0),
-# REPEAT_TASKS ('all': the 29), REPEAT_PRESETS, POOL_THREADS (default 4), GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny
+# REPEAT_TASKS ('all': the 29), REPEAT_PRESETS, POOL_THREADS (default 4), WARM_PROFILERS (workers kept started
+# under ncu; default POOL_THREADS + 3), GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny
 # version of everything).
 set -u
 S=${KB_STATE:-kernelband-runs/gpu}
@@ -58,11 +59,17 @@ evaluator_parts() {
   timeout 300 python3 -m kernelband calibrate > "$S/calibrate.log" 2>&1
   if [ "${EVAL_PARTS:-}" = none ]; then gpu_tests; echo "== $(date -u +%FT%TZ) evaluator parts done"; return; fi
   echo "== $(date -u +%FT%TZ) evaluator throughput (${EVAL_PARTS:-repeat,peers,speed,pool})"
+  # where the host's CPU goes meanwhile (the busiest processes every 30 s), for the throughput's analysis
+  ( while sleep 30; do echo "== $(date -u +%T)"; ps -eo pid,ppid,pcpu,times,etimes,rss,comm --sort=-pcpu | head -20; done ) \
+    >> "$S/ps.log" 2>&1 &
+  local sampler=$!
   # shellcheck disable=SC2086
   timeout "${EVAL_TIMEOUT_S:-1500}" python3 benchmarks/eval_throughput.py --parts "${EVAL_PARTS:-repeat,peers,speed,pool}" $EVAL_TASKS \
     --repeat-tasks "$REPEAT_TASKS" --repeat-presets "${REPEAT_PRESETS:-default,paper}" --peer-tasks "$PEER_TASKS" \
-    --threads "${POOL_THREADS:-4}" --out "$S/eval_throughput.json" > "$S/eval_throughput.log" 2>&1
+    --threads "${POOL_THREADS:-4}" ${WARM_PROFILERS:+--warm-profilers "$WARM_PROFILERS"} \
+    --out "$S/eval_throughput.json" > "$S/eval_throughput.log" 2>&1
   echo "eval_throughput rc=$?"
+  kill "$sampler" 2>/dev/null
   gpu_tests  # last: the measurements come first when time is short
   echo "== $(date -u +%FT%TZ) evaluator parts done"
 }

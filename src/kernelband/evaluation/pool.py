@@ -242,7 +242,7 @@ class WorkerPool:
 
     def __init__(self, mode: str, warm: int = 2, device_index: int | None = 0,
                  memory_limit: int | None = None, start_timeout: float = 180.0, max_references: int = 4,
-                 profiler: bool = False):
+                 profiler: bool = False, warm_profilers: int | None = None):
         self.mode = mode
         self.warm = max(0, warm)
         self.device_index = device_index if mode == "gpu" else None
@@ -266,10 +266,11 @@ class WorkerPool:
         self._watchdog = threading.Thread(target=self._watch, name="kernelband-memory-watchdog", daemon=True)
         self._watchdog.start()
         self._fill()
-        # Each evaluation uses up one profiling worker, and one starts slowly under ncu (10-20 s): keep more
-        # warm than candidates may be in flight.
+        # Each evaluation uses up one profiling worker, and one starts slowly under ncu (10-20 s): by default
+        # keep more warm than candidates may be in flight. (Each idle one's ncu front end was seen using most
+        # of a CPU core on the GPU machine: `warm_profilers` trades that against waiting for one.)
         if self.profiler:
-            for _ in range(self.warm + 2):
+            for _ in range(self.warm + 2 if warm_profilers is None else max(1, warm_profilers)):
                 threading.Thread(target=self._spawn_profiler, daemon=True).start()
 
     # -- spares -------------------------------------------------------------------------------
