@@ -198,3 +198,21 @@ def test_concurrent_evaluations_never_time_during_a_check(evaluator, vector_add)
     assert [r.outcome.value for r in results] == ["ok"] * 4, [(r.outcome, r.detail) for r in results]
     assert not checking.violations, checking.violations[:3]
     assert checking.alone_now == 0 and checking.shared_now == 0
+
+
+def test_the_number_of_workers_kept_started_under_ncu_is_a_setting(monkeypatch):
+    from kernelband.evaluation import pool as pool_mod
+
+    started = []
+    monkeypatch.setattr(pool_mod.WorkerPool, "_spawn_profiler", lambda self: started.append(self))
+    for setting, expected in ((None, 0 + 2), (3, 3), (0, 1)):  # default: warm + 2; at least one
+        started.clear()
+        pool = pool_mod.WorkerPool("gpu", warm=0, profiler=True, warm_profilers=setting)
+        try:
+            deadline = time.monotonic() + 5
+            while len(started) < expected and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.05)
+            assert len(started) == expected
+        finally:
+            pool.close()
