@@ -110,9 +110,10 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     stages = sorted({k for r in done for k in r.seconds})
     stage_s = {k: {"median": statistics.median(v), "p90": pct(v, 0.9)}
                for k in stages if (v := [r.seconds[k] for r in done if k in r.seconds])}
-    report[key] = {"threads": threads, "ncu": ev.use_ncu, "candidates": len(done), "seconds": elapsed,
+    report[key] = {"threads": threads, "ncu": ev.use_ncu, "profile_lock": ev.profile_lock, "candidates": len(done), "seconds": elapsed,
                       "candidates_per_minute": 60 * len(done) / elapsed, "stages": stage_s,
                       "outcomes": {t.name: r.outcome.value for t, r in zip(tasks, results) if not isinstance(r, str)},
+                      "phi": {t.name: r.features.phi for t, r in zip(tasks, results) if not isinstance(r, str)},
                       "not_ok": {t.name: f"{r.outcome.value} at {r.stage}: {r.detail[:300]} | {_last(r.error)}"
                                  for t, r in zip(tasks, results) if not isinstance(r, str) and not r.ok},
                       "no_result": failed}
@@ -213,11 +214,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warm-profilers", type=int, default=None,
                     help="workers kept started under ncu (default: threads + 3)")
+    ap.add_argument("--profile-lock", default="exclusive", choices=("exclusive", "shared"),
+                    help="ncu's profiled run alone on the GPU, or beside other candidates' checks")
     ap.add_argument("--out", default=os.environ.get("OUT", ".") + "/eval_throughput.json")
     args = ap.parse_args()
     names = [n for n in args.tasks.split(",") if n] or tritonbench.level12()
     parts = args.parts.split(",")
-    report: dict = {"date": time.strftime("%Y-%m-%d"), "tasks": names, "warm_profilers": args.warm_profilers}
+    report: dict = {"date": time.strftime("%Y-%m-%d"), "tasks": names, "warm_profilers": args.warm_profilers,
+                    "profile_lock": args.profile_lock}
 
     def save() -> None:
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))
@@ -235,7 +239,7 @@ def main() -> None:
             if ev is None:
                 # every task's reference kept: the pool part measures candidates, not set-ups
                 ev = Evaluator(warm=args.threads + 1, max_references=max(4, len(names)),
-                               warm_profilers=args.warm_profilers)
+                               warm_profilers=args.warm_profilers, profile_lock=args.profile_lock)
                 report["device"] = ev.pool.mode
             if part == "speed":
                 part_speed(ev, names, report, save)

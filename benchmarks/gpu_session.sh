@@ -18,7 +18,8 @@
 # bench,grid,overhead), SWEEP_RESUME=part.db.gz:BENCH (continue a committed sweep database), EVAL=0 (no
 # evaluator parts: the sweep takes every GPU), SWEEP=0 (no sweep: the evaluator parts take GPU 0),
 # REPEAT_TASKS ('all': the 29), REPEAT_PRESETS, POOL_THREADS (default 4), WARM_PROFILERS (workers kept started
-# under ncu; default POOL_THREADS + 3), GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny
+# under ncu; default POOL_THREADS + 3), PROFILE_LOCK (exclusive | shared: ncu's profiled run alone on the GPU or
+# beside other candidates' checks), GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny
 # version of everything).
 set -u
 S=${KB_STATE:-kernelband-runs/gpu}
@@ -67,6 +68,7 @@ evaluator_parts() {
   timeout "${EVAL_TIMEOUT_S:-1500}" python3 benchmarks/eval_throughput.py --parts "${EVAL_PARTS:-repeat,peers,speed,pool}" $EVAL_TASKS \
     --repeat-tasks "$REPEAT_TASKS" --repeat-presets "${REPEAT_PRESETS:-default,paper}" --peer-tasks "$PEER_TASKS" \
     --threads "${POOL_THREADS:-4}" ${WARM_PROFILERS:+--warm-profilers "$WARM_PROFILERS"} \
+    ${PROFILE_LOCK:+--profile-lock "$PROFILE_LOCK"} \
     --out "$S/eval_throughput.json" > "$S/eval_throughput.log" 2>&1
   echo "eval_throughput rc=$?"
   kill "$sampler" 2>/dev/null

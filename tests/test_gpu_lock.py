@@ -82,14 +82,15 @@ def test_evaluation_checks_under_the_shared_lock_and_times_alone(evaluator, vect
         assert rec.held and set(rec.held) == {"shared"}
         rec.held.clear()
         assert evaluator.evaluate(vector_add, GOOD).ok
-        # each correctness step (a shape's runs, a comparison, the second call) shares; then the timing
-        assert rec.held[-1] == "exclusive" and rec.held.count("exclusive") == 1
+        # each correctness step (a shape's runs, a comparison, the second call) shares; then the timing has
+        # the GPU alone, and the features run (launches, footprint: counted in the worker) shares it again
+        assert rec.held[-2:] == ["exclusive", "shared"] and rec.held.count("exclusive") == 1
         n_shapes = sum(1 for s in evaluator.info(vector_add).shapes if not s.held_out)
         assert rec.held.count("shared") >= 2 * min(n_shapes, 2)
         # An autotuner times its configs inside the first call: that call must have the GPU alone.
         rec.held.clear()
         assert evaluator.evaluate(vector_add, GOOD + "\n# triton.autotune\n").ok
-        assert rec.held == ["exclusive", "exclusive"]
+        assert rec.held == ["exclusive", "exclusive", "shared"]
         # each evaluation used up a worker: its replacement initialised CUDA beside checks, never a timing
         deadline = time.monotonic() + 120
         while len(rec.starts) < 2 and time.monotonic() < deadline:
@@ -216,3 +217,13 @@ def test_the_number_of_workers_kept_started_under_ncu_is_a_setting(monkeypatch):
             assert len(started) == expected
         finally:
             pool.close()
+
+
+def test_an_unknown_profile_lock_is_refused_before_any_worker_starts():
+    import pytest
+
+    from kernelband.errors import UserError
+    from kernelband.evaluation.evaluator import Evaluator
+
+    with pytest.raises(UserError, match="exclusive or shared"):
+        Evaluator(mode="interpreter", profile_lock="sometimes")

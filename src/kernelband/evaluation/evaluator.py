@@ -116,11 +116,17 @@ class Evaluator:
 
     def __init__(self, mode: str | None = None, warm: int = 2, device_index: int = 0, preset: str = "default",
                  limits: Limits | None = None, memory_limit: int | None = None, use_ncu: bool | None = None,
-                 calibration_path: str | None = None, max_references: int = 4, warm_profilers: int | None = None):
+                 calibration_path: str | None = None, max_references: int = 4, warm_profilers: int | None = None,
+                 profile_lock: str = "exclusive"):
         self.mode = mode or detect_mode()
         if preset not in PRESETS:
             raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
         self.preset = PRESETS[preset]
+        # ncu's profiled run: alone on the GPU ("exclusive", the default), or beside other candidates' checks
+        # ("shared": never beside a timing; their kernels may then show in its counters)
+        if profile_lock not in ("exclusive", "shared"):
+            raise UserError(f"unknown profile lock {profile_lock!r}: use exclusive or shared")
+        self.profile_lock = profile_lock
         self.limits = limits or Limits()
         if use_ncu is None:
             from kernelband.evaluation import ncu
@@ -420,14 +426,17 @@ class Evaluator:
             t0 = time.perf_counter()
             self._timing(task, ref, cand, shapes, preset, seed, result, by_index)
             result.seconds["timing"] = time.perf_counter() - t0
-            # 4. features: the launches and footprint, and the profiled run under ncu
-            t0 = time.perf_counter()
+            peaks = self._peaks(ref)  # a first use calibrates the GPU: a timing too
+        # 4. features: the launches and footprint (counted in the candidate's own process, so a shared step),
+        # and the profiled run under ncu (alone on the GPU unless `profile_lock` says otherwise)
+        t0, waited = time.perf_counter(), result.seconds["gpu_wait"]
+        with self._gpu(result, lock.shared):
             reply = self._ask(cand, {"op": "features", "shape": rep.index, "seed": _seed(seed, rep.index, 3)},
                               self.limits.run_s, "features")
-            peaks = self._peaks(ref)
-            if profile is not None:
+        if profile is not None:
+            with self._gpu(result, lock.exclusive if self.profile_lock == "exclusive" else lock.shared):
                 profile.measure()
-            gpu_s = time.perf_counter() - t0
+        gpu_s = time.perf_counter() - t0 - (result.seconds["gpu_wait"] - waited)
         t0 = time.perf_counter()
         ncu_metrics = None
         if profile is not None:
