@@ -520,7 +520,7 @@ def test_report_in_browser(built, browser):
         assert row[4] == f"{want['fast1_best']:.0f}%"
         assert row[5] == f"{want['best_speedup']:.3f}"
         assert row[6] == f"{want['correct_eval_pct']:.0f}%"
-        assert row[9] == f"{want['geomean_correct']:.3f}"
+        assert row[tables["summary"]["head"].index("geomean, correct tasks")] == f"{want['geomean_correct']:.3f}"
     head = tables["iter-best"]["head"]
     for policy in POLICIES:
         col = head.index(policy)
@@ -644,3 +644,35 @@ def test_the_report_warns_when_policies_cover_different_tasks(tmp_path):
     assert f"{policy} {len(TASKS) - 1}" in data["warnings"][0]
     page = write_report(data, tmp_path / "out").read_text()
     assert "do not compare the policies" in page
+
+
+def test_faster_needs_a_re_measurement_above_the_noise_and_a_held_out_win(built):
+    from dataclasses import replace
+
+    from kernelband.report.metrics import run_facts
+
+    store = built["store"]
+    facts = run_facts(store, store.run(next(iter(built["ids"].values()))))  # noise floor 0.995: margin 1 %
+    gen = replace(facts, best_candidate=3, best_outcome="ok", held_out=1.05)
+    assert replace(gen, confirmed=1.02).faster is True
+    assert replace(gen, confirmed=1.005).faster is False  # inside the margin
+    assert replace(gen, confirmed=1.02, held_out=0.98).faster is False  # slower on shapes never searched
+    assert replace(gen, confirmed=1.02, held_out=None).faster is True  # a task with no held-out shapes
+    assert replace(gen, confirmed=None).faster is None  # not re-measured: no verdict
+    assert replace(gen, confirmed=1.5, best_candidate=0).faster is False  # k0 handed back
+    assert replace(gen, confirmed=1.5, best_outcome="wrong_output").faster is False
+    noisy = replace(gen, row=replace(gen.row, summary={**gen.row.summary, "k0_self_speedup": 0.96}))
+    assert replace(noisy, confirmed=1.05).faster is False  # the margin grows with the noise floor: 8 %
+    assert replace(noisy, confirmed=1.09).faster is True
+
+
+def test_the_summary_counts_faster_tasks_from_the_per_task_verdicts(built):
+    data = built["data"]
+    for policy, s in data["summary"].items():
+        for seed, per_seed in s["per_seed"].items():
+            rows = [r for r in data["tasks"] if r["policy"] == policy and str(r["seed"]) == seed]
+            assert per_seed["n_faster_tasks"] == sum(r["faster"] is True for r in rows)
+            assert per_seed["n_faster_unknown"] == sum(r["faster"] is None for r in rows)
+            # these runs were never re-measured: a generated best gets no verdict, k0 a "no"
+            assert per_seed["n_faster_unknown"] == sum(r["best_candidate"] not in (None, 0)
+                                                       and r["best_outcome"] == "ok" for r in rows)

@@ -46,6 +46,7 @@ from kernelband.evaluation.records import RHO_KEYS
 from kernelband.search.store import RunRow, Store
 
 FAST = 1.1  # Fast@1: a speedup strictly above this
+MARGIN = 0.01  # "faster": re-measured above 1 + max(MARGIN, 2 x the run's noise floor's distance from 1)
 
 DEFINITIONS = {
     "speedup": "over the starting kernel k0, runtime-weighted over the search shapes; k0 counts 1.0",
@@ -64,6 +65,10 @@ DEFINITIONS = {
                         "'correct')",
     "improved_task_pct": "share of tasks whose best kernel is a generated one, faster than k0 and correct "
                          "on the held-out shapes too",
+    "faster_task_pct": f"share of tasks where the kernel handed back is a generated one that is faster on "
+                       f"evidence: re-measured on fresh inputs above 1 + max({MARGIN}, 2 x |noise floor - 1|) "
+                       f"(the noise floor: k0 timed against itself), and above 1.0 on the held-out shapes "
+                       f"where the task has any. A run not re-measured gets no verdict (n_faster_unknown)",
     "geomean_correct": "the release's protocol: geomean, over correct tasks only, of the best correct "
                        "generated kernel's speedup (may be below 1.0)",
     "confirmed": "the best kernel checked and timed once more after the search, on the search shapes with "
@@ -143,6 +148,17 @@ class RunFacts:
     def improved(self) -> bool:
         return (self.best_candidate not in (None, 0) and (self.best_speedup or 0) > 1.0
                 and self.best_outcome == "ok")
+
+    @property
+    def faster(self) -> bool | None:
+        """Faster on evidence (see DEFINITIONS['faster_task_pct']); None: not re-measured, no verdict."""
+        if self.best_candidate in (None, 0) or self.best_outcome != "ok":
+            return False
+        if self.confirmed is None:
+            return None
+        noise = (self.row.summary or {}).get("k0_self_speedup")
+        margin = max(MARGIN, 2 * abs(noise - 1.0)) if noise else MARGIN
+        return self.confirmed > 1.0 + margin and (self.held_out is None or self.held_out > 1.0)
 
     def current_at(self, t: int) -> float | None:
         return self.current.get(t)
@@ -235,6 +251,8 @@ def _seed_summary(runs: list[RunFacts]) -> dict:
         "evals_ok": sum(r.evals_ok for r in runs), "evals": evals,
         "correct_task_pct": pct(len(correct), n), "n_correct_tasks": len(correct),
         "improved_task_pct": pct(sum(r.improved for r in runs), n), "n_improved_tasks": sum(r.improved for r in runs),
+        "faster_task_pct": pct(sum(r.faster is True for r in runs), n),
+        "n_faster_tasks": sum(r.faster is True for r in runs), "n_faster_unknown": sum(r.faster is None for r in runs),
         "geomean_correct": geomean(r.best_generated for r in correct),
         "held_out_geomean": geomean(held), "held_out_fast1": pct(sum(h > FAST for h in held), len(held)),
         "n_held_out": len(held),
@@ -476,5 +494,5 @@ def _task_row(f: RunFacts) -> dict:
             "held_out": f.held_out, "confirmed": f.confirmed, "sol_fraction": f.sol_fraction,
             "evaluations": f.evaluations,
             "evals_ok": f.evals_ok, "best_generated": f.best_generated, "tokens": f.tokens,
-            "k0_self_speedup": (f.row.summary or {}).get("k0_self_speedup"),
+            "k0_self_speedup": (f.row.summary or {}).get("k0_self_speedup"), "faster": f.faster,
             "iterations": f.last_iteration}
