@@ -60,8 +60,9 @@ evaluator_parts() {
   timeout 300 python3 -m kernelband calibrate > "$S/calibrate.log" 2>&1
   if [ "${EVAL_PARTS:-}" = none ]; then gpu_tests; echo "== $(date -u +%FT%TZ) evaluator parts done"; return; fi
   echo "== $(date -u +%FT%TZ) evaluator throughput (${EVAL_PARTS:-repeat,peers,speed,pool})"
-  # where the host's CPU goes meanwhile (the busiest processes every 30 s), for the throughput's analysis
-  ( while sleep 30; do echo "== $(date -u +%T)"; ps -eo pid,ppid,pcpu,times,etimes,rss,comm --sort=-pcpu | head -20; done ) \
+  # where the host's CPU goes meanwhile (the busiest processes every 30 s) and the GPUs' memory, for the analysis
+  ( while sleep 30; do echo "== $(date -u +%T)"; ps -eo pid,ppid,pcpu,times,etimes,rss,comm --sort=-pcpu | head -20
+      nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader; done ) \
     >> "$S/ps.log" 2>&1 &
   local sampler=$!
   # shellcheck disable=SC2086
