@@ -19,6 +19,8 @@ import threading
 import time
 from pathlib import Path
 
+from _task_harness import starting_harness
+
 
 class SmClock:
     def __init__(self, index: int = 0):
@@ -59,8 +61,6 @@ def main() -> None:
     import torch
     import triton
 
-    from kernelband.tasks import tritonbench as tb
-    from kernelband.worker import harness
 
     clock = SmClock()
     folder = Path(tempfile.mkdtemp(prefix="kb-clock-"))
@@ -73,11 +73,7 @@ def main() -> None:
             torch.cuda.synchronize()
 
     for name in args.tasks.split(","):
-        task = tb.load(name)
-        path = folder / f"kb_clock_{name}.py"
-        path.write_text(task.module_source)
-        h = harness.for_task(task.wire(), harness.import_file(path.stem, str(path)), task.module_source, "gpu")
-        search = sorted((s for s in h.describe("gpu")["shapes"] if not s["held_out"]), key=lambda s: s["nbytes"])
+        h, search = starting_harness(name, folder)
         for shape in dict.fromkeys([search[0]["index"], search[-1]["index"]]):
             torch.manual_seed(0)
             inputs = h.make_inputs(shape, "cuda")

@@ -18,6 +18,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from _task_harness import starting_harness
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -30,17 +32,11 @@ def main() -> None:
     import torch
     import triton
 
-    from kernelband.tasks import tritonbench as tb
-    from kernelband.worker import harness
     from kernelband.worker.harness import tensors_in
 
     folder = Path(tempfile.mkdtemp(prefix="kb-place-"))
     for name in args.tasks.split(","):
-        task = tb.load(name)
-        path = folder / f"kb_place_{name}.py"
-        path.write_text(task.module_source)
-        h = harness.for_task(task.wire(), harness.import_file(path.stem, str(path)), task.module_source, "gpu")
-        search = sorted((s for s in h.describe("gpu")["shapes"] if not s["held_out"]), key=lambda s: s["nbytes"])
+        h, search = starting_harness(name, folder)
         for shape in dict.fromkeys([search[-1]["index"], search[len(search) // 2]["index"]]):
             kept, per_placement, addresses = [], [], []
             for _ in range(args.placements):
