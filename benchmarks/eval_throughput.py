@@ -99,24 +99,23 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     with ThreadPoolExecutor(threads) as pool:
         results = list(pool.map(lambda t: _safe_eval(ev, t), tasks))
     elapsed = time.perf_counter() - t0
-    done = [r for r in results if not isinstance(r, str)]
+    evaluated = [(t, r) for t, r in zip(tasks, results) if not isinstance(r, str)]
+    done = [r for _, r in evaluated]
     failed = {t.name: r for t, r in zip(tasks, results) if isinstance(r, str)}
     for name, error in failed.items():
         print(f"{key}: {name} gave no result: {error}", flush=True)
-    for t, r in zip(tasks, results):
-        if not isinstance(r, str) and not r.ok:
-            print(f"{key}: {t.name} {r.outcome.value} at {r.stage}: {r.detail[:200]} | {_last(r.error)}", flush=True)
+    not_ok = {t.name: f"{r.outcome.value} at {r.stage}: {r.detail[:300]} | {_last(r.error)}"
+              for t, r in evaluated if not r.ok}
+    for name, why in not_ok.items():
+        print(f"{key}: {name} {why}", flush=True)
     # Where a candidate's time went while sharing the GPU with the others (median and p90 per stage).
     stages = sorted({k for r in done for k in r.seconds})
     stage_s = {k: {"median": statistics.median(v), "p90": pct(v, 0.9)}
                for k in stages if (v := [r.seconds[k] for r in done if k in r.seconds])}
-    report[key] = {"threads": threads, "ncu": ev.use_ncu, "profile_lock": ev.profile_lock, "candidates": len(done), "seconds": elapsed,
-                      "candidates_per_minute": 60 * len(done) / elapsed, "stages": stage_s,
-                      "outcomes": {t.name: r.outcome.value for t, r in zip(tasks, results) if not isinstance(r, str)},
-                      "phi": {t.name: r.features.phi for t, r in zip(tasks, results) if not isinstance(r, str)},
-                      "not_ok": {t.name: f"{r.outcome.value} at {r.stage}: {r.detail[:300]} | {_last(r.error)}"
-                                 for t, r in zip(tasks, results) if not isinstance(r, str) and not r.ok},
-                      "no_result": failed}
+    report[key] = {"threads": threads, "ncu": ev.use_ncu, "profile_lock": ev.profile_lock, "candidates": len(done),
+                   "seconds": elapsed, "candidates_per_minute": 60 * len(done) / elapsed, "stages": stage_s,
+                   "outcomes": {t.name: r.outcome.value for t, r in evaluated},
+                   "phi": {t.name: r.features.phi for t, r in evaluated}, "not_ok": not_ok, "no_result": failed}
     print(f"{key}: {len(done)} candidates in {elapsed:.1f}s with {threads} threads = "
           f"{60 * len(done) / elapsed:.1f}/min; median s per stage: "
           + ", ".join(f"{k} {v['median']:.2f}" for k, v in stage_s.items()), flush=True)

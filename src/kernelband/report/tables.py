@@ -53,15 +53,13 @@ def build(data: dict) -> list[Table]:
     t = Table("summary", "Summary per policy (best kernel of each task; means over seeds)",
               ["policy", "tasks", "seeds", "geomean speedup", "Fast@1", "best speedup", "correct evals",
                "correct tasks", "improved tasks", "faster tasks", "geomean, correct tasks", "median SOL",
-               "tokens per task",
-               "evals per task"])
+               "tokens per task", "evals per task"])
     for p in policies:
         s = summary[p]
         t.rows.append([label(p), num(len(s["tasks"]), "d"), num(s["n_seeds"], "d"), num(s["geomean_best"]),
                        pct(s["fast1_best"]), num(s["best_speedup"]), pct(s["correct_eval_pct"]),
                        pct(s["correct_task_pct"]), pct(s["improved_task_pct"]), pct(s["faster_task_pct"]),
-                       num(s["geomean_correct"]),
-                       num(s["sol_median"], ".2f"), num(s["tokens_per_task"], ".0f"),
+                       num(s["geomean_correct"]), num(s["sol_median"], ".2f"), num(s["tokens_per_task"], ".0f"),
                        num(s["evaluations_per_task"], ".1f")])
     t.note = (f"Faster tasks: the kernel handed back is a generated one, re-measured on fresh inputs above "
               f"1 + max({MARGIN:g}, 2 x |noise floor - 1|) and above 1.0 on the held-out shapes; a run with no "
