@@ -90,8 +90,11 @@ def test_resume_after_sigkill_reevaluates_nothing(tmp_path: Path):
         if proc.poll() is not None:
             pytest.fail(f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")
         if db.exists():
-            with sqlite3.connect(db) as con:
-                rows = con.execute("SELECT candidate, created FROM evaluations").fetchall()
+            try:
+                with sqlite3.connect(db) as con:
+                    rows = con.execute("SELECT candidate, created FROM evaluations").fetchall()
+            except sqlite3.OperationalError:  # the file exists, its tables not yet: the run is starting
+                continue
             if len(rows) >= 3:  # k0 and two children evaluated
                 done_before = dict(rows)
                 break
