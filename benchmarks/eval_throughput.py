@@ -8,6 +8,9 @@ Parts (run them in one call or split them across calls):
            already, and the set-up column is only the lookup.
   pool     the same candidates evaluated concurrently through one worker pool (ncu cache emptied
            first): candidates/minute.
+  pool-shared  the same with ncu's profiled run sharing the GPU with other candidates' checks (the
+           evaluator's `profile_lock="shared"`) instead of having it alone; φ is kept per task, so two
+           parts' φ can be compared.
   pool-noncu  the same, with no Nsight Compute profile (φ from the compiler and the timing only): the
            like-for-like figure against the peers, who collect no hardware profile. Right after `pool`
            it reuses its references.
@@ -225,7 +228,7 @@ def main() -> None:
     def save() -> None:
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))
 
-    known = ("speed", "pool", "pool-noncu", "repeat", "peers")
+    known = ("speed", "pool", "pool-shared", "pool-noncu", "repeat", "peers")
     unknown = [p for p in parts if p not in known]
     if unknown:
         raise SystemExit(f"unknown part {unknown[0]!r}: use {', '.join(known)}")
@@ -242,13 +245,16 @@ def main() -> None:
                 report["device"] = ev.pool.mode
             if part == "speed":
                 part_speed(ev, names, report, save)
-            elif part in ("pool", "pool-noncu"):
-                profiles, ev.use_ncu = ev.use_ncu, ev.use_ncu and part == "pool"
-                try:
-                    part_pool(ev, names, report, save, args.threads, key=part)
+            elif part.startswith("pool"):
+                profiles, lock = ev.use_ncu, ev.profile_lock
+                ev.use_ncu = profiles and part != "pool-noncu"
+                ev.profile_lock = "shared" if part == "pool-shared" else lock
+                try:  # a part run twice keeps both results: pool, pool#2, ...
+                    part_pool(ev, names, report, save, args.threads,
+                              key=part + (f"#{parts[:i].count(part) + 1}" if part in parts[:i] else ""))
                 finally:
-                    ev.use_ncu = profiles
-                if parts[i + 1:i + 2] not in (["pool"], ["pool-noncu"], ["speed"]):  # the next part reuses them
+                    ev.use_ncu, ev.profile_lock = profiles, lock
+                if not (parts[i + 1:i + 2] and (parts[i + 1].startswith("pool") or parts[i + 1] == "speed")):
                     ev.pool.keep_at_most(4)  # as an evaluator does by default: 29 references fill an 80 GB GPU
             else:
                 repeat = names if args.repeat_tasks == "all" else args.repeat_tasks.split(",")

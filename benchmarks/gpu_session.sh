@@ -17,7 +17,7 @@
 # 'kernelband;greedy,random': every task with kernelband first), SWEEP_PARTS (search_quality parts, default
 # bench,grid,overhead), SWEEP_RESUME=part.db.gz:BENCH (continue a committed sweep database), EVAL=0 (no
 # evaluator parts: the sweep takes every GPU), SWEEP=0 (no sweep: the evaluator parts take GPU 0),
-# REPEAT_TASKS ('all': the 29), REPEAT_PRESETS, POOL_THREADS (default 4), WARM_PROFILERS (workers kept started
+# EVAL_TASKS (the evaluator parts' tasks, comma-separated; default the 29), REPEAT_TASKS ('all': the 29), REPEAT_PRESETS, POOL_THREADS (default 4), WARM_PROFILERS (workers kept started
 # under ncu; default POOL_THREADS + 3), PROFILE_LOCK (exclusive | shared: ncu's profiled run alone on the GPU or
 # beside other candidates' checks), GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny
 # version of everything).
@@ -37,7 +37,7 @@ LAST=$((N - 1))
 ALL_GPUS=$(seq -s, 0 $((N - 1)))
 if [ "$N" -gt 1 ]; then SWEEP_GPUS=$(seq -s, 0 $((N - 2))); else SWEEP_GPUS=0; fi
 
-EVAL_TASKS=""; REPEAT_TASKS=${REPEAT_TASKS:-add_value,softmax_triton1,matmul_kernel}
+EVAL_TASKS=${EVAL_TASKS:+--tasks $EVAL_TASKS}; REPEAT_TASKS=${REPEAT_TASKS:-add_value,softmax_triton1,matmul_kernel}
 PEER_TASKS=${PEER_TASKS:-add_value,softmax_triton1,rmsnorm_triton,kldiv_compute,cosine_compute,matmul_kernel}
 SWEEP_ARGS=""
 if [ "${SMOKE:-0}" = 1 ]; then
@@ -97,7 +97,8 @@ sweep() {
     # shellcheck disable=SC2086
     timeout "$hard" python3 benchmarks/search_quality.py --parts "${SWEEP_PARTS:-bench,grid,overhead}" \
       --db "$S/quality.db" --out "$S/quality$phase.json" --budget-s "$left" \
-      --grid-budget-s "${GRID_BUDGET_S:-300}" --runs-per-gpu "${RUNS_PER_GPU:-4}" $resume $SWEEP_ARGS $extra \
+      --grid-budget-s "${GRID_BUDGET_S:-300}" --runs-per-gpu "${RUNS_PER_GPU:-4}" \
+      --profile-lock "${PROFILE_LOCK:-exclusive}" $resume $SWEEP_ARGS $extra \
       >> "$S/sweep.log" 2>&1
     echo "sweep phase $phase rc=$?"
     if [ -z "$resume" ]; then  # the first phase created the bench: the next ones continue it

@@ -179,6 +179,8 @@ def main() -> None:
     ap.add_argument("--grid-budget-s", type=float, default=None,
                     help="start no grid task after this many seconds from the grid's start")
     ap.add_argument("--runs-per-gpu", type=int, default=2, help="runs in flight per GPU (compiles overlap timing)")
+    ap.add_argument("--profile-lock", default="exclusive", choices=("exclusive", "shared"),
+                    help="ncu's profiled run alone on the GPU, or beside other candidates' checks")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     report: dict = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
@@ -193,7 +195,7 @@ def main() -> None:
         from kernelband.evaluation.evaluator import Evaluator
 
         store = Store(args.db)
-        evaluators = [Evaluator(device_index=i, warm=args.runs_per_gpu + 1)
+        evaluators = [Evaluator(device_index=i, warm=args.runs_per_gpu + 1, profile_lock=args.profile_lock)
                       for i in range(max(1, torch.cuda.device_count()))]
         try:
             bench_id = args.bench_id
