@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelband.evaluation.evaluator import _summarise
+from kernelband.evaluation.interleave import summarise as _summarise
 
 
 def test_rounds_are_combined_and_kept_in_order():
@@ -112,3 +112,127 @@ def test_a_candidate_that_skips_the_l2_flush_is_caught():
     del driver.clear_cache
     Driver.get_empty_cache_for_benchmark = lambda self: None  # ...or on its class
     assert guard.changed() == ["triton driver:get_empty_cache_for_benchmark"]
+
+
+class _FakeGpu:
+    """A GPU queue in simulated time: `sleep` queues a wait, `synchronize` (and a call that syncs) waits it out;
+    `launch` costs the host `launch_us`."""
+
+    def __init__(self):
+        self.now_us = 0.0
+        self.gpu_free_at_us = 0.0
+
+    def clock(self) -> float:
+        return self.now_us / 1e6
+
+    def sleep(self, cycles: int) -> None:
+        self.gpu_free_at_us = max(self.gpu_free_at_us, self.now_us) + cycles / 2000
+
+    def synchronize(self) -> None:
+        self.now_us = max(self.now_us, self.gpu_free_at_us)
+
+    def call(self, launches: int, launch_us: float, syncs: bool = False):
+        def fn():
+            for _ in range(launches):
+                self.now_us += launch_us
+            if syncs:
+                self.synchronize()
+        return fn
+
+
+def test_the_gpu_ahead_wait_outlasts_a_call_that_enqueues_several_launches():
+    from kernelband.worker.timing import MAX_AHEAD_US, ahead_for
+
+    gpu = _FakeGpu()
+    one = ahead_for(gpu.call(1, 10.0), 150.0, gpu.sleep, gpu.synchronize, gpu.clock)
+    assert one == (150.0, False)  # a single launch: the preset's wait is enough
+    five = ahead_for(gpu.call(5, 40.0), 150.0, gpu.sleep, gpu.synchronize, gpu.clock)
+    assert five == (pytest.approx(3 * 200.0 + 50.0), False)  # 200 µs of host work: three times that
+    slow = ahead_for(gpu.call(50, 40.0), 150.0, gpu.sleep, gpu.synchronize, gpu.clock)
+    assert slow == (MAX_AHEAD_US, False)
+
+
+def test_a_call_that_waits_for_the_gpu_is_reported_not_waited_for():
+    from kernelband.worker.timing import ahead_for
+
+    gpu = _FakeGpu()
+    assert ahead_for(gpu.call(2, 10.0, syncs=True), 150.0, gpu.sleep, gpu.synchronize, gpu.clock) == (150.0, True)
+
+
+def _scripted(times: dict[str, list[float]]):
+    """measure(who) returning the next scripted time of that side, as a one-iteration measurement."""
+    calls: list[str] = []
+
+    def measure(who: str) -> list[float]:
+        calls.append(who)
+        return [times[who].pop(0)]
+    return measure, calls
+
+
+def test_a_disturbed_reference_is_measured_again_and_the_nearest_attempt_kept():
+    from kernelband.evaluation.interleave import measure_shape
+
+    measure, calls = _scripted({"ref": [0.300, 0.0101, 0.0099], "cand": [0.009, 0.0052, 0.005]})
+    kept, attempts = measure_shape(measure, rounds=1, ref_first=True, stat="median", expected=0.010,
+                                   threshold=1.2, retries=2)
+    assert [a.ref_ms for a in attempts] == [0.300, 0.0101]  # the second attempt was within 1.2x: no third
+    assert calls == ["ref", "cand", "ref", "cand"]
+    assert (kept.ref_ms, kept.cand) == (0.0101, [[0.0052]])  # the pair from the undisturbed window
+
+
+def test_retries_are_bounded_and_off_without_history_or_threshold():
+    from kernelband.evaluation.interleave import measure_shape
+
+    measure, calls = _scripted({"ref": [0.3, 0.2, 0.5, 0.1], "cand": [1.0, 1.0, 1.0, 1.0]})
+    kept, attempts = measure_shape(measure, 1, False, "median", expected=0.01, threshold=1.2, retries=2)
+    assert len(attempts) == 3 and kept.ref_ms == 0.2  # three attempts at most; the nearest kept
+    assert calls[:2] == ["cand", "ref"]  # the candidate first when asked
+    for expected, threshold in ((None, 1.2), (0.01, 0.0)):
+        measure, calls = _scripted({"ref": [0.3], "cand": [1.0]})
+        kept, attempts = measure_shape(measure, 1, True, "median", expected, threshold, retries=2)
+        assert len(attempts) == 1 and kept.ref_ms == 0.3
+
+
+def test_the_reference_history_expects_its_smallest_time_until_it_has_three():
+    from kernelband.evaluation.interleave import RefHistory
+
+    h = RefHistory(keep=4)
+    assert h.expected("k") is None
+    h.add("k", 5.0)  # a disturbed first measurement...
+    h.add("k", 1.0)
+    assert h.expected("k") == 1.0  # ...does not set what is expected
+    for ms in (1.1, 0.9, 1.0):
+        h.add("k", ms)
+    assert h.expected("k") == 1.0  # the median of the last four: 1.0, 1.1, 0.9, 1.0
+
+
+def test_both_presets_recheck_a_disturbed_reference_and_the_peers_protocol_does_not():
+    from kernelband.evaluation.records import PRESETS
+
+    assert PRESETS["default"].recheck > 1 and PRESETS["default"].retries >= 1
+    assert PRESETS["paper"].recheck > 1
+    assert PRESETS["tritonbench"].recheck == 0
+
+
+def test_the_evaluator_measures_a_shape_again_when_its_reference_is_off_its_history():
+    """Wired through a real evaluation (interpreter): with a threshold no time can meet, every shape is
+    measured again once its reference has a history, and the first evaluation (no history) is not."""
+    import dataclasses
+
+    from kernelband.evaluation.evaluator import Evaluator
+    from kernelband.evaluation.records import PRESETS
+    from kernelband.tasks import load_task
+
+    strict = dataclasses.replace(PRESETS["default"], name="strict", recheck=1e-9, retries=1)
+    task = load_task("examples:vector_add")
+    with Evaluator(mode="interpreter", warm=1) as ev:
+        ev.recheck_timings = True
+        first = ev.evaluate(task, preset=strict)
+        second = ev.evaluate(task, preset=strict)
+    timed = [s for s in second.shapes if s.cand_ms]
+    assert first.ok and second.ok and timed
+    assert all(s.retimed == 0 for s in first.shapes)
+    assert all(s.retimed == 1 for s in timed)
+    assert not [n for n in first.notes if "measured again" in n]
+    note = next(n for n in second.notes if "measured again" in n)
+    assert "load_per_core" in note  # what ran off the GPU lock meanwhile is on record

@@ -18,10 +18,8 @@ Stages, in order, each of which can end the evaluation with its outcome:
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
-import statistics
 import threading
 import time
 from collections.abc import Iterator
@@ -32,7 +30,7 @@ from functools import partial
 
 from kernelband.errors import TaskError, UserError
 from kernelband.evaluation import features as feature_mod
-from kernelband.evaluation import sol
+from kernelband.evaluation import interleave, sol
 from kernelband.evaluation.compare import Mismatch, Outputs, compare, mismatched_paths
 from kernelband.evaluation.pool import Worker, WorkerGone, WorkerPool
 from kernelband.evaluation.records import PRESETS, EvalResult, Outcome, Preset, ShapeResult
@@ -143,6 +141,9 @@ class Evaluator:
         # Inputs the reference modifies in place, per task and shape: the candidate returns them too.
         self._mutated: dict[tuple[str, int], list[int]] = {}
         self._setup_locks: dict[str, threading.Lock] = {}
+        # The reference's recent times per task, preset and shape: a time far off them is measured again.
+        self._ref_history = interleave.RefHistory()
+        self.recheck_timings = self.mode == "gpu"  # interpreter timings measure Python: noisy by nature
         # Several candidates' correctness runs may be in flight at once (they share the GPU).
         self._side = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kernelband-ref")
         self._profiling = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kernelband-ncu")
@@ -395,13 +396,15 @@ class Evaluator:
     def _stages(self, task, info, ref, cand, source, shapes, preset, seed, result, by_index, rep, profile) -> None:
         # 1. load and compile
         t0 = time.perf_counter()
-        reply = self._ask(cand, {"op": "load", "role": "cand", "task": task.wire(), "module_source": source},
-                          self.limits.load_s, "compile")
-        cand_info = TaskInfo.from_wire(reply["info"])
-        if [s.label for s in cand_info.shapes] != [s.label for s in info.shapes]:
-            raise _Stop(Outcome.SUSPICIOUS, "compile", "the candidate changed the task's shapes", check="harness")
-        self._ask(cand, {"op": "precompile", "shapes": [s.index for s in shapes], "seed": seed},
-                  self.limits.load_s, "compile")
+        with self.pool.busy("compile"):
+            reply = self._ask(cand, {"op": "load", "role": "cand", "task": task.wire(), "module_source": source},
+                              self.limits.load_s, "compile")
+            cand_info = TaskInfo.from_wire(reply["info"])
+            if [s.label for s in cand_info.shapes] != [s.label for s in info.shapes]:
+                raise _Stop(Outcome.SUSPICIOUS, "compile", "the candidate changed the task's shapes",
+                            check="harness")
+            self._ask(cand, {"op": "precompile", "shapes": [s.index for s in shapes], "seed": seed},
+                      self.limits.load_s, "compile")
         if profile is not None:
             # compiled under the profiler too, before the GPU is taken
             if wait([profile.prepared], timeout=self.limits.load_s).not_done:
@@ -638,34 +641,68 @@ class Evaluator:
     def _timing(self, task, ref, cand, shapes, preset, seed, result, by_index) -> None:
         """Reference and candidate in turn on each shape, ABBA over the rounds so that drift cancels. Who goes
         first alternates from shape to shape: a first measurement that is slow (a GPU not yet at its clocks,
-        a first allocation) then weighs on both sides alike instead of on the reference every time."""
+        a first allocation) then weighs on both sides alike instead of on the reference every time. A shape
+        whose reference comes out off its usual time is measured again (evaluation/interleave.py)."""
         wire = preset.wire()
         timed = 0
         unwaited = 0  # measurements that asked for the GPU-ahead wait and got none
+        retimed, synced = [], {"ref": 0, "cand": 0}
         for shape in shapes:
             sr = by_index[shape.index]
             if sr.correct is not True:
                 continue
             s = _seed(seed, shape.index, 2)
-            ref_times: list[list[float]] = []
-            cand_times: list[list[float]] = []
             rounds = 1 if self.mode == "interpreter" else max(1, preset.rounds)
             sr.timed_first = "ref" if timed % 2 == 0 else "cand"
             timed += 1
-            for r in range(rounds):
-                order = ("ref", "cand") if (r % 2 == 0) == (sr.timed_first == "ref") else ("cand", "ref")
-                for who in order:
-                    msg = {"op": "time", "shape": shape.index, "seed": s, "preset": wire}
-                    if who == "ref":
-                        reply = self._ask_ref(task, ref, msg, self.limits.time_s, f"timing {shape.label}")
-                        ref_times.append(reply["times"])
-                    else:
-                        reply = self._ask(cand, msg, self.limits.time_s, f"timing ({shape.label})")
-                        cand_times.append(reply["times"])
-                    unwaited += reply.get("gpu_waits", 0) == 0
-            sr.ref_ms, sr.ref_cv, sr.ref_rounds = _summarise(ref_times, preset.stat)
-            sr.cand_ms, sr.cand_cv, sr.cand_rounds = _summarise(cand_times, preset.stat)
+            msg = {"op": "time", "shape": shape.index, "seed": s, "preset": wire}
+            syncs: set[str] = set()
+            during: list[dict] = []  # the off-lock work in flight at each measurement
+
+            def measure(who: str, msg=msg, sr=sr, syncs=syncs, during=during) -> list[float]:
+                nonlocal unwaited
+                during.append(self.pool.activity_now())
+                if who == "ref":
+                    reply = self._ask_ref(task, ref, msg, self.limits.time_s, f"timing {sr.label}")
+                else:
+                    reply = self._ask(cand, msg, self.limits.time_s, f"timing ({sr.label})")
+                unwaited += reply.get("gpu_waits", 0) == 0
+                if reply.get("ahead_us") is not None:
+                    sr.ahead_us = max(sr.ahead_us or 0.0, float(reply["ahead_us"]))
+                if reply.get("host_sync"):
+                    syncs.add(who)
+                return reply["times"]
+
+            key = (task.key, preset.name, shape.index)
+            checked = preset.recheck and self.recheck_timings
+            expected = self._ref_history.expected(key) if checked else None
+            kept, attempts = interleave.measure_shape(measure, rounds, sr.timed_first == "ref", preset.stat,
+                                                      expected, preset.recheck, preset.retries)
+            sr.ref_ms, sr.ref_cv, sr.ref_rounds = interleave.summarise(kept.ref, preset.stat)
+            sr.cand_ms, sr.cand_cv, sr.cand_rounds = interleave.summarise(kept.cand, preset.stat)
             sr.speedup = sr.ref_ms / sr.cand_ms if sr.cand_ms else None
+            if checked and sr.ref_ms:
+                self._ref_history.add(key, sr.ref_ms)
+            if len(attempts) > 1:
+                sr.retimed = len(attempts) - 1
+                window = during[:2 * rounds]  # the first attempt's measurements
+                first = {k: max(d.get(k, 0) for d in window) for k in sorted({k for d in window for k in d})}
+                retimed.append(f"{sr.label} ({', '.join(f'{a.ref_ms / expected:.2f}' for a in attempts)}; "
+                               f"meanwhile {first})")
+            sr.host_sync = ",".join(sorted(syncs))
+            for who in syncs:
+                synced[who] += 1
+        if retimed:
+            result.notes.append("timing: measured again where the reference came out over "
+                                f"{preset.recheck:g}x its usual time (another process or the host's CPU "
+                                "disturbed the GPU), keeping the attempt nearest its usual time; per shape, the "
+                                "reference's time over its usual in each attempt, and the work off the GPU "
+                                "lock during the first: " + "; ".join(retimed))
+        for who, n in synced.items():
+            if n:
+                result.notes.append(f"timing: the {'reference' if who == 'ref' else 'candidate'}'s call waits "
+                                    f"for the GPU on {n} shape(s) (a host synchronisation, such as .item()), so "
+                                    "its time includes the CPU's and varies with the host's load")
         if unwaited and preset.ahead_us > 0 and self.mode != "interpreter":
             result.notes.append(f"timing: {unwaited} measurements without the GPU-ahead wait (this Triton's "
                                 "do_bench does not flush the L2 through its driver's clear_cache): kernels of a "
@@ -701,19 +738,6 @@ class Evaluator:
                     result.detail = (f"shape {shape.label}: {sr.cand_ms * 1e3:.2f} us is faster than the "
                                      f"speed-of-light bound {sr.bound_ms * 1e3:.2f} us")
                     result.checks.append("speed_of_light")
-
-
-def _summarise(rounds: list[list[float]], stat: str) -> tuple[float | None, float | None, list[float]]:
-    """The mean over the rounds of each round's `stat`, the iterations' CV, and each round's `stat`."""
-    rounds = [r for r in rounds if r]
-    if not rounds:
-        return None, None, []
-    per_round = [statistics.fmean(r) if stat == "mean" else statistics.median(r) for r in rounds]
-    flat = [t for r in rounds for t in r]
-    mean = statistics.fmean(flat)
-    cv = statistics.pstdev(flat) / mean if len(flat) > 1 and mean > 0 else None
-    value = statistics.fmean(per_round)
-    return (value if math.isfinite(value) else None), cv, [round(x, 6) for x in per_round]
 
 
 def _first_line(text: str) -> str:

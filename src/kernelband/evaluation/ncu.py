@@ -136,10 +136,11 @@ class Profile:
                 return
             self.worker = worker
         try:
-            reply = worker.request({"op": "load", "role": "cand", "task": self.task.wire(),
-                                    "module_source": self.source}, 300)
-            if reply.get("ok"):
-                reply = worker.request({"op": "precompile", "shapes": [self.shape], "seed": self.seed}, 300)
+            with self.pool.busy("profiler_compile"):
+                reply = worker.request({"op": "load", "role": "cand", "task": self.task.wire(),
+                                        "module_source": self.source}, 300)
+                if reply.get("ok"):
+                    reply = worker.request({"op": "precompile", "shapes": [self.shape], "seed": self.seed}, 300)
             if not reply.get("ok"):
                 self._fail("ncu: the candidate did not load under the profiler")
         except (WorkerGone, OSError) as exc:

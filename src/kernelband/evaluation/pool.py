@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
@@ -260,6 +260,10 @@ class WorkerPool:
         self._all: list[Worker] = []
         self._closed = False
         self.gpu_lock = GpuLock()
+        # What runs off the GPU lock right now (compiles, profiling workers starting or compiling), by kind:
+        # shown beside a timing found disturbed, to tell what disturbed it (see `busy`).
+        self.activity: Counter[str] = Counter()
+        self._activity_lock = threading.Lock()
         self.startup_times: list[float] = []
         self.profiler = profiler and mode == "gpu"
         self._profilers: list[Worker] = []
@@ -272,6 +276,24 @@ class WorkerPool:
         if self.profiler:
             for _ in range(self.warm + 2 if warm_profilers is None else max(1, warm_profilers)):
                 threading.Thread(target=self._spawn_profiler, daemon=True).start()
+
+    @contextmanager
+    def busy(self, kind: str):
+        """Counts one `kind` of off-lock work in `activity` for the block."""
+        with self._activity_lock:
+            self.activity[kind] += 1
+        try:
+            yield
+        finally:
+            with self._activity_lock:
+                self.activity[kind] -= 1
+
+    def activity_now(self) -> dict:
+        """The off-lock work in flight, and the host's 1-minute load average (per CPU core)."""
+        with self._activity_lock:
+            now = {k: v for k, v in self.activity.items() if v}
+        now["load_per_core"] = round(os.getloadavg()[0] / (os.cpu_count() or 1), 2)
+        return now
 
     # -- spares -------------------------------------------------------------------------------
     def _spawn(self) -> None:
@@ -325,7 +347,8 @@ class WorkerPool:
             with self._cond:
                 self._all.append(worker)
             # Not under the GPU lock: under ncu the start takes 10-20 s, and a timing would wait for it.
-            worker.wait_ready(self.start_timeout * 2)
+            with self.busy("profiler_start"):
+                worker.wait_ready(self.start_timeout * 2)
         except (WorkerGone, OSError) as exc:
             with self._cond:
                 self._profiler_failure = str(exc)

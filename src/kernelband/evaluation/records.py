@@ -30,6 +30,11 @@ class Preset:
     # GPU time (µs) queued after each L2 flush, before the timed call: the CPU enqueues the call while the
     # GPU waits, so a kernel of a few µs is timed on the GPU, not the Python that launches it (0: off)
     ahead_us: float = 0.0
+    # A shape is measured again (both sides, up to `retries` more times) when the reference comes out more
+    # than `recheck` times its usual time in this evaluator: the window was disturbed (0: off).
+    # evaluation/interleave.py
+    recheck: float = 0.0
+    retries: int = 0
 
     def wire(self) -> dict:
         return asdict(self)
@@ -37,12 +42,13 @@ class Preset:
 
 PRESETS = {
     # The paper's protocol: do_bench, 100 warm-up and 1000 timed iterations, the mean.
-    "paper": Preset("paper", warmup=100, rep=1000, unit="iters", stat="mean", rounds=1, ahead_us=150.0),
+    "paper": Preset("paper", warmup=100, rep=1000, unit="iters", stat="mean", rounds=1, ahead_us=150.0,
+                    recheck=1.2, retries=2),
     # Cheaper: fewer iterations, capped at 40 ms a measurement, the median of each, the reference and the
     # candidate measured once each per shape, who goes first alternating from shape to shape. (Two ABBA
     # rounds agreed to a median 0.14 % on an idle H100 once the GPU was kept ahead: BENCHMARKS.md, run J.)
     "default": Preset("default", warmup=10, rep=100, unit="iters", stat="median", rounds=1, max_ms=40.0,
-                      ahead_us=150.0),
+                      ahead_us=150.0, recheck=1.2, retries=2),
     # What TritonBench, GEAK-eval and the KernelBand release do: do_bench(warmup=100 ms, rep=1000 ms).
     "tritonbench": Preset("tritonbench", warmup=100, rep=1000, unit="ms", stat="median", rounds=1),
 }
@@ -70,6 +76,9 @@ class ShapeResult:
     bound_ms: float | None = None  # speed-of-light lower bound
     sol_fraction: float | None = None  # bound_ms / cand_ms: 1.0 is the speed of light
     note: str = ""
+    retimed: int = 0  # measured again this many times: the reference came out off its usual time
+    ahead_us: float | None = None  # the longest GPU-ahead wait either side's measurement used
+    host_sync: str = ""  # "ref", "cand" or "ref,cand": whose call waits for the GPU (its time includes the CPU's)
 
 
 @dataclass

@@ -352,12 +352,12 @@ class Worker:
 
             from kernelband.worker.guards import unhooked
             with unhooked():
-                times, waits = bench(fn, preset, self.gpu, self.guard)
+                times, waits, info = bench(fn, preset, self.gpu, self.guard)
         except BaseException as exc:  # noqa: BLE001
             text = _error_text(exc)
             outcome = "crashed" if self.gpu and _is_cuda_fault(text) else "runtime_error"
             return {"ok": False, "outcome": outcome, "error": text, "tampered": self._tamper()}
-        return {"ok": True, "times": times, "gpu_waits": waits, "tampered": self._tamper()}
+        return {"ok": True, "times": times, "gpu_waits": waits, **info, "tampered": self._tamper()}
 
     def op_features(self, request: dict) -> dict:
         """Launch configuration, compiled resources and memory footprint on one shape."""

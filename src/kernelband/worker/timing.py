@@ -15,11 +15,19 @@ the runtime-weighted speedup of a kernel against itself swing from 0.7 to 1.6 on
 tasks with many small shapes. Large kernels were unaffected (0.2 % between calls).
 The wait is not timed; the estimate that turns iterations into milliseconds runs
 with it, as do_bench's own estimate does, so the counts stay what the preset says.
+
+The wait must outlast the CPU's work to enqueue one call: a call that launches several
+kernels with Python in between (a torch reduction, then a Triton kernel) takes 100 µs or
+more, more still on a busy host. `ahead_for` measures that host time first and lengthens
+the wait to three times it (capped at 2 ms). A call that waits for the GPU itself
+(`.item()`, a synchronisation) cannot be kept ahead of: it is reported (`host_sync`), and
+its times include the CPU's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 
 
@@ -41,8 +49,39 @@ def _estimate_ms(fn) -> float:
     return max(start.elapsed_time(end) / 5, 1e-3)
 
 
-def bench(fn, preset: dict, gpu: bool, guard) -> tuple[list[float], int]:
-    """Per-iteration times in milliseconds, and how many GPU waits were queued (see `gpu_ahead`)."""
+PROBES_US = (2000.0, 8000.0, 32000.0)  # the GPU waits queued before the host-time probes of a call
+MAX_AHEAD_US = 2000.0
+
+
+def ahead_for(fn, base_us: float, sleep=None, synchronize=None, clock=time.perf_counter) -> tuple[float, bool]:
+    """The GPU-ahead wait `fn` needs (µs), and whether `fn` waits for the GPU itself.
+
+    Probes, each three times: a GPU wait queued, then `fn()` timed on the host. A call that only enqueues
+    returns in its launch time whatever the wait; a call that synchronises returns only once the wait is
+    over. So while the host time reaches the wait, the next probe queues a longer one; a call that keeps
+    up with the longest synchronises. Otherwise the wait becomes three times the call's host time plus
+    50 µs (at least `base_us`, at most MAX_AHEAD_US)."""
+    if sleep is None or synchronize is None:
+        import torch
+        sleep, synchronize = sleep or torch.cuda._sleep, synchronize or torch.cuda.synchronize
+    for probe_us in PROBES_US:
+        host_us = []
+        for _ in range(3):
+            synchronize()
+            sleep(int(probe_us * 2000))
+            t0 = clock()
+            fn()
+            host_us.append((clock() - t0) * 1e6)
+        synchronize()
+        host = statistics.median(host_us)
+        if host < 0.8 * probe_us:
+            return min(max(base_us, 3.0 * host + 50.0), MAX_AHEAD_US), False
+    return base_us, True
+
+
+def bench(fn, preset: dict, gpu: bool, guard) -> tuple[list[float], int, dict]:
+    """Per-iteration times in milliseconds, how many GPU waits were queued (see `gpu_ahead`), and
+    {"ahead_us", "host_sync"} (see `ahead_for`)."""
     if not gpu:
         # Interpreter timings measure Python, not a GPU: one run is all they are worth.
         times = []
@@ -50,10 +89,14 @@ def bench(fn, preset: dict, gpu: bool, guard) -> tuple[list[float], int]:
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1000.0)
-        return times, 0
+        return times, 0, {}
     do_bench = guard.original("triton.testing:do_bench")
     warmup, rep = float(preset["warmup"]), float(preset["rep"])
-    with gpu_ahead(float(preset.get("ahead_us") or 0.0)) as waits:
+    ahead, info = float(preset.get("ahead_us") or 0.0), {}
+    if ahead > 0:
+        ahead, sync = ahead_for(fn, ahead)
+        info = {"ahead_us": ahead, "host_sync": sync}
+    with gpu_ahead(ahead) as waits:
         if preset.get("unit", "iters") == "iters":
             est = _estimate_ms(fn)
             warmup, rep = warmup * est, rep * est
@@ -61,7 +104,7 @@ def bench(fn, preset: dict, gpu: bool, guard) -> tuple[list[float], int]:
         if max_ms:
             warmup, rep = min(warmup, max_ms / 4), min(rep, max_ms)
         times = do_bench(fn, warmup=warmup, rep=rep, return_mode="all")
-    return [float(t) for t in times], len(waits)
+    return [float(t) for t in times], len(waits), info
 
 
 @contextlib.contextmanager
