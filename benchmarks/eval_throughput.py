@@ -118,7 +118,11 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     report[key] = {"threads": threads, "ncu": ev.use_ncu, "profile_lock": ev.profile_lock, "candidates": len(done),
                    "seconds": elapsed, "candidates_per_minute": 60 * len(done) / elapsed, "stages": stage_s,
                    "outcomes": {t.name: r.outcome.value for t, r in evaluated},
-                   "phi": {t.name: r.features.phi for t, r in evaluated}, "not_ok": not_ok, "no_result": failed}
+                   "phi": {t.name: r.features.phi for t, r in evaluated}, "not_ok": not_ok, "no_result": failed,
+                   # shapes measured again (a disturbed reference) and shapes whose call synchronises, per task
+                   "retimed": {t.name: n for t, r in evaluated if (n := sum(s.retimed for s in r.shapes))},
+                   "host_sync": {t.name: [s.label for s in r.shapes if s.host_sync] for t, r in evaluated
+                                 if any(s.host_sync for s in r.shapes)}}
     print(f"{key}: {len(done)} candidates in {elapsed:.1f}s with {threads} threads = "
           f"{60 * len(done) / elapsed:.1f}/min; median s per stage: "
           + ", ".join(f"{k} {v['median']:.2f}" for k, v in stage_s.items()), flush=True)

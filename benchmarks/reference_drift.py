@@ -1,0 +1,94 @@
+"""How steady the reference's timings were in a sweep database, and which verdicts they carry.
+
+The reference kernel is the same in every evaluation of a task, so its time on a shape should not move.
+Per task: how many reference measurements (shapes measured at least three times, reused evaluations left
+out) came out over 1.2x and over 2x the median of the same shape, and how many were measured again
+(`retimed`, since the evaluator re-measures a disturbed reference). Then, per finished run, the kernel
+handed back with its figures, the report's "faster" verdict, and the worst reference measurement of its
+search and re-check evaluations against its shape's median, as a Markdown table.
+
+    python benchmarks/reference_drift.py quality.db [--bench 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import statistics
+from collections import defaultdict
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("db")
+    ap.add_argument("--bench", type=int, default=None, help="only this bench's runs")
+    args = ap.parse_args()
+    con = sqlite3.connect(args.db)
+    where, params = ("WHERE r.bench_id = ?", (args.bench,)) if args.bench is not None else ("", ())
+    times: dict[tuple[str, str], list[float]] = defaultdict(list)
+    evals: dict[tuple[int, int, str], tuple[str, dict]] = {}
+    retimed: dict[str, int] = defaultdict(int)
+    for run, cand, task, which, text in con.execute(
+            "SELECT e.run_id, e.candidate, r.task, e.which, e.result FROM evaluations e "
+            f"JOIN runs r ON r.id = e.run_id {where}", params):
+        result = json.loads(text)
+        evals[(run, cand, which)] = (task, result)
+        if any("reused" in n for n in result.get("notes", [])):
+            continue
+        for shape in result.get("shapes", []):
+            if shape.get("ref_ms"):
+                times[(task, shape["label"])].append(shape["ref_ms"])
+                retimed[task] += bool(shape.get("retimed"))
+    median = {k: statistics.median(v) for k, v in times.items() if len(v) >= 3}
+
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for (task, label), values in times.items():
+        if (task, label) in median:
+            for ms in values:
+                ratio = ms / median[(task, label)]
+                counts[task][0] += 1
+                counts[task][1] += ratio > 1.2
+                counts[task][2] += ratio > 2
+    total = [sum(c[i] for c in counts.values()) for i in range(3)]
+    print(f"reference measurements {total[0]}: over 1.2x their shape's median {total[1]}, over 2x {total[2]}")
+    print("| task | measurements | over 1.2x | over 2x | shapes measured again |")
+    print("| --- | --- | --- | --- | --- |")
+    for task in sorted(counts):
+        n, over, far = counts[task]
+        print(f"| {task.split(':')[-1]} | {n} | {over} | {far} | {retimed[task]} |")
+
+    def worst(run: int, cand: int, which: str) -> float | None:
+        if (run, cand, which) not in evals:
+            return None
+        task, result = evals[(run, cand, which)]
+        ratios = [s["ref_ms"] / median[(task, s["label"])] for s in result.get("shapes", [])
+                  if s.get("ref_ms") and (task, s["label"]) in median]
+        return max(ratios) if ratios else None
+
+    def fmt(x: float | None) -> str:
+        return f"{x:.2f}" if x is not None else "-"
+
+    print()
+    print("| task | policy | handed back | search | re-measured | held-out | k0 vs itself | faster | "
+          "worst reference off its median (search / re-check) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for run, task, policy, status, text in con.execute(
+            f"SELECT r.id, r.task, r.policy, r.status, r.summary FROM runs r {where} ORDER BY r.task, r.policy",
+            params):
+        name = task.split(":")[-1]
+        if status != "done" or not text:
+            print(f"| {name} | {policy} | {status} | | | | | | |")
+            continue
+        s = json.loads(text)
+        best, k0 = s["best_candidate"], s.get("k0_self_speedup") or 1.0
+        confirmed, held = s.get("confirmed_speedup"), s.get("held_out_speedup")
+        faster = (best != 0 and confirmed is not None and confirmed > 1 + max(0.01, 2 * abs(k0 - 1))
+                  and (held is None or held > 1.0))
+        print(f"| {name} | {policy} | k{best} | {fmt(s['best_speedup'])} | {fmt(confirmed)} | {fmt(held)} | "
+              f"{fmt(k0)} | {'yes' if faster else 'no'} | {fmt(worst(run, best, 'search'))} / "
+              f"{fmt(worst(run, best, 'held_out'))} |")
+
+
+if __name__ == "__main__":
+    main()
