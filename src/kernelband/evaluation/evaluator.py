@@ -316,17 +316,20 @@ class Evaluator:
 
     # -- evaluation ---------------------------------------------------------------------------
     def evaluate(self, task: Task, source: str | None = None, preset: str | Preset | None = None,
-                 which: str = "search", seed: int | None = None) -> EvalResult:
+                 which: str = "search", seed: int | None = None, profile: bool = True) -> EvalResult:
+        """`profile=False` skips Nsight Compute for this candidate (φ then comes from the compiler and the
+        timing, as without ncu): for searches whose policy and proposer never read φ."""
         preset = self.preset if preset is None else (PRESETS[preset] if isinstance(preset, str) else preset)
         seed = secrets.randbits(31) if seed is None else seed
         source = task.module_source if source is None else source
         t_start = time.perf_counter()
         with self._reference(task) as ref:
-            result = self._evaluate(task, ref, source, preset, which, seed)
+            result = self._evaluate(task, ref, source, preset, which, seed, profile)
         result.seconds["total"] = time.perf_counter() - t_start
         return result
 
-    def _evaluate(self, task: Task, ref: Worker, source: str, preset: Preset, which: str, seed: int) -> EvalResult:
+    def _evaluate(self, task: Task, ref: Worker, source: str, preset: Preset, which: str, seed: int,
+                  profile: bool = True) -> EvalResult:
         info: TaskInfo = ref.info
         shapes = select_shapes(info, self.mode, which, ref.valid)
         result = EvalResult(task=task.ref, outcome=Outcome.OK, preset=preset.name,
@@ -337,7 +340,7 @@ class Evaluator:
         result.notes += [f"shape dropped: {d}" for d in ref.dropped]
         cand = self.pool.acquire()
         try:
-            self._run_stages(task, info, ref, cand, source, shapes, preset, seed, result)
+            self._run_stages(task, info, ref, cand, source, shapes, preset, seed, result, profile)
         except _Stop as stop:
             result.outcome, result.stage, result.detail = stop.outcome, stop.stage, stop.detail
             result.error = stop.error or stop.detail
@@ -378,11 +381,14 @@ class Evaluator:
         return reply
 
     def _run_stages(self, task: Task, info: TaskInfo, ref: Worker, cand: Worker, source: str,
-                    shapes: list[ShapeInfo], preset: Preset, seed: int, result: EvalResult) -> None:
+                    shapes: list[ShapeInfo], preset: Preset, seed: int, result: EvalResult,
+                    profiled: bool = True) -> None:
         by_index = {s.index: r for s, r in zip(shapes, result.shapes)}
         rep = representative([s for s in shapes if not s.held_out] or shapes)
         profile = None
-        if self.use_ncu:
+        if self.use_ncu and not profiled:
+            result.notes.append("ncu: not run (the search's policy and proposer do not use φ)")
+        if self.use_ncu and profiled:
             # The profiling worker imports and compiles the candidate beside its own worker, off the GPU lock.
             from kernelband.evaluation import ncu
             profile = ncu.Profile(task, source, rep.index, _seed(seed, rep.index, 3),

@@ -200,6 +200,7 @@ def judge_reply(text: str, finish_reason: str | None, entry: str) -> tuple[str |
 # -- the proposer -------------------------------------------------------------------------------------------
 class LLMProposer:
     name = "llm"
+    uses_profile = True  # the prompt summarises φ
 
     def __init__(self, config: LLMConfig):
         try:

@@ -96,6 +96,10 @@ class Search:
         self.attempts: dict[int, list[Attempt]] = {}  # parent id -> what was tried on it
         self.evaluations = 0
         self.tokens = 0
+        # Nsight Compute only where φ is read: by the policy (kernelband's ψ heads, the masked variant's
+        # saturation mask) or by the proposer (the LLM's prompt). greedy, random, bon and beam with the
+        # rewriter do without it, at about half the time per candidate (BENCHMARKS.md, pool-noncu).
+        self.profile = bool(getattr(policy, "uses_profile", True) or getattr(proposer, "uses_profile", False))
 
     # -- the pieces ---------------------------------------------------------------------------
     def _evaluate(self, cid: int, source: str, which: str = "search", shapes: str | None = None) -> EvalResult:
@@ -104,11 +108,15 @@ class Search:
         if stored is not None:
             return stored
         cached = self.lookup(source_hash(source)) if (self.lookup and which == "search") else None
+        if cached is not None and self.profile and not profiled(cached):
+            cached = None  # evaluated for a search that skipped ncu: this one needs φ
         if cached is not None:
             result = cached
         else:
+            # φ steers the search only: a finalist's re-check needs none
             result = self.evaluator.evaluate(self.task, source, preset=self.config.preset, which=shapes or which,
-                                             seed=self._seed("eval", cid, which))
+                                             seed=self._seed("eval", cid, which),
+                                             profile=self.profile and which == "search")
         self.store.add_evaluation(self.run_id, cid, which, result)
         return result
 
@@ -362,6 +370,11 @@ class Search:
                                     tofile=f"{self.task.name}/best.py")
         diff_path.write_text("".join(diff))
         return str(best_path), str(diff_path)
+
+
+def profiled(result: EvalResult) -> bool:
+    """False for an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`)."""
+    return not any(n.startswith("ncu: not run") for n in result.notes)
 
 
 def _done(value) -> Future:

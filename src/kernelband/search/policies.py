@@ -93,6 +93,7 @@ class _PolicyBase:
     """Bookkeeping shared by all policies: the seeded generator, the candidates seen, pull/round counters."""
 
     name = ""
+    uses_profile = False  # reads φ (Nsight Compute's counters): the evaluator profiles only if some part does
 
     def __init__(self, seed: int):
         self.seed = seed
@@ -363,7 +364,10 @@ class _Option:
 
 class _ClusteredPolicy(_PolicyBase):
     """What both KernelBand variants share: runtime clusters, (cluster, strategy) statistics and the per-pull
-    history they are rebuilt from."""
+    history they are rebuilt from. Both read φ: the ψ heads, the saturation mask, and achieved occupancy
+    in ρ."""
+
+    uses_profile = True
 
     def __init__(self, seed: int, clusters_options: dict, prior_mean: float = 0.0, prior_n: float = 0.0):
         super().__init__(seed)

@@ -65,6 +65,7 @@ def _defines(source: str, name: str) -> bool:
 
 class RewriteProposer:
     name = "rewrite"
+    uses_profile = False  # its rewrites do not depend on φ
 
     def applicable(self, parent: Candidate, strategy: Strategy) -> bool:
         return bool(strategy.rewrites) and bool(options(parent.source, tuple(strategy.rewrites)).variants)
