@@ -216,7 +216,8 @@ def test_both_presets_recheck_a_disturbed_reference_and_the_peers_protocol_does_
 
 def test_the_evaluator_measures_a_shape_again_when_its_reference_is_off_its_history():
     """Wired through a real evaluation (interpreter): with a threshold no time can meet, every shape is
-    measured again once its reference has a history, and the first evaluation (no history) is not."""
+    measured again, in the first evaluation too (a task's first timing measures the reference once more
+    first, to have something to compare with)."""
     import dataclasses
 
     from kernelband.evaluation.evaluator import Evaluator
@@ -231,8 +232,6 @@ def test_the_evaluator_measures_a_shape_again_when_its_reference_is_off_its_hist
         second = ev.evaluate(task, preset=strict)
     timed = [s for s in second.shapes if s.cand_ms]
     assert first.ok and second.ok and timed
-    assert all(s.retimed == 0 for s in first.shapes)
-    assert all(s.retimed == 1 for s in timed)
-    assert not [n for n in first.notes if "measured again" in n]
+    assert all(s.retimed == 1 for s in timed + [s for s in first.shapes if s.cand_ms])
     note = next(n for n in second.notes if "measured again" in n)
     assert "load_per_core" in note  # what ran off the GPU lock meanwhile is on record

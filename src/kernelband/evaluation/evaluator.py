@@ -682,6 +682,13 @@ class Evaluator:
             key = (task.key, preset.name, shape.index)
             checked = preset.recheck and self.recheck_timings
             expected = self._ref_history.expected(key) if checked else None
+            if checked and expected is None:
+                # a task's first timing in this evaluator: one more measurement of the reference alone, so
+                # that its pair's reference has something to be compared with
+                expected = interleave.summarise([measure("ref")], preset.stat)[0]
+                if expected:
+                    self._ref_history.add(key, expected)
+                during.clear()
             kept, attempts = interleave.measure_shape(measure, rounds, sr.timed_first == "ref", preset.stat,
                                                       expected, preset.recheck, preset.retries)
             sr.ref_ms, sr.ref_cv, sr.ref_rounds = interleave.summarise(kept.ref, preset.stat)
