@@ -208,8 +208,19 @@ def test_on_a_gpu_every_measurement_keeps_the_gpu_ahead():
     timed call: if this Triton's do_bench flushed some other way, the evaluation would carry a note."""
     from kernelband.evaluation.evaluator import Evaluator
 
+    task = load_task("examples:vector_add")
+    syncing = task.module_source.replace("    return out\n", "    torch.cuda.synchronize()\n    return out\n", 1)
+    assert syncing != task.module_source
     with Evaluator(mode="gpu", warm=1, use_ncu=False) as ev:
-        result = ev.evaluate(load_task("examples:vector_add"), preset="default")
+        result = ev.evaluate(task, preset="default")
+        synced = ev.evaluate(task, syncing, preset="default")
     assert result.ok, result.detail
-    assert all(s.cand_ms and s.ref_ms for s in result.shapes if not s.held_out)
+    timed = [s for s in result.shapes if not s.held_out]
+    assert all(s.cand_ms and s.ref_ms for s in timed)
     assert not [n for n in result.notes if "GPU-ahead" in n], result.notes
+    # the wait is sized per call (at least the preset's 150 µs), and a call that synchronises is named
+    assert all(s.ahead_us and s.ahead_us >= 150 for s in timed), [s.ahead_us for s in timed]
+    assert not any(s.host_sync for s in result.shapes)
+    assert synced.ok, synced.detail
+    assert all(s.host_sync == "cand" for s in synced.shapes if s.cand_ms), [s.host_sync for s in synced.shapes]
+    assert [n for n in synced.notes if "waits for the GPU" in n], synced.notes
