@@ -4,7 +4,7 @@ The reference kernel is the same in every evaluation of a task, so its time on a
 Per task: how many reference measurements (shapes measured at least three times, reused evaluations left
 out) came out over 1.2x and over 2x the median of the same shape, and how many were measured again
 (`retimed`, since the evaluator re-measures a disturbed reference). Then, per finished run, the kernel
-handed back with its figures, the report's "faster" verdict, and the worst reference measurement of its
+handed back with its figures, the report's "faster" verdict (`faster_verdict`), and the worst reference measurement of its
 search and re-check evaluations against its shape's median, as a Markdown table.
 
     python benchmarks/reference_drift.py quality.db [--bench 1]
@@ -17,6 +17,8 @@ import json
 import sqlite3
 import statistics
 from collections import defaultdict
+
+from kernelband.report.metrics import faster_verdict
 
 
 def main() -> None:
@@ -82,12 +84,11 @@ def main() -> None:
             print(f"| {name} | {policy} | {status} | | | | | | |")
             continue
         s = json.loads(text)
-        best, k0 = s["best_candidate"], s.get("k0_self_speedup") or 1.0
+        best, k0 = s["best_candidate"], s.get("k0_self_speedup")
         confirmed, held = s.get("confirmed_speedup"), s.get("held_out_speedup")
-        faster = (best != 0 and confirmed is not None and confirmed > 1 + max(0.01, 2 * abs(k0 - 1))
-                  and (held is None or held > 1.0))
+        faster = faster_verdict(best, s.get("best_outcome"), confirmed, held, k0)
         print(f"| {name} | {policy} | k{best} | {fmt(s['best_speedup'])} | {fmt(confirmed)} | {fmt(held)} | "
-              f"{fmt(k0)} | {'yes' if faster else 'no'} | {fmt(worst(run, best, 'search'))} / "
+              f"{fmt(k0)} | {({True: 'yes', False: 'no'}).get(faster, '-')} | {fmt(worst(run, best, 'search'))} / "
               f"{fmt(worst(run, best, 'held_out'))} |")
 
 

@@ -48,6 +48,19 @@ from kernelband.search.store import RunRow, Store
 FAST = 1.1  # Fast@1: a speedup strictly above this
 MARGIN = 0.01  # "faster": re-measured above 1 + max(MARGIN, 2 x the run's noise floor's distance from 1)
 
+def faster_verdict(best_candidate: int | None, best_outcome: str | None, confirmed: float | None,
+                   held_out: float | None, k0_self: float | None) -> bool | None:
+    """Is the kernel a run handed back faster on evidence (DEFINITIONS['faster_task_pct'])? A generated
+    kernel, `ok`, re-measured above 1 + max(MARGIN, 2 |k0_self - 1|) and above 1.0 held out where there
+    are held-out shapes; None when it was not re-measured (no verdict)."""
+    if best_candidate in (None, 0) or best_outcome != "ok":
+        return False
+    if confirmed is None:
+        return None
+    margin = max(MARGIN, 2 * abs(k0_self - 1.0)) if k0_self else MARGIN
+    return confirmed > 1.0 + margin and (held_out is None or held_out > 1.0)
+
+
 DEFINITIONS = {
     "speedup": "over the starting kernel k0, runtime-weighted over the search shapes; k0 counts 1.0",
     "geomean": "geometric mean over tasks, computed per seed and then averaged over the seeds",
@@ -152,13 +165,8 @@ class RunFacts:
     @property
     def faster(self) -> bool | None:
         """Faster on evidence (see DEFINITIONS['faster_task_pct']); None: not re-measured, no verdict."""
-        if self.best_candidate in (None, 0) or self.best_outcome != "ok":
-            return False
-        if self.confirmed is None:
-            return None
-        noise = (self.row.summary or {}).get("k0_self_speedup")
-        margin = max(MARGIN, 2 * abs(noise - 1.0)) if noise else MARGIN
-        return self.confirmed > 1.0 + margin and (self.held_out is None or self.held_out > 1.0)
+        return faster_verdict(self.best_candidate, self.best_outcome, self.confirmed, self.held_out,
+                              (self.row.summary or {}).get("k0_self_speedup"))
 
     def current_at(self, t: int) -> float | None:
         return self.current.get(t)
