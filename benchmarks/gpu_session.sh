@@ -98,7 +98,7 @@ sweep() {
     timeout "$hard" python3 benchmarks/search_quality.py --parts "${SWEEP_PARTS:-bench,grid,overhead}" \
       --db "$S/quality.db" --out "$S/quality$phase.json" --budget-s "$left" \
       --grid-budget-s "${GRID_BUDGET_S:-300}" --runs-per-gpu "${RUNS_PER_GPU:-4}" \
-      --profile-lock "${PROFILE_LOCK:-exclusive}" $resume $SWEEP_ARGS $extra \
+      ${PROFILE_LOCK:+--profile-lock "$PROFILE_LOCK"} $resume $SWEEP_ARGS $extra \
       >> "$S/sweep.log" 2>&1
     echo "sweep phase $phase rc=$?"
     if [ -z "$resume" ]; then  # the first phase created the bench: the next ones continue it

@@ -33,7 +33,7 @@ from kernelband.evaluation import features as feature_mod
 from kernelband.evaluation import interleave, sol
 from kernelband.evaluation.compare import Mismatch, Outputs, compare, mismatched_paths
 from kernelband.evaluation.pool import Worker, WorkerGone, WorkerPool
-from kernelband.evaluation.records import PRESETS, EvalResult, Outcome, Preset, ShapeResult
+from kernelband.evaluation.records import NCU_SKIPPED, PRESETS, EvalResult, Outcome, Preset, ShapeResult
 from kernelband.tasks.model import ShapeInfo, Task, TaskInfo
 from kernelband.tensorfile import TensorFileError
 
@@ -387,7 +387,7 @@ class Evaluator:
         rep = representative([s for s in shapes if not s.held_out] or shapes)
         profile = None
         if self.use_ncu and not profiled:
-            result.notes.append("ncu: not run (the search's policy and proposer do not use φ)")
+            result.notes.append(NCU_SKIPPED)
         if self.use_ncu and profiled:
             # The profiling worker imports and compiles the candidate beside its own worker, off the GPU lock.
             from kernelband.evaluation import ncu

@@ -40,6 +40,9 @@ class Preset:
         return asdict(self)
 
 
+# The note of an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`).
+NCU_SKIPPED = "ncu: not run (the search's policy and proposer do not use φ)"
+
 PRESETS = {
     # The paper's protocol: do_bench, 100 warm-up and 1000 timed iterations, the mean.
     "paper": Preset("paper", warmup=100, rep=1000, unit="iters", stat="mean", rounds=1, ahead_us=150.0,
