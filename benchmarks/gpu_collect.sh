@@ -16,7 +16,7 @@ src.backup(dst)
 dst.close()
 PY
 # how steady the reference's timings were so far (benchmarks/reference_drift.py), before zipping the copy
-[ -f "$OUT/quality.db" ] && python3 benchmarks/reference_drift.py "$OUT/quality.db" 2>/dev/null | head -n 1
+[ -f "$OUT/quality.db" ] && PYTHONPATH=src python3 benchmarks/reference_drift.py "$OUT/quality.db" 2>/dev/null | head -n 1
 [ -f "$OUT/quality.db" ] && gzip "$OUT/quality.db"
 [ -f "$S/done" ] && echo "session finished"
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader 2>/dev/null

@@ -19,6 +19,7 @@ Stages, in order, each of which can end the evaluation with its outcome:
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import threading
 import time
@@ -253,7 +254,7 @@ class Evaluator:
                     reply = worker.request({"op": "selfcheck", "shape": shape.index, "seed": 12345},
                                            2 * self.limits.run_s)
                 if not reply.get("ok"):
-                    problem = _last_line(reply.get("error", ""))
+                    problem = error_line(reply.get("error", ""))
                 elif not reply.get("deterministic"):
                     problem = "the reference gives different outputs on the same inputs"
                 gone = reply.get("outcome") == "crashed"  # a CUDA fault: the worker exits after its reply
@@ -283,7 +284,7 @@ class Evaluator:
         if not reply.get("ok"):
             self.pool.release(worker)
             what = "task definition" if reply.get("outcome") == "task_error" else "starting kernel"
-            raise TaskError(f"{task.ref}: the {what} fails to load: {_last_line(reply.get('error', ''))}")
+            raise TaskError(f"{task.ref}: the {what} fails to load: {error_line(reply.get('error', ''))}")
         worker.info = TaskInfo.from_wire(reply["info"])
         worker.valid, worker.dropped = {s.index for s in worker.info.shapes}, []
         worker.unreproducible, worker.test_outputs = frozenset(), None
@@ -361,7 +362,7 @@ class Evaluator:
             if outcome not in Outcome._value2member_map_:
                 outcome = "runtime_error"
             error = reply.get("error", "")
-            raise _Stop(Outcome(outcome), stage, f"{stage}: {_last_line(error)}", error)
+            raise _Stop(Outcome(outcome), stage, f"{stage}: {error_line(error)}", error)
         tampered = reply.get("tampered") or []
         if tampered:
             raise _Stop(Outcome.SUSPICIOUS, stage, f"{stage}: the candidate replaced {', '.join(tampered)}",
@@ -377,7 +378,7 @@ class Evaluator:
         if not reply.get("ok"):
             if reply.get("outcome") == "crashed":
                 self.pool.drop_reference(task.key)
-            raise TaskError(f"{task.ref}: the reference fails on {what}: {_last_line(reply.get('error', ''))}")
+            raise TaskError(f"{task.ref}: the reference fails on {what}: {error_line(reply.get('error', ''))}")
         return reply
 
     def _run_stages(self, task: Task, info: TaskInfo, ref: Worker, cand: Worker, source: str,
@@ -760,6 +761,14 @@ def _first_line(text: str) -> str:
     return "(no message)"
 
 
-def _last_line(text: str) -> str:
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
+
+
+def error_line(text: str) -> str:
+    """The line of a traceback that says what went wrong: the last `SomeError: ...` line, else the last line.
+    torch's CUDA errors end in advice ("Compile with `TORCH_USE_CUDA_DSA` ..."), not in the error itself."""
     lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else "(no message)"
+    if not lines:
+        return "(no message)"
+    named = [ln for ln in lines if _EXCEPTION_LINE.match(ln)]
+    return (named or lines)[-1][:300]
