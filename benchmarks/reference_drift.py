@@ -5,7 +5,12 @@ Per task: how many reference measurements (shapes measured at least three times,
 out) came out over 1.2x and over 2x the median of the same shape, and how many were measured again
 (`retimed`, since the evaluator re-measures a disturbed reference). Then, per finished run, the kernel
 handed back with its figures, the report's "faster" verdict (`faster_verdict`), and the worst reference measurement of its
-search and re-check evaluations against its shape's median, as a Markdown table.
+search and re-check evaluations against its shape's median, and the room the starting kernel k0 left: its
+fraction of the speed-of-light bound on its largest search shape (where a runtime-weighted speedup gets most
+of its weight) and the share of its runtime spent in search shapes under 10 µs (launch-bound: no change to
+the kernel's body moves those), as a Markdown table. Last, where an evaluation's time went: the median
+seconds per stage over the search evaluations (`gpu_wait`, the wait for the GPU lock, is part of the
+stages it happened in).
 
     python benchmarks/reference_drift.py quality.db [--bench 1]
 """
@@ -29,6 +34,7 @@ def main() -> None:
     con = sqlite3.connect(args.db)
     where, params = ("WHERE r.bench_id = ?", (args.bench,)) if args.bench is not None else ("", ())
     times: dict[tuple[str, str], list[float]] = defaultdict(list)
+    stages: dict[str, list[float]] = defaultdict(list)
     evals: dict[tuple[int, int, str], tuple[str, dict]] = {}
     retimed: dict[str, int] = defaultdict(int)
     for run, cand, task, which, text in con.execute(
@@ -36,6 +42,9 @@ def main() -> None:
             f"JOIN runs r ON r.id = e.run_id {where}", params):
         result = json.loads(text)
         evals[(run, cand, which)] = (task, result)
+        if which == "search":
+            for stage, seconds in (result.get("seconds") or {}).items():
+                stages[stage].append(seconds)
         if any("reused" in n for n in result.get("notes", [])):
             continue
         for shape in result.get("shapes", []):
@@ -72,16 +81,27 @@ def main() -> None:
     def fmt(x: float | None) -> str:
         return f"{x:.2f}" if x is not None else "-"
 
+    def room(run: int) -> str:
+        """k0's SOL fraction on its largest search shape, and its runtime share in shapes under 10 µs."""
+        _, result = evals.get((run, 0, "search"), (None, {}))
+        shapes = [s for s in result.get("shapes", []) if not s.get("held_out") and s.get("ref_ms")]
+        if not shapes:
+            return "- | -"
+        largest = max(shapes, key=lambda s: s["ref_ms"])
+        total = sum(s["ref_ms"] for s in shapes)
+        tiny = sum(s["ref_ms"] for s in shapes if s["ref_ms"] < 0.010)
+        return f"{fmt(largest.get('sol_fraction'))} | {tiny / total:.0%}"
+
     print()
     print("| task | policy | handed back | search | re-measured | held-out | k0 vs itself | faster | "
-          "worst reference off its median (search / re-check) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "worst reference off its median (search / re-check) | k0's SOL, largest shape | k0's time in shapes < 10 µs |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for run, task, policy, status, text in con.execute(
             f"SELECT r.id, r.task, r.policy, r.status, r.summary FROM runs r {where} ORDER BY r.task, r.policy",
             params):
         name = task.split(":")[-1]
         if status != "done" or not text:
-            print(f"| {name} | {policy} | {status} | | | | | | |")
+            print(f"| {name} | {policy} | {status} | | | | | | | {room(run)} |")
             continue
         s = json.loads(text)
         best, k0 = s["best_candidate"], s.get("k0_self_speedup")
@@ -89,7 +109,11 @@ def main() -> None:
         faster = faster_verdict(best, s.get("best_outcome"), confirmed, held, k0)
         print(f"| {name} | {policy} | k{best} | {fmt(s['best_speedup'])} | {fmt(confirmed)} | {fmt(held)} | "
               f"{fmt(k0)} | {({True: 'yes', False: 'no'}).get(faster, '-')} | {fmt(worst(run, best, 'search'))} / "
-              f"{fmt(worst(run, best, 'held_out'))} |")
+              f"{fmt(worst(run, best, 'held_out'))} | {room(run)} |")
+
+    print()
+    print(f"seconds per search evaluation, median over {len(stages.get('total', []))}: " + ", ".join(
+        f"{stage} {statistics.median(v):.2f}" for stage, v in stages.items()))
 
 
 if __name__ == "__main__":
