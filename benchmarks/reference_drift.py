@@ -114,6 +114,15 @@ def main() -> None:
     print()
     print(f"seconds per search evaluation, median over {len(stages.get('total', []))}: " + ", ".join(
         f"{stage} {statistics.median(v):.2f}" for stage, v in stages.items()))
+    # A module with an autotuner has the GPU alone for its whole correctness check (its first calls time
+    # configs), so those checks are time in which no other candidate's step runs.
+    tuned = [json.loads(text)["seconds"].get("correctness", 0.0) for (text,) in con.execute(
+        "SELECT e.result FROM evaluations e JOIN candidates c ON c.run_id = e.run_id AND c.id = e.candidate "
+        f"JOIN runs r ON r.id = e.run_id WHERE e.which = 'search' AND c.source LIKE '%autotune%' "
+        f"{where.replace('WHERE', 'AND')}", params)]
+    if tuned:
+        print(f"search evaluations of a module with an autotuner: {len(tuned)}, correctness check (the GPU alone, and the wait for it) "
+              f"median {statistics.median(tuned):.2f} s, {sum(tuned):.0f} s in all")
 
 
 if __name__ == "__main__":
