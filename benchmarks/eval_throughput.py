@@ -14,6 +14,11 @@ Parts (run them in one call or split them across calls):
   pool-noncu  the same, with no Nsight Compute profile (φ from the compiler and the timing only): the
            like-for-like figure against the peers, who collect no hardware profile. Right after `pool`
            it reuses its references.
+  pool-autotune  the pool with other candidates: each task's starting kernel under the rewriter's
+           `autotune` rewrite (tasks it does not apply to are left out), checked the default way (the
+           whole correctness check with the GPU alone).
+  pool-autotune-alone  the same candidates with the evaluator's `tune_alone`: one call per shape with
+           the GPU alone, where the autotuner chooses, then a check that shares the GPU.
   repeat   5 evaluations of the same kernel per preset (--repeat-presets, default and paper) on the
            --repeat-tasks ('all': the 29): coefficient of variation of the runtime-weighted candidate
            time and of the speedup per task, and their medians over the tasks.
@@ -88,7 +93,22 @@ def part_speed(ev: Evaluator, names: list[str], report: dict, save) -> None:
     save()
 
 
-def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int, key: str = "pool") -> None:
+def autotuned_sources(names: list[str]) -> dict[str, str]:
+    """Per task, its starting kernel under the rewriter's first `autotune` variant (tasks without one left out)."""
+    from kernelband.search.rewrite import options
+    sources = {}
+    for name in names:
+        found = options(load_task(f"tritonbench:{name}").module_source, ("autotune",))
+        if found.variants:
+            sources[name] = found.variants[0].apply(found.module)
+    return sources
+
+
+def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int, key: str = "pool",
+              sources: dict[str, str] | None = None) -> None:
+    """`sources`: the candidate per task (default: its starting kernel); tasks without one are left out."""
+    if sources is not None:
+        names = [n for n in names if n in sources]
     tasks = [load_task(f"tritonbench:{n}") for n in names]
     for t in tasks:  # references loaded beforehand: this measures candidates, not task set-up
         try:
@@ -100,7 +120,7 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     ncu._cache.clear()  # every candidate profiled, as a new one would be
     t0 = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
-        results = list(pool.map(lambda t: _safe_eval(ev, t), tasks))
+        results = list(pool.map(lambda t: _safe_eval(ev, t, source=(sources or {}).get(t.name)), tasks))
     elapsed = time.perf_counter() - t0
     evaluated = [(t, r) for t, r in zip(tasks, results) if not isinstance(r, str)]
     done = [r for _, r in evaluated]
@@ -115,7 +135,8 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     stages = sorted({k for r in done for k in r.seconds})
     stage_s = {k: {"median": statistics.median(v), "p90": pct(v, 0.9)}
                for k in stages if (v := [r.seconds[k] for r in done if k in r.seconds])}
-    report[key] = {"threads": threads, "ncu": ev.use_ncu, "profile_lock": ev.profile_lock, "candidates": len(done),
+    report[key] = {"threads": threads, "ncu": ev.use_ncu, "profile_lock": ev.profile_lock,
+                   "tune_alone": ev.tune_alone, "tasks": names, "candidates": len(done),
                    "seconds": elapsed, "candidates_per_minute": 60 * len(done) / elapsed, "stages": stage_s,
                    "outcomes": {t.name: r.outcome.value for t, r in evaluated},
                    "phi": {t.name: r.features.phi for t, r in evaluated}, "not_ok": not_ok, "no_result": failed,
@@ -232,7 +253,7 @@ def main() -> None:
     def save() -> None:
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))
 
-    known = ("speed", "pool", "pool-shared", "pool-noncu", "repeat", "peers")
+    known = ("speed", "pool", "pool-shared", "pool-noncu", "pool-autotune", "pool-autotune-alone", "repeat", "peers")
     unknown = [p for p in parts if p not in known]
     if unknown:
         raise SystemExit(f"unknown part {unknown[0]!r}: use {', '.join(known)}")
@@ -253,11 +274,13 @@ def main() -> None:
                 profiles, lock = ev.use_ncu, ev.profile_lock
                 ev.use_ncu = profiles and part != "pool-noncu"
                 ev.profile_lock = "shared" if part == "pool-shared" else lock
+                ev.tune_alone = part == "pool-autotune-alone"
                 try:  # a part run twice keeps both results: pool, pool#2, ...
                     part_pool(ev, names, report, save, args.threads,
-                              key=part + (f"#{parts[:i].count(part) + 1}" if part in parts[:i] else ""))
+                              key=part + (f"#{parts[:i].count(part) + 1}" if part in parts[:i] else ""),
+                              sources=autotuned_sources(names) if part.startswith("pool-autotune") else None)
                 finally:
-                    ev.use_ncu, ev.profile_lock = profiles, lock
+                    ev.use_ncu, ev.profile_lock, ev.tune_alone = profiles, lock, False
                 if not (parts[i + 1:i + 2] and (parts[i + 1].startswith("pool") or parts[i + 1] == "speed")):
                     ev.pool.keep_at_most(4)  # as an evaluator does by default: 29 references fill an 80 GB GPU
             else:

@@ -181,6 +181,8 @@ def main() -> None:
     ap.add_argument("--runs-per-gpu", type=int, default=2, help="runs in flight per GPU (compiles overlap timing)")
     ap.add_argument("--profile-lock", default="exclusive", choices=("exclusive", "shared"),
                     help="ncu's profiled run alone on the GPU, or beside other candidates' checks")
+    ap.add_argument("--tune-alone", action="store_true",
+                    help="an autotuned module: one call per shape with the GPU alone, then a shared check")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     report: dict = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
@@ -195,7 +197,8 @@ def main() -> None:
         from kernelband.evaluation.evaluator import Evaluator
 
         store = Store(args.db)
-        evaluators = [Evaluator(device_index=i, warm=args.runs_per_gpu + 1, profile_lock=args.profile_lock)
+        evaluators = [Evaluator(device_index=i, warm=args.runs_per_gpu + 1, profile_lock=args.profile_lock,
+                                tune_alone=args.tune_alone)
                       for i in range(max(1, torch.cuda.device_count()))]
         try:
             bench_id = args.bench_id

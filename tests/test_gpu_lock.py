@@ -100,6 +100,31 @@ def test_evaluation_checks_under_the_shared_lock_and_times_alone(evaluator, vect
         evaluator.pool.gpu_lock = lock
 
 
+def test_with_tune_alone_an_autotuner_times_its_configs_alone_and_the_check_shares(evaluator, vector_add):
+    """tune_alone: one call per shape with the GPU alone (the autotuner's choice, nothing else of the
+    evaluation beside it), then the correctness check shares the GPU like any other module's."""
+    lock = evaluator.pool.gpu_lock
+    evaluator.info(vector_add)
+    try:
+        evaluator.pool.gpu_lock = rec = _Recording()
+        evaluator.tune_alone = True
+        result = evaluator.evaluate(vector_add, GOOD + "\n# triton.autotune\n")
+        assert result.ok, result.detail
+        shapes = len(result.shapes)
+        assert shapes >= 1 and rec.held[:shapes] == ["exclusive"] * shapes
+        check = rec.held[shapes:-2]
+        assert check and set(check) == {"shared"}, rec.held
+        assert rec.held[-2:] == ["exclusive", "shared"]  # the timing, then the features
+        assert result.seconds["tune"] > 0
+        # a module without an autotuner is not called beforehand
+        rec.held.clear()
+        plain = evaluator.evaluate(vector_add, GOOD)
+        assert plain.ok and "tune" not in plain.seconds and rec.held[0] == "shared"
+    finally:
+        evaluator.tune_alone = False
+        evaluator.pool.gpu_lock = lock
+
+
 def test_a_reference_in_use_is_not_closed_to_make_room(evaluator, vector_add):
     """With more tasks in flight than the pool keeps references for, an evaluation's reference must stay up
     (closing it killed the reference in the middle of a timing on the GPU); idle ones go instead."""

@@ -224,3 +224,20 @@ def test_on_a_gpu_every_measurement_keeps_the_gpu_ahead():
     assert synced.ok, synced.detail
     assert all(s.host_sync == "cand" for s in synced.shapes if s.cand_ms), [s.host_sync for s in synced.shapes]
     assert [n for n in synced.notes if "waits for the GPU" in n], synced.notes
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_an_autotuned_module_chooses_its_config_in_the_tune_calls():
+    """tune_alone on a GPU: the rewriter's autotuned vector_add is called once per shape with the GPU alone
+    (where its autotuner times its configs), then checked and timed, and comes out `ok`."""
+    from kernelband.evaluation.evaluator import Evaluator
+    from kernelband.search.rewrite import options
+
+    task = load_task("examples:vector_add")
+    found = options(task.module_source, ("autotune",))
+    assert found.variants, found.reasons
+    source = found.variants[0].apply(found.module)
+    with Evaluator(mode="gpu", warm=1, use_ncu=False, tune_alone=True) as ev:
+        result = ev.evaluate(task, source, preset="default")
+    assert result.ok, result.detail
+    assert result.seconds["tune"] > 0

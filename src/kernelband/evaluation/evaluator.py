@@ -116,7 +116,7 @@ class Evaluator:
     def __init__(self, mode: str | None = None, warm: int = 2, device_index: int = 0, preset: str = "default",
                  limits: Limits | None = None, memory_limit: int | None = None, use_ncu: bool | None = None,
                  calibration_path: str | None = None, max_references: int = 4, warm_profilers: int | None = None,
-                 profile_lock: str = "exclusive"):
+                 profile_lock: str = "exclusive", tune_alone: bool = False):
         self.mode = mode or detect_mode()
         if preset not in PRESETS:
             raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
@@ -126,6 +126,10 @@ class Evaluator:
         if profile_lock not in ("exclusive", "shared"):
             raise UserError(f"unknown profile lock {profile_lock!r}: use exclusive or shared")
         self.profile_lock = profile_lock
+        # A module with an autotuner: its configs are timed in one call per shape with the GPU alone, and its
+        # correctness check then shares the GPU like any other (True); or the whole check has the GPU alone
+        # (False, the default until the two are compared on a GPU: BENCHMARKS.md, the H100 bench of runs N, O)
+        self.tune_alone = tune_alone
         self.limits = limits or Limits()
         if use_ncu is None:
             from kernelband.evaluation import ncu
@@ -420,10 +424,20 @@ class Evaluator:
         result.seconds["compile"] = time.perf_counter() - t0
         # 2. correctness: each of its GPU steps (a shape's runs, a comparison) may share the GPU with other
         # candidates' steps, never with a timing, which waits for the steps in progress only. An autotuner
-        # times its configs inside the first call, so a module with one has the GPU alone for the whole check.
+        # times its configs inside the first call of each shape: either those calls come first, one per shape
+        # with the GPU alone and nothing else of this evaluation running (tune_alone), or the whole check has
+        # the GPU alone.
         lock = self.pool.gpu_lock
-        whole, per_step = (lock.exclusive, nullcontext) if "autotune" in source else (nullcontext, lock.shared)
+        tuned = "autotune" in source
+        whole, per_step = (lock.exclusive, nullcontext) if tuned and not self.tune_alone else (nullcontext, lock.shared)
         result.seconds["gpu_wait"] = 0.0
+        if tuned and self.tune_alone:
+            t0 = time.perf_counter()
+            for shape in shapes:
+                with self._gpu(result, lock.exclusive):
+                    self._ask(cand, {"op": "tune", "shape": shape.index, "seed": _seed(seed, shape.index, 4)},
+                              self.limits.run_s, f"correctness (autotuning on shape {shape.label})")
+            result.seconds["tune"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         with self._gpu(result, whole):
             try:

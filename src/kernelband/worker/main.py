@@ -237,6 +237,25 @@ class Worker:
         path = os.path.join(self.dir, f"out-{self.files}-{tag}.tensors")
         return {"file": path, "layout": tensorfile.write(tensors, path), "entries": entries}
 
+    def op_tune(self, request: dict) -> dict:
+        """Call the module once on inputs of one shape and keep nothing: an autotuner in it times its
+        configs for that shape now, so that the correctness runs after it find them chosen."""
+        import torch
+        try:
+            self._seed(request["seed"])
+            self.harness.call(self.harness.make_inputs(request["shape"], self.device))
+            if self.gpu:
+                torch.cuda.synchronize()
+        except BaseException as exc:  # noqa: BLE001
+            return self._failed(exc)
+        return {"ok": True, "tampered": self._tamper()}
+
+    def _failed(self, exc: BaseException) -> dict:
+        """The reply for a call of the module that raised: a CUDA fault is `crashed`."""
+        text = _error_text(exc)
+        outcome = "crashed" if self.gpu and _is_cuda_fault(text) else "runtime_error"
+        return {"ok": False, "outcome": outcome, "error": text, "tampered": self._tamper()}
+
     def op_run(self, request: dict) -> dict:
         """Run the module (or the task's reference) on fresh inputs of one shape."""
         import torch
@@ -267,9 +286,7 @@ class Worker:
             new_threads = [t for t in self.guard.new_threads() if t not in threads_before]
             mutated = [i for i, (a, b) in enumerate(zip(before, in_tensors)) if not _same(a, b)]
         except BaseException as exc:  # noqa: BLE001
-            text = _error_text(exc)
-            outcome = "crashed" if self.gpu and _is_cuda_fault(text) else "runtime_error"
-            return {"ok": False, "outcome": outcome, "error": text, "tampered": self._tamper()}
+            return self._failed(exc)
         aliased = []
         if request.get("check_alias") and self.kept:
             kept_ptrs = {t.untyped_storage().data_ptr() for t in self.kept if t.numel()}
