@@ -124,14 +124,14 @@ def test_a_corrupt_calibration_cache_is_ignored_and_replaced(tmp_path):
 
 
 # -- the evaluator's speed-of-light check ----------------------------------------------------------
-def _judge(cand_ms: float, ref_ms: float, nbytes: float = 1e9):
+def _judge(cand_ms: float, ref_ms: float, nbytes: float = 1e9, overcounted: str = ""):
     """Run the evaluator's speed-of-light stage on one shape whose bound is nbytes / 1000 GB/s."""
     shape = ShapeInfo(index=0, label="n=1", held_out=False, inputs="", nbytes=int(nbytes), bytes=nbytes)
     result = EvalResult(task="t", outcome=Outcome.OK)
     sr = ShapeResult(0, "n=1", False, correct=True, ref_ms=ref_ms, cand_ms=cand_ms)
     result.shapes = [sr]
     evaluator = object.__new__(Evaluator)  # the stage needs no workers
-    evaluator._speed_of_light([shape], result, {0: sr}, {0: int(nbytes)}, PEAKS)
+    evaluator._speed_of_light([shape], result, {0: sr}, {0: int(nbytes)}, PEAKS, overcounted)
     return result, sr
 
 
@@ -160,3 +160,16 @@ def test_a_bound_the_reference_also_beats_blames_the_task_not_the_candidate():
     result, sr = _judge(cand_ms=0.5, ref_ms=0.6)
     assert result.outcome == Outcome.OK
     assert "byte count is too high" in sr.note
+
+
+def test_a_task_that_overcounts_its_bytes_reports_the_bound_without_judging_by_it():
+    result, sr = _judge(cand_ms=0.5, ref_ms=1.0, overcounted="reads only the rows within each length")
+    assert result.outcome == Outcome.OK and "speed_of_light" not in result.checks
+    assert sr.sol_fraction == pytest.approx(2.0)
+    assert "reads only the rows within each length" in sr.note
+
+
+def test_flash_decode2_phi_says_why_its_bytes_are_overcounted():
+    from kernelband.tasks import load_task
+    assert "sequence length" in load_task("tritonbench:flash_decode2_phi").bytes_overcounted
+    assert load_task("tritonbench:add_value").bytes_overcounted == ""

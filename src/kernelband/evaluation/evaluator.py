@@ -467,7 +467,7 @@ class Evaluator:
             ncu_metrics, note = profile.finish()
             if note:
                 result.notes.append(note)
-        self._speed_of_light(shapes, result, by_index, io_bytes, peaks)
+        self._speed_of_light(shapes, result, by_index, io_bytes, peaks, task.bytes_overcounted)
         result.features = feature_mod.assemble(result, rep, by_index[rep.index], reply, peaks, io_bytes,
                                                ref.ready.device, ncu_metrics)
         result.seconds["features"] = gpu_s + time.perf_counter() - t0
@@ -742,7 +742,9 @@ class Evaluator:
         if held:
             result.held_out_speedup = sum(x.ref_ms for x in held) / sum(x.cand_ms for x in held)
 
-    def _speed_of_light(self, shapes, result, by_index, io_bytes, peaks) -> None:
+    def _speed_of_light(self, shapes, result, by_index, io_bytes, peaks, overcounted: str = "") -> None:
+        """Each shape's GB/s, TFLOP/s and fraction of the bound; a candidate faster than the bound is
+        suspicious, unless the reference is too, or the task says its bytes are overcounted."""
         for shape in shapes:
             sr = by_index[shape.index]
             if not sr.cand_ms:
@@ -761,6 +763,9 @@ class Evaluator:
                 if sr.sol_fraction > SOL_TOLERANCE:
                     if ref_fraction > SOL_TOLERANCE:
                         sr.note = "bound below even the reference's time: the task's byte count is too high"
+                        continue
+                    if overcounted:
+                        sr.note = f"faster than the bound, which is no check here: {overcounted}"
                         continue
                     result.outcome, result.stage = Outcome.SUSPICIOUS, "timing"
                     result.detail = (f"shape {shape.label}: {sr.cand_ms * 1e3:.2f} us is faster than the "

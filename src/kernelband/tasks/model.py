@@ -26,6 +26,9 @@ class Task:
     interpreter_fixes: tuple[tuple[str, str], ...] = ()
     description: str = ""
     difficulty: int | None = None
+    # why the declared bytes per shape are more than the kernel must move (empty: they are a lower bound). The
+    # speed-of-light bound is then reported but not a check: a kernel faster than it is not suspicious.
+    bytes_overcounted: str = ""
 
     @property
     def key(self) -> str:
