@@ -15,7 +15,7 @@ import pytest
 from kernelband.errors import UserError
 from kernelband.search.core import Candidate, Context, source_hash
 from kernelband.search.rewrite import RewriteProposer, options
-from kernelband.search.rewrites import REWRITES
+from kernelband.search.rewrites import REWRITES, STRATEGY_FILE_ONLY
 from kernelband.search.strategies import builtin_strategies, load_strategies
 
 STRATEGIES = {s.name: s for s in builtin_strategies()}
@@ -112,6 +112,67 @@ def changed_lines(old: str, new: str) -> list[str]:
 def propose(source: str, strategy: str, seed: int = 0, seen: frozenset[str] = frozenset(), entry: str = "add"):
     context = Context(task_name="t", entry=entry, seed=seed, seen=seen)
     return RewriteProposer().propose(Candidate(0, source), STRATEGIES[strategy], context)
+
+
+# -- coarsening ----------------------------------------------------------------------------------------------
+def test_coarsen_loops_over_consecutive_programs_and_divides_the_grid():
+    made = variants(ROWS, "coarsen")
+    assert [why for why, _ in made] == [f"{c} consecutive programs per program in rms_kernel: the first grid "
+                                        f"axis divided by {c} at 1 launch(es)" for c in (2, 4, 8)]
+    new = made[1][1]
+    compile(new, "coarsened", "exec")
+    assert changed_lines(ROWS, new) == [
+        "- def rms_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):",
+        "-     row = tl.program_id(0)",
+        "-     cols = tl.arange(0, BLOCK)",
+        "-     acc = tl.zeros([BLOCK], tl.float32)",
+        "-     for start in range(0, n_cols, BLOCK):",
+        "-         acc += tl.load(x_ptr + row * n_cols + start + cols, mask=start + cols < n_cols, other=0.0)",
+        "-     tl.store(out_ptr + row, tl.sum(acc, axis=0))",
+        "-     rms_kernel[(x.shape[0],)](",
+        "+ def rms_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr, n_programs, COARSEN: tl.constexpr):",
+        "+     first_program = tl.program_id(0) * COARSEN",
+        "+     for coarsen_i in tl.static_range(COARSEN):",
+        "+         row = first_program + coarsen_i",
+        "+         if row < n_programs:",
+        "+             cols = tl.arange(0, BLOCK)",
+        "+             acc = tl.zeros([BLOCK], tl.float32)",
+        "+             for start in range(0, n_cols, BLOCK):",
+        "+                 acc += tl.load(x_ptr + row * n_cols + start + cols, mask=start + cols < n_cols, other=0.0)",
+        "+             tl.store(out_ptr + row, tl.sum(acc, axis=0))",
+        "+     rms_kernel[(triton.cdiv(x.shape[0], 4),)](",
+        "+         n_programs=x.shape[0],",
+        "+         COARSEN=4,",
+    ]
+
+
+@pytest.mark.parametrize("old, new, reason", [
+    ("    tl.store(out_ptr + row, tl.sum(acc, axis=0))\n",
+     "    if row >= 100:\n        return\n    tl.store(out_ptr + row, tl.sum(acc, axis=0))\n",
+     "rms_kernel returns before its end"),
+    ("    row = tl.program_id(0)\n", "    row = tl.program_id(0) + tl.num_programs(0) * 0\n",
+     "rms_kernel reads its first program id other than by one top-level `name = tl.program_id(0)`"),
+    ("rms_kernel[(x.shape[0],)](", "rms_kernel[lambda meta: (x.shape[0],)](",
+     "the grid of the rms_kernel launch in rms is not a tuple"),
+])
+def test_coarsen_says_why_it_does_not_apply(old, new, reason):
+    source = ROWS.replace(old, new)
+    assert source != ROWS
+    found = options(source, ("coarsen",))
+    assert not found.variants and found.reasons == (reason,)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example, factor", [("vector_add", 8), ("rmsnorm", 4)])
+def test_a_coarsened_example_is_correct_in_the_interpreter(evaluator, example, factor):
+    """Shapes whose program count the factor does not divide run the guarded programs too."""
+    from kernelband.tasks import load_task
+
+    task = load_task(f"examples:{example}")
+    found = options(task.module_source, ("coarsen",))
+    variant = next(v for v in found.variants if v.rationale.startswith(f"{factor} consecutive"))
+    result = evaluator.evaluate(task, variant.apply(found.module), seed=4)
+    assert result.ok, (result.outcome, result.detail, result.error[-2000:])
 
 
 # -- block sizes ----------------------------------------------------------------------------------------------
@@ -385,7 +446,7 @@ def test_the_builtin_strategies():
     names = [s.name for s in builtin_strategies()]
     assert names == ["tiling", "vectorization", "fusion", "pipeline", "reordering", "access_layout"]
     assert all(s.target in ("SM", "DRAM", "L2") and set(s.rewrites) <= set(REWRITES) for s in builtin_strategies())
-    assert {r for s in builtin_strategies() for r in s.rewrites} == set(REWRITES)
+    assert {r for s in builtin_strategies() for r in s.rewrites} == set(REWRITES) - STRATEGY_FILE_ONLY
     assert load_strategies(None) == builtin_strategies()
 
 

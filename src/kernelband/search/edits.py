@@ -31,6 +31,14 @@ class Variant:
         return new.code
 
 
+@dataclass
+class Found:
+    """What one rewrite makes of a module: its variants, and why there are not more."""
+
+    variants: list[Variant]
+    reasons: list[str]
+
+
 class _Apply(cst.CSTTransformer):
     def __init__(self, edits: Sequence[tuple[cst.CSTNode, Edit]], paths: set[int]) -> None:
         super().__init__()

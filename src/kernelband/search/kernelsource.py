@@ -42,6 +42,15 @@ def dotted(node: cst.CSTNode) -> str | None:
     return None
 
 
+def fresh_name(base: str, used: set[str]) -> str:
+    """`base`, or `base_1`, `base_2`, ...: the first not in `used` (which it joins)."""
+    name, i = base, 1
+    while name in used:
+        name, i = f"{base}_{i}", i + 1
+    used.add(name)
+    return name
+
+
 def is_block_name(name: str) -> bool:
     return bool(BLOCK_NAME.search(name)) and "GROUP" not in name.upper()
 
@@ -253,6 +262,12 @@ class Kernel:
 
     def calls(self, fname: str) -> list[cst.Call]:
         return [c for c in self._calls if self.is_tl(c.func, fname)]
+
+    def program_axis(self, node: cst.BaseExpression) -> int | None:
+        """The axis of `tl.program_id(axis)`, None for anything else."""
+        if isinstance(node, cst.Call) and self.is_tl(node.func, "program_id") and len(node.args) == 1:
+            return int_value(node.args[0].value)
+        return None
 
     @cached_property
     def program_ids(self) -> set[int]:

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import libcst as cst
 
 from kernelband.search import knobs as knobs_mod
+from kernelband.search.coarsen import coarsen
 from kernelband.search.edits import (
     Edit,
+    Found,
     Variant,
     appended,
     keyword_arg,
@@ -37,6 +38,7 @@ from kernelband.search.kernelsource import (
     Launch,
     ModuleSource,
     code,
+    fresh_name,
     int_value,
     loads,
     subnodes,
@@ -52,12 +54,6 @@ MAX_NEW_CONFIGS = 12  # configs offered for a kernel that is autotuned already
 LAUNCH_OPTIONS = ("num_warps", "num_stages")
 OTHER_LAUNCH_OPTIONS = ("num_ctas", "maxnreg", "enable_fp_fusion")
 SIZE_WORDS = ("n_", "num", "size", "len", "numel", "elem", "cols", "rows", "dim", "seq", "batch", "head")
-
-
-@dataclass
-class Found:
-    variants: list[Variant]
-    reasons: list[str]
 
 
 # -- block sizes --------------------------------------------------------------------------------------------
@@ -223,12 +219,6 @@ GROUPED = """\
 """
 
 
-def _program_axis(node: cst.BaseExpression, kernel: Kernel) -> int | None:
-    if isinstance(node, cst.Call) and kernel.is_tl(node.func, "program_id") and len(node.args) == 1:
-        return int_value(node.args[0].value)
-    return None
-
-
 def _tiled_pids(kernel: Kernel) -> set[str]:
     """Names that multiply a block-size constexpr: `pid_m * BLOCK_M`."""
     found = set()
@@ -259,7 +249,7 @@ def _pid_split(kernel: Kernel) -> dict | None:
         for sb, b, vb in lines:
             if a == b:
                 continue
-            if _program_axis(va, kernel) == 0 and _program_axis(vb, kernel) == 1:
+            if kernel.program_axis(va) == 0 and kernel.program_axis(vb) == 1:
                 return {"a": a, "b": b, "lines": (sa, sb), "pid": None, "n": None}
             if (isinstance(va, cst.BinaryOperation) and isinstance(va.operator, cst.FloorDivide)
                     and isinstance(vb, cst.BinaryOperation) and isinstance(vb.operator, cst.Modulo)
@@ -270,22 +260,14 @@ def _pid_split(kernel: Kernel) -> dict | None:
     return None
 
 
-def _fresh(base: str, used: set[str]) -> str:
-    name, i = base, 1
-    while name in used:
-        name, i = f"{base}_{i}", i + 1
-    used.add(name)
-    return name
-
-
 def _grouped_text(kernel: Kernel, split: dict, size: int) -> str:
     used = set(kernel.names)
-    names = {k: _fresh(v, used) for k, v in (("group", "GROUP_M"), ("in_group", "num_pid_in_group"),
+    names = {k: fresh_name(v, used) for k, v in (("group", "GROUP_M"), ("in_group", "num_pid_in_group"),
                                               ("group_id", "group_id"), ("first", "first_pid_m"),
                                               ("group_size", "group_size_m"), ("m", "num_pid_m"))}
     tl = kernel.tl_name
     if split["pid"] is None:
-        n, pid = _fresh("num_pid_n", used), _fresh("pid", used)
+        n, pid = fresh_name("num_pid_n", used), fresh_name("pid", used)
         setup = (f"{names['m']} = {tl}.num_programs(axis=0)\n{n} = {tl}.num_programs(axis=1)\n"
                  f"{pid} = {tl}.program_id(axis=1) * {names['m']} + {tl}.program_id(axis=0)\n")
     else:
@@ -617,4 +599,7 @@ REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "autotune": autotune,
     "cache_hints": cache_hints,
     "grouped_ordering": grouped_ordering,
+    "coarsen": coarsen,
 }
+# Rewrites in no built-in strategy, until a GPU run shows they help: a strategies file can add them (README).
+STRATEGY_FILE_ONLY = frozenset({"coarsen"})
