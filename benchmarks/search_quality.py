@@ -53,11 +53,12 @@ def summarise(rows: list[dict]) -> dict:
 
 
 def part_bench(store: Store, evaluators, tasks: list[str], policies: list[str], seeds: list[int], iterations: int,
-               report: dict, bench_id: int | None = None, deadline: float | None = None, runs_per_gpu: int = 2) -> int:
+               report: dict, bench_id: int | None = None, deadline: float | None = None, runs_per_gpu: int = 2,
+               strategies: str | None = None) -> int:
     from kernelband.search.rewrite import RewriteProposer
 
     config = BenchConfig("tritonbench-g-l12", policies, seeds, iterations, 1, "rewrite", "default",
-                         list(tasks))
+                         list(tasks), strategies=BenchConfig.strategies_from(strategies))
     t0 = time.perf_counter()
     bench = Bench(store, config, evaluators, RewriteProposer, bench_id=bench_id, deadline=deadline,
                   on_event=lambda e: print(json.dumps(e), flush=True), runs_per_gpu=runs_per_gpu)
@@ -181,6 +182,8 @@ def main() -> None:
     ap.add_argument("--runs-per-gpu", type=int, default=2, help="runs in flight per GPU (compiles overlap timing)")
     ap.add_argument("--profile-lock", default="exclusive", choices=("exclusive", "shared"),
                     help="ncu's profiled run alone on the GPU, or beside other candidates' checks")
+    ap.add_argument("--strategies", default=None,
+                    help="a strategies file for a new bench (e.g. adding coarsen to tiling)")
     ap.add_argument("--tune-alone", action="store_true",
                     help="an autotuned module: one call per shape with the GPU alone, then a shared check")
     args = ap.parse_args()
@@ -206,7 +209,7 @@ def main() -> None:
                 bench_id = part_bench(store, evaluators, tasks, args.policies.split(","),
                                       [int(s) for s in args.seeds.split(",")], args.iterations, report, bench_id,
                                       time.monotonic() + args.budget_s if args.budget_s else None,
-                                      args.runs_per_gpu)
+                                      args.runs_per_gpu, args.strategies)
             if "grid" in parts:
                 part_grid(store, evaluators, tasks, report, bench_id,
                           time.monotonic() + args.grid_budget_s if args.grid_budget_s else None)

@@ -57,6 +57,26 @@ def test_bench_sweep_shares_evaluations_and_resumes(tmp_path: Path):
 
 
 @pytest.mark.slow
+def test_a_bench_keeps_the_strategies_it_began_with(tmp_path: Path):
+    db, spec = tmp_path / "bench.db", tmp_path / "s.toml"
+    spec.write_text('replace_all = true\n[[strategies]]\nname = "tiling"\ndescription = "Coarsen only."\n'
+                    'target = "SM"\nrewrites = ["coarsen"]\n')
+    proc = _cli("bench", "--suite", "examples", "--tasks", "vector_add", "--policies", "greedy", "-n", "2",
+                "--seeds", "1", "--proposer", "rewrite", "--strategies", str(spec), "--db", str(db), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    bench_id = json.loads(proc.stdout)["bench_id"]
+    kept = Store(db).bench(bench_id)["config"]["strategies"]
+    assert [(s["name"], s["rewrites"]) for s in kept] == [("tiling", ["coarsen"])]
+    with sqlite3.connect(db) as con:
+        made = con.execute("SELECT strategy, rationale FROM candidates WHERE id > 0").fetchall()
+    assert len(made) == 2 and all(st == "tiling" and why.startswith("coarsen:") for st, why in made), made
+    # a resume takes the bench's strategies; another file is refused, not mixed in
+    again = _cli("bench", "--resume", str(bench_id), "--db", str(db), "--strategies", str(spec))
+    assert again.returncode == 2 and "keeps the strategies it began with" in again.stderr
+    assert "Traceback" not in again.stderr
+
+
+@pytest.mark.slow
 def test_bench_rejects_a_task_outside_the_suite(tmp_path: Path):
     proc = _cli("bench", "--suite", "examples", "--tasks", "no_such_kernel", "--policies", "random",
                 "--db", str(tmp_path / "b.db"))

@@ -220,6 +220,8 @@ def bench_cmd(
     interpreter: bool = typer.Option(False, "--interpreter", help="use the Triton interpreter even with a GPU"),
     tritonbench: str | None = typer.Option(None, "--tritonbench", help="TritonBench data (json or checkout)"),
     no_ncu: bool = typer.Option(False, "--no-ncu", help="do not profile with Nsight Compute"),
+    strategies: str | None = typer.Option(None, "--strategies",
+                                          help="strategy config file (.toml or .json), kept with the bench"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run every task x policy x seed of a suite into one run database, on every visible GPU."""
@@ -234,6 +236,8 @@ def bench_cmd(
     try:
         with _run_store(db) as store:
             if resume is not None:
+                if strategies is not None:
+                    raise UserError("--strategies with --resume: a bench keeps the strategies it began with")
                 config = BenchConfig(**store.bench(resume)["config"])
                 config.refresh_baselines = refresh_baselines
             else:
@@ -248,7 +252,7 @@ def bench_cmd(
                 kind = make_proposer(ProposerChoice(proposer)).name
                 config = BenchConfig(suite, names, parse_seeds(seeds), iterations, batch, kind, preset,
                                      [t.strip() for t in tasks.split(",")] if tasks else [], refresh_baselines,
-                                     finalists)
+                                     finalists, BenchConfig.strategies_from(strategies))
             mode = "interpreter" if interpreter else detect_mode()
             indices = _gpu_indices(gpus) if mode == "gpu" else [0]
             with ExitStack() as stack:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from kernelband.errors import UserError
 from kernelband.evaluation.records import EvalResult
-from kernelband.search.core import source_hash
+from kernelband.search.core import Strategy, source_hash
 from kernelband.search.loop import RunConfig
 from kernelband.search.store import Store
 from kernelband.tasks import example_names, load_task
@@ -69,9 +69,26 @@ class BenchConfig:
     tasks: list[str] = field(default_factory=list)  # a subset of the suite; empty: all of it
     refresh_baselines: bool = False
     finalists: int = 3  # of each run's fastest kernels re-measured at the end (RunConfig.finalists)
+    # the strategies of every run (name, description, target, rewrites), as loaded from --strategies when the
+    # bench began, so that a resume uses the same ones; None: the built-in catalogue
+    strategies: list[dict] | None = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
+
+    @staticmethod
+    def strategies_from(path: str | None) -> list[dict] | None:
+        """The `strategies` field for a strategies file (None: the built-in catalogue)."""
+        if path is None:
+            return None
+        from kernelband.search.strategies import load_strategies
+        return [{"name": s.name, "description": s.description, "target": s.target, "rewrites": list(s.rewrites)}
+                for s in load_strategies(path)]
+
+    def strategy_list(self) -> list[Strategy] | None:
+        if self.strategies is None:
+            return None
+        return [Strategy(d["name"], d["description"], d["target"], tuple(d["rewrites"])) for d in self.strategies]
 
 
 @dataclass
@@ -182,7 +199,8 @@ class Bench:
         config = RunConfig(self.config.iterations, self.config.q, None, self.config.preset,
                            finalists=self.config.finalists)
         search = open_search(task, evaluator, self.store, job.policy, proposer, job.seed, config,
-                             resume=existing is not None, bench_id=self.bench_id, lookup=lookup)
+                             resume=existing is not None, bench_id=self.bench_id, lookup=lookup,
+                             strategies=self.config.strategy_list())
         summary = search.run()
         self.on_event({"kind": "job_done", "task": job.task, "policy": job.policy, "seed": job.seed,
                        "best_speedup": summary.best_speedup, "evaluations": summary.evaluations})

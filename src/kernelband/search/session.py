@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelband.errors import UserError
+from kernelband.search.core import Strategy
 from kernelband.search.loop import RunConfig, Search
 from kernelband.search.store import Store
 from kernelband.tasks.model import Task
@@ -45,12 +46,15 @@ def make_proposer(choice: ProposerChoice):
 
 def open_search(task: Task, evaluator, store: Store, policy: str, proposer, seed: int, config: RunConfig,
                 strategies_file: str | None = None, resume: bool = False, bench_id: int | None = None,
-                on_event=None, lookup=None, out_dir: Path | None = None) -> Search:
-    """A new run, or with `resume` the latest unfinished run of the same task, policy, proposer and seed."""
+                on_event=None, lookup=None, out_dir: Path | None = None,
+                strategies: list[Strategy] | None = None) -> Search:
+    """A new run, or with `resume` the latest unfinished run of the same task, policy, proposer and seed.
+    The strategies: `strategies` as given (a bench's), else those of `strategies_file`, else the built-in ones."""
     from kernelband.search.policies import make_policy
     from kernelband.search.strategies import load_strategies
 
-    strategies = load_strategies(strategies_file)
+    if strategies is None:
+        strategies = load_strategies(strategies_file)
     bandit = make_policy(policy, seed)  # an unknown policy is an error before any run is stored
     run = store.find_run(task.key, policy, proposer.name, seed, bench_id) if resume else None
     if resume and bench_id is None and (run is None or run.status != "running"):
