@@ -2,7 +2,7 @@
 from kernelband.evaluation.evaluator import error_line
 
 CUDA_FAULT = """Traceback (most recent call last):
-  File "/work/main/src/kernelband/worker/main.py", line 336, in op_run
+  File "src/kernelband/worker/main.py", line 336, in op_run
     out = self.harness.call(shape)
 torch.AcceleratorError: CUDA error: an illegal memory access was encountered
 CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.
