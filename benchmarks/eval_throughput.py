@@ -32,6 +32,7 @@ Parts (run them in one call or split them across calls):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -93,7 +94,8 @@ def part_speed(ev: Evaluator, names: list[str], report: dict, save) -> None:
     save()
 
 
-def autotuned_sources(names: list[str]) -> dict[str, str]:
+@functools.cache  # made once for both pool-autotune parts
+def autotuned_sources(names: tuple[str, ...]) -> dict[str, str]:
     """Per task, its starting kernel under the rewriter's first `autotune` variant (tasks without one left out)."""
     from kernelband.search.rewrite import options
     sources = {}
@@ -278,7 +280,7 @@ def main() -> None:
                 try:  # a part run twice keeps both results: pool, pool#2, ...
                     part_pool(ev, names, report, save, args.threads,
                               key=part + (f"#{parts[:i].count(part) + 1}" if part in parts[:i] else ""),
-                              sources=autotuned_sources(names) if part.startswith("pool-autotune") else None)
+                              sources=autotuned_sources(tuple(names)) if part.startswith("pool-autotune") else None)
                 finally:
                     ev.use_ncu, ev.profile_lock, ev.tune_alone = profiles, lock, False
                 if not (parts[i + 1:i + 2] and (parts[i + 1].startswith("pool") or parts[i + 1] == "speed")):

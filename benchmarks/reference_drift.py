@@ -37,14 +37,18 @@ def main() -> None:
     stages: dict[str, list[float]] = defaultdict(list)
     evals: dict[tuple[int, int, str], tuple[str, dict]] = {}
     retimed: dict[str, int] = defaultdict(int)
-    for run, cand, task, which, text in con.execute(
-            "SELECT e.run_id, e.candidate, r.task, e.which, e.result FROM evaluations e "
-            f"JOIN runs r ON r.id = e.run_id {where}", params):
+    tuned: list[float] = []  # the correctness checks of modules with an autotuner (search evaluations)
+    for run, cand, task, which, text, autotuned in con.execute(
+            "SELECT e.run_id, e.candidate, r.task, e.which, e.result, c.source LIKE '%autotune%' "
+            "FROM evaluations e JOIN runs r ON r.id = e.run_id "
+            f"LEFT JOIN candidates c ON c.run_id = e.run_id AND c.id = e.candidate {where}", params):
         result = json.loads(text)
         evals[(run, cand, which)] = (task, result)
         if which == "search":
             for stage, seconds in (result.get("seconds") or {}).items():
                 stages[stage].append(seconds)
+            if autotuned:
+                tuned.append((result.get("seconds") or {}).get("correctness", 0.0))
         if any("reused" in n for n in result.get("notes", [])):
             continue
         for shape in result.get("shapes", []):
@@ -116,10 +120,6 @@ def main() -> None:
         f"{stage} {statistics.median(v):.2f}" for stage, v in stages.items()))
     # A module with an autotuner has the GPU alone for its whole correctness check (its first calls time
     # configs), so those checks are time in which no other candidate's step runs.
-    tuned = [json.loads(text)["seconds"].get("correctness", 0.0) for (text,) in con.execute(
-        "SELECT e.result FROM evaluations e JOIN candidates c ON c.run_id = e.run_id AND c.id = e.candidate "
-        f"JOIN runs r ON r.id = e.run_id WHERE e.which = 'search' AND c.source LIKE '%autotune%' "
-        f"{where.replace('WHERE', 'AND')}", params)]
     if tuned:
         print(f"search evaluations of a module with an autotuner: {len(tuned)}, correctness check (the GPU alone, and the wait for it) "
               f"median {statistics.median(tuned):.2f} s, {sum(tuned):.0f} s in all")

@@ -21,7 +21,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from kernelband.errors import UserError
 from kernelband.evaluation.records import EvalResult
@@ -82,13 +82,12 @@ class BenchConfig:
         if path is None:
             return None
         from kernelband.search.strategies import load_strategies
-        return [{"name": s.name, "description": s.description, "target": s.target, "rewrites": list(s.rewrites)}
-                for s in load_strategies(path)]
+        return [asdict(s) for s in load_strategies(path)]
 
     def strategy_list(self) -> list[Strategy] | None:
         if self.strategies is None:
             return None
-        return [Strategy(d["name"], d["description"], d["target"], tuple(d["rewrites"])) for d in self.strategies]
+        return [Strategy(**{**d, "rewrites": tuple(d["rewrites"])}) for d in self.strategies]
 
 
 @dataclass

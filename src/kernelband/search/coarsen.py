@@ -36,14 +36,14 @@ def coarsen(ms: ModuleSource) -> Found:
     variants, reasons = [], []
     for kernel in ms.kernels.values():
         launches = ms.launches_of(kernel)
-        why = _why_not(ms, kernel, launches)
+        grids = [_grid(launch) for launch in launches]
+        why = _why_not(ms, kernel, launches, grids)
         if why:
             reasons.append(why)
             continue
         used = set(kernel.names)
         names = {"n": fresh_name("n_programs", used), "c": fresh_name("COARSEN", used),
                  "first": fresh_name("first_program", used), "i": fresh_name("coarsen_i", used)}
-        grids = [_grid(launch) for launch in launches]
         for factor in FACTORS:
             edits: list[tuple[cst.CSTNode, Edit]] = [(kernel.node, _kernel_edit(kernel, names))]
             edits += [(launch.call, _launch_edit(grid, names, factor)) for launch, grid in zip(launches, grids)]
@@ -65,7 +65,7 @@ def _pid_line(kernel: Kernel) -> tuple[int, str] | None:
     return None
 
 
-def _why_not(ms: ModuleSource, kernel: Kernel, launches: list[Launch]) -> str:
+def _why_not(ms: ModuleSource, kernel: Kernel, launches: list[Launch], grids: list[tuple[str, str] | None]) -> str:
     if not launches:
         return f"{kernel.name} is not launched in this module"
     if kernel.heuristics:
@@ -88,8 +88,8 @@ def _why_not(ms: ModuleSource, kernel: Kernel, launches: list[Launch]) -> str:
         return f"{kernel.name} has a parameter with a default"
     if "triton" not in ms.imported:
         return "the module does not `import triton`"
-    for launch in launches:
-        if _grid(launch) is None:
+    for launch, grid in zip(launches, grids):
+        if grid is None:
             return f"the grid of the {launch.where} is not a tuple"
     return ""
 

@@ -263,8 +263,8 @@ def _pid_split(kernel: Kernel) -> dict | None:
 def _grouped_text(kernel: Kernel, split: dict, size: int) -> str:
     used = set(kernel.names)
     names = {k: fresh_name(v, used) for k, v in (("group", "GROUP_M"), ("in_group", "num_pid_in_group"),
-                                              ("group_id", "group_id"), ("first", "first_pid_m"),
-                                              ("group_size", "group_size_m"), ("m", "num_pid_m"))}
+                                                 ("group_id", "group_id"), ("first", "first_pid_m"),
+                                                 ("group_size", "group_size_m"), ("m", "num_pid_m"))}
     tl = kernel.tl_name
     if split["pid"] is None:
         n, pid = fresh_name("num_pid_n", used), fresh_name("pid", used)

@@ -250,11 +250,13 @@ class Worker:
             return self._failed(exc)
         return {"ok": True, "tampered": self._tamper()}
 
-    def _failed(self, exc: BaseException) -> dict:
-        """The reply for a call of the module that raised: a CUDA fault is `crashed`."""
+    def _failed(self, exc: BaseException, tampered: bool = True) -> dict:
+        """The reply for a call of the module that raised: a CUDA fault is `crashed`. With `tampered`, it says
+        what the module replaced, as the op's own reply would."""
         text = _error_text(exc)
         outcome = "crashed" if self.gpu and _is_cuda_fault(text) else "runtime_error"
-        return {"ok": False, "outcome": outcome, "error": text, "tampered": self._tamper()}
+        reply = {"ok": False, "outcome": outcome, "error": text}
+        return {**reply, "tampered": self._tamper()} if tampered else reply
 
     def op_run(self, request: dict) -> dict:
         """Run the module (or the task's reference) on fresh inputs of one shape."""
@@ -328,9 +330,7 @@ class Worker:
             if self.gpu:
                 torch.cuda.synchronize()
         except BaseException as exc:  # noqa: BLE001
-            text = _error_text(exc)
-            outcome = "crashed" if self.gpu and _is_cuda_fault(text) else "runtime_error"
-            return {"ok": False, "outcome": outcome, "error": text}
+            return self._failed(exc, tampered=False)
         atol, rtol = self.harness.atol, self.harness.rtol
         for a, b in zip(*outs):
             same = (a.shape == b.shape and a.dtype == b.dtype and
@@ -352,9 +352,7 @@ class Worker:
             with _filled_memory() if filled else contextlib.nullcontext():
                 results = self.harness.run_tests()
         except BaseException as exc:  # noqa: BLE001
-            text = _error_text(exc)
-            outcome = "crashed" if self.gpu and _is_cuda_fault(text) else "runtime_error"
-            return {"ok": False, "outcome": outcome, "error": text, "tampered": self._tamper()}
+            return self._failed(exc)
         return {"ok": True, **self._write({"tests": results}, "tests"), "launches": self.log.count,
                 "tampered": self._tamper()}
 
@@ -371,9 +369,7 @@ class Worker:
             with unhooked():
                 times, waits, info = bench(fn, preset, self.gpu, self.guard)
         except BaseException as exc:  # noqa: BLE001
-            text = _error_text(exc)
-            outcome = "crashed" if self.gpu and _is_cuda_fault(text) else "runtime_error"
-            return {"ok": False, "outcome": outcome, "error": text, "tampered": self._tamper()}
+            return self._failed(exc)
         return {"ok": True, "times": times, "gpu_waits": waits, **info, "tampered": self._tamper()}
 
     def op_features(self, request: dict) -> dict:
@@ -397,9 +393,7 @@ class Worker:
             else:
                 footprint = sum(t.numel() * t.element_size() for t in tensors_in(inputs) + tensors_in(out))
         except BaseException as exc:  # noqa: BLE001
-            text = _error_text(exc)
-            outcome = "crashed" if self.gpu and _is_cuda_fault(text) else "runtime_error"
-            return {"ok": False, "outcome": outcome, "error": text}
+            return self._failed(exc, tampered=False)
         from dataclasses import asdict
         return {"ok": True, "footprint_bytes": int(footprint), "launches": [asdict(x) for x in self.log.recent],
                 "launch_count": self.log.count, "tampered": self._tamper()}
