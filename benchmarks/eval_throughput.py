@@ -15,10 +15,10 @@ Parts (run them in one call or split them across calls):
            like-for-like figure against the peers, who collect no hardware profile. Right after `pool`
            it reuses its references.
   pool-autotune  the pool with other candidates: each task's starting kernel under the rewriter's
-           `autotune` rewrite (tasks it does not apply to are left out), checked the default way (the
-           whole correctness check with the GPU alone).
-  pool-autotune-alone  the same candidates with the evaluator's `tune_alone`: one call per shape with
-           the GPU alone, where the autotuner chooses, then a check that shares the GPU.
+           `autotune` rewrite (tasks it does not apply to are left out), with `tune_alone` off: the
+           whole correctness check with the GPU alone.
+  pool-autotune-alone  the same candidates with the evaluator's `tune_alone` (the default): one call per
+           shape with the GPU alone, where the autotuner chooses, then a check that shares the GPU.
   repeat   5 evaluations of the same kernel per preset (--repeat-presets, default and paper) on the
            --repeat-tasks ('all': the 29): coefficient of variation of the runtime-weighted candidate
            time and of the speedup per task, and their medians over the tasks.
@@ -273,16 +273,16 @@ def main() -> None:
             if part == "speed":
                 part_speed(ev, names, report, save)
             elif part.startswith("pool"):
-                profiles, lock = ev.use_ncu, ev.profile_lock
+                profiles, lock, tune = ev.use_ncu, ev.profile_lock, ev.tune_alone
                 ev.use_ncu = profiles and part != "pool-noncu"
                 ev.profile_lock = "shared" if part == "pool-shared" else lock
-                ev.tune_alone = part == "pool-autotune-alone"
+                ev.tune_alone = part != "pool-autotune"  # that part: the whole check with the GPU alone
                 try:  # a part run twice keeps both results: pool, pool#2, ...
                     part_pool(ev, names, report, save, args.threads,
                               key=part + (f"#{parts[:i].count(part) + 1}" if part in parts[:i] else ""),
                               sources=autotuned_sources(tuple(names)) if part.startswith("pool-autotune") else None)
                 finally:
-                    ev.use_ncu, ev.profile_lock, ev.tune_alone = profiles, lock, False
+                    ev.use_ncu, ev.profile_lock, ev.tune_alone = profiles, lock, tune
                 if not (parts[i + 1:i + 2] and (parts[i + 1].startswith("pool") or parts[i + 1] == "speed")):
                     ev.pool.keep_at_most(4)  # as an evaluator does by default: 29 references fill an 80 GB GPU
             else:

@@ -7,6 +7,8 @@ S=${KB_STATE:-kernelband-runs/gpu}
 end=$((SECONDS + ${1:-0}))
 while [ $SECONDS -lt $end ] && [ ! -f "$S/done" ]; do sleep 5; done
 mkdir -p "$OUT"
+# the sweep's threads' stacks into its log (search_quality.py registers SIGUSR1 with faulthandler)
+pkill -USR1 -f '^python3 benchmarks/search_quality.py' && sleep 1  # not `timeout`, which USR1 ends
 cp ~/.cache/kernelband/calibration.json "$S/" 2>/dev/null
 tar czf "$OUT/logs.tar.gz" -C "$S" $(cd "$S" && ls ./*.log ./*.json 2>/dev/null)
 [ -f "$S/quality.db" ] && python3 - "$S/quality.db" "$OUT/quality.db" <<'PY'
@@ -22,4 +24,5 @@ PY
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader 2>/dev/null
 tail -n 25 "$S/session.log"
 grep -h "^{\"kind\": \"job_done\|job_error" "$S/sweep.log" 2>/dev/null | tail -n 5
+grep -h "^{\"kind\": \"heartbeat" "$S/sweep.log" 2>/dev/null | tail -n 1 | cut -c1-1500
 tail -n 3 "$S/eval_throughput.log" "$S/gpu_tests.log" 2>/dev/null

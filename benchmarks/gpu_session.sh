@@ -19,8 +19,8 @@
 # evaluator parts: the sweep takes every GPU), SWEEP=0 (no sweep: the evaluator parts take GPU 0),
 # EVAL_TASKS (the evaluator parts' tasks, comma-separated; default the 29), REPEAT_TASKS ('all': the 29), REPEAT_PRESETS, POOL_THREADS (default 4), WARM_PROFILERS (workers kept started
 # under ncu; default POOL_THREADS + 3), PROFILE_LOCK (exclusive | shared: ncu's profiled run alone on the GPU or
-# beside other candidates' checks), TUNE_ALONE=1 (the sweep's evaluators: an autotuned module's configs chosen
-# in one call per shape with the GPU alone, then a shared check; EVAL_PARTS has pool-autotune and
+# beside other candidates' checks), TUNE_ALONE=0 (the sweep's evaluators: an autotuned module's whole check with the
+# GPU alone, instead of one call per shape with the GPU alone, then a shared check; EVAL_PARTS has pool-autotune and
 # pool-autotune-alone for the A/B), SWEEP_STRATEGIES (a strategies file for a new bench), GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny
 # version of everything).
 set -u
@@ -100,7 +100,7 @@ sweep() {
     timeout "$hard" python3 benchmarks/search_quality.py --parts "${SWEEP_PARTS:-bench,grid,overhead}" \
       --db "$S/quality.db" --out "$S/quality$phase.json" --budget-s "$left" \
       --grid-budget-s "${GRID_BUDGET_S:-300}" --runs-per-gpu "${RUNS_PER_GPU:-4}" \
-      ${PROFILE_LOCK:+--profile-lock "$PROFILE_LOCK"} ${TUNE_ALONE:+--tune-alone} ${SWEEP_STRATEGIES:+--strategies "$SWEEP_STRATEGIES"} $resume $SWEEP_ARGS $extra \
+      ${PROFILE_LOCK:+--profile-lock "$PROFILE_LOCK"} $([ "${TUNE_ALONE:-1}" = 0 ] && echo --no-tune-alone) ${SWEEP_STRATEGIES:+--strategies "$SWEEP_STRATEGIES"} $resume $SWEEP_ARGS $extra \
       >> "$S/sweep.log" 2>&1
     echo "sweep phase $phase rc=$?"
     if [ -z "$resume" ]; then  # the first phase created the bench: the next ones continue it

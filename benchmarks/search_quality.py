@@ -16,9 +16,12 @@ Parts:
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import math
+import signal
 import statistics
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -166,6 +169,21 @@ def part_overhead(report: dict, pool_size: int = 300, iterations: int = 20) -> N
     report["overhead"] = rows
 
 
+def heartbeat(evaluators, every_s: float = 60.0) -> threading.Event:
+    """Every `every_s` seconds, one line of what each evaluator's pool is doing (requests in progress, the GPU
+    lock's holders and waiters): a sweep that stalls says where. Set the returned event to stop."""
+    stop = threading.Event()
+    t0 = time.monotonic()
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            print(json.dumps({"kind": "heartbeat", "elapsed_s": round(time.monotonic() - t0),
+                              "evaluators": [ev.pool.snapshot() for ev in evaluators]}), flush=True)
+
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+    return stop
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="bench,grid,overhead")
@@ -184,8 +202,9 @@ def main() -> None:
                     help="ncu's profiled run alone on the GPU, or beside other candidates' checks")
     ap.add_argument("--strategies", default=None,
                     help="a strategies file for a new bench (e.g. adding coarsen to tiling)")
-    ap.add_argument("--tune-alone", action="store_true",
-                    help="an autotuned module: one call per shape with the GPU alone, then a shared check")
+    ap.add_argument("--tune-alone", action=argparse.BooleanOptionalAction, default=True,
+                    help="an autotuned module: one call per shape with the GPU alone, then a shared check "
+                         "(the default); --no-tune-alone: the whole check with the GPU alone")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     report: dict = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
@@ -203,6 +222,9 @@ def main() -> None:
         evaluators = [Evaluator(device_index=i, warm=args.runs_per_gpu + 1, profile_lock=args.profile_lock,
                                 tune_alone=args.tune_alone)
                       for i in range(max(1, torch.cuda.device_count()))]
+        # `kill -USR1` prints every thread's stack to stderr (benchmarks/gpu_collect.sh does, each call)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        beating = heartbeat(evaluators)
         try:
             bench_id = args.bench_id
             if "bench" in parts:
@@ -214,6 +236,7 @@ def main() -> None:
                 part_grid(store, evaluators, tasks, report, bench_id,
                           time.monotonic() + args.grid_budget_s if args.grid_budget_s else None)
         finally:
+            beating.set()
             for ev in evaluators:
                 ev.close()
     Path(args.out).write_text(json.dumps(report, indent=1, default=str))

@@ -48,6 +48,48 @@ def test_shared_holders_overlap_and_exclusive_waits_for_them():
         t.join(5)
 
 
+def test_the_lock_says_who_holds_it_and_who_waits():
+    """A sweep's heartbeat prints `state()`: a stall shows which thread holds the GPU and which waits."""
+    lock = GpuLock()
+    inside, leave = threading.Event(), threading.Event()
+    holder = _holder(lock, "shared", inside, leave)
+    assert inside.wait(5)
+    in_x, leave_x = threading.Event(), threading.Event()
+    timer = _holder(lock, "exclusive", in_x, leave_x)
+    deadline = time.monotonic() + 5
+    while timer.name not in lock.state() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    state = lock.state()
+    assert state[holder.name].startswith("shared ") and state[timer.name].startswith("waiting "), state
+    leave.set()
+    assert in_x.wait(5)
+    state = lock.state()
+    assert list(state) == [timer.name] and state[timer.name].startswith("exclusive "), state
+    leave_x.set()
+    timer.join(5)
+    assert lock.state() == {}
+
+
+def test_the_pool_snapshot_names_each_request_in_progress(evaluator, vector_add):
+    """`WorkerPool.snapshot()`: a candidate's request in progress, with its worker's pid and how long."""
+    pool = evaluator.pool
+    worker = pool.acquire()
+    slow = "import time\ntime.sleep(3)\n" + GOOD
+    asking = threading.Thread(target=worker.request, daemon=True, args=(
+        {"op": "load", "role": "cand", "task": vector_add.wire(), "module_source": slow}, 30))
+    try:
+        asking.start()
+        deadline = time.monotonic() + 10
+        while not pool.snapshot()["requests"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        requests = pool.snapshot()["requests"]
+        assert any(r.startswith(f"candidate pid {worker.proc.pid}: load ") for r in requests), requests
+        asking.join(30)
+        assert not [r for r in pool.snapshot()["requests"] if f"pid {worker.proc.pid}:" in r]
+    finally:
+        pool.release(worker)
+
+
 class _Recording(GpuLock):
     """Records the evaluation's holds (`held`) and, apart, the starts of new workers (`starts`)."""
 
@@ -87,8 +129,10 @@ def test_evaluation_checks_under_the_shared_lock_and_times_alone(evaluator, vect
         assert rec.held[-2:] == ["exclusive", "shared"] and rec.held.count("exclusive") == 1
         n_shapes = sum(1 for s in evaluator.info(vector_add).shapes if not s.held_out)
         assert rec.held.count("shared") >= 2 * min(n_shapes, 2)
-        # An autotuner times its configs inside the first call: that call must have the GPU alone.
+        # Without tune_alone, an autotuner times its configs inside the first call of the check: the whole
+        # check has the GPU alone.
         rec.held.clear()
+        evaluator.tune_alone = False
         assert evaluator.evaluate(vector_add, GOOD + "\n# triton.autotune\n").ok
         assert rec.held == ["exclusive", "exclusive", "shared"]
         # each evaluation used up a worker: its replacement initialised CUDA beside checks, never a timing
@@ -97,6 +141,7 @@ def test_evaluation_checks_under_the_shared_lock_and_times_alone(evaluator, vect
             time.sleep(0.2)
         assert rec.starts[:2] == ["shared", "shared"]
     finally:
+        evaluator.tune_alone = True
         evaluator.pool.gpu_lock = lock
 
 
@@ -107,7 +152,7 @@ def test_with_tune_alone_an_autotuner_times_its_configs_alone_and_the_check_shar
     evaluator.info(vector_add)
     try:
         evaluator.pool.gpu_lock = rec = _Recording()
-        evaluator.tune_alone = True
+        assert evaluator.tune_alone  # the default
         result = evaluator.evaluate(vector_add, GOOD + "\n# triton.autotune\n")
         assert result.ok, result.detail
         shapes = len(result.shapes)
@@ -121,7 +166,6 @@ def test_with_tune_alone_an_autotuner_times_its_configs_alone_and_the_check_shar
         plain = evaluator.evaluate(vector_add, GOOD)
         assert plain.ok and "tune" not in plain.seconds and rec.held[0] == "shared"
     finally:
-        evaluator.tune_alone = False
         evaluator.pool.gpu_lock = lock
 
 

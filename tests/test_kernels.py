@@ -3,6 +3,7 @@ a set of TritonBench-G level-1/2 tasks come out `ok` against themselves, and a b
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -241,3 +242,35 @@ def test_on_a_gpu_an_autotuned_module_chooses_its_config_in_the_tune_calls():
         result = ev.evaluate(task, source, preset="default")
     assert result.ok, result.detail
     assert result.seconds["tune"] > 0
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_compiling_covers_the_tasks_own_test_cases():
+    """vector_addition_custom's tests add vectors of 8 and 16 elements: other specialisations than its search
+    shapes (2^12 to 2^27). With `tests` in the precompile request they compile there, off the GPU lock, and
+    running the tests afterwards compiles nothing (a new kernel in the worker's Triton cache would show it)."""
+    from kernelband.evaluation.evaluator import TESTS_SEED
+    from kernelband.evaluation.pool import WorkerPool
+
+    if not TB_JSON.is_file():
+        pytest.skip(f"no TritonBench-G JSON at {TB_JSON}")
+    task = load_task("tritonbench:vector_addition_custom", str(TB_JSON))
+
+    def cached(worker) -> int:
+        return sum(len(files) for _, _, files in os.walk(os.path.join(worker.dir, "triton-cache")))
+
+    compiled_by_tests = {}
+    with WorkerPool("gpu", warm=0) as pool:
+        for tests in (False, True):
+            worker = pool.acquire()
+            try:
+                assert worker.request({"op": "load", "role": "cand", "task": task.wire(),
+                                       "module_source": task.module_source}, 180)["ok"]
+                assert worker.request({"op": "precompile", "shapes": [0, 1], "seed": 1, "tests": tests,
+                                       "tests_seed": TESTS_SEED}, 180)["ok"]
+                before = cached(worker)
+                assert worker.request({"op": "tests", "seed": TESTS_SEED}, 180)["ok"]
+                compiled_by_tests[tests] = cached(worker) - before
+            finally:
+                pool.release(worker)
+    assert compiled_by_tests[False] > 0 and compiled_by_tests[True] == 0, compiled_by_tests

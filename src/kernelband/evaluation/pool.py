@@ -59,39 +59,53 @@ def worker_env(workdir: str, mode: str, device_index: int | None) -> dict[str, s
 class GpuLock:
     """Who may use the GPU at once. Timing and ncu's profiled run take it alone (`exclusive`), so nothing
     else of ours runs on the GPU while a kernel is timed; correctness runs of several candidates may share
-    it with each other (`shared`). A waiting exclusive holder goes first: timings are not starved."""
+    it with each other (`shared`). A waiting exclusive holder goes first: timings are not starved.
+    `state()` says who holds it and who waits, for a sweep's heartbeat."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._sharing = 0
         self._alone = False
         self._waiting = 0  # exclusive holders waiting
+        self._holders: dict[str, tuple[str, float]] = {}  # thread name: (mode, since), waiting or holding
 
     @contextmanager
     def shared(self):
         with self._cond:
             self._cond.wait_for(lambda: not self._alone and not self._waiting)
             self._sharing += 1
+            self._holders[threading.current_thread().name] = ("shared", time.monotonic())
         try:
             yield
         finally:
             with self._cond:
                 self._sharing -= 1
+                self._holders.pop(threading.current_thread().name, None)
                 self._cond.notify_all()
 
     @contextmanager
     def exclusive(self):
+        me = threading.current_thread().name
         with self._cond:
             self._waiting += 1
+            self._holders[me] = ("waiting", time.monotonic())
             self._cond.wait_for(lambda: not self._alone and not self._sharing)
             self._waiting -= 1
             self._alone = True
+            self._holders[me] = ("exclusive", time.monotonic())
         try:
             yield
         finally:
             with self._cond:
                 self._alone = False
+                self._holders.pop(me, None)
                 self._cond.notify_all()
+
+    def state(self) -> dict[str, str]:
+        """Per thread: `shared`, `exclusive` or `waiting` (for exclusive), and for how many seconds."""
+        now = time.monotonic()
+        with self._cond:
+            return {name: f"{mode} {now - since:.0f}s" for name, (mode, since) in self._holders.items()}
 
 
 class WorkerGone(Exception):
@@ -120,6 +134,7 @@ class Worker:
         self.mode = mode
         self.dir = tempfile.mkdtemp(prefix="w-", dir=base_dir)
         self.memory_limit = memory_limit
+        self.profiler = profiler
         self.killed_for: str | None = None
         parent, child = socket.socketpair()
         self.sock = parent
@@ -139,6 +154,7 @@ class Worker:
         child.close()
         self.ready: ReadyInfo | None = None
         self.lock = threading.Lock()
+        self.asked: tuple[str, float] | None = None  # the request in progress: (op, since), for `snapshot`
         self.users = 0  # evaluations using this worker as their reference (see WorkerPool.reference)
 
     def wait_ready(self, timeout: float, gpu=nullcontext) -> ReadyInfo:
@@ -202,7 +218,11 @@ class Worker:
                 protocol.send(self.sock, message)
             except OSError:
                 raise self._death() from None
-            return self._recv(timeout, message.get("op", "request"))
+            self.asked = (message.get("op", "request"), time.monotonic())
+            try:
+                return self._recv(timeout, message.get("op", "request"))
+            finally:
+                self.asked = None
 
     def check_memory(self) -> None:
         if not self.memory_limit or self.proc.poll() is not None:
@@ -433,6 +453,23 @@ class WorkerPool:
             worker.close()
 
     # -- housekeeping -------------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """What the pool is doing now: each worker's request in progress (role, pid, op, seconds), the GPU
+        lock's holders and waiters, and the off-lock work. A sweep prints it as its heartbeat, so that a
+        stall can be told from slow work afterwards."""
+        now = time.monotonic()
+        with self._cond:
+            refs = {id(w): k for k, w in self._references.items()}
+            workers = list(dict.fromkeys(list(self._all) + list(self._references.values())))
+        asked = []
+        for w in workers:
+            current = w.asked
+            if current is not None:
+                role = f"reference {refs[id(w)]}" if id(w) in refs else "profiler" if w.profiler else "candidate"
+                asked.append(f"{role} pid {w.proc.pid}: {current[0]} {now - current[1]:.0f}s")
+        return {"requests": asked, "gpu_lock": self.gpu_lock.state(), "activity": self.activity_now(),
+                "spares": len(self._spares), "profilers": len(self._profilers)}
+
     def _watch(self) -> None:
         while not self._closed:
             with self._cond:

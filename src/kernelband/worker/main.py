@@ -187,7 +187,8 @@ class Worker:
         return {"ok": True, "info": info, "load_s": time.perf_counter() - t0, "tampered": self._tamper()}
 
     def op_precompile(self, request: dict) -> dict:
-        """Compile the module's kernels for the given shapes without launching them."""
+        """Compile the module's kernels for the given shapes (and the task's own test cases, with `tests`)
+        without launching them."""
         if not self.gpu:
             return {"ok": True, "compile_s": 0.0}
         from triton.runtime.jit import JITFunction
@@ -216,6 +217,14 @@ class Worker:
                     self._seed(request.get("seed", 0))
                     self.harness.call(self.harness.make_inputs(index, self.device))
                 except Exception:  # noqa: BLE001 - garbage outputs may upset the wrapper: fine
+                    pass
+            if request.get("tests") and getattr(self.harness, "has_tests", False):
+                # The task's own test cases may call for other specialisations (dtypes, block sizes) than
+                # the search shapes: compiled here too, so that no compile runs while the GPU lock is held.
+                try:
+                    self._seed(request.get("tests_seed", 0))
+                    self.harness.run_tests()
+                except Exception:  # noqa: BLE001
                     pass
         finally:
             JITFunction.run = run_before
