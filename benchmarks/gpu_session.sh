@@ -94,7 +94,7 @@ sweep() {
     local left=$(( ${SWEEP_BUDGET_S:-1200} - (SECONDS - start) )) hard=$(( ${SWEEP_TIMEOUT_S:-2400} - (SECONDS - start) ))
     [ "$left" -le 0 ] && break
     local extra=""
-    [ -n "$policies" ] && extra="--policies $policies"
+    [ -n "$policies" ] && extra="--policies $policies --plan-policies ${SWEEP_POLICIES//;/,}"
     echo "== $(date -u +%FT%TZ) sweep phase $phase (${policies:-all policies}) on GPUs $1 $resume, ${left}s"
     # shellcheck disable=SC2086
     timeout "$hard" python3 benchmarks/search_quality.py --parts "${SWEEP_PARTS:-bench,grid,overhead}" \

@@ -57,14 +57,19 @@ def summarise(rows: list[dict]) -> dict:
 
 def part_bench(store: Store, evaluators, tasks: list[str], policies: list[str], seeds: list[int], iterations: int,
                report: dict, bench_id: int | None = None, deadline: float | None = None, runs_per_gpu: int = 2,
-               strategies: str | None = None) -> int:
+               strategies: str | None = None, plan: list[str] | None = None) -> int:
+    """Runs `policies` of a new bench planned for `plan` (default: `policies`), or of bench `bench_id`."""
     from kernelband.search.rewrite import RewriteProposer
 
-    config = BenchConfig("tritonbench-g-l12", policies, seeds, iterations, 1, "rewrite", "default",
-                         list(tasks), strategies=BenchConfig.strategies_from(strategies))
+    if bench_id is None:
+        config = BenchConfig("tritonbench-g-l12", plan or policies, seeds, iterations, 1, "rewrite", "default",
+                             list(tasks), strategies=BenchConfig.strategies_from(strategies))
+    else:  # a resumed bench keeps its plan
+        config = BenchConfig(**store.bench(bench_id)["config"])
     t0 = time.perf_counter()
     bench = Bench(store, config, evaluators, RewriteProposer, bench_id=bench_id, deadline=deadline,
-                  on_event=lambda e: print(json.dumps(e), flush=True), runs_per_gpu=runs_per_gpu)
+                  on_event=lambda e: print(json.dumps(e), flush=True), runs_per_gpu=runs_per_gpu,
+                  policies_now=policies)
     bench_id = bench.run()
     rows = []
     for run in store.runs(bench_id):
@@ -187,7 +192,9 @@ def heartbeat(evaluators, every_s: float = 60.0) -> threading.Event:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="bench,grid,overhead")
-    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--policies", default=",".join(POLICIES), help="the policies to run now")
+    ap.add_argument("--plan-policies", default=None,
+                    help="a new bench's policies, if more than --policies (a sweep in phases)")
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--tasks", default="", help="comma-separated task names (default: all 29)")
@@ -231,7 +238,8 @@ def main() -> None:
                 bench_id = part_bench(store, evaluators, tasks, args.policies.split(","),
                                       [int(s) for s in args.seeds.split(",")], args.iterations, report, bench_id,
                                       time.monotonic() + args.budget_s if args.budget_s else None,
-                                      args.runs_per_gpu, args.strategies)
+                                      args.runs_per_gpu, args.strategies,
+                                      args.plan_policies.split(",") if args.plan_policies else None)
             if "grid" in parts:
                 part_grid(store, evaluators, tasks, report, bench_id,
                           time.monotonic() + args.grid_budget_s if args.grid_budget_s else None)

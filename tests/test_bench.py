@@ -105,3 +105,26 @@ def test_a_resume_of_some_policies_leaves_the_bench_unfinished(tmp_path: Path):
     store.finish_run(other, "done", {})
     bench.run()
     assert store.bench(bench_id)["status"] == "done"
+
+
+def test_a_bench_in_phases_keeps_its_whole_plan(tmp_path: Path):
+    """`policies_now` runs some of a bench's policies (the GPU sessions: every task with kernelband first):
+    the bench stays planned for all of them and is done only when all are; a policy outside the plan is
+    refused."""
+    from kernelband.errors import UserError
+
+    store = Store(tmp_path / "b.db")
+    config = BenchConfig("examples", ["greedy", "bon"], [0], 2, tasks=["examples:vector_add"])
+    bench_id = store.create_bench(config.suite, config.to_dict())
+    key = load_task("examples:vector_add").key
+    store.finish_run(store.create_run("examples:vector_add", key, "greedy", "rewrite", 0, {}, bench_id=bench_id),
+                     "done", {})
+    events = []
+    phase = Bench(store, config, [object()], RewriteProposer, bench_id=bench_id, on_event=events.append,
+                  policies_now=["greedy"])
+    phase.run()
+    assert [(e["kind"], e["policy"]) for e in events] == [("job_skipped", "greedy")]  # bon not started
+    assert store.bench(bench_id)["status"] == "running"
+    assert store.bench(bench_id)["config"]["policies"] == ["greedy", "bon"]
+    with pytest.raises(UserError, match="not among the bench's policies"):
+        Bench(store, config, [object()], RewriteProposer, bench_id=bench_id, policies_now=["beam"])

@@ -114,11 +114,17 @@ class Bench:
     def __init__(self, store: Store, config: BenchConfig, evaluators: list, make_proposer: Callable[[], object],
                  tritonbench_path: str | None = None, bench_id: int | None = None,
                  on_event: Callable[[dict], None] | None = None, deadline: float | None = None,
-                 runs_per_gpu: int = 2):
+                 runs_per_gpu: int = 2, policies_now: list[str] | None = None):
+        """`policies_now`: run only these of the bench's policies this time (a sweep in phases, e.g. every
+        task with one policy first); the bench is done when every run of its whole plan is."""
         if runs_per_gpu < 1:
             raise UserError("--runs-per-gpu must be at least 1")
         self.store, self.config, self.evaluators = store, config, evaluators
         self.runs_per_gpu = runs_per_gpu
+        extra = sorted(set(policies_now or ()) - set(config.policies))
+        if extra:
+            raise UserError(f"not among the bench's policies ({', '.join(config.policies)}): {', '.join(extra)}")
+        self.policies_now = policies_now
         self.deadline = deadline  # time.monotonic() after which no new run starts (the sweep can resume)
         self.make_proposer = make_proposer
         self.tritonbench_path = tritonbench_path
@@ -142,7 +148,7 @@ class Bench:
             return self.tasks[ref]
 
     def run(self) -> int:
-        jobs = self.jobs()
+        jobs = [j for j in self.jobs() if self.policies_now is None or j.policy in self.policies_now]
         by_task: dict[str, list[Job]] = {}
         for job in jobs:
             by_task.setdefault(job.task, []).append(job)
