@@ -4,6 +4,7 @@ candidate evaluated right after it still comes out right (no state leaks between
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,26 @@ def test_workers_do_not_see_secrets(evaluator):
     env = worker_env("/tmp/x", "interpreter", None)
     assert "OPENAI_API_KEY" not in env and "GITHUB_TOKEN" not in env
     assert not any("SECRET" in k or "TOKEN" in k or k.endswith("_API_KEY") for k in env)
+
+
+def test_a_hung_candidate_is_stopped_relative_to_the_reference(evaluator, vector_add):
+    """With `relative_limits` (on by default on a GPU), a correctness run gets `run_factor` times the
+    reference's time for the same request, at least `run_floor_s`, at most `run_s`: a hung candidate holds
+    the GPU lock, which every timing waits for, for seconds instead of the whole `run_s`."""
+    from kernelband.evaluation.evaluator import Limits
+
+    limits, relative = evaluator.limits, evaluator.relative_limits
+    evaluator.limits = Limits(load_s=60, run_s=120, time_s=60, run_factor=2.0, run_floor_s=3.0)
+    evaluator.relative_limits = True
+    try:
+        evaluator.info(vector_add)  # the reference's set-up times each shape (its self-check)
+        t0 = time.monotonic()
+        hung = evaluator.evaluate(vector_add, (HERE / "infinite_loop.py").read_text())
+        took = time.monotonic() - t0
+        good = evaluator.evaluate(vector_add, (HERE / "good.py").read_text())
+    finally:
+        evaluator.limits, evaluator.relative_limits = limits, relative
+    assert hung.outcome.value == "timeout", (hung.outcome, hung.detail)
+    assert "the limit is 2x the reference's" in hung.detail and "at least 3 s" in hung.detail, hung.detail
+    assert took < 60, took  # far below run_s
+    assert good.ok, (good.outcome, good.detail)  # a kernel as fast as the reference is within its limit

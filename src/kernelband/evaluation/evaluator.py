@@ -106,8 +106,13 @@ class _Stop(Exception):
 @dataclass
 class Limits:
     load_s: float = 180.0  # import + compile of a module
-    run_s: float = 120.0  # one correctness run of one shape
+    run_s: float = 120.0  # one correctness run of one shape (the task's own tests: twice that)
     time_s: float = 300.0  # one timing measurement of one shape
+    # On a GPU, a candidate's correctness run (compiled beforehand) gets `run_factor` times the reference's
+    # time for the same request, at least `run_floor_s` and at most `run_s`: a hung kernel holds the GPU
+    # lock, which every timing waits for, for seconds rather than minutes (Evaluator.relative_limits).
+    run_factor: float = 10.0
+    run_floor_s: float = 20.0
 
 
 class Evaluator:
@@ -149,6 +154,10 @@ class Evaluator:
         # The reference's recent times per task, preset and shape: a time far off them is measured again.
         self._ref_history = interleave.RefHistory()
         self.recheck_timings = self.mode == "gpu"  # interpreter timings measure Python: noisy by nature
+        # Correctness limits relative to the reference's own time (Limits.run_factor); not in the interpreter,
+        # whose times follow Python's work per program, not the kernel's (a smaller block is far slower there).
+        self.relative_limits = self.mode == "gpu"
+        self._ref_request_s: dict[tuple[str, int | str], float] = {}  # (task, shape or "tests"): slowest seen
         # Several candidates' correctness runs may be in flight at once (they share the GPU).
         self._side = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kernelband-ref")
         self._profiling = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kernelband-ncu")
@@ -228,6 +237,8 @@ class Evaluator:
             with self.pool.gpu_lock.shared():
                 reply = self._ask_ref(task, worker, {"op": "tests", "seed": TESTS_SEED, "filled_memory": filled},
                                       self.limits.run_s * 2, what)
+            if filled:  # the first run compiled the tests' kernels
+                self._ref_took(task, "tests", reply)
             runs.append(self._load(reply, what, task))
         worker.unreproducible = frozenset(mismatched_paths(*runs, worker.info.atol, worker.info.rtol))
         # With one seed and the unreproducible outputs left out, the reference's answer is the same for every
@@ -257,6 +268,7 @@ class Evaluator:
                 with self.pool.gpu_lock.shared():
                     reply = worker.request({"op": "selfcheck", "shape": shape.index, "seed": 12345},
                                            2 * self.limits.run_s)
+                self._ref_took(task, shape.index, reply)  # two calls: an estimate on the high side
                 if not reply.get("ok"):
                     problem = error_line(reply.get("error", ""))
                 elif not reply.get("deterministic"):
@@ -385,6 +397,33 @@ class Evaluator:
             raise TaskError(f"{task.ref}: the reference fails on {what}: {error_line(reply.get('error', ''))}")
         return reply
 
+    def _ref_took(self, task: Task, step: int | str, reply: dict) -> None:
+        """Keep the slowest time the reference took for a step (a shape's run, or "tests")."""
+        if reply.get("ok") and "request_s" in reply:
+            key = (task.key, step)
+            self._ref_request_s[key] = max(self._ref_request_s.get(key, 0.0), reply["request_s"])
+
+    def _limit(self, task: Task, step: int | str, cap: float, tuned: bool) -> tuple[float, str]:
+        """The candidate's limit for a correctness step, and how it was set (for a timeout's message). A
+        module with an autotuner that times its configurations inside the step keeps the cap."""
+        ref_s = self._ref_request_s.get((task.key, step))
+        if not self.relative_limits or tuned or ref_s is None:
+            return cap, ""
+        limit = min(cap, max(self.limits.run_floor_s, self.limits.run_factor * ref_s))
+        if limit >= cap:
+            return cap, ""
+        return limit, (f" (the limit is {self.limits.run_factor:g}x the reference's {ref_s:.1f} s, at least "
+                       f"{self.limits.run_floor_s:g} s)")
+
+    def _ask_within(self, cand: Worker, message: dict, limit: tuple[float, str], stage: str) -> dict:
+        """`_ask` with a limit from `_limit`: a timeout says how the limit was set."""
+        try:
+            return self._ask(cand, message, limit[0], stage)
+        except _Stop as stop:
+            if stop.outcome is Outcome.TIMEOUT and limit[1]:
+                stop.detail += limit[1]
+            raise
+
     def _run_stages(self, task: Task, info: TaskInfo, ref: Worker, cand: Worker, source: str,
                     shapes: list[ShapeInfo], preset: Preset, seed: int, result: EvalResult,
                     profiled: bool = True) -> None:
@@ -442,7 +481,7 @@ class Evaluator:
         t0 = time.perf_counter()
         with self._gpu(result, whole):
             try:
-                io_bytes = self._correctness(task, info, ref, cand, shapes, seed, result, by_index, per_step)
+                io_bytes = self._correctness(task, info, ref, cand, shapes, seed, result, by_index, per_step, tuned)
             finally:
                 self._release_compare_memory()
         result.seconds["correctness"] = time.perf_counter() - t0
@@ -482,10 +521,11 @@ class Evaluator:
             result.seconds["gpu_wait"] += time.perf_counter() - t
             yield
 
-    def _correctness(self, task, info, ref, cand, shapes, seed, result, by_index, gpu) -> dict[int, int]:
+    def _correctness(self, task, info, ref, cand, shapes, seed, result, by_index, gpu, tuned) -> dict[int, int]:
         """Every shape, pipelined: while the parent loads and compares one shape's outputs, the workers
         already run the next one. The first failing shape decides the outcome, as if run one by one.
-        `gpu()` is held for each GPU step, and never while waiting for another (see GpuLock)."""
+        `gpu()` is held for each GPU step, and never while waiting for another (see GpuLock). `tuned`: the
+        module has an autotuner (its first call of a shape may time configurations, unless tune_alone did)."""
         step = partial(self._gpu, result, gpu)
         io_bytes: dict[int, int] = {}
         alias = self._alias_shape(shapes)
@@ -495,7 +535,8 @@ class Evaluator:
             launches = 0
             for shape in shapes:
                 with step():
-                    replies = self._run_shape(task, ref, cand, shape, seed, shape is alias, by_index, result)
+                    replies = self._run_shape(task, ref, cand, shape, seed, shape is alias, by_index, result,
+                                              tuned and not self.tune_alone)
                 if replies is None:
                     continue
                 r_reply, c_reply = replies
@@ -523,7 +564,7 @@ class Evaluator:
         finally:
             wait(jobs)  # no check may outlive the evaluation's GPU lock
         with step():
-            self._task_tests(task, info, ref, cand, result)
+            self._task_tests(task, info, ref, cand, result, tuned)
         if launches == 0 and not info.allow_torch_only:
             raise _Stop(Outcome.SUSPICIOUS, "correctness", "the candidate launched no Triton kernel (torch only)",
                         check="no_triton")
@@ -535,7 +576,8 @@ class Evaluator:
         search = [s for s in shapes if not s.held_out]
         return min(search or shapes, key=lambda s: s.nbytes)
 
-    def _run_shape(self, task, ref, cand, shape, seed, keep, by_index, result) -> tuple[dict, dict] | None:
+    def _run_shape(self, task, ref, cand, shape, seed, keep, by_index, result,
+                   tuning: bool = False) -> tuple[dict, dict] | None:
         """The reference's and the candidate's replies for one shape (None: a held-out shape the reference
         cannot run). Both run at once when the inputs the reference modifies in place are known."""
         s = _seed(seed, shape.index)
@@ -549,18 +591,19 @@ class Evaluator:
                 return None
             known = r_reply.get("mutated_inputs", [])
         c_msg = {"op": "run", "shape": shape.index, "seed": s, "keep": keep, "return_inputs": known}
+        limit = self._limit(task, shape.index, self.limits.run_s, tuning)
         try:
-            c_reply = self._ask(cand, c_msg, self.limits.run_s, f"correctness ({what})")
+            c_reply = self._ask_within(cand, c_msg, limit, f"correctness ({what})")
         except _Stop:
             wait([ref_run])  # the reference worker must be idle before anyone asks it again
             raise
         r_reply = self._held_out_guard(ref_run, shape, by_index, result)
         if r_reply is None:
             return None
+        self._ref_took(task, shape.index, r_reply)
         mutated = r_reply.get("mutated_inputs", [])
         if mutated != known:  # data-dependent in-place updates: ask again for the right inputs
-            c_reply = self._ask(cand, {**c_msg, "return_inputs": mutated}, self.limits.run_s,
-                                f"correctness ({what})")
+            c_reply = self._ask_within(cand, {**c_msg, "return_inputs": mutated}, limit, f"correctness ({what})")
         self._mutated[(task.key, shape.index)] = mutated
         return r_reply, c_reply
 
@@ -581,9 +624,10 @@ class Evaluator:
         r2 = self._load(self._ask_ref(task, ref, {"op": "run", "shape": shape.index, "seed": s2,
                                                     "use_reference": True, "return_mutated": True},
                                         self.limits.run_s, what), what, task)
-        c2_reply = self._ask(cand, {"op": "run", "shape": shape.index, "seed": s2, "check_alias": True,
-                                    "return_inputs": r_reply.get("mutated_inputs", [])},
-                             self.limits.run_s, f"correctness ({what}, second call)")
+        c2_reply = self._ask_within(cand, {"op": "run", "shape": shape.index, "seed": s2, "check_alias": True,
+                                           "return_inputs": r_reply.get("mutated_inputs", [])},
+                                    self._limit(task, shape.index, self.limits.run_s, False),
+                                    f"correctness ({what}, second call)")
         if c2_reply.get("aliased"):
             raise _Stop(Outcome.SUSPICIOUS, "correctness", f"{what}: the second call returned the same "
                         "output memory as the first (cached output)", check="aliased_output")
@@ -593,7 +637,7 @@ class Evaluator:
                         f"second call with other inputs (cached output?): {mismatch.detail}",
                         check="cached_output")
 
-    def _task_tests(self, task, info, ref, cand, result) -> None:
+    def _task_tests(self, task, info, ref, cand, result, tuned: bool = False) -> None:
         """The task's own test cases (TritonBench's instance tests), reference and candidate at once, with the
         seed the set-up checked them with (they are the task's unit tests; the search shapes bring the fresh
         inputs)."""
@@ -608,8 +652,8 @@ class Evaluator:
         ref_run = None if kept is not None else self._side.submit(
             self._ask_ref, task, ref, message, self.limits.run_s * 2, "its own test cases")
         try:
-            c_reply = self._ask(cand, message, self.limits.run_s * 2,
-                                "correctness (the task's test cases)")
+            c_reply = self._ask_within(cand, message, self._limit(task, "tests", self.limits.run_s * 2, tuned),
+                                       "correctness (the task's test cases)")
         finally:
             if ref_run is not None:
                 wait([ref_run])

@@ -220,7 +220,11 @@ class Worker:
                 raise self._death() from None
             self.asked = (message.get("op", "request"), time.monotonic())
             try:
-                return self._recv(timeout, message.get("op", "request"))
+                reply = self._recv(timeout, message.get("op", "request"))
+                # the parent's own measure of the request (inputs made, run, outputs written), for limits
+                # relative to the reference's (Evaluator: `Limits.run_factor`)
+                reply["request_s"] = time.monotonic() - self.asked[1]
+                return reply
             finally:
                 self.asked = None
 
