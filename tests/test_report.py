@@ -358,11 +358,22 @@ def test_cli(built, tmp_path):
     assert res.exit_code == 0, res.output
     geomean = built["data"]["summary"]["kernelband"]["geomean_best"]
     assert f"{geomean:.3f}" in res.output and "Best so far" in res.output
+    res = runner.invoke(app, ["report", f"bench:{built['bench']}", "--db", str(db), "--format", "markdown",
+                              "--out", str(tmp_path / "md")])
+    assert res.exit_code == 0, res.output
+    assert res.output == (tmp_path / "md" / "report.md").read_text()
+    summary = res.output[res.output.index("### Summary per policy"):].split("\n\n")[1].splitlines()
+    header = [c.strip() for c in summary[0].strip("|").split("|")]
+    row = next(r for r in summary[2:] if r.startswith("| kernelband |"))
+    cells = dict(zip(header, (c.strip() for c in row.strip("|").split("|"))))
+    assert cells["geomean speedup"] == f"{geomean:.3f}"  # the database's number, in its column
+    assert summary[1].count("---:") == len(header) - 1  # every column but the policy's is numeric
     for args in (["run:999", "--db", str(db), "--out", str(tmp_path / "x")],
                  ["bench:42", "--db", str(db), "--out", str(tmp_path / "x")],
                  ["nonsense", "--db", str(db), "--out", str(tmp_path / "x")],
                  ["run:1", "--db", str(tmp_path / "missing.db"), "--out", str(tmp_path / "x")],
-                 ["run:1", "--db", str(db)]):
+                 ["run:1", "--db", str(db)],
+                 ["run:1", "--db", str(db), "--format", "pdf"]):
         res = runner.invoke(app, ["report", *args])
         assert res.exit_code == 2, (args, res.output)
         assert "error:" in res.output and res.output.strip().count("\n") == 0, res.output

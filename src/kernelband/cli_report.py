@@ -16,15 +16,16 @@ def report_cmd(
     target: str = typer.Argument(..., metavar="RUN_OR_BENCH", help="bench:N, run:N, or N (a run id)"),
     db: Path = typer.Option(Path(DEFAULT_DB), "--db", help="the run database"),
     out_dir: Path | None = typer.Option(None, "--out", help="folder for index.html, report.json and the plots "
-                                        "(needed for html; with text, report.json goes there too)"),
-    fmt: str = typer.Option("html", "--format", help="html or text"),
+                                        "(needed for html; with text or markdown, report.json goes there too, "
+                                        "and report.md with markdown)"),
+    fmt: str = typer.Option("html", "--format", help="html, text (the terminal) or markdown (pipe tables)"),
 ) -> None:
     """Report a bench or a run: speedup and Fast@1 per iteration, per-task results, pool, lineage, diffs."""
     from kernelband.report.metrics import parse_target, report_data
     from kernelband.search.store import Store
 
-    if fmt not in ("html", "text"):
-        _fail(f"unknown --format {fmt!r}: use html or text")
+    if fmt not in ("html", "text", "markdown"):
+        _fail(f"unknown --format {fmt!r}: use html, text or markdown")
     if fmt == "html" and out_dir is None:
         _fail("--out DIR is needed for the html report")
     if not db.exists():
@@ -33,15 +34,22 @@ def report_cmd(
         parse_target(target)
         store = Store(db)
         data = report_data(store, target)
-        if fmt == "text":
+        if fmt in ("text", "markdown"):
+            from kernelband.report import markdown
             from kernelband.report.text import print_report
 
-            print_report(data, out)
+            md = markdown.render(data) if fmt == "markdown" else None
+            if md is not None:
+                print(md, end="")
+            else:
+                print_report(data, out)
             if out_dir is not None:
                 import json
 
                 out_dir.mkdir(parents=True, exist_ok=True)
                 (out_dir / "report.json").write_text(json.dumps(data, indent=1))
+                if md is not None:
+                    (out_dir / "report.md").write_text(md)
             return
         from kernelband.report.html import write_report
 

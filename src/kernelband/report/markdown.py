@@ -1,0 +1,32 @@
+"""The report as Markdown: the same tables as the page and the terminal, as pipe tables to paste into a
+pull request, an issue or BENCHMARKS.md."""
+
+from __future__ import annotations
+
+from kernelband.report import tables as tbl
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _table(t: tbl.Table) -> str:
+    lines = [f"### {t.title}", "", "| " + " | ".join(_cell(c) for c in t.columns) + " |",
+             "| " + " | ".join("---:" if any(row[i][1] is not None for row in t.rows) else "---"
+                               for i in range(len(t.columns))) + " |"]
+    lines += ["| " + " | ".join(_cell(text) for text, _ in row) + " |" for row in t.rows]
+    if t.note:
+        lines += ["", t.note]
+    return "\n".join(lines)
+
+
+def render(data: dict) -> str:
+    if data["kind"] == "bench":
+        head = f"## Bench {data['id']} ({data['bench']['suite']}, {data['bench']['status']})"
+    else:
+        r = data["run"]
+        head = f"## Run {data['id']}: {r['task']} ({r['policy']}, seed {r['seed']}, {r['status']})"
+    parts = [head]
+    parts += [f"**Warning:** {w}" for w in data.get("warnings", [])]
+    parts += [_table(t) for t in tbl.build(data)]
+    return "\n\n".join(parts) + "\n"
