@@ -67,32 +67,32 @@ class GpuLock:
         self._sharing = 0
         self._alone = False
         self._waiting = 0  # exclusive holders waiting
-        self._holders: dict[str, tuple[str, float]] = {}  # thread name: (mode, since), waiting or holding
+        self._holders: dict[int, tuple[str, str, float]] = {}  # thread id: (its name, mode, since)
 
     @contextmanager
     def shared(self):
         with self._cond:
             self._cond.wait_for(lambda: not self._alone and not self._waiting)
             self._sharing += 1
-            self._holders[threading.current_thread().name] = ("shared", time.monotonic())
+            self._holders[threading.get_ident()] = (threading.current_thread().name, "shared", time.monotonic())
         try:
             yield
         finally:
             with self._cond:
                 self._sharing -= 1
-                self._holders.pop(threading.current_thread().name, None)
+                self._holders.pop(threading.get_ident(), None)
                 self._cond.notify_all()
 
     @contextmanager
     def exclusive(self):
-        me = threading.current_thread().name
+        me, name = threading.get_ident(), threading.current_thread().name
         with self._cond:
             self._waiting += 1
-            self._holders[me] = ("waiting", time.monotonic())
+            self._holders[me] = (name, "waiting", time.monotonic())
             self._cond.wait_for(lambda: not self._alone and not self._sharing)
             self._waiting -= 1
             self._alone = True
-            self._holders[me] = ("exclusive", time.monotonic())
+            self._holders[me] = (name, "exclusive", time.monotonic())
         try:
             yield
         finally:
@@ -101,11 +101,11 @@ class GpuLock:
                 self._holders.pop(me, None)
                 self._cond.notify_all()
 
-    def state(self) -> dict[str, str]:
-        """Per thread: `shared`, `exclusive` or `waiting` (for exclusive), and for how many seconds."""
+    def state(self) -> list[str]:
+        """Per thread: its name, `shared`, `exclusive` or `waiting` (for exclusive), and for how long."""
         now = time.monotonic()
         with self._cond:
-            return {name: f"{mode} {now - since:.0f}s" for name, (mode, since) in self._holders.items()}
+            return [f"{name}: {mode} {now - since:.0f}s" for name, mode, since in self._holders.values()]
 
 
 class WorkerGone(Exception):

@@ -238,7 +238,9 @@ class Search:
 
     def _pull(self, iteration: int, first_slot: int, arms: list[Arm]) -> list[dict]:
         """Proposes for every arm at once and evaluates each proposal as soon as it is written."""
-        with ThreadPoolExecutor(max_workers=len(arms)) as writers, ThreadPoolExecutor(max_workers=2) as judges:
+        name = f"{self.task.name}-{self.policy.name}"  # thread names, as a sweep's heartbeat shows them
+        with ThreadPoolExecutor(max_workers=len(arms), thread_name_prefix=f"propose-{name}") as writers, \
+                ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"evaluate-{name}") as judges:
             jobs = [self._propose(iteration, first_slot + i, arm) for i, arm in enumerate(arms)]
             proposals = [writers.submit(job) if callable(job) else _done(job) for job in jobs]
             evals: list[Future | None] = []
