@@ -153,13 +153,58 @@ def test_coarsen_loops_over_consecutive_programs_and_divides_the_grid():
     ("    row = tl.program_id(0)\n", "    row = tl.program_id(0) + tl.num_programs(0) * 0\n",
      "rms_kernel reads its first program id other than by one top-level `name = tl.program_id(0)`"),
     ("rms_kernel[(x.shape[0],)](", "rms_kernel[lambda meta: (x.shape[0],)](",
-     "the grid of the rms_kernel launch in rms is not a tuple"),
+     "the rms_kernel launch in rms passes n_cols as an expression (the grid function would evaluate it a "
+     "second time)"),
 ])
 def test_coarsen_says_why_it_does_not_apply(old, new, reason):
     source = ROWS.replace(old, new)
     assert source != ROWS
     found = options(source, ("coarsen",))
     assert not found.variants and found.reasons == (reason,)
+
+
+def test_coarsen_calls_a_grid_function_with_the_launch_arguments():
+    """A grid that is a function of meta: the launch passes the old first axis, the function called with the
+    arguments by parameter name (as Triton calls it), and its grid divides that axis."""
+    source = ROWS.replace("    rms_kernel[(x.shape[0],)](\n        x,\n        out,\n        x.shape[1],",
+                          "    n_cols = x.shape[1]\n    rms_kernel[lambda meta: (x.shape[0],)](\n        x,\n"
+                          "        out,\n        n_cols,")
+    assert source != ROWS
+    made = variants(source, "coarsen")
+    assert len(made) == 3
+    new = made[0][1]
+    compile(new, "coarsened", "exec")
+    assert [line for line in changed_lines(source, new) if "rms_kernel[" in line or "n_programs=" in line] == [
+        "-     rms_kernel[lambda meta: (x.shape[0],)](",
+        "+     rms_kernel[lambda coarsen_meta: (triton.cdiv((lambda meta: (x.shape[0],))(coarsen_meta)[0], 2),) "
+        "+ tuple((lambda meta: (x.shape[0],))(coarsen_meta)[1:])](",
+        "+         n_programs=(lambda meta: (x.shape[0],))({'x_ptr': x, 'out_ptr': out, 'n_cols': n_cols, "
+        "'BLOCK': 512})[0],",
+    ]
+    # an autotuned kernel's grid function reads configs the launch does not pass: left alone
+    tuned = source.replace("@triton.jit\n", "@triton.autotune([triton.Config({})], key=['n_cols'])\n@triton.jit\n")
+    assert options(tuned, ("coarsen",)).reasons == (
+        "the grid of the rms_kernel launch in rms is a function of meta, which the autotuner's configs add to",)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["add_value", "vector_addition"])
+def test_a_coarsened_grid_function_is_correct_in_the_interpreter(evaluator, name):
+    """TritonBench tasks whose grid is `lambda meta: (triton.cdiv(n, meta['BLOCK_SIZE']),)`: coarsened by 4,
+    the kernel still gives the starting kernel's outputs."""
+    from kernelband.tasks import load_task
+    from kernelband.tasks import tritonbench as tb
+
+    path = tb.find()
+    if path is None:
+        pytest.skip("no TritonBench-G data")
+    task = load_task(f"tritonbench:{name}", str(path))
+    found = options(task.module_source, ("coarsen",))
+    variant = next(v for v in found.variants if v.rationale.startswith("4 consecutive"))
+    source = variant.apply(found.module)
+    assert "n_programs=grid({" in source or "n_programs=(lambda" in source, source
+    result = evaluator.evaluate(task, source, seed=5)
+    assert result.ok, (result.outcome, result.detail, result.error[-2000:])
 
 
 @pytest.mark.slow

@@ -16,7 +16,11 @@ for certain:
   is not read (`tl.num_programs`);
 - the body returns nowhere but at its end;
 - no parameter has a default (the new ones go last);
-- every launch's grid is a tuple, written out or in a local name (`grid = (n,)`), not a function of meta;
+- every launch's grid is a tuple, written out or in a local name (`grid = (n,)`), or a function of meta
+  (`lambda meta: ...`, a local `def grid(meta)`) of a kernel with no autotuner, launched with every
+  parameter given as a plain name, attribute or constant. The launch then passes
+  `n_programs=grid({...})[0]`, the grid function called with the launch's arguments by name (what Triton
+  calls it with), and its grid becomes `lambda meta: (triton.cdiv(grid(meta)[0], C),) + grid(meta)[1:]`;
 - the module imports `triton` (for `triton.cdiv`).
 """
 
@@ -36,7 +40,7 @@ def coarsen(ms: ModuleSource) -> Found:
     variants, reasons = [], []
     for kernel in ms.kernels.values():
         launches = ms.launches_of(kernel)
-        grids = [_grid(launch) for launch in launches]
+        grids = [_grid(launch, kernel) for launch in launches]
         why = _why_not(ms, kernel, launches, grids)
         if why:
             reasons.append(why)
@@ -65,7 +69,7 @@ def _pid_line(kernel: Kernel) -> tuple[int, str] | None:
     return None
 
 
-def _why_not(ms: ModuleSource, kernel: Kernel, launches: list[Launch], grids: list[tuple[str, str] | None]) -> str:
+def _why_not(ms: ModuleSource, kernel: Kernel, launches: list[Launch], grids: list[tuple[str, str] | str]) -> str:
     if not launches:
         return f"{kernel.name} is not launched in this module"
     if kernel.heuristics:
@@ -88,33 +92,72 @@ def _why_not(ms: ModuleSource, kernel: Kernel, launches: list[Launch], grids: li
         return f"{kernel.name} has a parameter with a default"
     if "triton" not in ms.imported:
         return "the module does not `import triton`"
-    for launch, grid in zip(launches, grids):
-        if grid is None:
-            return f"the grid of the {launch.where} is not a tuple"
+    for grid in grids:
+        if isinstance(grid, str):
+            return grid
     return ""
 
 
-def _grid(launch: Launch) -> tuple[str, str] | None:
-    """(the first axis, the grid with it divided by {factor}) as code, or None for a grid that is a function."""
+def _grid(launch: Launch, kernel: Kernel) -> tuple[str, str] | str:
+    """(the first axis, the grid with it divided by {factor}) as code, or why the grid cannot be divided."""
+    not_tuple = f"the grid of the {launch.where} is not a tuple"
     if launch.meta_grid is not None:
-        return None
+        return _meta_grid(launch, kernel)
     grid = launch.grid
     if len(grid) > 1:  # kernel[a, b]
-        rest = ", ".join(code(g) for g in grid[1:])
-        return code(grid[0]), f"triton.cdiv({code(grid[0])}, {{factor}}), {rest}"
+        rest = ", ".join(_braced(code(g)) for g in grid[1:])
+        return code(grid[0]), f"triton.cdiv({_braced(code(grid[0]))}, {{factor}}), {rest}"
     if len(grid) != 1:
-        return None
+        return not_tuple
     value = launch.grid_value[0]
     if not isinstance(value, cst.Tuple | cst.List) or not value.elements:
-        return None
+        return not_tuple
     if isinstance(grid[0], cst.Tuple):  # kernel[(a, b)]
         elements = [code(e.value) for e in grid[0].elements]
-        divided = [f"triton.cdiv({elements[0]}, {{factor}})", *elements[1:]]
+        divided = [f"triton.cdiv({_braced(elements[0])}, {{factor}})", *map(_braced, elements[1:])]
         return elements[0], "(" + ", ".join(divided) + ("," if len(divided) == 1 else "") + ")"
     if isinstance(grid[0], cst.Name):  # grid = (a, b); kernel[grid]
         name = grid[0].value
         return f"{name}[0]", f"(triton.cdiv({name}[0], {{factor}}),) + tuple({name}[1:])"
-    return None
+    return not_tuple
+
+
+def _plain(node: cst.BaseExpression) -> bool:
+    """A name, an attribute of one, or a constant: evaluating it twice changes nothing."""
+    if isinstance(node, cst.Name | cst.Integer | cst.Float | cst.SimpleString):
+        return True
+    if isinstance(node, cst.Attribute):
+        return _plain(node.value)
+    return isinstance(node, cst.UnaryOperation) and _plain(node.expression)
+
+
+def _meta_grid(launch: Launch, kernel: Kernel) -> tuple[str, str] | str:
+    """A grid that is a function of meta: its first axis is that function called with the launch's arguments
+    by parameter name, as Triton calls it."""
+    if kernel.autotune is not None:
+        return f"the grid of the {launch.where} is a function of meta, which the autotuner's configs add to"
+    given = {}
+    for param in kernel.params:
+        arg = launch.arg(param.name)
+        if arg is None:
+            return f"the {launch.where} does not give {param.name} (the grid function needs every argument)"
+        if not _plain(arg.value):
+            return (f"the {launch.where} passes {param.name} as an expression (the grid function would "
+                    "evaluate it a second time)")
+        given[param.name] = code(arg.value)
+    function = code(launch.grid[0])
+    if not isinstance(launch.grid[0], cst.Name):
+        function = f"({function})"
+    meta = fresh_name("coarsen_meta", set(kernel.names))
+    bound = "{" + ", ".join(f"{name!r}: {value}" for name, value in given.items()) + "}"
+    divided = (f"lambda {meta}: (triton.cdiv({function}({meta})[0], {{factor}}),) + "
+               f"tuple({function}({meta})[1:])")
+    return f"{function}({bound})[0]", _braced(divided).replace("{{factor}}", "{factor}")
+
+
+def _braced(text: str) -> str:
+    """Code with its braces doubled, for str.format (only {factor} is filled in)."""
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 def _kernel_edit(kernel: Kernel, names: dict[str, str]) -> Edit:
