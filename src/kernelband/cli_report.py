@@ -38,8 +38,9 @@ def report_cmd(
             from kernelband.report import markdown
             from kernelband.report.text import print_report
 
-            md = markdown.render(data) if fmt == "markdown" else None
-            if md is not None:
+            md = None
+            if fmt == "markdown":
+                md = markdown.render(data)
                 print(md, end="")
             else:
                 print_report(data, out)

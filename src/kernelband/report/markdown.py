@@ -12,8 +12,7 @@ def _cell(text: str) -> str:
 
 def _table(t: tbl.Table) -> str:
     lines = [f"### {t.title}", "", "| " + " | ".join(_cell(c) for c in t.columns) + " |",
-             "| " + " | ".join("---:" if any(row[i][1] is not None for row in t.rows) else "---"
-                               for i in range(len(t.columns))) + " |"]
+             "| " + " | ".join("---:" if t.numeric(i) else "---" for i in range(len(t.columns))) + " |"]
     lines += ["| " + " | ".join(_cell(text) for text, _ in row) + " |" for row in t.rows]
     if t.note:
         lines += ["", t.note]

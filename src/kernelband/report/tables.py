@@ -20,6 +20,10 @@ class Table:
     rows: list[list[Cell]] = field(default_factory=list)
     note: str = ""
 
+    def numeric(self, i: int) -> bool:
+        """Column i holds numbers (right-aligned wherever it is drawn)."""
+        return any(row[i][1] is not None for row in self.rows)
+
 
 def num(value, spec: str = ".3f", suffix: str = "") -> Cell:
     return ("-", None) if value is None else (format(value, spec) + suffix, float(value))

@@ -23,8 +23,7 @@ def _rich(t: tbl.Table) -> Table:
     table = Table(title=t.title, title_justify="left", caption=t.note or None, caption_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False)
     for i, col in enumerate(t.columns):
-        numeric = any(row[i][1] is not None for row in t.rows)
-        if numeric:  # as wide as its widest cell or header word; the header wraps, the numbers never do
+        if t.numeric(i):  # as wide as its widest cell or header word; the header wraps, the numbers never do
             width = max([len(row[i][0]) for row in t.rows] + [len(word) for word in col.split()])
             table.add_column(col, justify="right", min_width=width, max_width=width)
         else:
