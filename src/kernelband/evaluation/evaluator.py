@@ -367,12 +367,14 @@ class Evaluator:
             self.pool.release(cand)
         return result
 
-    def _ask(self, worker: Worker, message: dict, timeout: float, stage: str) -> dict:
-        """A request to the candidate: its failures are the candidate's outcome."""
+    def _ask(self, worker: Worker, message: dict, timeout: float, stage: str, why_limit: str = "") -> dict:
+        """A request to the candidate: its failures are the candidate's outcome. `why_limit` (from `_limit`)
+        says how `timeout` was set, in a timeout's detail."""
         try:
             reply = worker.request(message, timeout)
         except WorkerGone as exc:
-            raise _Stop(Outcome(exc.outcome), stage, f"{stage}: {_first_line(exc.detail)}", exc.detail) from None
+            detail = f"{stage}: {_first_line(exc.detail)}" + (why_limit if exc.outcome == "timeout" else "")
+            raise _Stop(Outcome(exc.outcome), stage, detail, exc.detail) from None
         if not reply.get("ok"):
             outcome = reply.get("outcome", "runtime_error")
             if outcome not in Outcome._value2member_map_:
@@ -414,15 +416,6 @@ class Evaluator:
             return cap, ""
         return limit, (f" (the limit is {self.limits.run_factor:g}x the reference's {ref_s:.1f} s, at least "
                        f"{self.limits.run_floor_s:g} s)")
-
-    def _ask_within(self, cand: Worker, message: dict, limit: tuple[float, str], stage: str) -> dict:
-        """`_ask` with a limit from `_limit`: a timeout says how the limit was set."""
-        try:
-            return self._ask(cand, message, limit[0], stage)
-        except _Stop as stop:
-            if stop.outcome is Outcome.TIMEOUT and limit[1]:
-                stop.detail += limit[1]
-            raise
 
     def _run_stages(self, task: Task, info: TaskInfo, ref: Worker, cand: Worker, source: str,
                     shapes: list[ShapeInfo], preset: Preset, seed: int, result: EvalResult,
@@ -591,9 +584,9 @@ class Evaluator:
                 return None
             known = r_reply.get("mutated_inputs", [])
         c_msg = {"op": "run", "shape": shape.index, "seed": s, "keep": keep, "return_inputs": known}
-        limit = self._limit(task, shape.index, self.limits.run_s, tuning)
+        limit, why = self._limit(task, shape.index, self.limits.run_s, tuning)
         try:
-            c_reply = self._ask_within(cand, c_msg, limit, f"correctness ({what})")
+            c_reply = self._ask(cand, c_msg, limit, f"correctness ({what})", why)
         except _Stop:
             wait([ref_run])  # the reference worker must be idle before anyone asks it again
             raise
@@ -603,7 +596,7 @@ class Evaluator:
         self._ref_took(task, shape.index, r_reply)
         mutated = r_reply.get("mutated_inputs", [])
         if mutated != known:  # data-dependent in-place updates: ask again for the right inputs
-            c_reply = self._ask_within(cand, {**c_msg, "return_inputs": mutated}, limit, f"correctness ({what})")
+            c_reply = self._ask(cand, {**c_msg, "return_inputs": mutated}, limit, f"correctness ({what})", why)
         self._mutated[(task.key, shape.index)] = mutated
         return r_reply, c_reply
 
@@ -624,10 +617,10 @@ class Evaluator:
         r2 = self._load(self._ask_ref(task, ref, {"op": "run", "shape": shape.index, "seed": s2,
                                                     "use_reference": True, "return_mutated": True},
                                         self.limits.run_s, what), what, task)
-        c2_reply = self._ask_within(cand, {"op": "run", "shape": shape.index, "seed": s2, "check_alias": True,
-                                           "return_inputs": r_reply.get("mutated_inputs", [])},
-                                    self._limit(task, shape.index, self.limits.run_s, False),
-                                    f"correctness ({what}, second call)")
+        limit, why = self._limit(task, shape.index, self.limits.run_s, False)
+        c2_reply = self._ask(cand, {"op": "run", "shape": shape.index, "seed": s2, "check_alias": True,
+                                    "return_inputs": r_reply.get("mutated_inputs", [])},
+                             limit, f"correctness ({what}, second call)", why)
         if c2_reply.get("aliased"):
             raise _Stop(Outcome.SUSPICIOUS, "correctness", f"{what}: the second call returned the same "
                         "output memory as the first (cached output)", check="aliased_output")
@@ -651,9 +644,9 @@ class Evaluator:
         kept = ref.test_outputs
         ref_run = None if kept is not None else self._side.submit(
             self._ask_ref, task, ref, message, self.limits.run_s * 2, "its own test cases")
+        limit, why = self._limit(task, "tests", self.limits.run_s * 2, tuned)
         try:
-            c_reply = self._ask_within(cand, message, self._limit(task, "tests", self.limits.run_s * 2, tuned),
-                                       "correctness (the task's test cases)")
+            c_reply = self._ask(cand, message, limit, "correctness (the task's test cases)", why)
         finally:
             if ref_run is not None:
                 wait([ref_run])
