@@ -12,15 +12,20 @@ the kernel's body moves those), as a Markdown table. Last, where an evaluation's
 seconds per stage over the search evaluations (`gpu_wait`, the wait for the GPU lock, is part of the
 stages it happened in).
 
-    python benchmarks/reference_drift.py quality.db [--bench 1]
+    python benchmarks/reference_drift.py quality.db [--bench 1] [--since "2026-11-23 07:24:01"] [--until ...]
+
+The stage seconds and the rate count new evaluations only (a reused one repeats another's seconds), within
+`--since` / `--until` (UTC, as the evaluations' times) when given: one machine's share of a bench.
 """
 
 from __future__ import annotations
 
 import argparse
+import calendar
 import json
 import sqlite3
 import statistics
+import time
 from collections import defaultdict
 
 from kernelband.report.metrics import faster_verdict
@@ -30,7 +35,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("db")
     ap.add_argument("--bench", type=int, default=None, help="only this bench's runs")
+    ap.add_argument("--since", default=None, help="stage seconds and rate: evaluations from this UTC time on")
+    ap.add_argument("--until", default=None, help="stage seconds and rate: evaluations up to this UTC time")
     args = ap.parse_args()
+
+    def utc(text: str | None, default: float) -> float:
+        return calendar.timegm(time.strptime(text, "%Y-%m-%d %H:%M:%S")) if text else default
+
+    since, until = utc(args.since, float("-inf")), utc(args.until, float("inf"))
+    new_times: list[float] = []  # when each new evaluation in the window was stored
     con = sqlite3.connect(args.db)
     where, params = ("WHERE r.bench_id = ?", (args.bench,)) if args.bench is not None else ("", ())
     times: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -38,20 +51,22 @@ def main() -> None:
     evals: dict[tuple[int, int, str], tuple[str, dict]] = {}
     retimed: dict[str, int] = defaultdict(int)
     tuned: list[float] = []  # the correctness checks of modules with an autotuner (search evaluations)
-    for run, cand, task, which, text, autotuned in con.execute(
-            "SELECT e.run_id, e.candidate, r.task, e.which, e.result, c.source LIKE '%autotune%' "
+    for run, cand, task, which, text, autotuned, created in con.execute(
+            "SELECT e.run_id, e.candidate, r.task, e.which, e.result, c.source LIKE '%autotune%', e.created "
             "FROM evaluations e JOIN runs r ON r.id = e.run_id "
             f"LEFT JOIN candidates c ON c.run_id = e.run_id AND c.id = e.candidate {where}", params):
         result = json.loads(text)
         evals[(run, cand, which)] = (task, result)
-        if which == "search":
-            for stage, seconds in (result.get("seconds") or {}).items():
-                stages[stage].append(seconds)
-            if autotuned:  # its time with the GPU alone: the tune calls, or (tune_alone off) the whole check
-                seconds = result.get("seconds") or {}
-                tuned.append(seconds["tune"] if "tune" in seconds else seconds.get("correctness", 0.0))
         if any("reused" in n for n in result.get("notes", [])):
             continue
+        if since <= created <= until:
+            new_times.append(created)
+            seconds = result.get("seconds") or {}
+            if which == "search":
+                for stage, value in seconds.items():
+                    stages[stage].append(value)
+                if autotuned:  # its time with the GPU alone: the tune calls, or (tune_alone off) the whole check
+                    tuned.append(seconds["tune"] if "tune" in seconds else seconds.get("correctness", 0.0))
         for shape in result.get("shapes", []):
             if shape.get("ref_ms"):
                 times[(task, shape["label"])].append(shape["ref_ms"])
@@ -117,7 +132,10 @@ def main() -> None:
               f"{fmt(worst(run, best, 'held_out'))} | {room(run)} |")
 
     print()
-    print(f"seconds per search evaluation, median over {len(stages.get('total', []))}: " + ", ".join(
+    span = (max(new_times) - min(new_times)) / 60 if len(new_times) > 1 else 0.0
+    print(f"new evaluations (search and re-checks, none reused): {len(new_times)}"
+          + (f" in {span:.1f} min from the first to the last, {len(new_times) / span:.1f} per minute" if span else ""))
+    print(f"seconds per new search evaluation, median over {len(stages.get('total', []))}: " + ", ".join(
         f"{stage} {statistics.median(v):.2f}" for stage, v in stages.items()))
     # A module with an autotuner has the GPU alone while its configs are timed: in its tune calls, or without
     # tune_alone for its whole correctness check. No other candidate's step runs meanwhile.
