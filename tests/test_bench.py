@@ -3,6 +3,7 @@ several runs reach is evaluated once, k0 is a stored golden baseline, and a resu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -128,3 +129,39 @@ def test_a_bench_in_phases_keeps_its_whole_plan(tmp_path: Path):
     assert store.bench(bench_id)["config"]["policies"] == ["greedy", "bon"]
     with pytest.raises(UserError, match="not among the bench's policies"):
         Bench(store, config, [object()], RewriteProposer, bench_id=bench_id, policies_now=["beam"])
+
+
+def test_a_stored_speed_of_light_verdict_that_the_task_now_waives_is_measured_again(tmp_path: Path):
+    """Within a bench a source's evaluation is reused by every run that reaches it, except a `suspicious` one
+    whose only check was a speed-of-light bound the task now calls overcounted (flash_decode2_phi in bench 1
+    kept such verdicts from before its waiver): that source is evaluated again, and its newest verdict is the
+    one reused afterwards."""
+    from kernelband.evaluation.records import EvalResult, Outcome
+    from kernelband.search.core import source_hash
+
+    class Fingerprinted:
+        def fingerprint(self, task):
+            return {"gpu": "H100", "driver": "1", "triton": "3"}
+
+    store = Store(tmp_path / "bench.db")
+    config = BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"])
+    bench = Bench(store, config, [Fingerprinted()], RewriteProposer)
+    task = load_task("examples:vector_add")
+    child = task.module_source + "\n# a child\n"
+    h = source_hash(child)
+    run = store.create_run("examples:vector_add", task.key, "greedy", "rewrite", 0, {}, device="H100",
+                           bench_id=bench.bench_id)
+    store.add_candidate(run, 1, child, h, 0, "tiling", 1, 0)
+    beat = EvalResult(task=task.key, outcome=Outcome.SUSPICIOUS, speedup=1.4, checks=["speed_of_light"])
+    store.add_evaluation(run, 1, "search", beat)
+
+    assert bench._lookup(task, Fingerprinted())(h).outcome == Outcome.SUSPICIOUS  # no waiver: reused
+    task = dataclasses.replace(task, bytes_overcounted="the script counts bytes the kernel need not read")
+    assert bench._lookup(task, Fingerprinted())(h) is None  # waived: measured again
+
+    again = store.create_run("examples:vector_add", task.key, "bon", "rewrite", 0, {}, device="H100",
+                             bench_id=bench.bench_id)
+    store.add_candidate(again, 1, child, h, 0, "tiling", 1, 0)
+    store.add_evaluation(again, 1, "search", EvalResult(task=task.key, outcome=Outcome.OK, speedup=1.4))
+    reused = bench._lookup(task, Fingerprinted())(h)
+    assert reused.outcome == Outcome.OK and any("evaluation reused" in n for n in reused.notes)

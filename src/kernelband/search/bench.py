@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from kernelband.errors import UserError
-from kernelband.evaluation.records import EvalResult
+from kernelband.evaluation.records import EvalResult, Outcome
 from kernelband.search.core import Strategy, source_hash
 from kernelband.search.loop import RunConfig
 from kernelband.search.store import Store
@@ -220,6 +220,8 @@ class Bench:
             if h == k0_hash:
                 return self._baseline(task, evaluator, fingerprint)
             found = self.store.find_evaluation(self.bench_id, task.key, h, fingerprint["gpu"])
+            if found is not None and _stale_verdict(found, task):
+                return None  # evaluated again under today's rules
             if found is not None:
                 found.notes.append("evaluation reused: the same source on the same task and GPU in this sweep")
             return found
@@ -240,3 +242,11 @@ class Bench:
                 self.store.save_baseline(*key[1:], task.key, self.config.preset, result)
                 self._fresh.add(key)
         return result
+
+
+def _stale_verdict(found: EvalResult, task) -> bool:
+    """A stored verdict that today's rules would not give: `suspicious` only for beating a speed-of-light bound
+    that the task now says is no check (its byte count is too high). Such a source is evaluated again rather
+    than reused, so that two policies reaching it are not judged by two rule sets."""
+    return (found.outcome == Outcome.SUSPICIOUS and set(found.checks) == {"speed_of_light"}
+            and bool(task.bytes_overcounted))

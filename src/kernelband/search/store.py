@@ -257,7 +257,7 @@ class Store:
         """A search-shape evaluation of this source on this task and GPU kind, from any run of the bench."""
         rows = self._rows("SELECT e.result FROM evaluations e JOIN runs r ON r.id = e.run_id JOIN candidates c "
                           "ON c.run_id = e.run_id AND c.id = e.candidate WHERE r.bench_id = ? AND r.task_key = ? "
-                          "AND c.hash = ? AND r.device = ? AND e.which = 'search' LIMIT 1",
+                          "AND c.hash = ? AND r.device = ? AND e.which = 'search' ORDER BY e.created DESC LIMIT 1",
                           (bench_id, task_key, source_hash, device))
         return EvalResult.from_dict(json.loads(rows[0]["result"])) if rows else None
 
