@@ -220,10 +220,9 @@ class Bench:
             if h == k0_hash:
                 return self._baseline(task, evaluator, fingerprint)
             found = self.store.find_evaluation(self.bench_id, task.key, h, fingerprint["gpu"])
-            if found is not None and _stale_verdict(found, task):
-                return None  # evaluated again under today's rules
-            if found is not None:
-                found.notes.append("evaluation reused: the same source on the same task and GPU in this sweep")
+            if found is None or _stale_verdict(found, task):
+                return None  # evaluated (again, under today's rules)
+            found.notes.append("evaluation reused: the same source on the same task and GPU in this sweep")
             return found
 
         return lookup
