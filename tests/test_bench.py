@@ -165,3 +165,45 @@ def test_a_stored_speed_of_light_verdict_that_the_task_now_waives_is_measured_ag
     store.add_evaluation(again, 1, "search", EvalResult(task=task.key, outcome=Outcome.OK, speedup=1.4))
     reused = bench._lookup(task, Fingerprinted())(h)
     assert reused.outcome == Outcome.OK and any("evaluation reused" in n for n in reused.notes)
+
+
+def test_evaluations_stored_under_other_evaluator_rules_are_not_reused(tmp_path: Path):
+    """A sweep reuses a source's stored evaluation, and k0's golden baseline, only when the evaluator's rules
+    (`records.RULES`) are the ones it was judged by; evaluations stored before the stamp load as rules 1."""
+    from kernelband.evaluation.records import RULES, EvalResult, Outcome
+    from kernelband.search.core import source_hash
+
+    class Evaluator:
+        measured = 0
+
+        def fingerprint(self, task):
+            return {"gpu": "H100", "driver": "1", "triton": "3"}
+
+        def evaluate(self, task, source, preset="default"):
+            Evaluator.measured += 1
+            return EvalResult(task=task.key, outcome=Outcome.OK, speedup=1.0)
+
+    store = Store(tmp_path / "bench.db")
+    bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Evaluator()],
+                  RewriteProposer)
+    task = load_task("examples:vector_add")
+    child = task.module_source + "\n# a child\n"
+    run = store.create_run("examples:vector_add", task.key, "greedy", "rewrite", 0, {}, device="H100",
+                           bench_id=bench.bench_id)
+    store.add_candidate(run, 1, child, source_hash(child), 0, "tiling", 1, 0)
+    store.add_evaluation(run, 1, "search", EvalResult(task=task.key, outcome=Outcome.OK, speedup=1.3,
+                                                      rules=RULES + 1))
+    store.save_baseline("H100", "1", "3", task.key, "default",
+                        EvalResult(task=task.key, outcome=Outcome.OK, speedup=1.0, rules=RULES + 1))
+    lookup = bench._lookup(task, Evaluator())
+
+    assert lookup(source_hash(child)) is None  # judged by other rules: evaluated again
+    assert lookup(source_hash(task.module_source)).rules == RULES and Evaluator.measured == 1  # baseline again
+    assert lookup(source_hash(task.module_source)).notes[-1].startswith("golden baseline reused")
+    assert Evaluator.measured == 1  # the fresh baseline replaced the stale one
+
+    with sqlite3.connect(tmp_path / "bench.db") as con:  # a result stored before the stamp existed
+        raw = json.loads(con.execute("SELECT result FROM evaluations").fetchone()[0])
+        del raw["rules"]
+        con.execute("UPDATE evaluations SET result = ?", (json.dumps(raw),))
+    assert (lookup(source_hash(child)) is not None) == (RULES == 1)

@@ -40,6 +40,12 @@ class Preset:
         return asdict(self)
 
 
+# The evaluator's rules: bump it with any change that could give the same source on the same GPU another
+# outcome or speedup (a new check, a new waiver, a new timing protocol). A stored evaluation under other rules
+# is never reused: a sweep evaluates that source again and measures the golden baseline again. Evaluations
+# stored before the stamp existed load as rules 1.
+RULES = 1
+
 # The note of an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`).
 NCU_SKIPPED = "ncu: not run (the search's policy and proposer do not use φ)"
 
@@ -119,6 +125,7 @@ class EvalResult:
     seed: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    rules: int = RULES  # the evaluator's rules it was judged by
 
     @property
     def ok(self) -> bool:
@@ -135,4 +142,5 @@ class EvalResult:
         d["outcome"] = Outcome(d["outcome"])
         d["shapes"] = [ShapeResult(**s) for s in d.get("shapes", [])]
         d["features"] = Features(**d.get("features", {}))
+        d.setdefault("rules", 1)
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})

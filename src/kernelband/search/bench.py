@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from kernelband.errors import UserError
-from kernelband.evaluation.records import EvalResult, Outcome
+from kernelband.evaluation.records import RULES, EvalResult, Outcome
 from kernelband.search.core import Strategy, source_hash
 from kernelband.search.loop import RunConfig
 from kernelband.search.store import Store
@@ -220,7 +220,7 @@ class Bench:
             if h == k0_hash:
                 return self._baseline(task, evaluator, fingerprint)
             found = self.store.find_evaluation(self.bench_id, task.key, h, fingerprint["gpu"])
-            if found is None or _stale_verdict(found, task):
+            if found is None or found.rules != RULES or _stale_verdict(found, task):
                 return None  # evaluated (again, under today's rules)
             found.notes.append("evaluation reused: the same source on the same task and GPU in this sweep")
             return found
@@ -232,7 +232,7 @@ class Bench:
         with self._lock:
             usable = key in self._fresh or not self.config.refresh_baselines
             cached = self.store.baseline(*key[1:], task.key, self.config.preset) if usable else None
-        if cached is not None:
+        if cached is not None and cached.rules == RULES:
             cached.notes.append(f"golden baseline reused ({fp['gpu']}, driver {fp['driver']}, triton {fp['triton']})")
             return cached
         result = evaluator.evaluate(task, task.module_source, preset=self.config.preset)
