@@ -151,36 +151,53 @@ def test_coarsen_loops_over_consecutive_programs_and_divides_the_grid():
      "    if row >= 100:\n        return\n    tl.store(out_ptr + row, tl.sum(acc, axis=0))\n",
      "rms_kernel returns before its end"),
     ("    row = tl.program_id(0)\n", "    row = tl.program_id(0) + tl.num_programs(0) * 0\n",
-     "rms_kernel reads its first program id other than by one top-level `name = tl.program_id(0)`"),
-    ("rms_kernel[(x.shape[0],)](", "rms_kernel[lambda meta: (x.shape[0],)](",
+     "rms_kernel reads the number of programs"),
+    ("    row = tl.program_id(0)\n", "    row = tl.program_id(0) + tl.program_id(n_cols)\n",
+     "rms_kernel reads a program id whose axis is not a number"),
+    ("rms_kernel[(x.shape[0],)](", "rms_kernel[lambda meta: (x.shape[0] + 0 * len(meta),)](",
      "the rms_kernel launch in rms passes n_cols as an expression (the grid function would evaluate it a "
      "second time)"),
+    ("rms_kernel[(x.shape[0],)](", "rms_kernel[lambda meta: (x.shape[0] * 512 // meta['BLOCK'],)](",
+     ""),  # reads only BLOCK, a constant: applies (below)
+    ("        BLOCK=512,\n", "        BLOCK=2 * 256,\n", "")  # a literal grid: applies
 ])
 def test_coarsen_says_why_it_does_not_apply(old, new, reason):
     source = ROWS.replace(old, new)
     assert source != ROWS
     found = options(source, ("coarsen",))
-    assert not found.variants and found.reasons == (reason,)
+    if reason:
+        assert not found.variants and found.reasons == (reason,)
+    else:
+        assert len(found.variants) == 3 and not found.reasons
+    both = source.replace("rms_kernel[(x.shape[0],)](", "rms_kernel[lambda meta: (x.shape[0] * 512 // meta['BLOCK'],)](")
+    if "BLOCK=2 * 256" in both:  # the grid function reads BLOCK, given as an expression
+        assert options(both, ("coarsen",)).reasons == (
+            "the rms_kernel launch in rms passes BLOCK as an expression (the grid function would evaluate it a "
+            "second time)",)
 
 
 def test_coarsen_calls_a_grid_function_with_the_launch_arguments():
     """A grid that is a function of meta: the launch passes the old first axis, the function called with the
-    arguments by parameter name (as Triton calls it), and its grid divides that axis."""
+    arguments by parameter name (as Triton calls it), and its grid divides that axis. A grid function that
+    reads meta only as meta["..."] gets only those arguments."""
     source = ROWS.replace("    rms_kernel[(x.shape[0],)](\n        x,\n        out,\n        x.shape[1],",
-                          "    n_cols = x.shape[1]\n    rms_kernel[lambda meta: (x.shape[0],)](\n        x,\n"
-                          "        out,\n        n_cols,")
+                          "    n_cols = x.shape[1]\n    rms_kernel[lambda meta: (x.shape[0] + 0 * len(meta),)](\n"
+                          "        x,\n        out,\n        n_cols,")
     assert source != ROWS
     made = variants(source, "coarsen")
     assert len(made) == 3
     new = made[0][1]
     compile(new, "coarsened", "exec")
     assert [line for line in changed_lines(source, new) if "rms_kernel[" in line or "n_programs=" in line] == [
-        "-     rms_kernel[lambda meta: (x.shape[0],)](",
-        "+     rms_kernel[lambda coarsen_meta: (triton.cdiv((lambda meta: (x.shape[0],))(coarsen_meta)[0], 2),) "
-        "+ tuple((lambda meta: (x.shape[0],))(coarsen_meta)[1:])](",
-        "+         n_programs=(lambda meta: (x.shape[0],))({'x_ptr': x, 'out_ptr': out, 'n_cols': n_cols, "
-        "'BLOCK': 512})[0],",
+        "-     rms_kernel[lambda meta: (x.shape[0] + 0 * len(meta),)](",
+        "+     rms_kernel[lambda coarsen_meta: (triton.cdiv((lambda meta: (x.shape[0] + 0 * len(meta),))"
+        "(coarsen_meta)[0], 2),) + tuple((lambda meta: (x.shape[0] + 0 * len(meta),))(coarsen_meta)[1:])](",
+        "+         n_programs=(lambda meta: (x.shape[0] + 0 * len(meta),))({'x_ptr': x, 'out_ptr': out, "
+        "'n_cols': n_cols, 'BLOCK': 512})[0],",
     ]
+    keyed = source.replace("(x.shape[0] + 0 * len(meta),)", "(x.shape[0] * 512 // meta['BLOCK'],)")
+    assert "n_programs=(lambda meta: (x.shape[0] * 512 // meta['BLOCK'],))({'BLOCK': 512})[0]," in (
+        variants(keyed, "coarsen")[0][1])
     # an autotuned kernel's grid function reads configs the launch does not pass: left alone
     tuned = source.replace("@triton.jit\n", "@triton.autotune([triton.Config({})], key=['n_cols'])\n@triton.jit\n")
     assert options(tuned, ("coarsen",)).reasons == (
@@ -217,6 +234,46 @@ def test_a_coarsened_example_is_correct_in_the_interpreter(evaluator, example, f
     found = options(task.module_source, ("coarsen",))
     variant = next(v for v in found.variants if v.rationale.startswith(f"{factor} consecutive"))
     result = evaluator.evaluate(task, variant.apply(found.module), seed=4)
+    assert result.ok, (result.outcome, result.detail, result.error[-2000:])
+
+
+REBOUND = {  # examples:rmsnorm written the way some TritonBench-G kernels are
+    "pointer": ("    x_row = x_ptr + row * x_row_stride\n", "    x_ptr += row * x_row_stride\n    x_row = x_ptr\n"),
+    "pid expression": ("    row = tl.program_id(axis=0)\n    x_row = x_ptr + row * x_row_stride\n"
+                       "    out_row = out_ptr + row * out_row_stride\n",
+                       "    x_row = x_ptr + tl.program_id(axis=0).to(tl.int64) * x_row_stride\n"
+                       "    out_row = out_ptr + tl.program_id(axis=0) * out_row_stride\n"),
+}
+
+
+def test_coarsen_resets_what_the_body_rebinds_and_replaces_every_program_id_read():
+    from kernelband.tasks import load_task
+
+    base = load_task("examples:rmsnorm").module_source
+    source = base.replace(*REBOUND["pointer"])
+    new = variants(source, "coarsen")[0][1]
+    assert [line.strip() for line in new.splitlines() if "x_ptr_start" in line] == [
+        "x_ptr_start = x_ptr", "x_ptr = x_ptr_start"]
+    source = base.replace(*REBOUND["pid expression"])
+    new = variants(source, "coarsen")[0][1]
+    assert "tl.program_id" not in new.split("for coarsen_i")[1]
+    assert "x_row = x_ptr + coarsen_pid.to(tl.int64) * x_row_stride" in new
+    assert "out_row = out_ptr + coarsen_pid * out_row_stride" in new
+    assert "    if coarsen_pid < n_programs:" in new
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", sorted(REBOUND))
+def test_a_coarsened_kernel_that_rebinds_its_pointers_is_correct_in_the_interpreter(evaluator, form):
+    """Without the reset, the second row of each program reads rows first*2+1, ... (wrong output)."""
+    from kernelband.tasks import load_task
+
+    task = load_task("examples:rmsnorm")
+    source = task.module_source.replace(*REBOUND[form])
+    assert source != task.module_source
+    found = options(source, ("coarsen",))
+    variant = next(v for v in found.variants if v.rationale.startswith("4 consecutive"))
+    result = evaluator.evaluate(task, variant.apply(found.module), seed=6)
     assert result.ok, (result.outcome, result.detail, result.error[-2000:])
 
 

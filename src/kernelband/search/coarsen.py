@@ -3,24 +3,31 @@
 For kernels that launch one small program per row (a KV-cache copy of 64 elements, a decode step per
 head), most of the time goes to starting programs, not to moving data. The rewrite
 
+    <head>                             <head>
     pid = tl.program_id(0)             first = tl.program_id(0) * COARSEN
-    <body>                      ->     for i in tl.static_range(COARSEN):
+    <body>                      ->     X_start = X                      (X: a name the body rebinds)
+                                       for i in tl.static_range(COARSEN):
+                                           X = X_start
                                            pid = first + i
                                            if pid < n_programs:
                                                <body>
 
 adds the two parameters `n_programs` (the old grid's first axis) and `COARSEN: tl.constexpr`, and at
-every launch divides the grid's first axis by C and passes both. It applies where this keeps the meaning
-for certain:
-- the first program id is read once, by a top-level `name = tl.program_id(0)`, and the number of programs
-  is not read (`tl.num_programs`);
+every launch divides the grid's first axis by C and passes both. The loop starts at the first top-level
+statement that reads `tl.program_id(0)`; where that statement is not a plain `pid = tl.program_id(0)`,
+every read of `tl.program_id(0)` from there on becomes the loop's program number (`coarsen_pid`). A
+parameter or earlier name that the body rebinds (`X += row * stride`) is reset at the top of each pass,
+so that one program's pointer arithmetic does not carry into the next. It applies where this keeps the
+meaning for certain:
+- every program id is read with a literal axis, and the number of programs is not read (`tl.num_programs`);
 - the body returns nowhere but at its end;
 - no parameter has a default (the new ones go last);
 - every launch's grid is a tuple, written out or in a local name (`grid = (n,)`), or a function of meta
   (`lambda meta: ...`, a local `def grid(meta)`) of a kernel with no autotuner, launched with every
-  parameter given as a plain name, attribute or constant. The launch then passes
-  `n_programs=grid({...})[0]`, the grid function called with the launch's arguments by name (what Triton
-  calls it with), and its grid becomes `lambda meta: (triton.cdiv(grid(meta)[0], C),) + grid(meta)[1:]`;
+  parameter the grid function reads (those it names as `meta["..."]`, where it uses meta no other way;
+  else all) given as a plain name, attribute or constant. The launch then passes
+  `n_programs=grid({...})[0]`, the grid function called with those arguments by name (what Triton calls it
+  with), and its grid becomes `lambda meta: (triton.cdiv(grid(meta)[0], C),) + grid(meta)[1:]`;
 - the module imports `triton` (for `triton.cdiv`).
 """
 
@@ -31,7 +38,7 @@ import textwrap
 import libcst as cst
 
 from kernelband.search.edits import Edit, Found, Variant, statements
-from kernelband.search.kernelsource import Kernel, Launch, ModuleSource, code, fresh_name, subnodes
+from kernelband.search.kernelsource import Kernel, Launch, ModuleSource, assigned, code, dotted, fresh_name, subnodes
 
 FACTORS = (2, 4, 8)
 
@@ -47,7 +54,8 @@ def coarsen(ms: ModuleSource) -> Found:
             continue
         used = set(kernel.names)
         names = {"n": fresh_name("n_programs", used), "c": fresh_name("COARSEN", used),
-                 "first": fresh_name("first_program", used), "i": fresh_name("coarsen_i", used)}
+                 "first": fresh_name("first_program", used), "i": fresh_name("coarsen_i", used),
+                 "pid": fresh_name("coarsen_pid", used)}
         for factor in FACTORS:
             edits: list[tuple[cst.CSTNode, Edit]] = [(kernel.node, _kernel_edit(kernel, names))]
             edits += [(launch.call, _launch_edit(grid, names, factor)) for launch, grid in zip(launches, grids)]
@@ -58,14 +66,11 @@ def coarsen(ms: ModuleSource) -> Found:
     return Found(variants, reasons)
 
 
-def _pid_line(kernel: Kernel) -> tuple[int, str] | None:
-    """(position in the body, name) of the top-level `name = tl.program_id(0)`."""
+def _loop_start(kernel: Kernel) -> int | None:
+    """The position of the first top-level statement that reads `tl.program_id(0)`."""
     for i, statement in enumerate(kernel.node.body.body):
-        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-            assign = statement.body[0]
-            if (isinstance(assign, cst.Assign) and len(assign.targets) == 1
-                    and isinstance(assign.targets[0].target, cst.Name) and kernel.program_axis(assign.value) == 0):
-                return i, assign.targets[0].target.value
+        if any(kernel.program_axis(c) == 0 for c in subnodes(statement, cst.Call)):
+            return i
     return None
 
 
@@ -74,11 +79,10 @@ def _why_not(ms: ModuleSource, kernel: Kernel, launches: list[Launch], grids: li
         return f"{kernel.name} is not launched in this module"
     if kernel.heuristics:
         return f"{kernel.name} has @triton.heuristics"
-    found = _pid_line(kernel)
-    if found is None:
-        return f"{kernel.name} reads its first program id other than by one top-level `name = tl.program_id(0)`"
-    if sum(1 for c in kernel.calls("program_id") if kernel.program_axis(c) == 0) != 1:
-        return f"{kernel.name} reads its first program id more than once"
+    if _loop_start(kernel) is None:
+        return f"{kernel.name} does not read `tl.program_id(0)`"
+    if any(kernel.program_axis(c) is None for c in kernel.calls("program_id")):
+        return f"{kernel.name} reads a program id whose axis is not a number"
     if kernel.calls("num_programs"):
         return f"{kernel.name} reads the number of programs"
     body = kernel.node.body.body
@@ -133,14 +137,14 @@ def _plain(node: cst.BaseExpression) -> bool:
 
 def _meta_grid(launch: Launch, kernel: Kernel) -> tuple[str, str] | str:
     """A grid that is a function of meta: its first axis is that function called with the launch's arguments
-    by parameter name, as Triton calls it."""
+    that it reads, by parameter name, as Triton calls it."""
     if kernel.autotune is not None:
         return f"the grid of the {launch.where} is a function of meta, which the autotuner's configs add to"
     given = {}
-    for param in kernel.params:
+    for param in _read_by_grid(launch, kernel):
         arg = launch.arg(param.name)
         if arg is None:
-            return f"the {launch.where} does not give {param.name} (the grid function needs every argument)"
+            return f"the {launch.where} does not give {param.name} (the grid function reads it)"
         if not _plain(arg.value):
             return (f"the {launch.where} passes {param.name} as an expression (the grid function would "
                     "evaluate it a second time)")
@@ -155,13 +159,35 @@ def _meta_grid(launch: Launch, kernel: Kernel) -> tuple[str, str] | str:
     return f"{function}({bound})[0]", _braced(divided).replace("{{factor}}", "{factor}")
 
 
+def _read_by_grid(launch: Launch, kernel: Kernel) -> list:
+    """The parameters the grid function may read: those it names as meta["..."] when that is its only use of
+    meta (`lambda meta: (x.shape[0],)` reads none), else every one."""
+    meta, body = launch.meta_grid
+    keys = launch.meta_keys()
+    uses = sum(1 for n in subnodes(body, cst.Name) if n.value == meta)
+    keyed = sum(1 for sub in subnodes(body, cst.Subscript) if dotted(sub.value) == meta)
+    if uses != keyed:
+        return list(kernel.params)
+    return [p for p in kernel.params if p.name in keys]
+
+
 def _braced(text: str) -> str:
     """Code with its braces doubled, for str.format (only {factor} is filled in)."""
     return text.replace("{", "{{").replace("}", "}}")
 
 
+class _ProgramNumber(cst.CSTTransformer):
+    """`tl.program_id(0)` -> the coarsened loop's program number."""
+
+    def __init__(self, kernel: Kernel, name: str) -> None:
+        self.kernel, self.name = kernel, name
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        return cst.Name(self.name) if self.kernel.program_axis(original_node) == 0 else updated_node
+
+
 def _kernel_edit(kernel: Kernel, names: dict[str, str]) -> Edit:
-    at, pid = _pid_line(kernel)
+    at = _loop_start(kernel)
     tl = kernel.tl_name
 
     def edit(node: cst.FunctionDef) -> cst.FunctionDef:
@@ -172,14 +198,28 @@ def _kernel_edit(kernel: Kernel, names: dict[str, str]) -> Edit:
                        cst.Param(cst.Name(names["c"]), annotation=cst.Annotation(cst.parse_expression(f"{tl}.constexpr")),
                                  comma=params[-1].comma)]
         body = list(node.body.body)
-        rest = body[at + 1:]
+        rest = body[at:]
         if rest and isinstance(rest[-1], cst.SimpleStatementLine) and isinstance(rest[-1].body[0], cst.Return):
             rest = rest[:-1]
-        pid_call = code(body[at].body[0].value)
+        pid_call = code(next(c for c in subnodes(body[at], cst.Call) if kernel.program_axis(c) == 0))
+        first = rest[0].body[0] if isinstance(rest[0], cst.SimpleStatementLine) and len(rest[0].body) == 1 else None
+        if (isinstance(first, cst.Assign) and len(first.targets) == 1 and isinstance(first.targets[0].target, cst.Name)
+                and kernel.program_axis(first.value) == 0
+                and not any(kernel.program_axis(c) == 0 for s in rest[1:] for c in subnodes(s, cst.Call))):
+            pid, rest = first.targets[0].target.value, rest[1:]  # `row = tl.program_id(0)`: row is the number
+        else:
+            pid = names["pid"]
+            rest = [s.visit(_ProgramNumber(kernel, pid)) for s in rest]
+        before = set(kernel.scope.params) | assigned(*body[:at])
+        rebound = sorted(assigned(*rest) & before - {pid})
+        used = set(kernel.names) | set(names.values())
+        starts = {name: fresh_name(f"{name}_start", used) for name in rebound}
         inner_code = "".join(code(s) for s in rest) or "pass\n"
         text = (f"{names['first']} = {pid_call} * {names['c']}\n"
-                f"for {names['i']} in {tl}.static_range({names['c']}):\n"
-                f"    {pid} = {names['first']} + {names['i']}\n"
+                + "".join(f"{start} = {name}\n" for name, start in starts.items())
+                + f"for {names['i']} in {tl}.static_range({names['c']}):\n"
+                + "".join(f"    {name} = {start}\n" for name, start in starts.items())
+                + f"    {pid} = {names['first']} + {names['i']}\n"
                 f"    if {pid} < {names['n']}:\n" + textwrap.indent(inner_code, " " * 8))
         block = statements(text)
         block[0] = block[0].with_changes(leading_lines=body[at].leading_lines)
@@ -209,5 +249,9 @@ def _launch_edit(grid: tuple[str, str], names: dict[str, str], factor: int) -> E
 def _separator(items: list[cst.Param] | list[cst.Arg]) -> cst.Comma:
     """The comma (and the line break and indent after it) between the last two items, for items appended."""
     if len(items) > 1 and isinstance(items[-2].comma, cst.Comma):
-        return items[-2].comma
+        comma = items[-2].comma
+        if isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace):  # not its comment
+            comma = comma.with_changes(whitespace_after=comma.whitespace_after.with_changes(
+                first_line=cst.TrailingWhitespace()))
+        return comma
     return cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))

@@ -215,6 +215,15 @@ class _Assigns(cst.CSTVisitor):
         return False
 
 
+def assigned(*nodes: cst.CSTNode) -> set[str]:
+    """The names these statements bind (assignments, augmented ones, loop targets, `as` and `:=`)."""
+    scope = Scope(cst.Module(body=[]), None)
+    visitor = _Assigns(scope)
+    for node in nodes:
+        node.visit(visitor)
+    return set(scope.assigns)
+
+
 def make_scope(node: cst.FunctionDef | cst.Module, top: str | None) -> Scope:
     scope = Scope(node, top)
     visitor = _Assigns(scope)
