@@ -38,7 +38,16 @@ import textwrap
 import libcst as cst
 
 from kernelband.search.edits import Edit, Found, Variant, statements
-from kernelband.search.kernelsource import Kernel, Launch, ModuleSource, assigned, code, dotted, fresh_name, subnodes
+from kernelband.search.kernelsource import (
+    Kernel,
+    Launch,
+    ModuleSource,
+    assigned,
+    code,
+    dotted,
+    fresh_name,
+    subnodes,
+)
 
 FACTORS = (2, 4, 8)
 
