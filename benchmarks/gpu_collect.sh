@@ -11,18 +11,20 @@ mkdir -p "$OUT"
 pkill -USR1 -f '^python3 benchmarks/search_quality.py' && sleep 1  # not `timeout`, which USR1 ends
 cp ~/.cache/kernelband/calibration.json "$S/" 2>/dev/null
 tar czf "$OUT/logs.tar.gz" -C "$S" $(cd "$S" && ls ./*.log ./*.json 2>/dev/null)
-[ -f "$S/quality.db" ] && python3 - "$S/quality.db" "$OUT/quality.db" <<'PY'
+for db in quality ab; do
+  [ -f "$S/$db.db" ] && python3 - "$S/$db.db" "$OUT/$db.db" <<'PY'
 import sqlite3, sys
 src, dst = sqlite3.connect(sys.argv[1], timeout=60), sqlite3.connect(sys.argv[2])
 src.backup(dst)
 dst.close()
 PY
+done
 # how steady the reference's timings were so far (benchmarks/reference_drift.py), before zipping the copy
 [ -f "$OUT/quality.db" ] && PYTHONPATH=src python3 benchmarks/reference_drift.py "$OUT/quality.db" 2>/dev/null | head -n 1
-[ -f "$OUT/quality.db" ] && gzip "$OUT/quality.db"
+for db in quality ab; do [ -f "$OUT/$db.db" ] && gzip "$OUT/$db.db"; done
 [ -f "$S/done" ] && echo "session finished"
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader 2>/dev/null
 tail -n 25 "$S/session.log"
-grep -h "^{\"kind\": \"job_done\|job_error" "$S/sweep.log" 2>/dev/null | tail -n 5
+grep -h "^{\"kind\": \"job_done\|job_error" "$S/ab.log" "$S/sweep.log" 2>/dev/null | tail -n 5
 grep -h "^{\"kind\": \"heartbeat" "$S/sweep.log" 2>/dev/null | tail -n 1 | cut -c1-1500
 tail -n 3 "$S/eval_throughput.log" "$S/gpu_tests.log" 2>/dev/null

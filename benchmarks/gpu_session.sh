@@ -23,6 +23,10 @@
 # GPU alone, instead of one call per shape with the GPU alone, then a shared check; EVAL_PARTS has pool-autotune and
 # pool-autotune-alone for the A/B), SWEEP_STRATEGIES (a strategies file for a new bench), GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny
 # version of everything).
+# A/B sweep before the main one, into its own database $S/ab.db (e.g. the built-in strategies with `coarsen`
+# added, against the runs of the same tasks in the main bench): AB_STRATEGIES (a strategies file; unset: none),
+# AB_TASKS (comma-separated), AB_POLICIES (default kernelband), AB_BUDGET_S (default 600: start no new run
+# after), AB_TIMEOUT_S (default 1200), AB_RESUME=ab.db.gz:BENCH (continue one).
 set -u
 S=${KB_STATE:-kernelband-runs/gpu}
 mkdir -p "$S"
@@ -79,7 +83,30 @@ evaluator_parts() {
   echo "== $(date -u +%FT%TZ) evaluator parts done"
 }
 
+ab_sweep() {
+  [ -n "${AB_STRATEGIES:-}" ] || return 0
+  export CUDA_VISIBLE_DEVICES=$1
+  if [ -n "${AB_RESUME:-}" ] && [ ! -f "$S/ab.db" ]; then
+    gunzip -c "${AB_RESUME%:*}" > "$S/ab.db" && echo "${AB_RESUME##*:}" > "$S/ab_bench_id"
+  fi
+  local resume=""
+  [ -f "$S/ab_bench_id" ] && resume="--bench-id $(cat "$S/ab_bench_id")"
+  echo "== $(date -u +%FT%TZ) A/B sweep ($AB_STRATEGIES, ${AB_POLICIES:-kernelband}) on GPUs $1 $resume"
+  # shellcheck disable=SC2086
+  timeout "${AB_TIMEOUT_S:-1200}" python3 benchmarks/search_quality.py --parts bench --db "$S/ab.db" \
+    --out "$S/ab.json" --budget-s "${AB_BUDGET_S:-600}" --runs-per-gpu "${RUNS_PER_GPU:-4}" \
+    --strategies "$AB_STRATEGIES" --policies "${AB_POLICIES:-kernelband}" --tasks "${AB_TASKS:?AB_TASKS}" $resume \
+    $([ "${SMOKE:-0}" = 1 ] && echo --iterations 3) \
+    >> "$S/ab.log" 2>&1
+  echo "A/B sweep rc=$?"
+  if [ -z "$resume" ]; then
+    id=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bench']['bench_id'])" "$S/ab.json" 2>/dev/null)
+    [ -n "$id" ] && echo "$id" > "$S/ab_bench_id"
+  fi
+}
+
 sweep() {
+  ab_sweep "$1"
   export CUDA_VISIBLE_DEVICES=$1
   local resume=""
   if [ -n "${SWEEP_RESUME:-}" ] && [ ! -f "$S/quality.db" ]; then  # SWEEP_RESUME=part.db.gz:BENCH
