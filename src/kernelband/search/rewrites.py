@@ -602,4 +602,4 @@ REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "coarsen": coarsen,
 }
 # Rewrites in no built-in strategy, until a GPU run shows they help: a strategies file can add them (README).
-STRATEGY_FILE_ONLY = frozenset({"coarsen"})
+STRATEGY_FILE_ONLY: frozenset[str] = frozenset()

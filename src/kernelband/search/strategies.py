@@ -37,8 +37,10 @@ BUILTIN: tuple[Strategy, ...] = (
         "two, with the launch grid recomputed from them, e.g. grid = lambda meta: (triton.cdiv(n, "
         "meta['BLOCK_SIZE']),)), or wrap the kernel in @triton.autotune over a few triton.Config tile sizes, "
         "num_warps and num_stages keyed on the problem sizes. Larger tiles amortise index arithmetic and raise "
-        "reuse in registers and shared memory; smaller tiles give more programs and occupancy on small inputs.",
-        "SM", ("block_size", "autotune")),
+        "reuse in registers and shared memory; smaller tiles give more programs and occupancy on small inputs. "
+        "Where each program handles one small row, let each program loop over several consecutive rows "
+        "(coarsening) so that fewer programs start.",
+        "SM", ("block_size", "autotune", "coarsen")),
     Strategy(
         "vectorization",
         "Make every thread move more contiguous data per instruction so that loads and stores become 128-bit "
