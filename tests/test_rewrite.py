@@ -559,7 +559,8 @@ def test_a_toml_file_adds_and_replaces_strategies(tmp_path):
     loaded = {s.name: s for s in load_strategies(path)}
     assert list(loaded)[:1] == ["tiling"] and len(loaded) == 7
     assert loaded["tiling"].description == "Only bigger tiles." and loaded["tiling"].rewrites == ("block_size",
-                                                                                                    "autotune")
+                                                                                                    "autotune",
+                                                                                                    "coarsen")
     assert loaded["split_k"].rewrites == () and loaded["split_k"].target == "SM"
 
 
