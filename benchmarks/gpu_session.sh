@@ -83,14 +83,26 @@ evaluator_parts() {
   echo "== $(date -u +%FT%TZ) evaluator parts done"
 }
 
+# restore NAME SPEC: a committed database (SPEC = part.db.gz:BENCH) becomes $S/NAME.db, its bench id
+# $S/NAME.bench, once per machine
+restore() {
+  if [ -n "$2" ] && [ ! -f "$S/$1.db" ]; then gunzip -c "${2%:*}" > "$S/$1.db" && echo "${2##*:}" > "$S/$1.bench"; fi
+}
+# resume_arg NAME: `--bench-id N` once NAME's bench exists
+resume_arg() { [ -f "$S/$1.bench" ] && echo "--bench-id $(cat "$S/$1.bench")"; }
+# record NAME REPORT: the bench a search_quality.py report created becomes NAME's bench
+record() {
+  local id
+  id=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bench']['bench_id'])" "$2" 2>/dev/null)
+  [ -n "$id" ] && echo "$id" > "$S/$1.bench"
+}
+
 ab_sweep() {
   [ -n "${AB_STRATEGIES:-}" ] || return 0
   export CUDA_VISIBLE_DEVICES=$1
-  if [ -n "${AB_RESUME:-}" ] && [ ! -f "$S/ab.db" ]; then
-    gunzip -c "${AB_RESUME%:*}" > "$S/ab.db" && echo "${AB_RESUME##*:}" > "$S/ab_bench_id"
-  fi
-  local resume=""
-  [ -f "$S/ab_bench_id" ] && resume="--bench-id $(cat "$S/ab_bench_id")"
+  restore ab "${AB_RESUME:-}"
+  local resume
+  resume=$(resume_arg ab)
   echo "== $(date -u +%FT%TZ) A/B sweep ($AB_STRATEGIES, ${AB_POLICIES:-kernelband}) on GPUs $1 $resume"
   # shellcheck disable=SC2086
   timeout "${AB_TIMEOUT_S:-1200}" python3 benchmarks/search_quality.py --parts bench --db "$S/ab.db" \
@@ -99,20 +111,15 @@ ab_sweep() {
     $([ "${SMOKE:-0}" = 1 ] && echo --iterations 3) \
     >> "$S/ab.log" 2>&1
   echo "A/B sweep rc=$?"
-  if [ -z "$resume" ]; then
-    id=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bench']['bench_id'])" "$S/ab.json" 2>/dev/null)
-    [ -n "$id" ] && echo "$id" > "$S/ab_bench_id"
-  fi
+  [ -z "$resume" ] && record ab "$S/ab.json"
 }
 
 sweep() {
   ab_sweep "$1"
   export CUDA_VISIBLE_DEVICES=$1
-  local resume=""
-  if [ -n "${SWEEP_RESUME:-}" ] && [ ! -f "$S/quality.db" ]; then  # SWEEP_RESUME=part.db.gz:BENCH
-    gunzip -c "${SWEEP_RESUME%:*}" > "$S/quality.db" && echo "${SWEEP_RESUME##*:}" > "$S/bench_id"
-  fi
-  [ -f "$S/bench_id" ] && resume="--bench-id $(cat "$S/bench_id")"
+  restore quality "${SWEEP_RESUME:-}"
+  local resume
+  resume=$(resume_arg quality)
   local start=$SECONDS phase=0 phases
   IFS=';' read -r -a phases <<< "${SWEEP_POLICIES:-}"
   [ ${#phases[@]} -eq 0 ] && phases=("")
@@ -131,8 +138,8 @@ sweep() {
       >> "$S/sweep.log" 2>&1
     echo "sweep phase $phase rc=$?"
     if [ -z "$resume" ]; then  # the first phase created the bench: the next ones continue it
-      id=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bench']['bench_id'])" "$S/quality$phase.json" 2>/dev/null)
-      [ -n "$id" ] && echo "$id" > "$S/bench_id" && resume="--bench-id $id"
+      record quality "$S/quality$phase.json"
+      resume=$(resume_arg quality)
     fi
   done
   echo "== $(date -u +%FT%TZ) sweep done"

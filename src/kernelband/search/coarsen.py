@@ -44,7 +44,6 @@ from kernelband.search.kernelsource import (
     ModuleSource,
     assigned,
     code,
-    dotted,
     fresh_name,
     subnodes,
 )
@@ -171,13 +170,8 @@ def _meta_grid(launch: Launch, kernel: Kernel) -> tuple[str, str] | str:
 def _read_by_grid(launch: Launch, kernel: Kernel) -> list:
     """The parameters the grid function may read: those it names as meta["..."] when that is its only use of
     meta (`lambda meta: (x.shape[0],)` reads none), else every one."""
-    meta, body = launch.meta_grid
-    keys = launch.meta_keys()
-    uses = sum(1 for n in subnodes(body, cst.Name) if n.value == meta)
-    keyed = sum(1 for sub in subnodes(body, cst.Subscript) if dotted(sub.value) == meta)
-    if uses != keyed:
-        return list(kernel.params)
-    return [p for p in kernel.params if p.name in keys]
+    keys, only = launch.meta_use
+    return [p for p in kernel.params if p.name in keys] if only else list(kernel.params)
 
 
 def _braced(text: str) -> str:

@@ -506,18 +506,25 @@ class Launch:
                     return fn.params.params[0].name.value, fn.body
         return None
 
-    def meta_keys(self) -> set[str]:
-        """The constexprs the grid reads through meta["..."]."""
+    @cached_property
+    def meta_use(self) -> tuple[frozenset[str], bool]:
+        """(the constexprs the grid reads through meta["..."], whether that is its only use of meta: not
+        passed on, not indexed by a variable)."""
         if self.meta_grid is None:
-            return set()
+            return frozenset(), True
         meta, body = self.meta_grid
-        keys = set()
+        keys, keyed = set(), 0
         for sub in subnodes(body, cst.Subscript):
             if dotted(sub.value) == meta and len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index):
                 key = sub.slice[0].slice.value
                 if isinstance(key, cst.SimpleString):
                     keys.add(key.evaluated_value)
-        return keys
+                    keyed += 1
+        return frozenset(keys), keyed == sum(1 for n in subnodes(body, cst.Name) if n.value == meta)
+
+    def meta_keys(self) -> set[str]:
+        """The constexprs the grid reads through meta["..."]."""
+        return set(self.meta_use[0])
 
     @cached_property
     def region(self) -> list[cst.BaseExpression]:
