@@ -96,6 +96,18 @@ def test_eval_with_a_missing_candidate_file_is_exit_2(tmp_path):
                       f"cannot read candidate {missing}")
 
 
+def test_a_binary_file_where_source_is_expected_is_exit_2(tmp_path):
+    """A database or an image passed as a candidate, a task file or a strategies file."""
+    binary = b"SQLite format 3\x00" + bytes(range(128, 256))
+    for name, args in [("cand.py", ("eval", "examples:vector_add", "--candidate")), ("task.py", ("eval",)),
+                       ("s.toml", ("optimize", "examples:vector_add", "--db", str(tmp_path / "r.db"),
+                                   "--strategies"))]:
+        path = tmp_path / name
+        path.write_bytes(binary)
+        assert_user_error(kernelband(*args, str(path)), f"{path} is not a UTF-8 text file")
+    assert not (tmp_path / "r.db").exists()
+
+
 def test_eval_with_a_bad_preset_or_shape_selection_is_exit_2():
     assert_user_error(kernelband("eval", "examples:vector_add", "--preset", "turbo"), "unknown preset 'turbo'")
     assert_user_error(kernelband("eval", "examples:vector_add", "--shapes", "some"), "unknown --shapes 'some'")

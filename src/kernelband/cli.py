@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kernelband.errors import UserError
+from kernelband.errors import UserError, read_text
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Make Triton kernels faster, and prove it.")
@@ -57,10 +57,7 @@ def eval_cmd(
         t = load_task(task, tritonbench)
         source = None
         if candidate is not None:
-            try:
-                source = module_part(candidate.read_text())
-            except OSError as exc:
-                raise UserError(f"cannot read candidate {candidate}: {exc.strerror}") from exc
+            source = module_part(read_text(candidate, "candidate"))
         with Evaluator(mode="interpreter" if interpreter else None, warm=1, preset=preset,
                        use_ncu=False if no_ncu else None) as ev:
             result = ev.evaluate(t, source, which=which, seed=seed)

@@ -7,3 +7,13 @@ class UserError(Exception):
 
 class TaskError(UserError):
     """The task itself is broken: its harness fails, or its reference kernel does."""
+
+
+def read_text(path, what: str) -> str:
+    """A user's text file (`what`: "task file", "candidate", ...), or a UserError that says why not."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{what} {path} is not a UTF-8 text file (byte {exc.start}); pass the source file") from exc

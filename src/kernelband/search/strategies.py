@@ -27,7 +27,7 @@ import re
 import sys
 from pathlib import Path
 
-from kernelband.errors import UserError
+from kernelband.errors import UserError, read_text
 from kernelband.search.core import RESOURCES, Strategy
 
 BUILTIN: tuple[Strategy, ...] = (
@@ -112,10 +112,7 @@ def load_strategies(path: str | Path | None) -> list[Strategy]:
 
 
 def _read(path: Path) -> dict:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UserError(f"cannot read strategy file {path}: {exc.strerror}") from exc
+    text = read_text(path, "strategy file")
     if path.suffix == ".json":
         try:
             data = json.loads(text)

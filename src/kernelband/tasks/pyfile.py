@@ -24,7 +24,7 @@ import ast
 import re
 from pathlib import Path
 
-from kernelband.errors import UserError
+from kernelband.errors import UserError, read_text
 from kernelband.tasks.model import Task
 
 MARKER = re.compile(r"^#\s*-{3,}\s*kernelband task\s*-{3,}\s*$", re.MULTILINE)
@@ -75,10 +75,7 @@ def _top_level_names(tree: ast.Module) -> set[str]:
 
 
 def load(path: Path, ref: str | None = None, name: str | None = None) -> Task:
-    try:
-        source = path.read_text()
-    except OSError as exc:
-        raise UserError(f"cannot read task file {path}: {exc.strerror}") from exc
+    source = read_text(path, "task file")
     module, harness, _ = split(source, str(path))
     try:
         tree = ast.parse(harness, filename=str(path))
