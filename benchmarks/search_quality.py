@@ -16,7 +16,6 @@ Parts:
 from __future__ import annotations
 
 import argparse
-import faulthandler
 import json
 import math
 import signal
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kernelband import stacks
 from kernelband.evaluation.records import PHI_KEYS, RHO_KEYS, EvalResult, Features, Outcome, ShapeResult
 from kernelband.search.bench import Bench, BenchConfig, suite_tasks
 from kernelband.search.core import Candidate, source_hash
@@ -230,7 +230,7 @@ def main() -> None:
                                 tune_alone=args.tune_alone)
                       for i in range(max(1, torch.cuda.device_count()))]
         # `kill -USR1` prints every thread's stack to stderr (benchmarks/gpu_collect.sh does, each call)
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        stacks.dump_on(signal.SIGUSR1)
         beating = heartbeat(evaluators)
         try:
             bench_id = args.bench_id

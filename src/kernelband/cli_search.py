@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,6 +12,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
+from kernelband import stacks
 from kernelband.cli import _fail, _fmt, app, err, out
 from kernelband.errors import UserError
 from kernelband.search.store import DEFAULT_DB
@@ -260,6 +262,7 @@ def bench_cmd(
                                                             use_ncu=False if no_ncu else None)) for i in indices]
                 bench = Bench(store, config, evaluators, lambda: make_proposer(ProposerChoice(config.proposer)),
                               tritonbench, bench_id=resume, on_event=_bench_event, runs_per_gpu=runs_per_gpu)
+                stacks.dump_on(signal.SIGUSR1)  # a sweep that seems stuck: `kill -USR1 PID` shows where
                 bench_id = bench.run()
     except UserError as exc:
         _fail(str(exc))
