@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Wait up to SECONDS for benchmarks/gpu_session.sh to finish, then copy what it has so far to $OUT:
+# Wait up to SECONDS for benchmarks/gpu_session.sh to finish, then copy what it has so far to $OUT (the sweep
+# database as quality.db.xz, to copy over the committed one):
 #   bash benchmarks/gpu_collect.sh 540
 # The sweep database is copied through SQLite's backup API, so the copy is consistent mid-run.
 set -u
@@ -7,7 +8,7 @@ S=${KB_STATE:-kernelband-runs/gpu}
 end=$((SECONDS + ${1:-0}))
 while [ $SECONDS -lt $end ] && [ ! -f "$S/done" ]; do sleep 5; done
 mkdir -p "$OUT"
-# the sweep's threads' stacks into its log (search_quality.py registers SIGUSR1 with faulthandler)
+# the sweep's threads' stacks into its log (search_quality.py's SIGUSR1 handler: kernelband.stacks)
 pkill -USR1 -f '^python3 benchmarks/search_quality.py' && sleep 1  # not `timeout`, which USR1 ends
 cp ~/.cache/kernelband/calibration.json "$S/" 2>/dev/null
 tar czf "$OUT/logs.tar.gz" -C "$S" $(cd "$S" && ls ./*.log ./*.json 2>/dev/null)
@@ -21,7 +22,12 @@ PY
 done
 # how steady the reference's timings were so far (benchmarks/reference_drift.py), before zipping the copy
 [ -f "$OUT/quality.db" ] && PYTHONPATH=src python3 benchmarks/reference_drift.py "$OUT/quality.db" 2>/dev/null | head -n 1
-for db in quality ab; do [ -f "$OUT/$db.db" ] && gzip "$OUT/$db.db"; done
+# xz, as committed (docs/results/bench.db.xz): near-identical candidate sources compress far better than gzip
+for db in quality ab; do
+  [ -f "$OUT/$db.db" ] && python3 -c "import lzma, shutil, sys
+shutil.copyfileobj(open(sys.argv[1], 'rb'), lzma.open(sys.argv[1] + '.xz', 'wb', preset=9 | lzma.PRESET_EXTREME))" \
+    "$OUT/$db.db" && rm "$OUT/$db.db"
+done
 [ -f "$S/done" ] && echo "session finished"
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader 2>/dev/null
 tail -n 25 "$S/session.log"

@@ -15,7 +15,7 @@
 # after the evaluator parts), RUNS_PER_GPU (default 4),
 # SWEEP_TASKS, SWEEP_POLICIES (phases split by ';', run one after another within one SWEEP_BUDGET_S, e.g.
 # 'kernelband;greedy,random': every task with kernelband first), SWEEP_PARTS (search_quality parts, default
-# bench,grid,overhead), SWEEP_RESUME=part.db.gz:BENCH (continue a committed sweep database), EVAL=0 (no
+# bench,grid,overhead), SWEEP_RESUME=part.db.xz:BENCH (continue a committed sweep database, .xz or .gz), EVAL=0 (no
 # evaluator parts: the sweep takes every GPU), SWEEP=0 (no sweep: the evaluator parts take GPU 0),
 # EVAL_TASKS (the evaluator parts' tasks, comma-separated; default the 29), REPEAT_TASKS ('all': the 29), REPEAT_PRESETS, POOL_THREADS (default 4), WARM_PROFILERS (workers kept started
 # under ncu; default POOL_THREADS + 3), PROFILE_LOCK (exclusive | shared: ncu's profiled run alone on the GPU or
@@ -26,7 +26,7 @@
 # A/B sweep before the main one, into its own database $S/ab.db (e.g. the built-in strategies with `coarsen`
 # added, against the runs of the same tasks in the main bench): AB_STRATEGIES (a strategies file; unset: none),
 # AB_TASKS (comma-separated), AB_POLICIES (default kernelband), AB_BUDGET_S (default 600: start no new run
-# after), AB_TIMEOUT_S (default 1200), AB_RESUME=ab.db.gz:BENCH (continue one).
+# after), AB_TIMEOUT_S (default 1200), AB_RESUME=ab.db.xz:BENCH (continue one).
 set -u
 S=${KB_STATE:-kernelband-runs/gpu}
 mkdir -p "$S"
@@ -83,17 +83,24 @@ evaluator_parts() {
   echo "== $(date -u +%FT%TZ) evaluator parts done"
 }
 
-# restore NAME SPEC: a committed database (SPEC = part.db.gz:BENCH) becomes $S/NAME.db, its bench id
-# $S/NAME.bench, once per machine
+# restore NAME SPEC: a committed database (SPEC = part.db.xz:BENCH, or .gz) becomes $S/NAME.db, its bench
+# id $S/NAME.bench, once per machine
 restore() {
-  if [ -n "$2" ] && [ ! -f "$S/$1.db" ]; then gunzip -c "${2%:*}" > "$S/$1.db" && echo "${2##*:}" > "$S/$1.bench"; fi
+  if [ -n "$2" ] && [ ! -f "$S/$1.db" ]; then
+    python3 -c "import gzip, lzma, shutil, sys
+shutil.copyfileobj((lzma.open if sys.argv[1].endswith('.xz') else gzip.open)(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+      "${2%:*}" "$S/$1.db" && echo "${2##*:}" > "$S/$1.bench"
+  fi
 }
 # resume_arg NAME: `--bench-id N` once NAME's bench exists
 resume_arg() { [ -f "$S/$1.bench" ] && echo "--bench-id $(cat "$S/$1.bench")"; }
-# record NAME REPORT: the bench a search_quality.py report created becomes NAME's bench
+# record NAME: the newest bench in $S/NAME.db, the one the first phase created, becomes NAME's bench. Read from
+# the database, which has it from the bench's first second, not from the report written at the process's
+# end: run V's first phase died, and its second phase began another bench.
 record() {
   local id
-  id=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bench']['bench_id'])" "$2" 2>/dev/null)
+  id=$(python3 -c "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT max(id) FROM benches').fetchone()[0] or '')" \
+    "$S/$1.db" 2>/dev/null)
   [ -n "$id" ] && echo "$id" > "$S/$1.bench"
 }
 
@@ -111,7 +118,7 @@ ab_sweep() {
     $([ "${SMOKE:-0}" = 1 ] && echo --iterations 3) \
     >> "$S/ab.log" 2>&1
   echo "A/B sweep rc=$?"
-  [ -z "$resume" ] && record ab "$S/ab.json"
+  [ -z "$resume" ] && record ab
 }
 
 sweep() {
@@ -138,7 +145,7 @@ sweep() {
       >> "$S/sweep.log" 2>&1
     echo "sweep phase $phase rc=$?"
     if [ -z "$resume" ]; then  # the first phase created the bench: the next ones continue it
-      record quality "$S/quality$phase.json"
+      record quality
       resume=$(resume_arg quality)
     fi
   done
