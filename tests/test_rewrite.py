@@ -431,8 +431,20 @@ def test_cache_hints_never_repeat_a_keyword():
     assert 'tl.store(out_ptr + offs, x + y, mask=mask, cache_modifier=".cs")' in made[
         'cache_modifier=".cs" on 1 store (streaming, evict first) in add_kernel']
     assert 'eviction_policy="evict_last" on' not in " ".join(made)  # y is read once: no re-read loads
-    cg = made['cache_modifier=".cg" on 2 loads (cached in L2 only) in add_kernel']
+    cg = made['cache_modifier=".cg" on 1 load (cached in L2 only) in add_kernel']
     assert variants(cg, "cache_hints") and not any("cache_modifier=\".cg\"" in r for r, _ in variants(cg, "cache_hints"))
+
+
+def test_a_load_gets_a_cache_modifier_or_an_eviction_policy_never_both():
+    # ptxas rejects the pair (run V: 7 of 7 such candidates failed); ADD's y load has evict_last already
+    made = dict(variants(ADD, "cache_hints"))
+    cg = made['cache_modifier=".cg" on 1 load (cached in L2 only) in add_kernel']
+    assert 'tl.load(x_ptr + offs, mask=mask, cache_modifier=".cg")' in cg
+    assert 'tl.load(y_ptr + offs, mask=mask, eviction_policy="evict_last")\n' in cg
+    evict = made['eviction_policy="evict_first" on 1 load of data read once in add_kernel']
+    for _, child in variants(cg, "cache_hints") + variants(evict, "cache_hints"):
+        for line in child.splitlines():
+            assert not ("tl.load" in line and "cache_modifier" in line and "eviction_policy" in line), line
 
 
 # -- grouped ordering -----------------------------------------------------------------------------------------
