@@ -10,7 +10,7 @@ import json
 import pytest
 
 from kernelband.evaluation import ncu, sol
-from kernelband.evaluation.evaluator import SOL_TOLERANCE, Evaluator
+from kernelband.evaluation.evaluator import Evaluator
 from kernelband.evaluation.records import PHI_KEYS, EvalResult, Outcome, ShapeResult
 from kernelband.tasks.model import ShapeInfo
 
@@ -124,9 +124,10 @@ def test_a_corrupt_calibration_cache_is_ignored_and_replaced(tmp_path):
 
 
 # -- the evaluator's speed-of-light check ----------------------------------------------------------
-def _judge(cand_ms: float, ref_ms: float, nbytes: float = 1e9, overcounted: str = ""):
-    """Run the evaluator's speed-of-light stage on one shape whose bound is nbytes / 1000 GB/s."""
-    shape = ShapeInfo(index=0, label="n=1", held_out=False, inputs="", nbytes=int(nbytes), bytes=nbytes)
+def _judge(cand_ms: float, ref_ms: float, nbytes: float = 1e9, overcounted: str = "", flops: float | None = None):
+    """Run the evaluator's speed-of-light stage on one shape whose bound is nbytes / 1000 GB/s (or
+    flops / 100 TFLOP/s, if larger)."""
+    shape = ShapeInfo(index=0, label="n=1", held_out=False, inputs="", nbytes=int(nbytes), bytes=nbytes, flops=flops)
     result = EvalResult(task="t", outcome=Outcome.OK)
     sr = ShapeResult(0, "n=1", False, correct=True, ref_ms=ref_ms, cand_ms=cand_ms)
     result.shapes = [sr]
@@ -152,8 +153,26 @@ def test_a_candidate_faster_than_the_bound_is_suspicious():
 
 
 def test_within_the_noise_margin_of_the_bound_is_not_suspicious():
-    result, _ = _judge(cand_ms=1.0 / (SOL_TOLERANCE - 0.01), ref_ms=4.0)
+    result, _ = _judge(cand_ms=1.0 / (sol.BANDWIDTH_TOLERANCE - 0.01), ref_ms=4.0)
     assert result.outcome == Outcome.OK
+
+
+def test_a_compute_bound_shape_may_beat_the_calibrated_matmul_rate_by_more():
+    flops = 2e11  # 2 ms at 100 TFLOP/s, more than the 1 GB's 1 ms at 1000 GB/s: FLOPs set the bound
+    ok, sr = _judge(cand_ms=2.0 / 1.10, ref_ms=4.0, flops=flops)  # a tuned matmul 10 % over the library's rate
+    assert ok.outcome == Outcome.OK and sr.sol_fraction == pytest.approx(1.10)
+    bad, _ = _judge(cand_ms=2.0 / (sol.COMPUTE_TOLERANCE + 0.05), ref_ms=4.0, flops=flops)
+    assert bad.outcome == Outcome.SUSPICIOUS and "speed_of_light" in bad.checks
+    # the same 10 % over a bound that bytes set is still suspicious
+    moved, _ = _judge(cand_ms=1.0 / 1.10, ref_ms=4.0, flops=1e10)
+    assert moved.outcome == Outcome.SUSPICIOUS
+
+
+def test_the_margin_follows_the_term_that_sets_the_bound():
+    assert sol.tolerance(2e9, 1e12, PEAKS) == sol.COMPUTE_TOLERANCE  # 10 ms of FLOPs against 2 ms of bytes
+    assert sol.tolerance(2e9, 1e9, PEAKS) == sol.BANDWIDTH_TOLERANCE
+    assert sol.tolerance(None, 1e12, PEAKS) == sol.COMPUTE_TOLERANCE
+    assert sol.tolerance(2e9, None, PEAKS) == sol.BANDWIDTH_TOLERANCE
 
 
 def test_a_bound_the_reference_also_beats_blames_the_task_not_the_candidate():

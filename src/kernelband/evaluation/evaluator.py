@@ -41,9 +41,6 @@ from kernelband.tensorfile import TensorFileError
 # In interpreter mode a task keeps its smallest search shapes: at most this many, each at most this big.
 INTERPRETER_SHAPES = 2
 INTERPRETER_MAX_BYTES = 1 << 20
-# A shape measured this much faster than its speed-of-light bound is suspicious (5 % for noise and for a
-# kernel that beats the calibration's copy bandwidth by a little).
-SOL_TOLERANCE = 1.05
 # The representative shape (features, ncu): the largest search shape with inputs under this size.
 REPRESENTATIVE_MAX_BYTES = 64 << 20
 # The task's own test cases always run with this seed: the set-up finds the outputs the reference does not
@@ -798,8 +795,9 @@ class Evaluator:
             if sr.bound_ms:
                 sr.sol_fraction = sr.bound_ms / sr.cand_ms
                 ref_fraction = sr.bound_ms / sr.ref_ms if sr.ref_ms else 0.0
-                if sr.sol_fraction > SOL_TOLERANCE:
-                    if ref_fraction > SOL_TOLERANCE:
+                margin = sol.tolerance(nbytes, shape.flops, peaks)
+                if sr.sol_fraction > margin:
+                    if ref_fraction > margin:
                         sr.note = "bound below even the reference's time: the task's byte count is too high"
                         continue
                     if overcounted:

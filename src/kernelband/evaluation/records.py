@@ -43,8 +43,9 @@ class Preset:
 # The evaluator's rules: bump it with any change that could give the same source on the same GPU another
 # outcome or speedup (a new check, a new waiver, a new timing protocol). A stored evaluation under other rules
 # is never reused: a sweep evaluates that source again and measures the golden baseline again. Evaluations
-# stored before the stamp existed load as rules 1.
-RULES = 1
+# stored before the stamp existed load as rules 1. Rules 2: a shape whose FLOPs set its speed-of-light bound
+# is suspicious only 25 % below it, not 5 % (sol.COMPUTE_TOLERANCE).
+RULES = 2
 
 # The note of an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`).
 NCU_SKIPPED = "ncu: not run (the search's policy and proposer do not use φ)"
