@@ -90,6 +90,45 @@ def test_the_pool_snapshot_names_each_request_in_progress(evaluator, vector_add)
         pool.release(worker)
 
 
+def test_the_pool_counts_cpu_seconds_by_kind_of_worker_since_the_last_look(evaluator, vector_add):
+    """`WorkerPool.cpu_use()` (in the heartbeat): a candidate busy importing its module shows about the CPU
+    time it burned, apart from the idle spares, and a second look counts only what came after the first."""
+    pool = evaluator.pool
+    pool.cpu_use()  # start counting from here: the workers' start-up is behind us
+    worker = pool.acquire()
+    busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.5:\n    pass\n" + GOOD
+    try:
+        reply = worker.request({"op": "load", "role": "cand", "task": vector_add.wire(), "module_source": busy}, 60)
+        assert reply.get("ok"), reply
+        used = pool.cpu_use()
+        assert used["candidate"][0] == 1 and used["candidate"][1] >= 1.4, used
+        # idle spares burned next to nothing; a replacement that started meanwhile is "candidate starting"
+        assert used.get("candidate idle", [0, 0.0])[1] < 1.0, used
+        assert pool.cpu_use()["candidate"][1] < 0.5  # nothing new since the last look
+    finally:
+        pool.release(worker)
+
+
+def test_a_process_cpu_is_split_into_its_own_and_its_childrens():
+    import subprocess
+    import sys
+
+    from kernelband.evaluation.pool import process_cpu
+
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0:\n    pass\ntime.sleep(30)"
+    front = subprocess.Popen(["bash", "-c", f"{sys.executable} -c '{spin}'; true"])  # like ncu and its worker
+    try:
+        deadline = time.monotonic() + 20
+        while (process_cpu(front.pid) or (0, 0))[1] < 0.95 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        own, children = process_cpu(front.pid)
+        assert children >= 0.95 and own < 0.5, (own, children)  # 1 s of spinning, in clock ticks
+    finally:
+        front.kill()
+        front.wait()
+    assert process_cpu(front.pid) is None
+
+
 class _Recording(GpuLock):
     """Records the evaluation's holds (`held`) and, apart, the starts of new workers (`starts`)."""
 

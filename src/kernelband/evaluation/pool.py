@@ -126,6 +126,22 @@ class ReadyInfo:
     versions: dict
 
 
+def process_cpu(pid: int) -> tuple[float, float] | None:
+    """(user + system CPU seconds of the process, of its live descendants), or None once it is gone."""
+    try:
+        proc = psutil.Process(pid)
+        own = sum(proc.cpu_times()[:2])
+        kids = 0.0
+        for child in proc.children(recursive=True):
+            try:
+                kids += sum(child.cpu_times()[:2])
+            except psutil.Error:
+                pass
+        return own, kids
+    except psutil.Error:
+        return None
+
+
 class Worker:
     """One worker process and the parent's end of its socket."""
 
@@ -472,7 +488,35 @@ class WorkerPool:
                 role = f"reference {refs[id(w)]}" if id(w) in refs else "profiler" if w.profiler else "candidate"
                 asked.append(f"{role} pid {w.proc.pid}: {current[0]} {now - current[1]:.0f}s")
         return {"requests": asked, "gpu_lock": self.gpu_lock.state(), "activity": self.activity_now(),
-                "spares": len(self._spares), "profilers": len(self._profilers)}
+                "spares": len(self._spares), "profilers": len(self._profilers), "cpu": self.cpu_use()}
+
+    def cpu_use(self) -> dict[str, list]:
+        """CPU seconds each kind of live worker used since the last call, as {kind: [workers, own, children]}.
+        Kinds are candidate, reference and profiler, with "starting" added for those not yet ready (and for
+        what a worker used before the first look at it) and "idle" for the warm ones waiting for work. A
+        profiler's own process is ncu's front end and its child the Python worker, so this tells whether
+        idle front ends eat the host's CPU (a lead from `ps` in run J, where %CPU is a lifetime average)."""
+        with self._cond:
+            idle = {id(w) for w in self._spares + self._profilers}
+            refs = {id(w) for w in self._references.values()}
+            workers = list(dict.fromkeys(list(self._all) + list(self._references.values())))
+        before, seen, out = getattr(self, "_cpu_seen", {}), {}, {}
+        for w in workers:
+            used = process_cpu(w.proc.pid)
+            if used is None:
+                continue
+            seen[w.proc.pid] = used
+            kind = "reference" if id(w) in refs else "profiler" if w.profiler else "candidate"
+            # what a worker used before its first look is its start-up, whatever it does now
+            fresh = w.proc.pid not in before
+            kind += " starting" if fresh or w.ready is None else " idle" if id(w) in idle else ""
+            last = before.get(w.proc.pid, (0.0, 0.0))
+            row = out.setdefault(kind, [0, 0.0, 0.0])
+            row[0] += 1
+            row[1] += used[0] - last[0]
+            row[2] += used[1] - last[1]
+        self._cpu_seen = seen
+        return {k: [n, round(own, 1), round(kids, 1)] for k, (n, own, kids) in sorted(out.items())}
 
     def _watch(self) -> None:
         while not self._closed:

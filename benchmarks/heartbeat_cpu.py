@@ -1,0 +1,61 @@
+"""Where a sweep's CPU went, by kind of worker, from the heartbeat lines of its log (no GPU needed).
+
+Each heartbeat carries `WorkerPool.cpu_use()` per evaluator: CPU seconds each kind of worker used since the
+last beat, its own process apart from its children (for a profiler, ncu's front end apart from the Python
+worker it runs). This sums them over the log:
+
+    python3 benchmarks/heartbeat_cpu.py kernelband-runs/gpu/sweep.log
+
+A sweep log holds one process's beats per phase; each phase starts counting afresh, as the pool does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+
+
+def summarise(lines) -> tuple[dict[str, list[float]], float]:
+    """({kind: [worker-beats, own CPU s, children's CPU s]}, seconds covered by the beats)."""
+    totals: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    covered, last = 0.0, None
+    for line in lines:
+        if not line.startswith('{"kind": "heartbeat"'):
+            continue
+        beat = json.loads(line)
+        elapsed = beat.get("elapsed_s", 0)
+        # the first beat covers the pool's start; a smaller elapsed time is a new phase's first beat
+        covered += elapsed - last if last is not None and elapsed >= last else elapsed
+        last = elapsed
+        for ev in beat.get("evaluators", []):
+            for kind, (workers, own, children) in (ev.get("cpu") or {}).items():
+                row = totals[kind]
+                row[0] += workers
+                row[1] += own
+                row[2] += children
+    return dict(totals), covered
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("log")
+    args = ap.parse_args()
+    with open(args.log) as f:
+        totals, covered = summarise(f)
+    if not totals:
+        print("no heartbeat with CPU figures in", args.log)
+        return
+    beats = sum(1 for _ in open(args.log) if _.startswith('{"kind": "heartbeat"'))
+    print(f"CPU by kind of worker over {covered:.0f} s of heartbeats ({beats} beats; own process / children)")
+    print("| kind | workers, mean | own CPU s | children's CPU s | cores, own + children | per worker, cores |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for kind, (worker_beats, own, children) in sorted(totals.items(), key=lambda kv: -(kv[1][1] + kv[1][2])):
+        mean_workers = worker_beats / beats if beats else 0.0
+        cores = (own + children) / covered if covered else 0.0
+        each = cores / mean_workers if mean_workers else 0.0
+        print(f"| {kind} | {mean_workers:.1f} | {own:.0f} | {children:.0f} | {cores:.2f} | {each:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
