@@ -58,6 +58,19 @@ def test_bench_sweep_shares_evaluations_and_resumes(tmp_path: Path):
         assert con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == made
 
 
+def test_a_bench_without_a_strategies_file_keeps_the_catalogue_it_began_with(monkeypatch):
+    """The built-in catalogue is stored when the bench begins: a resume after it changed (a new rewrite in
+    `tiling`, say) runs the strategies the bench's first runs had."""
+    from kernelband.search import strategies
+
+    config = BenchConfig("examples", ["greedy"], [0], strategies=BenchConfig.strategies_from(None))
+    began = [(s.name, s.rewrites) for s in strategies.builtin_strategies()]
+    changed = tuple(dataclasses.replace(s, rewrites=s.rewrites + ("a_new_rewrite",)) for s in strategies.BUILTIN)
+    monkeypatch.setattr(strategies, "BUILTIN", changed)
+    resumed = BenchConfig(**json.loads(json.dumps(config.to_dict())))  # as stored and read back
+    assert [(s.name, s.rewrites) for s in resumed.strategy_list()] == began
+
+
 @pytest.mark.slow
 def test_a_bench_keeps_the_strategies_it_began_with(tmp_path: Path):
     db, spec = tmp_path / "bench.db", tmp_path / "s.toml"

@@ -69,18 +69,17 @@ class BenchConfig:
     tasks: list[str] = field(default_factory=list)  # a subset of the suite; empty: all of it
     refresh_baselines: bool = False
     finalists: int = 3  # of each run's fastest kernels re-measured at the end (RunConfig.finalists)
-    # the strategies of every run (name, description, target, rewrites), as loaded from --strategies when the
-    # bench began, so that a resume uses the same ones; None: the built-in catalogue
+    # the strategies of every run (name, description, target, rewrites), as loaded when the bench began (from
+    # --strategies, or the built-in catalogue), so that a resume uses the same ones even after the catalogue
+    # changed; None (benches begun before this was stored): today's built-in catalogue
     strategies: list[dict] | None = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
     @staticmethod
-    def strategies_from(path: str | None) -> list[dict] | None:
-        """The `strategies` field for a strategies file (None: the built-in catalogue)."""
-        if path is None:
-            return None
+    def strategies_from(path: str | None) -> list[dict]:
+        """The `strategies` field for a strategies file, or for the built-in catalogue (None)."""
         from kernelband.search.strategies import load_strategies
         return [asdict(s) for s in load_strategies(path)]
 
