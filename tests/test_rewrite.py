@@ -190,8 +190,8 @@ def test_coarsen_calls_a_grid_function_with_the_launch_arguments():
     compile(new, "coarsened", "exec")
     assert [line for line in changed_lines(source, new) if "rms_kernel[" in line or "n_programs=" in line] == [
         "-     rms_kernel[lambda meta: (x.shape[0] + 0 * len(meta),)](",
-        "+     rms_kernel[lambda coarsen_meta: (triton.cdiv((lambda meta: (x.shape[0] + 0 * len(meta),))"
-        "(coarsen_meta)[0], 2),) + tuple((lambda meta: (x.shape[0] + 0 * len(meta),))(coarsen_meta)[1:])](",
+        "+     rms_kernel[lambda grid_meta: (triton.cdiv((lambda meta: (x.shape[0] + 0 * len(meta),))"
+        "(grid_meta)[0], 2),) + tuple((lambda meta: (x.shape[0] + 0 * len(meta),))(grid_meta)[1:])](",
         "+         n_programs=(lambda meta: (x.shape[0] + 0 * len(meta),))({'x_ptr': x, 'out_ptr': out, "
         "'n_cols': n_cols, 'BLOCK': 512})[0],",
     ]
@@ -274,6 +274,106 @@ def test_a_coarsened_kernel_that_rebinds_its_pointers_is_correct_in_the_interpre
     found = options(source, ("coarsen",))
     variant = next(v for v in found.variants if v.rationale.startswith("4 consecutive"))
     result = evaluator.evaluate(task, variant.apply(found.module), seed=6)
+    assert result.ok, (result.outcome, result.detail, result.error[-2000:])
+
+
+# -- rows ------------------------------------------------------------------------------------------------------
+SOFTMAX_ROWS = """\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_kernel(out_ptr, x_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=-float("inf"))
+    scale = tl.load(x_ptr)  # the same for every row: not masked
+    z = x - tl.max(x, axis=0)
+    num = tl.exp(z * scale)
+    tl.store(out_ptr + row * n_cols + cols, num / tl.sum(num), mask=cols < n_cols)
+
+
+def softmax(x):
+    out = torch.empty_like(x)
+    softmax_kernel[(x.shape[0],)](out, x, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+    return out
+"""
+
+
+def test_rows_puts_consecutive_programs_side_by_side_on_a_leading_axis():
+    made = dict(variants(SOFTMAX_ROWS, "rows"))
+    assert sorted(made) == [
+        "16 consecutive programs side by side in each program of softmax_kernel: the first grid axis divided by 16 "
+        "at 1 launch(es)",
+        "4 consecutive programs side by side in each program of softmax_kernel: the first grid axis divided by 4 "
+        "at 1 launch(es)"]
+    new = made[next(r for r in made if r.startswith("4 "))]
+    assert changed_lines(SOFTMAX_ROWS, new) == [
+        "- def softmax_kernel(out_ptr, x_ptr, n_cols, BLOCK: tl.constexpr):",
+        "-     row = tl.program_id(0)",
+        '-     x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=-float("inf"))',
+        "-     z = x - tl.max(x, axis=0)",
+        "-     tl.store(out_ptr + row * n_cols + cols, num / tl.sum(num), mask=cols < n_cols)",
+        "-     softmax_kernel[(x.shape[0],)](out, x, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))",
+        "+ def softmax_kernel(out_ptr, x_ptr, n_cols, BLOCK: tl.constexpr, n_programs, ROWS: tl.constexpr):",
+        "+     rows_pid = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]",
+        "+     rows_mask = rows_pid < n_programs",
+        "+     row = rows_pid",
+        '+     x = tl.load(x_ptr + row * n_cols + cols, mask=(cols < n_cols) & rows_mask, other=-float("inf"))',
+        "+     z = x - tl.max(x, axis=1, keep_dims=True)",
+        "+     tl.store(out_ptr + row * n_cols + cols, num / tl.sum(num, axis=1, keep_dims=True), "
+        "mask=(cols < n_cols) & rows_mask)",
+        "+     softmax_kernel[(triton.cdiv(x.shape[0], 4),)](out, x, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]), "
+        "n_programs=x.shape[0], ROWS=4)"]
+
+
+@pytest.mark.parametrize("old, new, reason", [
+    ("    z = x - tl.max(x, axis=0)\n", "    z = x - tl.max(x, axis=0)\n    for i in range(2):\n        z += 0\n",
+     "softmax_kernel has a loop or a branch"),
+    ("    row = tl.program_id(0)\n", "    row = tl.program_id(0)\n    two = cols[:, None]\n", "has a subscript"),
+    ("tl.max(x, axis=0)", "tl.max(x, axis=0, keep_dims=False)", "reduces over an axis other than 0"),
+    ("tl.exp(z * scale)", "tl.cumsum(z * scale, 0)", "it calls `tl.cumsum`"),
+    ("tl.exp(z * scale)", "helper(z * scale)", "it calls `helper`"),
+    ("    scale = tl.load(x_ptr)", "    tl.store(x_ptr, 1.0)\n    scale = tl.load(x_ptr)", "every row would write there"),
+    ("    cols = tl.arange(0, BLOCK)\n", "    cols = tl.arange(0, BLOCK)\n    acc = tl.zeros((BLOCK, BLOCK), tl.float32)\n",
+     "may make a tensor of more than one axis"),
+])
+def test_rows_says_why_it_does_not_apply(old, new, reason):
+    source = SOFTMAX_ROWS.replace(old, new)
+    assert source != SOFTMAX_ROWS
+    found = options(source, ("rows",))
+    assert not found.variants and any(reason in r for r in found.reasons), found.reasons
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example, factor", [("dequantize", 16), ("dropout", 4), ("vector_add", 16)])
+def test_a_rows_example_is_correct_in_the_interpreter(evaluator, example, factor):
+    """Shapes whose program count the factor does not divide: the row mask keeps the extra rows out."""
+    from kernelband.tasks import load_task
+
+    task = load_task(f"examples:{example}")
+    found = options(task.module_source, ("rows",))
+    variant = next(v for v in found.variants if v.rationale.startswith(f"{factor} consecutive"))
+    result = evaluator.evaluate(task, variant.apply(found.module), seed=7)
+    assert result.ok, (result.outcome, result.detail, result.error[-2000:])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["softmax_triton1", "dequantize_rowwise"])
+def test_a_rows_tritonbench_kernel_is_correct_in_the_interpreter(evaluator, name):
+    """A softmax whose reductions keep the row axis, and a row-wise dequantize with a per-row scalar load."""
+    from kernelband.tasks import load_task
+    from kernelband.tasks import tritonbench as tb
+
+    path = tb.find()
+    if path is None:
+        pytest.skip("no TritonBench-G data")
+    task = load_task(f"tritonbench:{name}", str(path))
+    found = options(task.module_source, ("rows",))
+    variant = next(v for v in found.variants if v.rationale.startswith("16 consecutive"))
+    result = evaluator.evaluate(task, variant.apply(found.module), seed=8)
     assert result.ok, (result.outcome, result.detail, result.error[-2000:])
 
 

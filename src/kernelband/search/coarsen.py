@@ -55,8 +55,8 @@ def coarsen(ms: ModuleSource) -> Found:
     variants, reasons = [], []
     for kernel in ms.kernels.values():
         launches = ms.launches_of(kernel)
-        grids = [_grid(launch, kernel) for launch in launches]
-        why = _why_not(ms, kernel, launches, grids)
+        grids = [grid_plan(launch, kernel) for launch in launches]
+        why = launch_obstacle(ms, kernel, launches, grids)
         if why:
             reasons.append(why)
             continue
@@ -66,7 +66,7 @@ def coarsen(ms: ModuleSource) -> Found:
                  "pid": fresh_name("coarsen_pid", used)}
         for factor in FACTORS:
             edits: list[tuple[cst.CSTNode, Edit]] = [(kernel.node, _kernel_edit(kernel, names))]
-            edits += [(launch.call, _launch_edit(grid, names, factor)) for launch, grid in zip(launches, grids)]
+            edits += [(launch.call, launch_edit(grid, names, factor)) for launch, grid in zip(launches, grids)]
             touched = frozenset({kernel.name} | {x.scope.top or kernel.name for x in launches})
             variants.append(Variant("coarsen", f"{factor} consecutive programs per program in {kernel.name}: the "
                                     f"first grid axis divided by {factor} at {len(launches)} launch(es)",
@@ -82,7 +82,8 @@ def _loop_start(kernel: Kernel) -> int | None:
     return None
 
 
-def _why_not(ms: ModuleSource, kernel: Kernel, launches: list[Launch], grids: list[tuple[str, str] | str]) -> str:
+def launch_obstacle(ms: ModuleSource, kernel: Kernel, launches: list[Launch], grids: list[tuple[str, str] | str]) -> str:
+    """Why the kernel cannot take fewer programs on its first grid axis (each doing several), or ""."""
     if not launches:
         return f"{kernel.name} is not launched in this module"
     if kernel.heuristics:
@@ -110,7 +111,7 @@ def _why_not(ms: ModuleSource, kernel: Kernel, launches: list[Launch], grids: li
     return ""
 
 
-def _grid(launch: Launch, kernel: Kernel) -> tuple[str, str] | str:
+def grid_plan(launch: Launch, kernel: Kernel) -> tuple[str, str] | str:
     """(the first axis, the grid with it divided by {factor}) as code, or why the grid cannot be divided."""
     not_tuple = f"the grid of the {launch.where} is not a tuple"
     if launch.meta_grid is not None:
@@ -160,7 +161,7 @@ def _meta_grid(launch: Launch, kernel: Kernel) -> tuple[str, str] | str:
     function = code(launch.grid[0])
     if not isinstance(launch.grid[0], cst.Name):
         function = f"({function})"
-    meta = fresh_name("coarsen_meta", set(kernel.names))
+    meta = fresh_name("grid_meta", set(kernel.names))
     bound = "{" + ", ".join(f"{name!r}: {value}" for name, value in given.items()) + "}"
     divided = (f"lambda {meta}: (triton.cdiv({function}({meta})[0], {{factor}}),) + "
                f"tuple({function}({meta})[1:])")
@@ -194,12 +195,6 @@ def _kernel_edit(kernel: Kernel, names: dict[str, str]) -> Edit:
     tl = kernel.tl_name
 
     def edit(node: cst.FunctionDef) -> cst.FunctionDef:
-        params = list(node.params.params)
-        inner = _separator(params)
-        params[-1:] = [params[-1].with_changes(comma=inner),
-                       cst.Param(cst.Name(names["n"]), comma=inner),
-                       cst.Param(cst.Name(names["c"]), annotation=cst.Annotation(cst.parse_expression(f"{tl}.constexpr")),
-                                 comma=params[-1].comma)]
         body = list(node.body.body)
         rest = body[at:]
         if rest and isinstance(rest[-1], cst.SimpleStatementLine) and isinstance(rest[-1].body[0], cst.Return):
@@ -226,12 +221,24 @@ def _kernel_edit(kernel: Kernel, names: dict[str, str]) -> Edit:
                 f"    if {pid} < {names['n']}:\n" + textwrap.indent(inner_code, " " * 8))
         block = statements(text)
         block[0] = block[0].with_changes(leading_lines=body[at].leading_lines)
-        return node.with_changes(params=node.params.with_changes(params=params),
+        return node.with_changes(params=added_params(node, names["n"], names["c"], tl),
                                  body=node.body.with_changes(body=[*body[:at], *block]))
     return edit
 
 
-def _launch_edit(grid: tuple[str, str], names: dict[str, str], factor: int) -> Edit:
+def added_params(node: cst.FunctionDef, n: str, c: str, tl: str) -> cst.Parameters:
+    """The kernel's parameters with `n` (the old grid's first axis) and `c: tl.constexpr` (the factor) last."""
+    params = list(node.params.params)
+    inner = separator(params)
+    params[-1:] = [params[-1].with_changes(comma=inner), cst.Param(cst.Name(n), comma=inner),
+                   cst.Param(cst.Name(c), annotation=cst.Annotation(cst.parse_expression(f"{tl}.constexpr")),
+                             comma=params[-1].comma)]
+    return node.params.with_changes(params=params)
+
+
+def launch_edit(grid: tuple[str, str], names: dict[str, str], factor: int) -> Edit:
+    """The launch with its grid's first axis divided by `factor`, passing the old axis as `names["n"]` and the
+    factor as `names["c"]`."""
     first, divided = grid
 
     def edit(call: cst.Call) -> cst.Call:
@@ -240,7 +247,7 @@ def _launch_edit(grid: tuple[str, str], names: dict[str, str], factor: int) -> E
         n_arg, c_arg = cst.parse_expression(f"_({names['n']}={first}, {names['c']}={factor})").args
         args = list(call.args)
         if args:  # the new arguments go last, laid out like the ones before them
-            sep = _separator(args)
+            sep = separator(args)
             args[-1:] = [args[-1].with_changes(comma=sep), n_arg.with_changes(comma=sep),
                          c_arg.with_changes(comma=args[-1].comma)]
         else:
@@ -249,7 +256,7 @@ def _launch_edit(grid: tuple[str, str], names: dict[str, str], factor: int) -> E
     return edit
 
 
-def _separator(items: list[cst.Param] | list[cst.Arg]) -> cst.Comma:
+def separator(items: list[cst.Param] | list[cst.Arg]) -> cst.Comma:
     """The comma (and the line break and indent after it) between the last two items, for items appended."""
     if len(items) > 1 and isinstance(items[-2].comma, cst.Comma):
         comma = items[-2].comma

@@ -9,6 +9,8 @@ variant it can make of it, in a fixed order, with the reasons it cannot do more.
                       (or add a config to a kernel that is autotuned already)
     cache_hints       eviction_policy / cache_modifier on tl.load and tl.store
     grouped_ordering  visit the tiles of a 2-D tiled launch in groups of GROUP_M rows (L2 swizzle)
+    coarsen           each program does the work of C consecutive programs, one after another (coarsen.py)
+    rows              each program does the work of R consecutive programs side by side (rows.py)
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from kernelband.search.kernelsource import (
     subnodes,
 )
 from kernelband.search.knobs import Knob
+from kernelband.search.rows import rows
 
 WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4, 5)
@@ -606,6 +609,7 @@ REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "cache_hints": cache_hints,
     "grouped_ordering": grouped_ordering,
     "coarsen": coarsen,
+    "rows": rows,
 }
 # Rewrites in no built-in strategy, until a GPU run shows they help: a strategies file can add them (README).
-STRATEGY_FILE_ONLY: frozenset[str] = frozenset()
+STRATEGY_FILE_ONLY: frozenset[str] = frozenset({"rows"})
