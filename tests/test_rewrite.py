@@ -547,6 +547,63 @@ def test_a_load_gets_a_cache_modifier_or_an_eviction_policy_never_both():
             assert not ("tl.load" in line and "cache_modifier" in line and "eviction_policy" in line), line
 
 
+# -- fusion (host side) ---------------------------------------------------------------------------------------
+ABSMAX = """\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, s_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(out_ptr + offs, x / tl.load(s_ptr), mask=offs < n)
+
+
+def scale(x):
+    absmax = x.abs().max().unsqueeze(0)
+    per_row = torch.abs(x).max(dim=-1)  # one dimension: another reduction, left alone
+    out = torch.empty_like(x)
+    scale_kernel[(triton.cdiv(x.numel(), 1024),)](x, absmax, out, x.numel(), BLOCK=1024)
+    return out, per_row
+"""
+
+
+@pytest.mark.parametrize("form", ["x.abs().max()", "torch.abs(x).max()", "torch.max(x.abs())", "torch.amax(torch.abs(x))"])
+def test_fused_absmax_makes_the_hosts_abs_max_one_pass(form):
+    source = ABSMAX.replace("x.abs().max()", form)
+    made = variants(source, "fused_absmax")
+    assert len(made) == 1
+    rationale, new = made[0]
+    assert rationale == f'{form} in one pass: torch.linalg.vector_norm(x, float("inf")) in scale'
+    assert changed_lines(source, new) == [
+        f"-     absmax = {form}.unsqueeze(0)",
+        '+     absmax = torch.linalg.vector_norm(x, float("inf")).unsqueeze(0)']
+
+
+def test_fused_absmax_needs_the_pattern_and_torch():
+    assert options(ABSMAX.replace("x.abs().max()", "x.abs().max(0)"), ("fused_absmax",)).reasons == (
+        "no `x.abs().max()` on the host to do in one pass",)
+    assert options(ABSMAX.replace("import torch\n", ""), ("fused_absmax",)).reasons == (
+        "the module does not `import torch`",)
+
+
+@pytest.mark.slow
+def test_a_fused_absmax_tritonbench_kernel_is_correct_in_the_interpreter(evaluator):
+    from kernelband.tasks import load_task
+    from kernelband.tasks import tritonbench as tb
+
+    path = tb.find()
+    if path is None:
+        pytest.skip("no TritonBench-G data")
+    task = load_task("tritonbench:quantize_global", str(path))
+    found = options(task.module_source, ("fused_absmax",))
+    (variant,) = found.variants
+    result = evaluator.evaluate(task, variant.apply(found.module), seed=9)
+    assert result.ok, (result.outcome, result.detail, result.error[-2000:])
+
+
 # -- grouped ordering -----------------------------------------------------------------------------------------
 class _FakeTl:
     """Enough of triton.language to run the generated index arithmetic on plain ints."""
