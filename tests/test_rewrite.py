@@ -339,12 +339,25 @@ def test_rows_puts_consecutive_programs_side_by_side_on_a_leading_axis():
     ("    scale = tl.load(x_ptr)", "    tl.store(x_ptr, 1.0)\n    scale = tl.load(x_ptr)", "every row would write there"),
     ("    cols = tl.arange(0, BLOCK)\n", "    cols = tl.arange(0, BLOCK)\n    acc = tl.zeros((BLOCK, BLOCK), tl.float32)\n",
      "may make a tensor of more than one axis"),
+    ("    cols = tl.arange(0, BLOCK)\n", "    cols, other = tl.arange(0, BLOCK), 0\n",
+     "assigns cols, other in a way `rows` does not follow"),
 ])
 def test_rows_says_why_it_does_not_apply(old, new, reason):
     source = SOFTMAX_ROWS.replace(old, new)
     assert source != SOFTMAX_ROWS
     found = options(source, ("rows",))
     assert not found.variants and any(reason in r for r in found.reasons), found.reasons
+
+
+def test_rows_follows_pointers_moved_in_place():
+    """geglu_tanh_triton moves its pointer parameters with `c += program_id * stride`: the store through c
+    depends on the program number, so it gets the row mask (and the kernel is not refused)."""
+    source = SOFTMAX_ROWS.replace(
+        "    x = tl.load(x_ptr + row * n_cols + cols", "    x_ptr += row * n_cols\n    out_ptr += row * n_cols\n"
+        "    x = tl.load(x_ptr + cols").replace("tl.store(out_ptr + row * n_cols + cols", "tl.store(out_ptr + cols")
+    new = variants(source, "rows")[0][1]
+    assert "    x = tl.load(x_ptr + cols, mask=(cols < n_cols) & rows_mask" in new
+    assert "    tl.store(out_ptr + cols, num / tl.sum(num, axis=1, keep_dims=True), mask=(cols < n_cols) & rows_mask)" in new
 
 
 @pytest.mark.slow
@@ -361,9 +374,10 @@ def test_a_rows_example_is_correct_in_the_interpreter(evaluator, example, factor
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["softmax_triton1", "dequantize_rowwise"])
+@pytest.mark.parametrize("name", ["softmax_triton1", "dequantize_rowwise", "geglu_tanh_triton"])
 def test_a_rows_tritonbench_kernel_is_correct_in_the_interpreter(evaluator, name):
-    """A softmax whose reductions keep the row axis, and a row-wise dequantize with a per-row scalar load."""
+    """A softmax whose reductions keep the row axis, a row-wise dequantize with a per-row scalar load, and a
+    kernel that moves its pointers in place and calls libdevice's tanh."""
     from kernelband.tasks import load_task
     from kernelband.tasks import tritonbench as tb
 

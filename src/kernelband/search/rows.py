@@ -21,8 +21,8 @@ where the meaning is certain:
 - the body is straight-line: no loop, branch, conditional expression, `and`/`or` or subscript (every read
   of `tl.program_id(0)` becomes `rows_pid`, defined before the first);
 - every call is one of triton.language's element-wise functions, creators, `tl.load`/`tl.store` or
-  reductions (`ELEMENTWISE`, `REDUCTIONS`), a library function (`libdevice.tanh`), a tensor's `.to`, or
-  `float`/`int` of a constant;
+  reductions (`ELEMENTWISE`, `REDUCTIONS`), a library function (`libdevice.tanh`, or `tanh` imported from
+  `triton.language.extra`), a tensor's `.to`, or `float`/`int` of a constant;
 - tensors start with one axis at most: `tl.zeros`/`tl.full` of a one-element shape;
 - a reduction of a value computed from the program number reduces its whole (no axis, or axis 0);
 - every store writes through an address computed from the program number.
@@ -66,7 +66,7 @@ def rows(ms: ModuleSource) -> Found:
         why = launch_obstacle(ms, kernel, launches, grids)
         plan = None
         if not why:
-            plan = _Plan.of(kernel)
+            plan = _Plan.of(kernel, _library(ms.module))
             why = plan if isinstance(plan, str) else ""
         if why:
             reasons.append(why)
@@ -93,7 +93,7 @@ class _Plan:
         self.accesses, self.reductions = accesses, reductions  # id(call) -> "load" | "store"; id(call)
 
     @classmethod
-    def of(cls, kernel: Kernel) -> _Plan | str:
+    def of(cls, kernel: Kernel, library: frozenset[str] = frozenset()) -> _Plan | str:
         """The plan, or why the kernel is not one `rows` can change for certain."""
         name = kernel.name
         body = list(kernel.node.body.body)
@@ -109,10 +109,12 @@ class _Plan:
                            (cst.Subscript, "a subscript"), (cst.Lambda, "a lambda")):
             if subnodes(kernel.node.body, kind):
                 return f"{name} has {what} (rows keeps to straight, one-axis code)"
+        if _Depends.unknown(kernel):
+            return f"{name} assigns {', '.join(_Depends.unknown(kernel))} in a way `rows` does not follow"
         depends = _Depends(kernel)
         accesses, reductions = {}, set()
         for call in subnodes(kernel.node.body, cst.Call):
-            why = _call_obstacle(kernel, call)
+            why = _call_obstacle(kernel, call, library)
             if why:
                 return f"{name}: {why}"
             fname = dotted(call.func).rpartition(".")[2] if dotted(call.func) else ""
@@ -201,7 +203,19 @@ def _axis(call: cst.Call) -> int | None | bool:
     return axis
 
 
-def _call_obstacle(kernel: Kernel, call: cst.Call) -> str:
+def _library(module: cst.Module) -> frozenset[str]:
+    """Names imported from triton.language's element-wise libraries (`from triton.language.extra.libdevice
+    import tanh`)."""
+    names = set()
+    for imp in subnodes(module, cst.ImportFrom):
+        source = dotted(imp.module) if imp.module is not None else None
+        if source and source.startswith(("triton.language.extra", "triton.language.math")) \
+                and not isinstance(imp.names, cst.ImportStar):
+            names |= {(a.asname.name if a.asname else a.name).value for a in imp.names}
+    return frozenset(names)
+
+
+def _call_obstacle(kernel: Kernel, call: cst.Call, library: frozenset[str] = frozenset()) -> str:
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in METHODS:
         return ""  # tl.load(...).to(tl.float32)
     name = dotted(call.func)
@@ -210,8 +224,8 @@ def _call_obstacle(kernel: Kernel, call: cst.Call) -> str:
     base, _, attr = name.rpartition(".")
     if not base:
         constant = all(isinstance(a.value, cst.SimpleString | cst.Integer | cst.Float) for a in call.args)
-        if name in ("float", "int") and constant:
-            return ""  # float("-inf")
+        if name in ("float", "int") and constant or name in library:
+            return ""  # float("-inf"), libdevice's tanh
         return f"it calls `{name}` (a function `rows` cannot look into)"
     if kernel.is_tl(call.func, attr):
         if attr in ELEMENTWISE or attr in REDUCTIONS:
@@ -242,13 +256,24 @@ class _Depends:
     def __init__(self, kernel: Kernel) -> None:
         self.program_ids = {id(c) for c in kernel.calls("program_id") if kernel.program_axis(c) == 0}
         self.names: set[str] = set()
+        values = {name: [v for v in found if v is not None] for name, found in kernel.scope.assigns.items()}
+        for aug in subnodes(kernel.node.body, cst.AugAssign):  # `c += program_id * stride`
+            if isinstance(aug.target, cst.Name):
+                values.setdefault(aug.target.value, []).append(aug.value)
         changed = True
         while changed:
             changed = False
-            for name, values in kernel.scope.assigns.items():
-                if name not in self.names and any(v is not None and self(v) for v in values):
+            for name, found in values.items():
+                if name not in self.names and any(self(v) for v in found):
                     self.names.add(name)
                     changed = True
+
+    @staticmethod
+    def unknown(kernel: Kernel) -> list[str]:
+        """Names assigned in a way the analysis does not follow (tuple targets, walrus): one of them could
+        carry the program number into an address that would then go unmasked."""
+        augmented = {a.target.value for a in subnodes(kernel.node.body, cst.AugAssign) if isinstance(a.target, cst.Name)}
+        return sorted(n for n, found in kernel.scope.assigns.items() if None in found and n not in augmented)
 
     def __call__(self, node: cst.CSTNode) -> bool:
         return contains(node, self.program_ids) or any(n.value in self.names for n in loads(node))
