@@ -103,6 +103,20 @@ def variants(source: str, rewrite: str) -> list[tuple[str, str]]:
     return [(v.rationale, v.apply(found.module)) for v in found.variants]
 
 
+def tritonbench_variant(name: str, rewrite: str, starts: str = "") -> tuple:
+    """A TritonBench-G task and the source of the first variant of `rewrite` whose rationale starts so."""
+    from kernelband.tasks import load_task
+    from kernelband.tasks import tritonbench as tb
+
+    path = tb.find()
+    if path is None:
+        pytest.skip("no TritonBench-G data")
+    task = load_task(f"tritonbench:{name}", str(path))
+    found = options(task.module_source, (rewrite,))
+    variant = next(v for v in found.variants if v.rationale.startswith(starts))
+    return task, variant.apply(found.module)
+
+
 def changed_lines(old: str, new: str) -> list[str]:
     """The removed lines ("-") then the added ones ("+")."""
     diff = [line for line in difflib.ndiff(old.splitlines(), new.splitlines()) if line[:1] in "+-"]
@@ -209,29 +223,23 @@ def test_coarsen_calls_a_grid_function_with_the_launch_arguments():
 def test_a_coarsened_grid_function_is_correct_in_the_interpreter(evaluator, name):
     """TritonBench tasks whose grid is `lambda meta: (triton.cdiv(n, meta['BLOCK_SIZE']),)`: coarsened by 4,
     the kernel still gives the starting kernel's outputs."""
-    from kernelband.tasks import load_task
-    from kernelband.tasks import tritonbench as tb
-
-    path = tb.find()
-    if path is None:
-        pytest.skip("no TritonBench-G data")
-    task = load_task(f"tritonbench:{name}", str(path))
-    found = options(task.module_source, ("coarsen",))
-    variant = next(v for v in found.variants if v.rationale.startswith("4 consecutive"))
-    source = variant.apply(found.module)
+    task, source = tritonbench_variant(name, "coarsen", "4 consecutive")
     assert "n_programs=grid({" in source or "n_programs=(lambda" in source, source
     result = evaluator.evaluate(task, source, seed=5)
     assert result.ok, (result.outcome, result.detail, result.error[-2000:])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("example, factor", [("vector_add", 8), ("rmsnorm", 4)])
-def test_a_coarsened_example_is_correct_in_the_interpreter(evaluator, example, factor):
-    """Shapes whose program count the factor does not divide run the guarded programs too."""
+@pytest.mark.parametrize("rewrite, example, factor", [
+    ("coarsen", "vector_add", 8), ("coarsen", "rmsnorm", 4),
+    ("rows", "dequantize", 16), ("rows", "dropout", 4), ("rows", "vector_add", 16)])
+def test_an_example_split_over_fewer_programs_is_correct_in_the_interpreter(evaluator, rewrite, example, factor):
+    """Shapes whose program count the factor does not divide: coarsen's guard, and rows' mask, keep the
+    programs past the end out."""
     from kernelband.tasks import load_task
 
     task = load_task(f"examples:{example}")
-    found = options(task.module_source, ("coarsen",))
+    found = options(task.module_source, (rewrite,))
     variant = next(v for v in found.variants if v.rationale.startswith(f"{factor} consecutive"))
     result = evaluator.evaluate(task, variant.apply(found.module), seed=4)
     assert result.ok, (result.outcome, result.detail, result.error[-2000:])
@@ -361,33 +369,12 @@ def test_rows_follows_pointers_moved_in_place():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("example, factor", [("dequantize", 16), ("dropout", 4), ("vector_add", 16)])
-def test_a_rows_example_is_correct_in_the_interpreter(evaluator, example, factor):
-    """Shapes whose program count the factor does not divide: the row mask keeps the extra rows out."""
-    from kernelband.tasks import load_task
-
-    task = load_task(f"examples:{example}")
-    found = options(task.module_source, ("rows",))
-    variant = next(v for v in found.variants if v.rationale.startswith(f"{factor} consecutive"))
-    result = evaluator.evaluate(task, variant.apply(found.module), seed=7)
-    assert result.ok, (result.outcome, result.detail, result.error[-2000:])
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("name", ["softmax_triton1", "dequantize_rowwise", "geglu_tanh_triton"])
 def test_a_rows_tritonbench_kernel_is_correct_in_the_interpreter(evaluator, name):
     """A softmax whose reductions keep the row axis, a row-wise dequantize with a per-row scalar load, and a
     kernel that moves its pointers in place and calls libdevice's tanh."""
-    from kernelband.tasks import load_task
-    from kernelband.tasks import tritonbench as tb
-
-    path = tb.find()
-    if path is None:
-        pytest.skip("no TritonBench-G data")
-    task = load_task(f"tritonbench:{name}", str(path))
-    found = options(task.module_source, ("rows",))
-    variant = next(v for v in found.variants if v.rationale.startswith("16 consecutive"))
-    result = evaluator.evaluate(task, variant.apply(found.module), seed=8)
+    task, source = tritonbench_variant(name, "rows", "16 consecutive")
+    result = evaluator.evaluate(task, source, seed=8)
     assert result.ok, (result.outcome, result.detail, result.error[-2000:])
 
 
@@ -605,16 +592,8 @@ def test_fused_absmax_needs_the_pattern_and_torch():
 
 @pytest.mark.slow
 def test_a_fused_absmax_tritonbench_kernel_is_correct_in_the_interpreter(evaluator):
-    from kernelband.tasks import load_task
-    from kernelband.tasks import tritonbench as tb
-
-    path = tb.find()
-    if path is None:
-        pytest.skip("no TritonBench-G data")
-    task = load_task("tritonbench:quantize_global", str(path))
-    found = options(task.module_source, ("fused_absmax",))
-    (variant,) = found.variants
-    result = evaluator.evaluate(task, variant.apply(found.module), seed=9)
+    task, source = tritonbench_variant("quantize_global", "fused_absmax")
+    result = evaluator.evaluate(task, source, seed=9)
     assert result.ok, (result.outcome, result.detail, result.error[-2000:])
 
 

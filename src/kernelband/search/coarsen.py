@@ -34,6 +34,8 @@ meaning for certain:
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
+from functools import partial
 
 import libcst as cst
 
@@ -52,25 +54,37 @@ FACTORS = (2, 4, 8)
 
 
 def coarsen(ms: ModuleSource) -> Found:
+    def names(used: set[str]) -> dict[str, str]:
+        return {"n": fresh_name("n_programs", used), "c": fresh_name("COARSEN", used),
+                "first": fresh_name("first_program", used), "i": fresh_name("coarsen_i", used),
+                "pid": fresh_name("coarsen_pid", used)}
+
+    return first_axis_variants(ms, "coarsen", FACTORS, names, lambda kernel: partial(_kernel_edit, kernel),
+                               "consecutive programs per program in")
+
+
+def first_axis_variants(ms: ModuleSource, rewrite: str, factors: tuple[int, ...],
+                        names: Callable[[set[str]], dict[str, str]],
+                        kernel_edit: Callable[[Kernel], Callable[[dict[str, str]], Edit] | str], what: str) -> Found:
+    """The variants of a rewrite that gives each program of a kernel's first grid axis the work of `factor`
+    programs (coarsen, rows): every launch divides that axis by the factor and passes the old axis as
+    `names["n"]` and the factor as `names["c"]`. `names(used)` picks the new names; `kernel_edit(kernel)` is
+    the kernel's edit for given names, or why the kernel cannot take it."""
     variants, reasons = [], []
     for kernel in ms.kernels.values():
         launches = ms.launches_of(kernel)
         grids = [grid_plan(launch, kernel) for launch in launches]
-        why = launch_obstacle(ms, kernel, launches, grids)
-        if why:
-            reasons.append(why)
+        edit = launch_obstacle(ms, kernel, launches, grids) or kernel_edit(kernel)
+        if isinstance(edit, str):
+            reasons.append(edit)
             continue
-        used = set(kernel.names)
-        names = {"n": fresh_name("n_programs", used), "c": fresh_name("COARSEN", used),
-                 "first": fresh_name("first_program", used), "i": fresh_name("coarsen_i", used),
-                 "pid": fresh_name("coarsen_pid", used)}
-        for factor in FACTORS:
-            edits: list[tuple[cst.CSTNode, Edit]] = [(kernel.node, _kernel_edit(kernel, names))]
-            edits += [(launch.call, launch_edit(grid, names, factor)) for launch, grid in zip(launches, grids)]
-            touched = frozenset({kernel.name} | {x.scope.top or kernel.name for x in launches})
-            variants.append(Variant("coarsen", f"{factor} consecutive programs per program in {kernel.name}: the "
-                                    f"first grid axis divided by {factor} at {len(launches)} launch(es)",
-                                    touched, tuple(edits)))
+        chosen = names(set(kernel.names))
+        touched = frozenset({kernel.name} | {x.scope.top or kernel.name for x in launches})
+        for factor in factors:
+            edits: list[tuple[cst.CSTNode, Edit]] = [(kernel.node, edit(chosen))]
+            edits += [(launch.call, launch_edit(grid, chosen, factor)) for launch, grid in zip(launches, grids)]
+            variants.append(Variant(rewrite, f"{factor} {what} {kernel.name}: the first grid axis divided by {factor} "
+                                    f"at {len(launches)} launch(es)", touched, tuple(edits)))
     return Found(variants, reasons)
 
 

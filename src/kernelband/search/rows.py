@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from kernelband.search.coarsen import added_params, grid_plan, launch_edit, launch_obstacle
-from kernelband.search.edits import Edit, Found, Variant, statements
+from kernelband.search.coarsen import added_params, first_axis_variants
+from kernelband.search.edits import Edit, Found, statements
 from kernelband.search.kernelsource import (
     Kernel,
     ModuleSource,
@@ -59,29 +59,18 @@ MASK_POSITION = {"load": 1, "store": 2}  # tl.load(pointer, mask, ...), tl.store
 
 
 def rows(ms: ModuleSource) -> Found:
-    variants, reasons = [], []
-    for kernel in ms.kernels.values():
-        launches = ms.launches_of(kernel)
-        grids = [grid_plan(launch, kernel) for launch in launches]
-        why = launch_obstacle(ms, kernel, launches, grids)
-        plan = None
-        if not why:
-            plan = _Plan.of(kernel, _library(ms.module))
-            why = plan if isinstance(plan, str) else ""
-        if why:
-            reasons.append(why)
-            continue
-        used = set(kernel.names)
-        names = {"n": fresh_name("n_programs", used), "c": fresh_name("ROWS", used),
-                 "pid": fresh_name("rows_pid", used), "mask": fresh_name("rows_mask", used)}
-        for factor in FACTORS:
-            edits: list[tuple[cst.CSTNode, Edit]] = [(kernel.node, plan.kernel_edit(names))]
-            edits += [(launch.call, launch_edit(grid, names, factor)) for launch, grid in zip(launches, grids)]
-            touched = frozenset({kernel.name} | {x.scope.top or kernel.name for x in launches})
-            variants.append(Variant("rows", f"{factor} consecutive programs side by side in each program of "
-                                    f"{kernel.name}: the first grid axis divided by {factor} at "
-                                    f"{len(launches)} launch(es)", touched, tuple(edits)))
-    return Found(variants, reasons)
+    library = _library(ms.module)
+
+    def names(used: set[str]) -> dict[str, str]:
+        return {"n": fresh_name("n_programs", used), "c": fresh_name("ROWS", used),
+                "pid": fresh_name("rows_pid", used), "mask": fresh_name("rows_mask", used)}
+
+    def kernel_edit(kernel: Kernel):
+        plan = _Plan.of(kernel, library)
+        return plan if isinstance(plan, str) else plan.kernel_edit
+
+    return first_axis_variants(ms, "rows", FACTORS, names, kernel_edit, "consecutive programs side by side in "
+                               "each program of")
 
 
 class _Plan:
