@@ -305,6 +305,7 @@ class WorkerPool:
         self.activity: Counter[str] = Counter()
         self._activity_lock = threading.Lock()
         self.startup_times: list[float] = []
+        self._cpu_seen: dict[int, tuple[float, float]] = {}  # pid -> CPU seconds at the last `cpu_use`
         self.profiler = profiler and mode == "gpu"
         self._profilers: list[Worker] = []
         self._watchdog = threading.Thread(target=self._watch, name="kernelband-memory-watchdog", daemon=True)
@@ -475,8 +476,9 @@ class WorkerPool:
     # -- housekeeping -------------------------------------------------------------------------
     def snapshot(self) -> dict:
         """What the pool is doing now: each worker's request in progress (role, pid, op, seconds), the GPU
-        lock's holders and waiters, and the off-lock work. A sweep prints it as its heartbeat, so that a
-        stall can be told from slow work afterwards."""
+        lock's holders and waiters, the off-lock work, and the CPU each kind of worker used since the last
+        snapshot (`cpu_use`). A sweep prints it as its heartbeat, so that a stall can be told from slow work
+        afterwards."""
         now = time.monotonic()
         with self._cond:
             refs = {id(w): k for k, w in self._references.items()}
@@ -500,7 +502,7 @@ class WorkerPool:
             idle = {id(w) for w in self._spares + self._profilers}
             refs = {id(w) for w in self._references.values()}
             workers = list(dict.fromkeys(list(self._all) + list(self._references.values())))
-        before, seen, out = getattr(self, "_cpu_seen", {}), {}, {}
+        before, seen, out = self._cpu_seen, {}, {}
         for w in workers:
             used = process_cpu(w.proc.pid)
             if used is None:

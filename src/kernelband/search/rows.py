@@ -30,6 +30,8 @@ where the meaning is certain:
 
 from __future__ import annotations
 
+from collections import Counter
+
 import libcst as cst
 
 from kernelband.search.coarsen import added_params, first_axis_variants
@@ -98,8 +100,8 @@ class _Plan:
                            (cst.Subscript, "a subscript"), (cst.Lambda, "a lambda")):
             if subnodes(kernel.node.body, kind):
                 return f"{name} has {what} (rows keeps to straight, one-axis code)"
-        if _Depends.unknown(kernel):
-            return f"{name} assigns {', '.join(_Depends.unknown(kernel))} in a way `rows` does not follow"
+        if unknown := _Depends.unknown(kernel):
+            return f"{name} assigns {', '.join(unknown)} in a way `rows` does not follow"
         depends = _Depends(kernel)
         accesses, reductions = {}, set()
         for call in subnodes(kernel.node.body, cst.Call):
@@ -134,7 +136,7 @@ class _Plan:
             taken = statements(f"{names['pid']} = {call} * {names['c']} + {tl}.arange(0, {names['c']})[:, None]\n"
                                f"{names['mask']} = {names['pid']} < {names['n']}\n")
             taken[0] = taken[0].with_changes(leading_lines=body[self.at].leading_lines)
-            body[self.at:self.at] = [*taken[:1], *taken[1:]]
+            body[self.at:self.at] = taken
             body[self.at + len(taken)] = body[self.at + len(taken)].with_changes(leading_lines=())
             return node.with_changes(params=added_params(node, names["n"], names["c"], tl),
                                      body=node.body.with_changes(body=body))
@@ -223,7 +225,7 @@ def _call_obstacle(kernel: Kernel, call: cst.Call, library: frozenset[str] = fro
     local = set(kernel.scope.params) | set(kernel.scope.assigns)
     root = base.split(".")[0]
     if root in local:
-        return "" if attr in METHODS else f"it calls the method `.{attr}`"
+        return f"it calls the method `.{attr}`"
     if root in kernel.tl and ("math" in base or "extra" in base):
         return ""  # tl.math.exp, tl.extra.cuda.libdevice.tanh
     return "" if root not in kernel.tl else f"it calls `{name}`"
@@ -261,8 +263,9 @@ class _Depends:
     def unknown(kernel: Kernel) -> list[str]:
         """Names assigned in a way the analysis does not follow (tuple targets, walrus): one of them could
         carry the program number into an address that would then go unmasked."""
-        augmented = {a.target.value for a in subnodes(kernel.node.body, cst.AugAssign) if isinstance(a.target, cst.Name)}
-        return sorted(n for n, found in kernel.scope.assigns.items() if None in found and n not in augmented)
+        augmented = Counter(a.target.value for a in subnodes(kernel.node.body, cst.AugAssign)
+                            if isinstance(a.target, cst.Name))  # recorded with no value; followed above
+        return sorted(n for n, found in kernel.scope.assigns.items() if found.count(None) > augmented[n])
 
     def __call__(self, node: cst.CSTNode) -> bool:
         return contains(node, self.program_ids) or any(n.value in self.names for n in loads(node))
