@@ -108,6 +108,23 @@ def test_a_binary_file_where_source_is_expected_is_exit_2(tmp_path):
     assert not (tmp_path / "r.db").exists()
 
 
+def test_a_compressed_run_database_is_exit_2_saying_how_to_unpack_it(tmp_path):
+    """docs/results/bench.db.xz is how our bench's database is kept; given as --db it is named, not read."""
+    import gzip
+    import lzma
+    import sqlite3
+
+    plain = tmp_path / "bench.db"
+    sqlite3.connect(plain).close()
+    for suffix, pack, unpack in ((".xz", lzma.compress, "xz -dc"), (".gz", gzip.compress, "gzip -dc")):
+        packed = tmp_path / f"bench.db{suffix}"
+        packed.write_bytes(pack(plain.read_bytes() + b"\0" * 4096))
+        before = packed.read_bytes()
+        assert_user_error(kernelband("runs", "--db", str(packed)),
+                          f"(it is compressed: `{unpack} {packed} > bench.db` unpacks it)")
+        assert packed.read_bytes() == before
+
+
 def test_eval_with_a_bad_preset_or_shape_selection_is_exit_2():
     assert_user_error(kernelband("eval", "examples:vector_add", "--preset", "turbo"), "unknown preset 'turbo'")
     assert_user_error(kernelband("eval", "examples:vector_add", "--shapes", "some"), "unknown --shapes 'some'")

@@ -137,6 +137,22 @@ class RunRow:
         return dict(self.__dict__)
 
 
+# What a compressed database starts with, and the command that unpacks it (docs/results/bench.db.xz is one)
+_PACKED = {b"\xfd7zXZ\x00": "xz -dc", b"\x1f\x8b": "gzip -dc"}
+
+
+def _compressed_hint(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError:
+        return ""
+    for magic, unpack in _PACKED.items():
+        if head.startswith(magic):
+            return f" (it is compressed: `{unpack} {path} > {path.stem}` unpacks it)"
+    return ""
+
+
 class Store:
     """A thread-safe handle on the database (one connection, one lock)."""
 
@@ -149,7 +165,7 @@ class Store:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
         except (OSError, sqlite3.DatabaseError) as exc:
-            raise UserError(f"cannot open the run database {self.path}: {exc}") from exc
+            raise UserError(f"cannot open the run database {self.path}: {exc}{_compressed_hint(self.path)}") from exc
         self._lock = threading.RLock()
 
     def close(self) -> None:
