@@ -522,10 +522,6 @@ class Launch:
                     keyed += 1
         return frozenset(keys), keyed == sum(1 for n in subnodes(body, cst.Name) if n.value == meta)
 
-    def meta_keys(self) -> set[str]:
-        """The constexprs the grid reads through meta["..."]."""
-        return set(self.meta_use[0])
-
     @cached_property
     def region(self) -> list[cst.BaseExpression]:
         """The grid and the values of the locals that exist only to compute it (`grid = ...`,

@@ -138,7 +138,7 @@ def _names_dimension(numerator: cst.BaseExpression, param: str) -> bool:
 
 def _literal_knobs(launch: Launch, params: list[str], reasons: list[str]) -> list[Knob]:
     kernel = launch.kernel
-    meta = launch.meta_keys()
+    meta, _ = launch.meta_use
     divisions = [d for d in launch.ceil_divisions() if isinstance(d.divisor, cst.Integer)]
     knobs = []
     for param in params:
@@ -185,7 +185,7 @@ def _named_knob(ms: ModuleSource, name: str, uses: list[tuple[Launch, str, cst.N
         divisions = [d for d in launch.ceil_divisions()
                      if (isinstance(d.divisor, cst.Name) and d.divisor.value == name)
                      or (literal is not None and int_value(d.divisor) == int_value(literal))]
-        if role(kernel, param) == "tiled" and not divisions and param not in launch.meta_keys():
+        if role(kernel, param) == "tiled" and not divisions and param not in launch.meta_use[0]:
             reasons.append(f"the grid of the {launch.where} does not follow {name}")
             return None
         for division in divisions:

@@ -564,7 +564,7 @@ class _ToMeta(cst.CSTTransformer):
 
 def _grid_edit(launch: Launch, tuned: dict[str, Knob]) -> list[tuple[cst.CSTNode, Edit]] | None:
     """Edits that make the grid read the tuned tile sizes from meta; None when that cannot be done."""
-    need = {p: k for p, k in tuned.items() if k.role == "tiled" and p not in launch.meta_keys()}
+    need = {p: k for p, k in tuned.items() if k.role == "tiled" and p not in launch.meta_use[0]}
     if not need:
         return []
     ids = {id(n): p for p, k in need.items() for n in k.nodes
