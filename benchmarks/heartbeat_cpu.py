@@ -16,14 +16,15 @@ import json
 from collections import defaultdict
 
 
-def summarise(lines) -> tuple[dict[str, list[float]], float]:
-    """({kind: [worker-beats, own CPU s, children's CPU s]}, seconds covered by the beats)."""
+def summarise(lines) -> tuple[dict[str, list[float]], float, int]:
+    """({kind: [worker-beats, own CPU s, children's CPU s]}, seconds covered by the beats, beats)."""
     totals: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
-    covered, last = 0.0, None
+    covered, last, beats = 0.0, None, 0
     for line in lines:
         if not line.startswith('{"kind": "heartbeat"'):
             continue
         beat = json.loads(line)
+        beats += 1
         elapsed = beat.get("elapsed_s", 0)
         # the first beat covers the pool's start; a smaller elapsed time is a new phase's first beat
         covered += elapsed - last if last is not None and elapsed >= last else elapsed
@@ -34,7 +35,7 @@ def summarise(lines) -> tuple[dict[str, list[float]], float]:
                 row[0] += workers
                 row[1] += own
                 row[2] += children
-    return dict(totals), covered
+    return dict(totals), covered, beats
 
 
 def main() -> None:
@@ -42,11 +43,10 @@ def main() -> None:
     ap.add_argument("log")
     args = ap.parse_args()
     with open(args.log) as f:
-        totals, covered = summarise(f)
+        totals, covered, beats = summarise(f)
     if not totals:
         print("no heartbeat with CPU figures in", args.log)
         return
-    beats = sum(1 for _ in open(args.log) if _.startswith('{"kind": "heartbeat"'))
     print(f"CPU by kind of worker over {covered:.0f} s of heartbeats ({beats} beats; own process / children)")
     print("| kind | workers, mean | own CPU s | children's CPU s | cores, own + children | per worker, cores |")
     print("| --- | --- | --- | --- | --- | --- |")
