@@ -110,7 +110,7 @@ def tritonbench_variant(name: str, rewrite: str, starts: str = "") -> tuple:
 
     path = tb.find()
     if path is None:
-        pytest.skip("no TritonBench-G data")
+        pytest.skip("no TritonBench-G data (set KERNELBAND_TRITONBENCH)")
     task = load_task(f"tritonbench:{name}", str(path))
     found = options(task.module_source, (rewrite,))
     variant = next(v for v in found.variants if v.rationale.startswith(starts))
