@@ -15,7 +15,8 @@
 # after the evaluator parts), RUNS_PER_GPU (default 4),
 # SWEEP_TASKS, SWEEP_POLICIES (phases split by ';', run one after another within one SWEEP_BUDGET_S, e.g.
 # 'kernelband;greedy,random': every task with kernelband first), SWEEP_PARTS (search_quality parts, default
-# bench,grid,overhead), SWEEP_RESUME=part.db.xz:BENCH (continue a committed sweep database, .xz or .gz), EVAL=0 (no
+# bench,grid,overhead), SWEEP_RESUME=part.db.xz:BENCH (continue a committed sweep database, .xz or .gz; BENCH
+# `new`: a new bench in it), SWEEP_WARM_PROFILERS (the sweep's workers kept started under ncu per GPU), EVAL=0 (no
 # evaluator parts: the sweep takes every GPU), SWEEP=0 (no sweep: the evaluator parts take GPU 0),
 # EVAL_TASKS (the evaluator parts' tasks, comma-separated; default the 29), REPEAT_TASKS ('all': the 29), REPEAT_PRESETS, POOL_THREADS (default 4), WARM_PROFILERS (workers kept started
 # under ncu; default POOL_THREADS + 3), PROFILE_LOCK (exclusive | shared: ncu's profiled run alone on the GPU or
@@ -84,12 +85,12 @@ evaluator_parts() {
 }
 
 # restore NAME SPEC: a committed database (SPEC = part.db.xz:BENCH, or .gz) becomes $S/NAME.db, its bench
-# id $S/NAME.bench, once per machine
+# id $S/NAME.bench, once per machine; BENCH `new` begins a new bench in that database
 restore() {
   if [ -n "$2" ] && [ ! -f "$S/$1.db" ]; then
     python3 -c "import gzip, lzma, shutil, sys
 shutil.copyfileobj((lzma.open if sys.argv[1].endswith('.xz') else gzip.open)(sys.argv[1]), open(sys.argv[2], 'wb'))" \
-      "${2%:*}" "$S/$1.db" && echo "${2##*:}" > "$S/$1.bench"
+      "${2%:*}" "$S/$1.db" && [ "${2##*:}" != new ] && echo "${2##*:}" > "$S/$1.bench"
   fi
 }
 # resume_arg NAME: `--bench-id N` once NAME's bench exists
@@ -141,7 +142,8 @@ sweep() {
     timeout "$hard" python3 benchmarks/search_quality.py --parts "${SWEEP_PARTS:-bench,grid,overhead}" \
       --db "$S/quality.db" --out "$S/quality$phase.json" --budget-s "$left" \
       --grid-budget-s "${GRID_BUDGET_S:-300}" --runs-per-gpu "${RUNS_PER_GPU:-4}" \
-      ${PROFILE_LOCK:+--profile-lock "$PROFILE_LOCK"} $([ "${TUNE_ALONE:-1}" = 0 ] && echo --no-tune-alone) ${SWEEP_STRATEGIES:+--strategies "$SWEEP_STRATEGIES"} $resume $SWEEP_ARGS $extra \
+      ${PROFILE_LOCK:+--profile-lock "$PROFILE_LOCK"} ${SWEEP_WARM_PROFILERS:+--warm-profilers "$SWEEP_WARM_PROFILERS"} \
+      $([ "${TUNE_ALONE:-1}" = 0 ] && echo --no-tune-alone) ${SWEEP_STRATEGIES:+--strategies "$SWEEP_STRATEGIES"} $resume $SWEEP_ARGS $extra \
       >> "$S/sweep.log" 2>&1
     echo "sweep phase $phase rc=$?"
     if [ -z "$resume" ]; then  # the first phase created the bench: the next ones continue it

@@ -209,6 +209,9 @@ def main() -> None:
                     help="ncu's profiled run alone on the GPU, or beside other candidates' checks")
     ap.add_argument("--strategies", default=None,
                     help="a strategies file for a new bench (e.g. adding coarsen to tiling)")
+    ap.add_argument("--warm-profilers", type=int, default=None,
+                    help="workers kept started under ncu per GPU (default runs-per-gpu + 3); each idle one's "
+                         "ncu front end takes CPU")
     ap.add_argument("--tune-alone", action=argparse.BooleanOptionalAction, default=True,
                     help="an autotuned module: one call per shape with the GPU alone, then a shared check "
                          "(the default); --no-tune-alone: the whole check with the GPU alone")
@@ -227,7 +230,7 @@ def main() -> None:
 
         store = Store(args.db)
         evaluators = [Evaluator(device_index=i, warm=args.runs_per_gpu + 1, profile_lock=args.profile_lock,
-                                tune_alone=args.tune_alone)
+                                tune_alone=args.tune_alone, warm_profilers=args.warm_profilers)
                       for i in range(max(1, torch.cuda.device_count()))]
         # `kill -USR1` prints every thread's stack to stderr (benchmarks/gpu_collect.sh does, each call)
         stacks.dump_on(signal.SIGUSR1)

@@ -1,14 +1,16 @@
 """The built-in proposer: deterministic source rewrites, no LLM.
 
 For an arm (parent kernel, strategy) it lists every variant the strategy's rewrites can make of the
-parent (`kernelband.search.rewrites`), in a fixed order, and takes the one the seed points at, skipping
-sources the run has seen already. A strategy none of whose rewrites applies is inapplicable: `applicable`
+parent (`kernelband.search.rewrites`), in a fixed order. The seed draws one of the strategy's rewrites,
+weighted by how often that rewrite's children beat their parent on a GPU before (`rewrites.PRIOR`), then
+one of its variants, skipping sources the run has seen already. A strategy none of whose rewrites applies is inapplicable: `applicable`
 says False and `propose` returns no source, with the reason, so no evaluation is spent on it.
 """
 
 from __future__ import annotations
 
 import ast
+import random
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -17,7 +19,7 @@ import libcst as cst
 from kernelband.search.core import Candidate, Context, Proposal, Strategy, source_hash
 from kernelband.search.edits import Variant
 from kernelband.search.kernelsource import ModuleSource
-from kernelband.search.rewrites import REWRITES
+from kernelband.search.rewrites import PRIOR, REWRITES
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,9 +83,7 @@ class RewriteProposer:
         if not variants:
             return Proposal(source=None, error=f"the {strategy.name} rewrites change only code that "
                             f"{context.entry} does not reach")
-        start = context.seed % len(variants)
-        for offset in range(len(variants)):
-            variant = variants[(start + offset) % len(variants)]
+        for variant in self._order(variants, context.seed):
             source = variant.apply(found.module)
             if source == parent.source or source_hash(source) in context.seen:
                 continue
@@ -91,6 +91,26 @@ class RewriteProposer:
                 return Proposal(source=source, rationale=f"{variant.rewrite}: {variant.rationale}")
         return Proposal(source=None, error=f"all {len(variants)} {strategy.name} variants of this kernel were "
                         "tried already")
+
+    @staticmethod
+    def _order(variants: list[Variant], seed: int) -> list[Variant]:
+        """Every variant once, in the order the seed draws them: a rewrite with probability proportional to
+        its prior, then, within it, the variants from a seeded starting point in their fixed order."""
+        rng = random.Random(seed)
+        by_rewrite: dict[str, list[Variant]] = {}
+        for variant in variants:
+            by_rewrite.setdefault(variant.rewrite, []).append(variant)
+        for name, group in by_rewrite.items():
+            start = rng.randrange(len(group))
+            by_rewrite[name] = group[start:] + group[:start]
+        order = []
+        while by_rewrite:
+            names = list(by_rewrite)
+            name = rng.choices(names, weights=[PRIOR.get(n, 0.1) for n in names])[0]
+            order.append(by_rewrite[name].pop(0))
+            if not by_rewrite[name]:
+                del by_rewrite[name]
+        return order
 
     @staticmethod
     def _reached(found: Options, entry: str) -> list[Variant]:

@@ -55,7 +55,7 @@ BUILTIN: tuple[Strategy, ...] = (
         "into one (e.g. keep a row in registers and compute its max, sum and normalised output in a single "
         "pass instead of re-reading it; fold bias, activation and dtype casts into the producing kernel). "
         "Intermediates stay in registers or shared memory instead of being written to and re-read from DRAM.",
-        "DRAM", ()),
+        "DRAM", ("fused_absmax",)),
     Strategy(
         "pipeline",
         "Hide memory latency behind computation: for kernels with a loop over K or over row chunks, raise "
@@ -77,8 +77,10 @@ BUILTIN: tuple[Strategy, ...] = (
         "tl.load/tl.store (coalesced accesses; transpose tiles in registers with tl.trans rather than striding "
         "through global memory), use tl.make_block_ptr for 2-D tiles, and give the caches hints: "
         "eviction_policy='evict_first' for data read once, 'evict_last' for data read again, "
-        "cache_modifier='.cg' for loads that should bypass L1.",
-        "L2", ("cache_hints",)),
+        "cache_modifier='.cg' for loads that should bypass L1. Where each program touches one short row, "
+        "give each program a 2-D tile of several consecutive rows instead, so that one program makes "
+        "one wide access where several made narrow ones.",
+        "L2", ("rows", "cache_hints")),
 )
 
 FIELDS = ("name", "description", "target", "rewrites")
