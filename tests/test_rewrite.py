@@ -4,12 +4,12 @@ that still compute the right answer under the Triton interpreter."""
 
 from __future__ import annotations
 
-from collections import Counter
 import difflib
 import json
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 
 import pytest
 
