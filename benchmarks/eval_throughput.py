@@ -14,6 +14,8 @@ Parts (run them in one call or split them across calls):
   pool-noncu  the same, with no Nsight Compute profile (φ from the compiler and the timing only): the
            like-for-like figure against the peers, who collect no hardware profile. Right after `pool`
            it reuses its references.
+  pool-parked  the same as `pool`, with the warm profiling workers stopped (SIGSTOP) until one is used:
+           an idle one's ncu front end kept a CPU core busy (run W). Run `pool,pool-parked,pool` to see drift.
   pool-autotune  the pool with other candidates: each task's starting kernel under the rewriter's
            `autotune` rewrite (tasks it does not apply to are left out), with `tune_alone` off: the
            whole correctness check with the GPU alone.
@@ -138,6 +140,7 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     stage_s = {k: {"median": statistics.median(v), "p90": pct(v, 0.9)}
                for k in stages if (v := [r.seconds[k] for r in done if k in r.seconds])}
     report[key] = {"threads": threads, "ncu": ev.use_ncu, "profile_lock": ev.profile_lock,
+                   "park_profilers": ev.pool.park_profilers,
                    "tune_alone": ev.tune_alone, "tasks": names, "candidates": len(done),
                    "seconds": elapsed, "candidates_per_minute": 60 * len(done) / elapsed, "stages": stage_s,
                    "outcomes": {t.name: r.outcome.value for t, r in evaluated},
@@ -245,6 +248,8 @@ def main() -> None:
                     help="workers kept started under ncu (default: threads + 3)")
     ap.add_argument("--profile-lock", default="exclusive", choices=("exclusive", "shared"),
                     help="ncu's profiled run alone on the GPU, or beside other candidates' checks")
+    ap.add_argument("--park-profilers", action="store_true",
+                    help="every part: the warm profiling workers stopped until used (as the pool-parked part)")
     ap.add_argument("--out", default=os.environ.get("OUT", ".") + "/eval_throughput.json")
     args = ap.parse_args()
     names = [n for n in args.tasks.split(",") if n] or tritonbench.level12()
@@ -255,7 +260,8 @@ def main() -> None:
     def save() -> None:
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))
 
-    known = ("speed", "pool", "pool-shared", "pool-noncu", "pool-autotune", "pool-autotune-alone", "repeat", "peers")
+    known = ("speed", "pool", "pool-shared", "pool-noncu", "pool-parked", "pool-autotune", "pool-autotune-alone",
+             "repeat", "peers")
     unknown = [p for p in parts if p not in known]
     if unknown:
         raise SystemExit(f"unknown part {unknown[0]!r}: use {', '.join(known)}")
@@ -268,7 +274,8 @@ def main() -> None:
             if ev is None:
                 # every task's reference kept: the pool part measures candidates, not set-ups
                 ev = Evaluator(warm=args.threads + 1, max_references=max(4, len(names)),
-                               warm_profilers=args.warm_profilers, profile_lock=args.profile_lock)
+                               warm_profilers=args.warm_profilers, profile_lock=args.profile_lock,
+                               park_profilers=args.park_profilers)
                 report["device"] = ev.pool.mode
             if part == "speed":
                 part_speed(ev, names, report, save)
@@ -277,12 +284,15 @@ def main() -> None:
                 ev.use_ncu = profiles and part != "pool-noncu"
                 ev.profile_lock = "shared" if part == "pool-shared" else lock
                 ev.tune_alone = part != "pool-autotune"  # that part: the whole check with the GPU alone
+                parked = ev.pool.park_profilers
+                ev.pool.set_park_profilers(parked or part == "pool-parked")
                 try:  # a part run twice keeps both results: pool, pool#2, ...
                     part_pool(ev, names, report, save, args.threads,
                               key=part + (f"#{parts[:i].count(part) + 1}" if part in parts[:i] else ""),
                               sources=autotuned_sources(tuple(names)) if part.startswith("pool-autotune") else None)
                 finally:
                     ev.use_ncu, ev.profile_lock, ev.tune_alone = profiles, lock, tune
+                    ev.pool.set_park_profilers(parked)
                 if not (parts[i + 1:i + 2] and (parts[i + 1].startswith("pool") or parts[i + 1] == "speed")):
                     ev.pool.keep_at_most(4)  # as an evaluator does by default: 29 references fill an 80 GB GPU
             else:

@@ -16,7 +16,9 @@
 # SWEEP_TASKS, SWEEP_POLICIES (phases split by ';', run one after another within one SWEEP_BUDGET_S, e.g.
 # 'kernelband;greedy,random': every task with kernelband first), SWEEP_PARTS (search_quality parts, default
 # bench,grid,overhead), SWEEP_RESUME=part.db.xz:BENCH (continue a committed sweep database, .xz or .gz; BENCH
-# `new`: a new bench in it), SWEEP_WARM_PROFILERS (the sweep's workers kept started under ncu per GPU), EVAL=0 (no
+# `new`: a new bench in it), SWEEP_WARM_PROFILERS (the sweep's workers kept started under ncu per GPU),
+# SWEEP_PARK_PROFILERS=1 and PARK_PROFILERS=1 (the sweep's, the evaluator parts' warm ncu workers stopped until
+# used; eval_throughput also has the part pool-parked), EVAL=0 (no
 # evaluator parts: the sweep takes every GPU), SWEEP=0 (no sweep: the evaluator parts take GPU 0),
 # EVAL_TASKS (the evaluator parts' tasks, comma-separated; default the 29), REPEAT_TASKS ('all': the 29), REPEAT_PRESETS, POOL_THREADS (default 4), WARM_PROFILERS (workers kept started
 # under ncu; default POOL_THREADS + 3), PROFILE_LOCK (exclusive | shared: ncu's profiled run alone on the GPU or
@@ -76,7 +78,7 @@ evaluator_parts() {
   timeout "${EVAL_TIMEOUT_S:-1500}" python3 benchmarks/eval_throughput.py --parts "${EVAL_PARTS:-repeat,peers,speed,pool}" $EVAL_TASKS \
     --repeat-tasks "$REPEAT_TASKS" --repeat-presets "${REPEAT_PRESETS:-default,paper}" --peer-tasks "$PEER_TASKS" \
     --threads "${POOL_THREADS:-4}" ${WARM_PROFILERS:+--warm-profilers "$WARM_PROFILERS"} \
-    ${PROFILE_LOCK:+--profile-lock "$PROFILE_LOCK"} \
+    ${PROFILE_LOCK:+--profile-lock "$PROFILE_LOCK"} $([ "${PARK_PROFILERS:-0}" = 1 ] && echo --park-profilers) \
     --out "$S/eval_throughput.json" > "$S/eval_throughput.log" 2>&1
   echo "eval_throughput rc=$?"
   kill "$sampler" 2>/dev/null
@@ -143,6 +145,7 @@ sweep() {
       --db "$S/quality.db" --out "$S/quality$phase.json" --budget-s "$left" \
       --grid-budget-s "${GRID_BUDGET_S:-300}" --runs-per-gpu "${RUNS_PER_GPU:-4}" \
       ${PROFILE_LOCK:+--profile-lock "$PROFILE_LOCK"} ${SWEEP_WARM_PROFILERS:+--warm-profilers "$SWEEP_WARM_PROFILERS"} \
+      $([ "${SWEEP_PARK_PROFILERS:-0}" = 1 ] && echo --park-profilers) \
       $([ "${TUNE_ALONE:-1}" = 0 ] && echo --no-tune-alone) ${SWEEP_STRATEGIES:+--strategies "$SWEEP_STRATEGIES"} $resume $SWEEP_ARGS $extra \
       >> "$S/sweep.log" 2>&1
     echo "sweep phase $phase rc=$?"

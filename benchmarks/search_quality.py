@@ -212,6 +212,9 @@ def main() -> None:
     ap.add_argument("--warm-profilers", type=int, default=None,
                     help="workers kept started under ncu per GPU (default runs-per-gpu + 3); each idle one's "
                          "ncu front end takes CPU")
+    ap.add_argument("--park-profilers", action="store_true",
+                    help="stop each warm ncu worker (SIGSTOP) until it is used: an idle one's front end kept a "
+                         "CPU core busy (BENCHMARKS.md, run W)")
     ap.add_argument("--tune-alone", action=argparse.BooleanOptionalAction, default=True,
                     help="an autotuned module: one call per shape with the GPU alone, then a shared check "
                          "(the default); --no-tune-alone: the whole check with the GPU alone")
@@ -230,7 +233,8 @@ def main() -> None:
 
         store = Store(args.db)
         evaluators = [Evaluator(device_index=i, warm=args.runs_per_gpu + 1, profile_lock=args.profile_lock,
-                                tune_alone=args.tune_alone, warm_profilers=args.warm_profilers)
+                                tune_alone=args.tune_alone, warm_profilers=args.warm_profilers,
+                                park_profilers=args.park_profilers)
                       for i in range(max(1, torch.cuda.device_count()))]
         # `kill -USR1` prints every thread's stack to stderr (benchmarks/gpu_collect.sh does, each call)
         stacks.dump_on(signal.SIGUSR1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -325,6 +326,95 @@ def test_the_number_of_workers_kept_started_under_ncu_is_a_setting(monkeypatch):
             assert len(started) == expected
         finally:
             pool.close()
+
+
+# Stands in for Nsight Compute's front end: runs the worker command after ncu's options and, like the real
+# one on the GPU machine (0.99 of a core per idle profiling worker, BENCHMARKS.md run W), spins meanwhile.
+STAND_IN_NCU = """
+import subprocess, sys, threading
+args = sys.argv[1:]
+child = subprocess.Popen(args[args.index("--log-file") + 2:], close_fds=False)  # the worker's socket
+def spin():
+    while True:
+        pass
+threading.Thread(target=spin, daemon=True).start()
+sys.exit(child.wait())
+"""
+
+
+def _group_stopped(pid: int, stopped: bool, wait: float = 10.0) -> bool:
+    """Whether the process and all its descendants reach the state (stopped, or all not stopped) within
+    `wait` seconds: a signal's delivery is asynchronous."""
+    import psutil
+
+    deadline = time.monotonic() + wait
+    while True:
+        front = psutil.Process(pid)
+        if {p.status() == psutil.STATUS_STOPPED for p in [front] + front.children(recursive=True)} == {stopped}:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+
+
+def _cpu_over(pid: int, seconds: float) -> float:
+    from kernelband.evaluation.pool import process_cpu
+
+    before = process_cpu(pid)
+    time.sleep(seconds)
+    after = process_cpu(pid)
+    return sum(after) - sum(before)
+
+
+def test_a_parked_profiling_worker_uses_no_cpu_until_it_is_handed_out(tmp_path, monkeypatch, vector_add):
+    """`park_profilers`: a ready profiling worker is stopped with its front end (SIGSTOP on its process
+    group) while it waits, shows as "profiler parked", and runs and answers again once handed out."""
+
+    from kernelband.evaluation.pool import WorkerPool
+
+    ncu = tmp_path / "ncu"
+    ncu.write_text(f"#!{sys.executable}\n{STAND_IN_NCU}")
+    ncu.chmod(0o755)
+    monkeypatch.setenv("KERNELBAND_NCU", str(ncu))
+    pool = WorkerPool("interpreter", warm=0, park_profilers=True)
+    try:
+        pool._spawn_profiler()  # one worker started under the stand-in, ready, then parked
+        (worker,) = pool._profilers
+        assert worker.paused and _group_stopped(worker.proc.pid, True)
+        pool.cpu_use()  # the first look counts the start-up
+        assert _cpu_over(worker.proc.pid, 1.0) < 0.05
+        assert "profiler parked" in pool.cpu_use()
+
+        assert pool.acquire_profiler(timeout=5) is worker and not worker.paused
+        assert _group_stopped(worker.proc.pid, False)
+        assert _cpu_over(worker.proc.pid, 1.0) > 0.2  # the stand-in spins again: parking kept it quiet
+        reply = worker.request({"op": "load", "role": "cand", "task": vector_add.wire(), "module_source": GOOD},
+                               60)
+        assert reply.get("ok"), reply
+    finally:
+        pool.close()
+
+
+def test_parking_can_be_turned_on_and_off_for_the_profiling_workers_waiting_now(tmp_path, monkeypatch):
+
+    from kernelband.evaluation.pool import WorkerPool
+
+    ncu = tmp_path / "ncu"
+    ncu.write_text(f"#!{sys.executable}\n{STAND_IN_NCU}")
+    ncu.chmod(0o755)
+    monkeypatch.setenv("KERNELBAND_NCU", str(ncu))
+    pool = WorkerPool("interpreter", warm=0)
+    try:
+        pool._spawn_profiler()
+        (worker,) = pool._profilers
+        assert not worker.paused and _group_stopped(worker.proc.pid, False)
+        pool.set_park_profilers(True)
+        assert worker.paused and _group_stopped(worker.proc.pid, True)
+        pool.set_park_profilers(False)
+        assert not worker.paused and _group_stopped(worker.proc.pid, False)
+    finally:
+        pool.close()
+    assert not worker.alive()  # a stopped group is killed as well (SIGKILL needs no SIGCONT)
 
 
 def test_an_unknown_profile_lock_is_refused_before_any_worker_starts():

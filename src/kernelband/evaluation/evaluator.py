@@ -118,7 +118,7 @@ class Evaluator:
     def __init__(self, mode: str | None = None, warm: int = 2, device_index: int = 0, preset: str = "default",
                  limits: Limits | None = None, memory_limit: int | None = None, use_ncu: bool | None = None,
                  calibration_path: str | None = None, max_references: int = 4, warm_profilers: int | None = None,
-                 profile_lock: str = "exclusive", tune_alone: bool = True):
+                 profile_lock: str = "exclusive", tune_alone: bool = True, park_profilers: bool = False):
         self.mode = mode or detect_mode()
         if preset not in PRESETS:
             raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
@@ -137,7 +137,8 @@ class Evaluator:
             from kernelband.evaluation import ncu
             use_ncu = self.mode == "gpu" and ncu.available()
         self.pool = WorkerPool(self.mode, warm=warm, device_index=device_index, memory_limit=memory_limit,
-                               profiler=use_ncu, max_references=max_references, warm_profilers=warm_profilers)
+                               profiler=use_ncu, max_references=max_references, warm_profilers=warm_profilers,
+                               park_profilers=park_profilers)
         self.calibration_path = calibration_path
         self.use_ncu = use_ncu
         # The parent compares on the GPU when there is one (it never runs candidate code there).

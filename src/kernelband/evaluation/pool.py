@@ -172,6 +172,7 @@ class Worker:
         self.lock = threading.Lock()
         self.asked: tuple[str, float] | None = None  # the request in progress: (op, since), for `snapshot`
         self.users = 0  # evaluations using this worker as their reference (see WorkerPool.reference)
+        self.paused = False  # stopped with SIGSTOP while it waits for work (WorkerPool.park_profilers)
 
     def wait_ready(self, timeout: float, gpu=nullcontext) -> ReadyInfo:
         """Wait for the worker to import its libraries, then let it initialise CUDA and run its first kernel
@@ -259,6 +260,23 @@ class Worker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def pause(self) -> None:
+        """Stop the worker's whole process group (SIGSTOP): ncu's front end and the worker under it use no
+        CPU until `resume`. Only for a worker with no request in flight."""
+        self._signal_group(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        self._signal_group(signal.SIGCONT)
+        self.paused = False
+
+    def _signal_group(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)  # started in a session of its own: its group is its pid
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             try:
@@ -282,7 +300,7 @@ class WorkerPool:
 
     def __init__(self, mode: str, warm: int = 2, device_index: int | None = 0,
                  memory_limit: int | None = None, start_timeout: float = 180.0, max_references: int = 4,
-                 profiler: bool = False, warm_profilers: int | None = None):
+                 profiler: bool = False, warm_profilers: int | None = None, park_profilers: bool = False):
         self.mode = mode
         self.warm = max(0, warm)
         self.device_index = device_index if mode == "gpu" else None
@@ -308,6 +326,9 @@ class WorkerPool:
         self._cpu_seen: dict[int, tuple[float, float]] = {}  # pid -> CPU seconds at the last `cpu_use`
         self.profiler = profiler and mode == "gpu"
         self._profilers: list[Worker] = []
+        # A warm profiling worker's ncu front end kept a CPU core busy while it waited for work (0.99 of a core
+        # each, BENCHMARKS.md run W). Parked, a ready one is stopped (SIGSTOP) until it is handed out.
+        self.park_profilers = park_profilers
         self._watchdog = threading.Thread(target=self._watch, name="kernelband-memory-watchdog", daemon=True)
         self._watchdog.start()
         self._fill()
@@ -399,8 +420,17 @@ class WorkerPool:
             if self._closed:
                 worker.close()
                 return
+            if self.park_profilers:
+                worker.pause()
             self._profilers.append(worker)
             self._cond.notify_all()
+
+    def set_park_profilers(self, on: bool) -> None:
+        """Park (or wake) the warm profiling workers from now on, those waiting now included."""
+        with self._cond:
+            self.park_profilers = on
+            for worker in self._profilers:
+                worker.pause() if on else worker.resume()
 
     def acquire_profiler(self, timeout: float = 300.0) -> Worker:
         """A warm worker running under Nsight Compute; used once, like a candidate's."""
@@ -416,6 +446,8 @@ class WorkerPool:
                     raise WorkerGone("timeout", "no profiling worker started in time")
                 self._cond.wait(min(left, 1.0))
             worker = self._profilers.pop(0)
+            if worker.paused:
+                worker.resume()
         threading.Thread(target=self._spawn_profiler, daemon=True).start()
         return worker
 
@@ -495,7 +527,8 @@ class WorkerPool:
     def cpu_use(self) -> dict[str, list]:
         """CPU seconds each kind of live worker used since the last call, as {kind: [workers, own, children]}.
         Kinds are candidate, reference and profiler, with "starting" added for those not yet ready (and for
-        what a worker used before the first look at it) and "idle" for the warm ones waiting for work. A
+        what a worker used before the first look at it), "idle" for the warm ones waiting for work and
+        "parked" for the waiting ones stopped (`park_profilers`). A
         profiler's own process is ncu's front end and its child the Python worker, so this tells whether
         idle front ends eat the host's CPU (a lead from `ps` in run J, where %CPU is a lifetime average)."""
         with self._cond:
@@ -511,7 +544,8 @@ class WorkerPool:
             kind = "reference" if id(w) in refs else "profiler" if w.profiler else "candidate"
             # what a worker used before its first look is its start-up, whatever it does now
             fresh = w.proc.pid not in before
-            kind += " starting" if fresh or w.ready is None else " idle" if id(w) in idle else ""
+            kind += (" starting" if fresh or w.ready is None else " parked" if w.paused
+                     else " idle" if id(w) in idle else "")
             last = before.get(w.proc.pid, (0.0, 0.0))
             row = out.setdefault(kind, [0, 0.0, 0.0])
             row[0] += 1
