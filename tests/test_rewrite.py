@@ -313,12 +313,12 @@ def softmax(x):
 
 def test_rows_puts_consecutive_programs_side_by_side_on_a_leading_axis():
     made = dict(variants(SOFTMAX_ROWS, "rows"))
-    assert sorted(made) == [
-        "16 consecutive programs side by side in each program of softmax_kernel: the first grid axis divided by 16 "
-        "at 1 launch(es)",
-        "4 consecutive programs side by side in each program of softmax_kernel: the first grid axis divided by 4 "
-        "at 1 launch(es)"]
-    new = made[next(r for r in made if r.startswith("4 "))]
+    at_run_time = (" consecutive programs side by side in each program of softmax_kernel (fewer where a thread would "
+                   "hold over 256 elements, set at the launch from its block sizes): the first grid axis divided by "
+                   "as many at 1 launch(es)")
+    assert sorted(made) == ["up to 16" + at_run_time, "up to 4" + at_run_time]
+    new = made["up to 4" + at_run_time]
+    rows = "min(4, 1 << max(0, int(32768 // (triton.next_power_of_2(x.shape[1]))).bit_length() - 1))"
     assert changed_lines(SOFTMAX_ROWS, new) == [
         "- def softmax_kernel(out_ptr, x_ptr, n_cols, BLOCK: tl.constexpr):",
         "-     row = tl.program_id(0)",
@@ -334,8 +334,41 @@ def test_rows_puts_consecutive_programs_side_by_side_on_a_leading_axis():
         "+     z = x - tl.max(x, axis=1, keep_dims=True)",
         "+     tl.store(out_ptr + row * n_cols + cols, num / tl.sum(num, axis=1, keep_dims=True), "
         "mask=(cols < n_cols) & rows_mask)",
-        "+     softmax_kernel[(triton.cdiv(x.shape[0], 4),)](out, x, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]), "
-        "n_programs=x.shape[0], ROWS=4)"]
+        f"+     softmax_kernel[(triton.cdiv(x.shape[0], {rows}),)](out, x, x.shape[1], "
+        f"BLOCK=triton.next_power_of_2(x.shape[1]), n_programs=x.shape[0], ROWS={rows})"]
+
+
+@pytest.mark.parametrize("block, rows", [(16, [4, 16]), (1024, [4, 16]), (2048, [4, 16]), (4096, [4, 8]),
+                                         (8192, [4, 4]), (16384, [2, 2]), (65536, [1, 1])])
+def test_rows_at_a_run_time_block_keep_a_thread_within_256_elements(block, rows):
+    """The launch works R out from the block it is given: the largest power of two up to R that leaves a
+    thread (of 32 x num_warps, 4 here) at most 256 elements, and never fewer than one row."""
+    import math
+
+    import triton
+
+    made = [new for _, new in sorted(variants(SOFTMAX_ROWS, "rows"), key=lambda v: int(v[0].split()[2]))]
+    got = []
+    for new in made:
+        expression = new.split("ROWS=")[1].rsplit(")", 1)[0]
+        got.append(eval(expression, {"triton": triton, "x": type("X", (), {"shape": (8, block)})}))
+    assert got == rows and all(r * block <= max(block, 256 * 128) for r in got)
+    assert all(math.log2(r).is_integer() for r in got)  # tl.arange(0, ROWS) needs a power of two
+
+
+def test_rows_with_numbers_at_the_launch_are_capped_where_the_rewrite_runs():
+    """dropout_triton's bench-2 candidate that did not compile in 180 s: 16 rows of a 2,048-element block on
+    one warp (1,024 elements a thread). Capped at 256, that factor becomes 4, the same as the other variant."""
+    source = ADD.replace("BLOCK_SIZE=256", "BLOCK_SIZE=2048, num_warps=1")
+    assert "BLOCK_SIZE=2048, num_warps=1" in source
+    made = dict(variants(source, "rows"))
+    assert sorted(made) == ["4 consecutive programs side by side in each program of add_kernel: the first grid "
+                            "axis divided by 4 at 1 launch(es)"]
+    assert "ROWS=4)" in made[next(iter(made))]
+    assert len(variants(ADD, "rows")) == 2  # 256 elements on 4 warps: 4 and 16 rows both fit
+    found = options(ADD.replace("BLOCK_SIZE=256", "BLOCK_SIZE=8192, num_warps=1"), ("rows",))
+    assert not found.variants and list(found.reasons) == ["add_kernel: no number of rows fits (a thread would hold over "
+                                                    "256 elements)"]
 
 
 @pytest.mark.parametrize("old, new, reason", [
@@ -374,7 +407,7 @@ def test_rows_follows_pointers_moved_in_place():
 def test_a_rows_tritonbench_kernel_is_correct_in_the_interpreter(evaluator, name):
     """A softmax whose reductions keep the row axis, a row-wise dequantize with a per-row scalar load, and a
     kernel that moves its pointers in place and calls libdevice's tanh."""
-    task, source = tritonbench_variant(name, "rows", "16 consecutive")
+    task, source = tritonbench_variant(name, "rows", "up to 16 consecutive")
     result = evaluator.evaluate(task, source, seed=8)
     assert result.ok, (result.outcome, result.detail, result.error[-2000:])
 
@@ -478,6 +511,39 @@ def test_autotune_wraps_the_kernel_and_the_grid_reads_meta():
     assert variants(new, "block_size") == [] and variants(new, "num_warps") == []
     added = variants(new, "autotune")
     assert added and all(r.startswith("add triton.Config(") for r, _ in added)
+
+
+TILE_2D = """\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, L, BLK: tl.constexpr, C: tl.constexpr):
+    offs_m = tl.program_id(0) * BLK + tl.arange(0, BLK)
+    offs_k = tl.arange(0, C)
+    x = tl.load(x_ptr + offs_m[:, None] * C + offs_k[None, :], mask=offs_m[:, None] < L)
+    tl.store(out_ptr + offs_m[:, None] * C + offs_k[None, :], x * 2, mask=offs_m[:, None] < L)
+
+
+def scale(x):
+    out = torch.empty_like(x)
+    L, C = x.shape
+    scale_kernel[(triton.cdiv(L, 128),)](x, out, L, 128, C)
+    return out
+"""
+
+
+@pytest.mark.parametrize("c, one_warp", [("C", False), ("64", True), ("512", False)])
+def test_autotune_tries_a_quarter_of_the_warps_only_where_a_thread_keeps_256_elements(c, one_warp):
+    """int8_quantization's q kernel (a 128 x C tile, C known at run time) did not compile with num_warps=1 in
+    180 s in either bench: the grid offers num_warps / 4 only where the tile is known and small enough."""
+    source = TILE_2D.replace("L, 128, C)", f"L, 128, {c})")
+    (new,) = [n for _, n in variants(source, "autotune")]
+    warps = {int(line.split("num_warps=")[1].split(")")[0]) for line in new.splitlines() if "triton.Config" in line}
+    assert {4, 8, 2, 16} <= warps  # the launch's 4, then x2, /2, x4
+    assert (1 in warps) is one_warp  # 128 x 64 on one warp: 256 a thread; 128 x 512: 2,048
 
 
 def test_autotune_restores_a_buffer_the_kernel_reads_and_writes():

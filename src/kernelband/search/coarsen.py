@@ -65,11 +65,16 @@ def coarsen(ms: ModuleSource) -> Found:
 
 def first_axis_variants(ms: ModuleSource, rewrite: str, factors: tuple[int, ...],
                         names: Callable[[set[str]], dict[str, str]],
-                        kernel_edit: Callable[[Kernel], Callable[[dict[str, str]], Edit] | str], what: str) -> Found:
+                        kernel_edit: Callable[[Kernel], Callable[[dict[str, str]], Edit] | str], what: str,
+                        factor_at: Callable[[Launch, int], int | str | None] | None = None,
+                        at_run_time: str = "", none_fits: str = "") -> Found:
     """The variants of a rewrite that gives each program of a kernel's first grid axis the work of `factor`
     programs (coarsen, rows): every launch divides that axis by the factor and passes the old axis as
     `names["n"]` and the factor as `names["c"]`. `names(used)` picks the new names; `kernel_edit(kernel)` is
-    the kernel's edit for given names, or why the kernel cannot take it."""
+    the kernel's edit for given names, or why the kernel cannot take it. `factor_at(launch, factor)`, if
+    given, is what a launch passes for `factor`: a smaller number, code evaluated at run time (the variant's
+    rationale then says "up to" and `at_run_time`), or None (no variant for that factor: `none_fits` says
+    why when no factor is left); variants that come out the same as an earlier one are left out."""
     variants, reasons = [], []
     for kernel in ms.kernels.values():
         launches = ms.launches_of(kernel)
@@ -80,11 +85,21 @@ def first_axis_variants(ms: ModuleSource, rewrite: str, factors: tuple[int, ...]
             continue
         chosen = names(set(kernel.names))
         touched = frozenset({kernel.name} | {x.scope.top or kernel.name for x in launches})
+        made: set[tuple] = set()
         for factor in factors:
+            at = [factor_at(launch, factor) if factor_at else factor for launch in launches]
+            if None in at or tuple(at) in made:
+                continue
+            made.add(tuple(at))
             edits: list[tuple[cst.CSTNode, Edit]] = [(kernel.node, edit(chosen))]
-            edits += [(launch.call, launch_edit(grid, chosen, factor)) for launch, grid in zip(launches, grids)]
-            variants.append(Variant(rewrite, f"{factor} {what} {kernel.name}: the first grid axis divided by {factor} "
-                                    f"at {len(launches)} launch(es)", touched, tuple(edits)))
+            edits += [(launch.call, launch_edit(grid, chosen, f)) for launch, grid, f in zip(launches, grids, at)]
+            if all(isinstance(f, int) for f in at) and len(set(at)) == 1:
+                rationale = f"{at[0]} {what} {kernel.name}: the first grid axis divided by {at[0]}"
+            else:
+                rationale = f"up to {factor} {what} {kernel.name}{at_run_time}: the first grid axis divided by as many"
+            variants.append(Variant(rewrite, f"{rationale} at {len(launches)} launch(es)", touched, tuple(edits)))
+        if not made:
+            reasons.append(f"{kernel.name}: {none_fits}")
     return Found(variants, reasons)
 
 
@@ -250,9 +265,9 @@ def added_params(node: cst.FunctionDef, n: str, c: str, tl: str) -> cst.Paramete
     return node.params.with_changes(params=params)
 
 
-def launch_edit(grid: tuple[str, str], names: dict[str, str], factor: int) -> Edit:
-    """The launch with its grid's first axis divided by `factor`, passing the old axis as `names["n"]` and the
-    factor as `names["c"]`."""
+def launch_edit(grid: tuple[str, str], names: dict[str, str], factor: int | str) -> Edit:
+    """The launch with its grid's first axis divided by `factor` (a number, or code evaluated at the launch),
+    passing the old axis as `names["n"]` and the factor as `names["c"]`."""
     first, divided = grid
 
     def edit(call: cst.Call) -> cst.Call:

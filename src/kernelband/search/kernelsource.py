@@ -709,3 +709,37 @@ def _launch(kernel: Kernel, call: cst.Call, scope: Scope) -> Launch:
             args[kernel.params[positional].name] = index
             positional += 1
     return Launch(kernel, call, scope, args)
+
+
+def launch_value(ms: ModuleSource, launch: Launch, node: cst.BaseExpression) -> int | str:
+    """A launch argument's value where the source says it (a literal, or a name given one), else its code."""
+    value = int_value(node)
+    if value is None and isinstance(node, cst.Name):
+        value = int_value(ms.name_value(launch.scope, node.value)[1])
+    return value if value is not None else code(node)
+
+
+def tile_terms(ms: ModuleSource, launch: Launch, values: dict[str, int] | None = None) -> list[int | str] | None:
+    """The extents of the launched kernel's distinct `tl.arange(0, X)` ranges, whose product bounds what one of
+    its tensors holds (its tile; for kernels without tl.dot): a number where the source or `values` says it,
+    else the launch's code for it. None where an extent cannot be read at the launch (not a number or a
+    parameter that the launch passes)."""
+    kernel = launch.kernel
+    terms: dict[str, int | str] = {}
+    for call in kernel.calls("arange"):
+        if len(call.args) != 2 or int_value(call.args[0].value) != 0:
+            return None
+        end = call.args[1].value
+        value = int_value(end)
+        if value is None:
+            if not isinstance(end, cst.Name) or kernel.param(end.value) is None:
+                return None
+            arg = launch.arg(end.value)
+            if values and end.value in values:
+                value = values[end.value]
+            elif arg is None:
+                return None
+            else:
+                value = launch_value(ms, launch, arg.value)
+        terms.setdefault(code(end), value)
+    return list(terms.values()) or None

@@ -27,6 +27,12 @@ MIN_BLOCK = 16
 MAX_BLOCK = 8192
 MAX_DOT_BLOCK = 256
 MAX_TILE_ELEMENTS = 16384  # the product of a launch's known block sizes, for kernels with several
+# Elements a thread may hold (a tile over 32 x num_warps threads) where a rewrite raises that count: `rows`, and
+# autotune's num_warps / 4. In bench 2 (H200), 4 candidates did not compile within the evaluator's 180 s: rows-16
+# of 16 x 2,048 elements on one warp (1,024 a thread), rows-16 of cos_func's run-time block of up to 16,384 on
+# four warps (2,048 a thread, twice), and int8_quantization's autotune grid with num_warps=1 on its 128 x 512
+# tile (2,048 a thread; bench 1's num_warps=1 config on it too). 16 x 1,024 on four warps (128) compiled.
+MAX_PER_THREAD = 256
 PREFIXES = ("BLOCK_SIZE_", "BLOCK_", "TILE_SIZE_", "TILE_", "BLK_")
 
 

@@ -46,6 +46,7 @@ from kernelband.search.kernelsource import (
     int_value,
     loads,
     subnodes,
+    tile_terms,
 )
 from kernelband.search.knobs import Knob
 from kernelband.search.rows import rows
@@ -430,8 +431,10 @@ def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: lis
     warps, _ = _option(launches[0], "num_warps", DEFAULT_WARPS)
     stages, _ = _option(launches[0], "num_stages", DEFAULT_STAGES)
     base = {p: _base(ks, kernel) for p, ks in tuned.items()}
+    tiles = [tile_terms(ms, launch, base) for launch in launches]
+    tile = max(math.prod(t) for t in tiles) if all(t and all(isinstance(x, int) for x in t) for t in tiles) else None
     configs = _config_grid(kernel, base, warps or DEFAULT_WARPS,
-                           stages if launches[0].kwarg("num_stages") is not None else None)
+                           stages if launches[0].kwarg("num_stages") is not None else None, tile)
     key = _key(kernel, set(tuned))
     decorator = _decorator(configs, key, kernel.inplace)
     edits.append((kernel.node, _add_decorator(kernel, decorator)))
@@ -451,10 +454,13 @@ def _key(kernel: Kernel, tuned: set[str]) -> list[str]:
     return sized or [n for n in plain if not any(p.constexpr for p in kernel.params if p.name == n)][:2]
 
 
-def _config_grid(kernel: Kernel, base: dict[str, int], warps: int, stages: int | None) -> list[str]:
+def _config_grid(kernel: Kernel, base: dict[str, int], warps: int, stages: int | None,
+                 tile: int | None = None) -> list[str]:
     """The base config, then one change at a time, growing before shrinking (naive kernels tend to be too
     small), with num_warps two steps either way (bench 1's largest num_warps gains were 4 -> 16, 4 -> 1 and
-    1 -> 8); at most MAX_CONFIGS."""
+    1 -> 8); at most MAX_CONFIGS. num_warps / 4 only where the base config's `tile` (elements) is known and
+    leaves a thread at most knobs.MAX_PER_THREAD of them: int8_quantization's 128 x C tile on one warp did not
+    compile in 180 s, in both benches."""
     current = stages or DEFAULT_STAGES
     pipelined = kernel.pipelinable
     grid = [(base, warps, stages)]
@@ -463,7 +469,9 @@ def _config_grid(kernel: Kernel, base: dict[str, int], warps: int, stages: int |
     grid += [(base, warps, current + 1)] if pipelined else []
     grid += [({p: v * 2 for p, v in base.items()}, warps, stages)] if len(base) > 1 else []
     grid += [({**base, p: v * 4}, warps, stages) for p, v in base.items()]
-    grid += [(base, warps * 4, stages), (base, warps // 4, stages)]
+    grid += [(base, warps * 4, stages)]
+    if tile is not None and warps // 4 and tile <= knobs_mod.MAX_PER_THREAD * 32 * (warps // 4):
+        grid += [(base, warps // 4, stages)]
     grid += [({**base, p: v // 2}, warps, stages) for p, v in base.items()]
     grid += [(base, warps, current - 1)] if pipelined else []
     valid = [c for c in grid if _config_ok(kernel, c[0], base) and c[1] in WARPS and (c[2] or 3) in STAGES]

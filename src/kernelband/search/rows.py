@@ -26,10 +26,15 @@ where the meaning is certain:
 - tensors start with one axis at most: `tl.zeros`/`tl.full` of a one-element shape;
 - a reduction of a value computed from the program number reduces its whole (no axis, or axis 0);
 - every store writes through an address computed from the program number.
+
+R multiplies the elements each thread holds, so R is capped where that would pass `MAX_PER_THREAD`: at the
+rewrite where the launch's block sizes and `num_warps` are numbers, otherwise by code evaluated at the
+launch (`_factor_at`).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import libcst as cst
@@ -38,15 +43,19 @@ from kernelband.search.coarsen import added_params, first_axis_variants
 from kernelband.search.edits import Edit, Found, statements
 from kernelband.search.kernelsource import (
     Kernel,
+    Launch,
     ModuleSource,
     code,
     contains,
     dotted,
     fresh_name,
     int_value,
+    launch_value,
     loads,
     subnodes,
+    tile_terms,
 )
+from kernelband.search.knobs import MAX_PER_THREAD
 
 FACTORS = (4, 16)
 ELEMENTWISE = frozenset({
@@ -72,7 +81,33 @@ def rows(ms: ModuleSource) -> Found:
         return plan if isinstance(plan, str) else plan.kernel_edit
 
     return first_axis_variants(ms, "rows", FACTORS, names, kernel_edit, "consecutive programs side by side in "
-                               "each program of")
+                               "each program of", factor_at=lambda launch, factor: _factor_at(ms, launch, factor),
+                               at_run_time=f" (fewer where a thread would hold over {MAX_PER_THREAD} elements, "
+                                           "set at the launch from its block sizes)",
+                               none_fits=f"no number of rows fits (a thread would hold over {MAX_PER_THREAD} elements)")
+
+
+def _factor_at(ms: ModuleSource, launch: Launch, factor: int) -> int | str | None:
+    """What the launch passes for R = `factor`: the largest power of two up to `factor` that keeps at most
+    MAX_PER_THREAD elements a thread (R tiles over 32 x num_warps threads; `tile_terms`). A number where the
+    tile and num_warps are numbers (None when under 2: nothing side by side); otherwise code that works it
+    out at the launch. A kernel whose tile cannot be read at the launch gets `factor` as it is."""
+    terms = tile_terms(ms, launch)
+    if terms is None:
+        return factor
+    given = launch.kwarg("num_warps")
+    warps = 4 if given is None else launch_value(ms, launch, given.value)  # Triton's default
+    if all(isinstance(t, int) for t in [*terms, warps]):
+        bound = MAX_PER_THREAD * 32 * warps // max(1, math.prod(terms))
+        rows = min(factor, 1 << (bound.bit_length() - 1)) if bound >= 1 else 1
+        return rows if rows >= 2 else None
+    threads = MAX_PER_THREAD * 32 * warps if isinstance(warps, int) else f"{MAX_PER_THREAD * 32} * {_braced(warps)}"
+    tile = " * ".join(map(_braced, terms)) if len(terms) > 1 else str(terms[0])
+    return f"min({factor}, 1 << max(0, int({threads} // ({tile})).bit_length() - 1))"
+
+
+def _braced(term: int | str) -> str:
+    return str(term) if isinstance(term, int) or term.isidentifier() else f"({term})"
 
 
 class _Plan:
