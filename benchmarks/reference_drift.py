@@ -21,12 +21,11 @@ The stage seconds and the rate count new evaluations only (a reused one repeats 
 from __future__ import annotations
 
 import argparse
-import calendar
 import json
 import sqlite3
 import statistics
-import time
 from collections import defaultdict
+from datetime import datetime, timezone
 
 from kernelband.report.metrics import faster_verdict
 
@@ -40,7 +39,13 @@ def main() -> None:
     args = ap.parse_args()
 
     def utc(text: str | None, default: float) -> float:
-        return calendar.timegm(time.strptime(text, "%Y-%m-%d %H:%M:%S")) if text else default
+        """UTC seconds of "2026-11-23 07:24:01" or "2026-11-23T07:24:01" (a date alone: its midnight)."""
+        if not text:
+            return default
+        try:
+            return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
+        except ValueError:
+            ap.error(f"not a UTC time: {text!r} (e.g. \"2026-11-23 07:24:01\")")
 
     since, until = utc(args.since, float("-inf")), utc(args.until, float("inf"))
     new_times: list[float] = []  # when each new evaluation in the window was stored
