@@ -366,6 +366,9 @@ def test_rows_with_numbers_at_the_launch_are_capped_where_the_rewrite_runs():
                             "axis divided by 4 at 1 launch(es)"]
     assert "ROWS=4)" in made[next(iter(made))]
     assert len(variants(ADD, "rows")) == 2  # 256 elements on 4 warps: 4 and 16 rows both fit
+    # a parameter's default is no number a caller must keep: the launch works R out from what it is given
+    defaulted = ADD.replace("def add(x, y):", "def add(x, y, block=256):").replace("BLOCK_SIZE=256", "BLOCK_SIZE=block")
+    assert all(r.startswith("up to ") and "ROWS=min(" in new for r, new in variants(defaulted, "rows"))
     found = options(ADD.replace("BLOCK_SIZE=256", "BLOCK_SIZE=8192, num_warps=1"), ("rows",))
     assert not found.variants and list(found.reasons) == ["add_kernel: no number of rows fits (a thread would hold over "
                                                     "256 elements)"]

@@ -712,10 +712,12 @@ def _launch(kernel: Kernel, call: cst.Call, scope: Scope) -> Launch:
 
 
 def launch_value(ms: ModuleSource, launch: Launch, node: cst.BaseExpression) -> int | str:
-    """A launch argument's value where the source says it (a literal, or a name given one), else its code."""
+    """A launch argument's value where the source says it (a literal, or a name assigned one once), else its
+    code. A parameter's default is not its value: a caller may pass another."""
     value = int_value(node)
     if value is None and isinstance(node, cst.Name):
-        value = int_value(ms.name_value(launch.scope, node.value)[1])
+        kind, given = ms.name_value(launch.scope, node.value)
+        value = int_value(given) if kind != "default" else None
     return value if value is not None else code(node)
 
 
