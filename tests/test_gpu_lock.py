@@ -8,6 +8,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from kernelband.evaluation.pool import GpuLock
 
 GOOD = (Path(__file__).parent / "hostile" / "good.py").read_text()
@@ -342,6 +344,16 @@ sys.exit(child.wait())
 """
 
 
+@pytest.fixture
+def stand_in_ncu(tmp_path, monkeypatch):
+    """KERNELBAND_NCU pointing at STAND_IN_NCU, as an executable file."""
+    ncu = tmp_path / "ncu"
+    ncu.write_text(f"#!{sys.executable}\n{STAND_IN_NCU}")
+    ncu.chmod(0o755)
+    monkeypatch.setenv("KERNELBAND_NCU", str(ncu))
+    return ncu
+
+
 def _group_stopped(pid: int, stopped: bool, wait: float = 10.0) -> bool:
     """Whether the process and all its descendants reach the state (stopped, or all not stopped) within
     `wait` seconds: a signal's delivery is asynchronous."""
@@ -366,16 +378,12 @@ def _cpu_over(pid: int, seconds: float) -> float:
     return sum(after) - sum(before)
 
 
-def test_a_parked_profiling_worker_uses_no_cpu_until_it_is_handed_out(tmp_path, monkeypatch, vector_add):
+def test_a_parked_profiling_worker_uses_no_cpu_until_it_is_handed_out(stand_in_ncu, vector_add):
     """`park_profilers`: a ready profiling worker is stopped with its front end (SIGSTOP on its process
     group) while it waits, shows as "profiler parked", and runs and answers again once handed out."""
 
     from kernelband.evaluation.pool import WorkerPool
 
-    ncu = tmp_path / "ncu"
-    ncu.write_text(f"#!{sys.executable}\n{STAND_IN_NCU}")
-    ncu.chmod(0o755)
-    monkeypatch.setenv("KERNELBAND_NCU", str(ncu))
     pool = WorkerPool("interpreter", warm=0, park_profilers=True)
     try:
         pool._spawn_profiler()  # one worker started under the stand-in, ready, then parked
@@ -395,14 +403,10 @@ def test_a_parked_profiling_worker_uses_no_cpu_until_it_is_handed_out(tmp_path, 
         pool.close()
 
 
-def test_parking_can_be_turned_on_and_off_for_the_profiling_workers_waiting_now(tmp_path, monkeypatch):
+def test_parking_can_be_turned_on_and_off_for_the_profiling_workers_waiting_now(stand_in_ncu):
 
     from kernelband.evaluation.pool import WorkerPool
 
-    ncu = tmp_path / "ncu"
-    ncu.write_text(f"#!{sys.executable}\n{STAND_IN_NCU}")
-    ncu.chmod(0o755)
-    monkeypatch.setenv("KERNELBAND_NCU", str(ncu))
     pool = WorkerPool("interpreter", warm=0)
     try:
         pool._spawn_profiler()

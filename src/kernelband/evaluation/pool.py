@@ -271,18 +271,16 @@ class Worker:
         self.paused = False
 
     def _signal_group(self, sig: int) -> None:
+        """The signal to the worker's process group (started in a session of its own: its group is its pid),
+        or to the worker alone where the group cannot be signalled."""
         if self.proc.poll() is None:
             try:
-                os.killpg(self.proc.pid, sig)  # started in a session of its own: its group is its pid
+                os.killpg(self.proc.pid, sig)
             except (ProcessLookupError, PermissionError):
-                pass
+                self.proc.send_signal(sig)
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                self.proc.kill()
+        self._signal_group(signal.SIGKILL)
 
     def close(self) -> None:
         self.kill()

@@ -736,12 +736,11 @@ def tile_terms(ms: ModuleSource, launch: Launch, values: dict[str, int] | None =
         if value is None:
             if not isinstance(end, cst.Name) or kernel.param(end.value) is None:
                 return None
-            arg = launch.arg(end.value)
             if values and end.value in values:
                 value = values[end.value]
-            elif arg is None:
-                return None
-            else:
+            elif (arg := launch.arg(end.value)) is not None:
                 value = launch_value(ms, launch, arg.value)
+            else:
+                return None
         terms.setdefault(code(end), value)
     return list(terms.values()) or None

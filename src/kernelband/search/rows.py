@@ -99,14 +99,15 @@ def _factor_at(ms: ModuleSource, launch: Launch, factor: int) -> int | str | Non
     warps = 4 if given is None else launch_value(ms, launch, given.value)  # Triton's default
     if all(isinstance(t, int) for t in [*terms, warps]):
         bound = MAX_PER_THREAD * 32 * warps // max(1, math.prod(terms))
-        rows = min(factor, 1 << (bound.bit_length() - 1)) if bound >= 1 else 1
-        return rows if rows >= 2 else None
-    threads = MAX_PER_THREAD * 32 * warps if isinstance(warps, int) else f"{MAX_PER_THREAD * 32} * {_braced(warps)}"
-    tile = " * ".join(map(_braced, terms)) if len(terms) > 1 else str(terms[0])
+        return min(factor, 1 << (bound.bit_length() - 1)) if bound >= 2 else None
+    threads = (MAX_PER_THREAD * 32 * warps if isinstance(warps, int)
+               else f"{MAX_PER_THREAD * 32} * {_parenthesized(warps)}")
+    tile = " * ".join(map(_parenthesized, terms)) if len(terms) > 1 else str(terms[0])
     return f"min({factor}, 1 << max(0, int({threads} // ({tile})).bit_length() - 1))"
 
 
-def _braced(term: int | str) -> str:
+def _parenthesized(term: int | str) -> str:
+    """A term of a product, in parentheses unless it is a number or a name."""
     return str(term) if isinstance(term, int) or term.isidentifier() else f"({term})"
 
 
