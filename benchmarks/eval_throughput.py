@@ -44,6 +44,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from kernelband.errors import UserError, run_script
 from kernelband.evaluation.evaluator import Evaluator
 from kernelband.tasks import load_task, tritonbench
 
@@ -252,19 +253,19 @@ def main() -> None:
                     help="every part: the warm profiling workers stopped until used (as the pool-parked part)")
     ap.add_argument("--out", default=os.environ.get("OUT", ".") + "/eval_throughput.json")
     args = ap.parse_args()
-    names = [n for n in args.tasks.split(",") if n] or tritonbench.level12()
     parts = args.parts.split(",")
+    known = ("speed", "pool", "pool-shared", "pool-noncu", "pool-parked", "pool-autotune", "pool-autotune-alone",
+             "repeat", "peers")
+    unknown = [p for p in parts if p not in known]
+    if unknown:
+        raise UserError(f"unknown part {unknown[0]!r}: use {', '.join(known)}")
+    names = [n for n in args.tasks.split(",") if n] or tritonbench.level12()
     report: dict = {"date": time.strftime("%Y-%m-%d"), "tasks": names, "warm_profilers": args.warm_profilers,
                     "profile_lock": args.profile_lock}
 
     def save() -> None:
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))
 
-    known = ("speed", "pool", "pool-shared", "pool-noncu", "pool-parked", "pool-autotune", "pool-autotune-alone",
-             "repeat", "peers")
-    unknown = [p for p in parts if p not in known]
-    if unknown:
-        raise SystemExit(f"unknown part {unknown[0]!r}: use {', '.join(known)}")
     ev = None  # started when a part needs it: the peers' part alone needs no workers on the GPU
     try:
         for i, part in enumerate(parts):  # in the order given
@@ -306,4 +307,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -13,6 +13,7 @@ import json
 import time
 from pathlib import Path
 
+from kernelband.errors import run_script
 from kernelband.evaluation.evaluator import Evaluator
 from kernelband.tasks import load_task, tritonbench
 
@@ -40,4 +41,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -10,6 +10,7 @@ import pstats
 import sys
 import time
 
+from kernelband.errors import run_script
 from kernelband.evaluation.evaluator import Evaluator
 from kernelband.tasks import load_task
 
@@ -33,4 +34,4 @@ def main(names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_script(main, sys.argv[1:])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from kernelband.errors import run_script
 from kernelband.evaluation.evaluator import Evaluator, Limits
 from kernelband.search.rewrite import options
 from kernelband.tasks import load_task
@@ -48,4 +49,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

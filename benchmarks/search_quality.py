@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from kernelband import stacks
+from kernelband.errors import run_script
 from kernelband.evaluation.records import PHI_KEYS, RHO_KEYS, EvalResult, Features, Outcome, ShapeResult
 from kernelband.search.bench import Bench, BenchConfig, suite_tasks
 from kernelband.search.core import Candidate, source_hash
@@ -258,4 +259,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

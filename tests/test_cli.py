@@ -147,6 +147,23 @@ def test_eval_of_the_starting_kernel_is_ok_with_the_full_record():
     assert result["features"]["rho"]["block_dim_x"] == 128  # vector_add's BLOCK_SIZE
 
 
+@pytest.mark.parametrize("script, args", [
+    ("eval_throughput.py", ["--parts", "pool", "--out", "out.json"]),
+    ("eval_throughput.py", ["--parts", "pool,nope", "--out", "out.json"]),
+    ("search_quality.py", ["--parts", "bench", "--db", "runs.db"]),
+    ("rewrite_correctness.py", ["rows"]),
+    ("interpreter_times.py", ["--out", "out.json"])])
+def test_a_benchmark_script_given_bad_input_says_so_in_one_line_and_exits_2(tmp_path, script, args):
+    """TritonBench data that is not where it is said to be, or an unknown part: `errors.run_script`."""
+    script_path = Path(__file__).resolve().parents[1] / "benchmarks" / script
+    env = {**os.environ, "KERNELBAND_TRITONBENCH": str(tmp_path / "missing.json")}
+    done = subprocess.run([sys.executable, str(script_path), *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert ("unknown part 'nope'" if "pool,nope" in args else str(tmp_path / "missing.json")) in done.stderr
+
+
 def test_eval_of_a_wrong_candidate_is_exit_1_naming_the_shape(tmp_path):
     source = (EXAMPLES / "vector_add.py").read_text()
     wrong = source.replace("x + y, mask=mask", "x - y, mask=mask")
