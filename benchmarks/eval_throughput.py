@@ -14,7 +14,7 @@ Parts (run them in one call or split them across calls):
   pool-noncu  the same, with no Nsight Compute profile (φ from the compiler and the timing only): the
            like-for-like figure against the peers, who collect no hardware profile. Right after `pool`
            it reuses its references.
-  pool-parked  the same as `pool`, with the warm profiling workers stopped (SIGSTOP) until one is used:
+  pool-parked  the same as `pool`, with the warm profiling workers' ncu front ends stopped (SIGSTOP) until used:
            an idle one's ncu front end kept a CPU core busy (run W). Run `pool,pool-parked,pool` to see drift.
   pool-autotune  the pool with other candidates: each task's starting kernel under the rewriter's
            `autotune` rewrite (tasks it does not apply to are left out), with `tune_alone` off: the

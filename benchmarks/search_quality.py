@@ -214,7 +214,7 @@ def main() -> None:
                     help="workers kept started under ncu per GPU (default runs-per-gpu + 3); each idle one's "
                          "ncu front end takes CPU")
     ap.add_argument("--park-profilers", action="store_true",
-                    help="stop each warm ncu worker (SIGSTOP) until it is used: an idle one's front end kept a "
+                    help="stop each warm ncu worker's front end (SIGSTOP) until it is used: an idle one kept a "
                          "CPU core busy (BENCHMARKS.md, run W)")
     ap.add_argument("--tune-alone", action=argparse.BooleanOptionalAction, default=True,
                     help="an autotuned module: one call per shape with the GPU alone, then a shared check "

@@ -332,15 +332,22 @@ def test_the_number_of_workers_kept_started_under_ncu_is_a_setting(monkeypatch):
 
 # Stands in for Nsight Compute's front end: runs the worker command after ncu's options and, like the real
 # one on the GPU machine (0.99 of a core per idle profiling worker, BENCHMARKS.md run W), spins meanwhile.
+# Like the real one (benchmarks/park_probe.py, run X), it loses its worker once the worker is stopped: the
+# real ncu's worker never answered again; this one kills it.
 STAND_IN_NCU = """
-import subprocess, sys, threading
+import os, signal, subprocess, sys, threading
 args = sys.argv[1:]
 child = subprocess.Popen(args[args.index("--log-file") + 2:], close_fds=False)  # the worker's socket
 def spin():
     while True:
         pass
 threading.Thread(target=spin, daemon=True).start()
-sys.exit(child.wait())
+while True:
+    _, status = os.waitpid(child.pid, os.WUNTRACED)
+    if os.WIFSTOPPED(status):
+        os.kill(child.pid, signal.SIGKILL)
+    else:
+        sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
@@ -354,15 +361,19 @@ def stand_in_ncu(tmp_path, monkeypatch):
     return ncu
 
 
-def _group_stopped(pid: int, stopped: bool, wait: float = 10.0) -> bool:
-    """Whether the process and all its descendants reach the state (stopped, or all not stopped) within
-    `wait` seconds: a signal's delivery is asynchronous."""
+def _parked(worker, stopped: bool, wait: float = 10.0) -> bool:
+    """Whether the worker's front end (its process and every descendant but the Python worker) reaches the
+    state, stopped or all not stopped, within `wait` seconds (a signal's delivery is asynchronous), while
+    the Python worker itself is never stopped."""
     import psutil
 
     deadline = time.monotonic() + wait
     while True:
-        front = psutil.Process(pid)
-        if {p.status() == psutil.STATUS_STOPPED for p in [front] + front.children(recursive=True)} == {stopped}:
+        front = psutil.Process(worker.proc.pid)
+        procs = [front] + front.children(recursive=True)
+        inner = {p.status() == psutil.STATUS_STOPPED for p in procs if p.pid == worker.ready.pid}
+        outer = {p.status() == psutil.STATUS_STOPPED for p in procs if p.pid != worker.ready.pid}
+        if inner == {False} and outer == {stopped}:
             return True
         if time.monotonic() > deadline:
             return False
@@ -379,8 +390,9 @@ def _cpu_over(pid: int, seconds: float) -> float:
 
 
 def test_a_parked_profiling_worker_uses_no_cpu_until_it_is_handed_out(stand_in_ncu, vector_add):
-    """`park_profilers`: a ready profiling worker is stopped with its front end (SIGSTOP on its process
-    group) while it waits, shows as "profiler parked", and runs and answers again once handed out."""
+    """`park_profilers`: a ready profiling worker's front end is stopped while it waits, its Python worker
+    left running (the stand-in, like the real ncu, loses a stopped worker), shows as "profiler parked", and
+    runs and answers again once handed out."""
 
     from kernelband.evaluation.pool import WorkerPool
 
@@ -388,13 +400,13 @@ def test_a_parked_profiling_worker_uses_no_cpu_until_it_is_handed_out(stand_in_n
     try:
         pool._spawn_profiler()  # one worker started under the stand-in, ready, then parked
         (worker,) = pool._profilers
-        assert worker.paused and _group_stopped(worker.proc.pid, True)
+        assert worker.paused and _parked(worker, True)
         pool.cpu_use()  # the first look counts the start-up
         assert _cpu_over(worker.proc.pid, 1.0) < 0.05
         assert "profiler parked" in pool.cpu_use()
 
         assert pool.acquire_profiler(timeout=5) is worker and not worker.paused
-        assert _group_stopped(worker.proc.pid, False)
+        assert _parked(worker, False)
         assert _cpu_over(worker.proc.pid, 1.0) > 0.2  # the stand-in spins again: parking kept it quiet
         reply = worker.request({"op": "load", "role": "cand", "task": vector_add.wire(), "module_source": GOOD},
                                60)
@@ -411,11 +423,11 @@ def test_parking_can_be_turned_on_and_off_for_the_profiling_workers_waiting_now(
     try:
         pool._spawn_profiler()
         (worker,) = pool._profilers
-        assert not worker.paused and _group_stopped(worker.proc.pid, False)
+        assert not worker.paused and _parked(worker, False)
         pool.set_park_profilers(True)
-        assert worker.paused and _group_stopped(worker.proc.pid, True)
+        assert worker.paused and _parked(worker, True)
         pool.set_park_profilers(False)
-        assert not worker.paused and _group_stopped(worker.proc.pid, False)
+        assert not worker.paused and _parked(worker, False)
     finally:
         pool.close()
     assert not worker.alive()  # a stopped group is killed as well (SIGKILL needs no SIGCONT)

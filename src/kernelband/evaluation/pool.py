@@ -172,7 +172,8 @@ class Worker:
         self.lock = threading.Lock()
         self.asked: tuple[str, float] | None = None  # the request in progress: (op, since), for `snapshot`
         self.users = 0  # evaluations using this worker as their reference (see WorkerPool.reference)
-        self.paused = False  # stopped with SIGSTOP while it waits for work (WorkerPool.park_profilers)
+        self.paused = False  # its front end stopped while it waits for work (WorkerPool.park_profilers)
+        self._stopped: list[int] = []  # the pids `pause` stopped
 
     def wait_ready(self, timeout: float, gpu=nullcontext) -> ReadyInfo:
         """Wait for the worker to import its libraries, then let it initialise CUDA and run its first kernel
@@ -261,14 +262,44 @@ class Worker:
         return self.proc.poll() is None
 
     def pause(self) -> None:
-        """Stop the worker's whole process group (SIGSTOP): ncu's front end and the worker under it use no
-        CPU until `resume`. Only for a worker with no request in flight."""
-        self._signal_group(signal.SIGSTOP)
+        """Stop ncu's front end (SIGSTOP to each of its processes: the launcher script, ncu itself and its
+        subreaper), which spins at about a core while its worker waits, until `resume`. Only for a ready
+        worker with no request in flight. The Python worker under it is left running, and idle: with the
+        worker stopped as well (SIGSTOP to the whole process group), the real ncu never let it answer again
+        (`benchmarks/park_probe.py` on an H200, run X), while with the front end alone stopped it loaded,
+        compiled and was profiled as an unparked one."""
+        self._stopped = self._front_end()
+        self._signal(self._stopped, signal.SIGSTOP)
         self.paused = True
 
     def resume(self) -> None:
-        self._signal_group(signal.SIGCONT)
+        self._signal(self._stopped, signal.SIGCONT)
+        self._stopped = []
         self.paused = False
+
+    def _front_end(self) -> list[int]:
+        """The pids between this process and the Python worker it runs (ncu's front end): the process
+        itself and its descendants, less the worker (`ready.pid`) and what runs under it."""
+        if self.proc.poll() is not None or self.ready is None:
+            return []
+        try:
+            top = psutil.Process(self.proc.pid)
+            procs = [top] + top.children(recursive=True)
+            inner = psutil.Process(self.ready.pid)
+            skip = {self.ready.pid} | {p.pid for p in inner.children(recursive=True)}
+        except psutil.Error:
+            return []
+        if self.ready.pid not in {p.pid for p in procs}:  # the worker is not where it should be: park nothing
+            return []
+        return [p.pid for p in procs if p.pid not in skip]
+
+    @staticmethod
+    def _signal(pids: list[int], sig: int) -> None:
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def _signal_group(self, sig: int) -> None:
         """The signal to the worker's process group (started in a session of its own: its group is its pid),
@@ -325,7 +356,8 @@ class WorkerPool:
         self.profiler = profiler and mode == "gpu"
         self._profilers: list[Worker] = []
         # A warm profiling worker's ncu front end kept a CPU core busy while it waited for work (0.99 of a core
-        # each, BENCHMARKS.md run W). Parked, a ready one is stopped (SIGSTOP) until it is handed out.
+        # each, BENCHMARKS.md run W). Parked, a ready one's front end is stopped (SIGSTOP) until it is handed
+        # out; its Python worker, which is idle, is not (`Worker.pause`).
         self.park_profilers = park_profilers
         self._watchdog = threading.Thread(target=self._watch, name="kernelband-memory-watchdog", daemon=True)
         self._watchdog.start()
