@@ -487,6 +487,33 @@ def test_num_warps_is_added_when_absent_and_replaced_when_present():
         "num_warps") == 1
 
 
+def test_a_num_warps_computed_at_run_time_is_scaled_not_overwritten():
+    """softmax_triton1 picks 4, 8 or 16 warps as its rows grow; a constant 1 put its widest rows on one warp and
+    did not compile in 180 s (bench 2). The rewrite doubles, halves or quadruples the computed value instead,
+    within 1 to 16."""
+    source = ADD.replace("    n = out.numel()\n", "    n = out.numel()\n    warps = 4 if n < 4096 else 8\n").replace(
+        "BLOCK_SIZE=256)", "BLOCK_SIZE=256, num_warps=warps)")
+    made = dict(variants(source, "num_warps"))
+    assert list(made) == [f"num_warps warps -> {e} (the computed value {said}) at the add_kernel launch in add"
+                          for e, said in (("min(16, warps * 2)", "doubled"), ("max(1, warps // 2)", "halved"),
+                                          ("min(16, warps * 4)", "times 4"))]
+    assert changed_lines(source, made["num_warps warps -> max(1, warps // 2) (the computed value halved) at the "
+                                      "add_kernel launch in add"]) == [
+        "-     add_kernel[grid](x, y, out, n, BLOCK_SIZE=256, num_warps=warps)",
+        "+     add_kernel[grid](x, y, out, n, BLOCK_SIZE=256, num_warps=max(1, warps // 2))"]
+    # a computed expression again (the child's): kept whole, in parentheses
+    child = made["num_warps warps -> min(16, warps * 2) (the computed value doubled) at the add_kernel launch in add"]
+    assert "num_warps=min(16, (min(16, warps * 2)) * 2)" in variants(child, "num_warps")[0][1]
+
+
+@pytest.mark.slow
+def test_a_scaled_computed_num_warps_runs_in_the_interpreter(evaluator):
+    task, source = tritonbench_variant("softmax_triton1", "num_warps", "num_warps num_warps -> max(1, num_warps // 2)")
+    assert "num_warps=max(1, num_warps // 2)" in source
+    result = evaluator.evaluate(task, source, seed=3)
+    assert result.ok, (result.outcome, result.detail, result.error[-2000:])
+
+
 def test_num_stages_needs_a_loop_that_loads():
     assert [r for r, _ in variants(ROWS, "num_stages")][:2] == [
         "num_stages 3 -> 4 at the rms_kernel launch in rms", "num_stages 3 -> 2 at the rms_kernel launch in rms"]

@@ -154,11 +154,32 @@ def _launch_option(ms: ModuleSource, name: str, default: int, choices: tuple[int
             reasons.append(why)
             continue
         current, call = _option(launch, name, default)
+        if current is None and name == "num_warps":  # computed at run time: scaled, not overwritten
+            variants.extend(_scaled_warps(launch, call, choices))
+            continue
         shown = current if current is not None else code(launch.kwarg(name).value)
         for value in _nearest(choices, current):
             variants.append(Variant(name, f"{name} {shown} -> {value} at the {launch.where}", _touches(launch),
                                     ((call, set_kwarg(name, str(value))),)))
     return Found(variants, reasons)
+
+
+# A num_warps computed at run time is the kernel author's scaling with the block (softmax_triton1 and
+# square_matrix: 4, 8 or 16 as the row grows; geglu_tanh_triton: from a helper). Overwriting it with a constant
+# throws that scaling away: in bench 2 (H200), softmax_triton1's `num_warps -> 1` put its widest rows on one warp
+# and did not compile in 180 s. So the rewrite scales the computed value, within the choices' range.
+WARP_FACTORS = (("* 2", "doubled"), ("// 2", "halved"), ("* 4", "times 4"))
+
+
+def _scaled_warps(launch: Launch, call: cst.Call, choices: tuple[int, ...]) -> list[Variant]:
+    shown = code(launch.kwarg("num_warps").value)
+    term = shown if isinstance(launch.kwarg("num_warps").value, cst.Name) else f"({shown})"
+    out = []
+    for op, said in WARP_FACTORS:
+        expr = f"max({min(choices)}, {term} // 2)" if op == "// 2" else f"min({max(choices)}, {term} {op})"
+        out.append(Variant("num_warps", f"num_warps {shown} -> {expr} (the computed value {said}) at the "
+                           f"{launch.where}", _touches(launch), ((call, set_kwarg("num_warps", expr)),)))
+    return out
 
 
 def num_warps(ms: ModuleSource) -> Found:
