@@ -8,9 +8,10 @@ session, state, command, CPU seconds), so that it shows which processes a group 
 takes a stopped target. Ways (--ways, comma-separated):
 
   none    no parking (the control)
-  group   SIGSTOP / SIGCONT to the worker's process group (`Worker.pause`, what `park_profilers` does)
-  front   the signals to ncu's front end (and its launcher) only, the Python target left running
-  target  the signals to the Python target only
+  group   SIGSTOP / SIGCONT to the worker's process group (what `park_profilers` did before run X)
+  front   `Worker.pause` / `resume`: ncu's front end (and its launcher) only, the Python worker left running
+          (what `park_profilers` does since run X)
+  target  the signals to the Python worker only
 
     PYTHONPATH=src KERNELBAND_TRITONBENCH=.data/tritonbench_g_tasks.json \\
         python3 benchmarks/park_probe.py --task add_value --out $OUT/park_probe.json
@@ -57,15 +58,12 @@ def signal_some(worker: Worker, way: str, sig: int) -> list[int]:
     if way == "group":
         worker._signal_group(sig)
         return [worker.proc.pid]
-    rows = tree(worker.proc.pid)
-    python = [r["pid"] for r in rows if "kernelband.worker" in r["cmd"]]
-    chosen = python if way == "target" else [r["pid"] for r in rows if r["pid"] not in python]
-    for pid in chosen:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-    return chosen
+    if way == "front":
+        stopped = worker._front_end()
+        worker.pause() if sig == signal.SIGSTOP else worker.resume()
+        return stopped
+    Worker._signal([worker.ready.pid], sig)
+    return [worker.ready.pid]
 
 
 def step(log: list, worker: Worker, name: str, message: dict | None, timeout: float) -> bool:
@@ -112,18 +110,7 @@ def probe(way: str, task, park_s: float, timeout: float, base: str, mode: str = 
         ok = ok and step(log, worker, "precompile", {"op": "precompile", "shapes": [0], "seed": 1}, timeout)
         ok = ok and step(log, worker, "profile", {"op": "profile", "shape": 0, "seed": 1}, timeout)
         if ok:
-            try:
-                worker.request({"op": "exit"}, 5)
-            except WorkerGone:
-                pass
-            try:
-                worker.proc.wait(timeout=60)
-            except Exception:  # noqa: BLE001
-                pass
-            try:
-                text = open(worker.ncu_log).read()
-            except OSError:
-                text = ""
+            text = ncu.report_text(worker, wait=60) or ""
             result["phi"] = ncu.parse(text)
             result["ncu_tail"] = text[-400:] if result["phi"] is None else ""
         result["ok"] = bool(ok and result.get("phi"))

@@ -92,6 +92,25 @@ def cache_key(device: str, source: str, shape: int) -> str:
     return hashlib.sha256(f"{device}\0{shape}\0{source}".encode()).hexdigest()
 
 
+def report_text(worker, wait: float = 120.0) -> str | None:
+    """Ask a profiling worker to exit, wait for ncu to write its CSV, and return it (None if it wrote none)."""
+    from kernelband.evaluation.pool import WorkerGone
+
+    try:
+        worker.request({"op": "exit"}, 5)
+    except WorkerGone:
+        pass
+    try:
+        worker.proc.wait(timeout=wait)
+    except Exception:  # noqa: BLE001
+        worker.kill()
+    try:
+        with open(worker.ncu_log) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 class Profile:
     """One candidate profiled under ncu, in three steps, so that only the profiled run itself holds the GPU:
 
@@ -173,28 +192,16 @@ class Profile:
 
     def finish(self) -> tuple[dict | None, str | None]:
         """(phi values, note); the note says why there are none."""
-        from kernelband.evaluation.pool import WorkerGone
-
         with self._lock:
             worker, self.worker = self.worker, None
         if worker is None:
             return self.values, self.note
         try:
-            try:
-                worker.request({"op": "exit"}, 5)
-            except WorkerGone:
-                pass
-            try:
-                worker.proc.wait(timeout=120)
-            except Exception:  # noqa: BLE001
-                worker.kill()
-            try:
-                with open(worker.ncu_log) as f:
-                    text = f.read()
-            except OSError:
-                return None, "ncu: wrote no report"
+            text = report_text(worker)
         finally:
             self.pool.release(worker)
+        if text is None:
+            return None, "ncu: wrote no report"
         values = parse(text)
         if values is None:
             tail = " ".join(text.strip().splitlines()[-2:])[:300]

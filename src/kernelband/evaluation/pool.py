@@ -172,8 +172,7 @@ class Worker:
         self.lock = threading.Lock()
         self.asked: tuple[str, float] | None = None  # the request in progress: (op, since), for `snapshot`
         self.users = 0  # evaluations using this worker as their reference (see WorkerPool.reference)
-        self.paused = False  # its front end stopped while it waits for work (WorkerPool.park_profilers)
-        self._stopped: list[int] = []  # the pids `pause` stopped
+        self._stopped: list[int] = []  # the front end's pids `pause` stopped (WorkerPool.park_profilers)
 
     def wait_ready(self, timeout: float, gpu=nullcontext) -> ReadyInfo:
         """Wait for the worker to import its libraries, then let it initialise CUDA and run its first kernel
@@ -270,12 +269,14 @@ class Worker:
         compiled and was profiled as an unparked one."""
         self._stopped = self._front_end()
         self._signal(self._stopped, signal.SIGSTOP)
-        self.paused = True
 
     def resume(self) -> None:
         self._signal(self._stopped, signal.SIGCONT)
         self._stopped = []
-        self.paused = False
+
+    @property
+    def paused(self) -> bool:
+        return bool(self._stopped)
 
     def _front_end(self) -> list[int]:
         """The pids between this process and the Python worker it runs (ncu's front end): the process

@@ -143,7 +143,9 @@ def _nearest(choices: tuple[int, ...], current: int | None) -> list[int]:
 
 
 def _launch_option(ms: ModuleSource, name: str, default: int, choices: tuple[int, ...],
-                   wanted: Callable[[Kernel], str]) -> Found:
+                   wanted: Callable[[Kernel], str], scale_computed: bool = False) -> Found:
+    """Variants of a launch option: each choice near the current value, or, with `scale_computed`, a value
+    the launch computes at run time scaled (`_scaled_warps`) rather than overwritten."""
     variants, reasons = [], []
     for launch in ms.launches:
         kernel = launch.kernel
@@ -154,7 +156,7 @@ def _launch_option(ms: ModuleSource, name: str, default: int, choices: tuple[int
             reasons.append(why)
             continue
         current, call = _option(launch, name, default)
-        if current is None and name == "num_warps":  # computed at run time: scaled, not overwritten
+        if current is None and scale_computed:
             variants.extend(_scaled_warps(launch, call, choices))
             continue
         shown = current if current is not None else code(launch.kwarg(name).value)
@@ -168,22 +170,24 @@ def _launch_option(ms: ModuleSource, name: str, default: int, choices: tuple[int
 # square_matrix: 4, 8 or 16 as the row grows; geglu_tanh_triton: from a helper). Overwriting it with a constant
 # throws that scaling away: in bench 2 (H200), softmax_triton1's `num_warps -> 1` put its widest rows on one warp
 # and did not compile in 180 s. So the rewrite scales the computed value, within the choices' range.
-WARP_FACTORS = (("* 2", "doubled"), ("// 2", "halved"), ("* 4", "times 4"))
+WARP_SCALINGS = (("min({hi}, {w} * 2)", "doubled"), ("max({lo}, {w} // 2)", "halved"),
+                 ("min({hi}, {w} * 4)", "times 4"))
 
 
 def _scaled_warps(launch: Launch, call: cst.Call, choices: tuple[int, ...]) -> list[Variant]:
-    shown = code(launch.kwarg("num_warps").value)
-    term = shown if isinstance(launch.kwarg("num_warps").value, cst.Name) else f"({shown})"
+    given = launch.kwarg("num_warps").value
+    shown = code(given)
+    w = shown if isinstance(given, cst.Name) else f"({shown})"
     out = []
-    for op, said in WARP_FACTORS:
-        expr = f"max({min(choices)}, {term} // 2)" if op == "// 2" else f"min({max(choices)}, {term} {op})"
+    for template, said in WARP_SCALINGS:
+        expr = template.format(w=w, lo=min(choices), hi=max(choices))
         out.append(Variant("num_warps", f"num_warps {shown} -> {expr} (the computed value {said}) at the "
                            f"{launch.where}", _touches(launch), ((call, set_kwarg("num_warps", expr)),)))
     return out
 
 
 def num_warps(ms: ModuleSource) -> Found:
-    return _launch_option(ms, "num_warps", DEFAULT_WARPS, WARPS, lambda kernel: "")
+    return _launch_option(ms, "num_warps", DEFAULT_WARPS, WARPS, lambda kernel: "", scale_computed=True)
 
 
 def num_stages(ms: ModuleSource) -> Found:
