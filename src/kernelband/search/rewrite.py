@@ -19,7 +19,7 @@ import libcst as cst
 from kernelband.search.core import Candidate, Context, Proposal, Strategy, source_hash
 from kernelband.search.edits import Variant
 from kernelband.search.kernelsource import ModuleSource
-from kernelband.search.rewrites import PRIOR, REWRITES
+from kernelband.search.rewrites import PRIOR, REWRITES, UNKNOWN_PRIOR, family
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,22 +94,22 @@ class RewriteProposer:
 
     @staticmethod
     def _order(variants: list[Variant], seed: int) -> list[Variant]:
-        """Every variant once, in the order the seed draws them: a rewrite with probability proportional to
+        """Every variant once, in the order the seed draws them: a family with probability proportional to
         its prior, then, within it, the variants from a seeded starting point in their fixed order."""
         rng = random.Random(seed)
-        by_rewrite: dict[str, list[Variant]] = {}
+        by_family: dict[str, list[Variant]] = {}
         for variant in variants:
-            by_rewrite.setdefault(variant.rewrite, []).append(variant)
-        for name, group in by_rewrite.items():
+            by_family.setdefault(family(variant.rewrite, variant.rationale), []).append(variant)
+        for name, group in by_family.items():
             start = rng.randrange(len(group))
-            by_rewrite[name] = group[start:] + group[:start]
+            by_family[name] = group[start:] + group[:start]
         order = []
-        while by_rewrite:
-            names = list(by_rewrite)
-            name = rng.choices(names, weights=[PRIOR.get(n, 0.1) for n in names])[0]
-            order.append(by_rewrite[name].pop(0))
-            if not by_rewrite[name]:
-                del by_rewrite[name]
+        while by_family:
+            names = list(by_family)
+            name = rng.choices(names, weights=[PRIOR.get(n, UNKNOWN_PRIOR) for n in names])[0]
+            order.append(by_family[name].pop(0))
+            if not by_family[name]:
+                del by_family[name]
         return order
 
     @staticmethod
