@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import triton
+import triton.language as tl
 
 from kernelband.evaluation.interleave import summarise as _summarise
+from kernelband.evaluation.records import PRESETS
 
 
 def test_rounds_are_combined_and_kept_in_order():
@@ -235,3 +238,54 @@ def test_the_evaluator_measures_a_shape_again_when_its_reference_is_off_its_hist
     assert all(s.retimed == 1 for s in timed + [s for s in first.shapes if s.cand_ms])
     note = next(n for n in second.notes if "measured again" in n)
     assert "load_per_core" in note  # what ran off the GPU lock meanwhile is on record
+
+
+# -- the autotuners' budget -----------------------------------------------------------------------------------
+@triton.jit
+def _tuned_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    pass
+
+
+def test_an_autotuner_times_its_configs_with_the_presets_budget(monkeypatch):
+    from kernelband.worker.guards import TamperGuard
+    from kernelband.worker.timing import tune_with
+
+    class Driver:  # Triton's CUDA driver: its benchmarker is do_bench with Triton's 25 / 100 ms
+        def get_benchmarker(self):
+            return "do_bench(warmup=25, rep=100)"
+
+    calls = []
+
+    def do_bench(fn, warmup=25, rep=100, quantiles=None, **kwargs):
+        calls.append((warmup, rep))
+        return [1.0, 1.0, 1.0]
+
+    driver = Driver()
+    guard = TamperGuard(driver=driver)
+    tune_with(driver, do_bench, **PRESETS["default"].tune())
+    monkeypatch.setattr(triton.runtime.driver, "_active", driver)
+    tuner = triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})],
+                            key=["n"])(_tuned_kernel)
+    tuner.do_bench(lambda: None, quantiles=(0.5, 0.2, 0.8))  # what Autotuner._bench calls for each config
+    assert calls == [(5.0, 20.0)]
+    assert Driver.get_benchmarker(driver) == "do_bench(warmup=25, rep=100)"  # the class is left alone
+    assert guard.changed() == []  # the worker's own budget is no tampering
+
+
+def test_the_presets_set_the_autotuners_budget():
+    assert PRESETS["default"].tune() == {"warmup": 5.0, "rep": 20.0}
+    assert PRESETS["paper"].tune() is None and PRESETS["tritonbench"].tune() is None  # Triton's own
+
+
+def test_the_candidate_is_loaded_with_the_autotuners_budget(evaluator, vector_add, monkeypatch):
+    loads = []
+    ask = evaluator._ask
+
+    def spy(worker, message, *args):
+        if message.get("op") == "load":
+            loads.append(message)
+        return ask(worker, message, *args)
+
+    monkeypatch.setattr(evaluator, "_ask", spy)
+    assert evaluator.evaluate(vector_add).ok
+    assert [m["tune"] for m in loads] == [evaluator.preset.tune()] and loads[0]["tune"] is not None

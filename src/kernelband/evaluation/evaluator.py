@@ -290,7 +290,8 @@ class Evaluator:
         worker = self.pool.acquire()
         try:
             reply = worker.request({"op": "load", "role": "ref", "task": task.wire(),
-                                    "module_source": task.module_source}, self.limits.load_s)
+                                    "module_source": task.module_source, "tune": self.preset.tune()},
+                                   self.limits.load_s)
         except WorkerGone as exc:
             self.pool.release(worker)
             raise TaskError(f"{task.ref}: the starting kernel could not be loaded ({exc.outcome}): "
@@ -427,7 +428,7 @@ class Evaluator:
             # The profiling worker imports and compiles the candidate beside its own worker, off the GPU lock.
             from kernelband.evaluation import ncu
             profile = ncu.Profile(task, source, rep.index, _seed(seed, rep.index, 3),
-                                  ref.ready.device.get("name", ""), self.pool).start(self._profiling)
+                                  ref.ready.device.get("name", ""), self.pool, self.preset.tune()).start(self._profiling)
         try:
             self._stages(task, info, ref, cand, source, shapes, preset, seed, result, by_index, rep, profile)
         finally:
@@ -438,8 +439,8 @@ class Evaluator:
         # 1. load and compile
         t0 = time.perf_counter()
         with self.pool.busy("compile"):
-            reply = self._ask(cand, {"op": "load", "role": "cand", "task": task.wire(), "module_source": source},
-                              self.limits.load_s, "compile")
+            reply = self._ask(cand, {"op": "load", "role": "cand", "task": task.wire(), "module_source": source,
+                                     "tune": self.preset.tune()}, self.limits.load_s, "compile")
             cand_info = TaskInfo.from_wire(reply["info"])
             if [s.label for s in cand_info.shapes] != [s.label for s in info.shapes]:
                 raise _Stop(Outcome.SUSPICIOUS, "compile", "the candidate changed the task's shapes",

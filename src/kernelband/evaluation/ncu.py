@@ -124,8 +124,9 @@ class Profile:
     The values are cached by (GPU, source, shape); a cached profile needs no worker at all.
     """
 
-    def __init__(self, task, source: str, shape: int, seed: int, device: str, pool):
+    def __init__(self, task, source: str, shape: int, seed: int, device: str, pool, tune: dict | None = None):
         self.task, self.source, self.shape, self.seed, self.pool = task, source, shape, seed, pool
+        self.tune = tune  # the autotuners' budget (Preset.tune)
         self.key = cache_key(device, source, shape)
         self.values: dict | None = _cache.get(self.key)
         self.note: str | None = None
@@ -157,7 +158,7 @@ class Profile:
         try:
             with self.pool.busy("profiler_compile"):
                 reply = worker.request({"op": "load", "role": "cand", "task": self.task.wire(),
-                                        "module_source": self.source}, 300)
+                                        "module_source": self.source, "tune": self.tune}, 300)
                 if reply.get("ok"):
                     reply = worker.request({"op": "precompile", "shapes": [self.shape], "seed": self.seed}, 300)
             if not reply.get("ok"):

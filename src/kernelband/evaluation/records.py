@@ -35,17 +35,27 @@ class Preset:
     # evaluation/interleave.py
     recheck: float = 0.0
     retries: int = 0
+    # How an autotuner in the kernel times its configs (ms of do_bench warm-up and repetitions), when it
+    # brings no benchmark of its own; None: Triton's own (25 and 100). A config's time only picks the config:
+    # the kernel is then timed by the preset like any other.
+    tune_warmup: float | None = None
+    tune_rep: float | None = None
 
     def wire(self) -> dict:
         return asdict(self)
+
+    def tune(self) -> dict | None:
+        """The autotuners' budget as a worker's `load` takes it, or None for Triton's own."""
+        return None if self.tune_rep is None else {"warmup": self.tune_warmup or 0.0, "rep": self.tune_rep}
 
 
 # The evaluator's rules: bump it with any change that could give the same source on the same GPU another
 # outcome or speedup (a new check, a new waiver, a new timing protocol). A stored evaluation under other rules
 # is never reused: a sweep evaluates that source again and measures the golden baseline again. Evaluations
 # stored before the stamp existed load as rules 1. Rules 2: a shape whose FLOPs set its speed-of-light bound
-# is suspicious only 25 % below it, not 5 % (sol.COMPUTE_TOLERANCE).
-RULES = 2
+# is suspicious only 25 % below it, not 5 % (sol.COMPUTE_TOLERANCE). Rules 3: under `default`, autotuners
+# time their configs with do_bench(warmup=5, rep=20) instead of Triton's 25/100 (Preset.tune_rep).
+RULES = 3
 
 # The note of an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`).
 NCU_SKIPPED = "ncu: not run (the search's policy and proposer do not use φ)"
@@ -57,8 +67,10 @@ PRESETS = {
     # Cheaper: fewer iterations, capped at 40 ms a measurement, the median of each, the reference and the
     # candidate measured once each per shape, who goes first alternating from shape to shape. (Two ABBA
     # rounds agreed to a median 0.14 % on an idle H100 once the GPU was kept ahead: BENCHMARKS.md, run J.)
+    # Autotuners time each config for 5 + 20 ms instead of Triton's 25 + 100: in bench 2 (run X4), tuning
+    # took 728 of 1,050 s of one H200's sweep, the GPU to itself, 20 s an autotuned candidate.
     "default": Preset("default", warmup=10, rep=100, unit="iters", stat="median", rounds=1, max_ms=40.0,
-                      ahead_us=150.0, recheck=1.2, retries=2),
+                      ahead_us=150.0, recheck=1.2, retries=2, tune_warmup=5.0, tune_rep=20.0),
     # What TritonBench, GEAK-eval and the KernelBand release do: do_bench(warmup=100 ms, rep=1000 ms).
     "tritonbench": Preset("tritonbench", warmup=100, rep=1000, unit="ms", stat="median", rounds=1),
 }
