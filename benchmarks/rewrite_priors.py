@@ -1,9 +1,10 @@
-"""The rewriter's priors, counted from a run database: per family of variants (`rewrites.family`), how many
-children of the built-in rewriter were evaluated and how many came out more than 5 % faster than their
-parent on the search shapes. A child that failed counts as a miss. The prior is (won + 1) / (children + 2),
-the rule `rewrites.PRIOR` was filled in by; the table shows it beside the prior the code has now.
+"""The rewriter's priors, counted from a run database (`kernelband.search.priors`): per family of variants,
+and per family and load of the parent (light, mid or heavy threads), how many children of the built-in
+rewriter were evaluated and how many came out more than 5 % faster than their parent on the search shapes.
+A child that failed counts as a miss. The tables show the priors these counts give beside the ones the
+package has now; `--write` stores the counts as the package's `priors.json`.
 
-    python benchmarks/rewrite_priors.py bench.db [--bench 1 --bench 2] [--win 1.05]
+    python benchmarks/rewrite_priors.py bench.db [--bench 1 --bench 2] [--win 1.05] [--write PATH]
 
 CPU only: it reads the database, nothing runs.
 """
@@ -11,21 +12,22 @@ CPU only: it reads the database, nothing runs.
 from __future__ import annotations
 
 import argparse
+import json
 import sqlite3
 from collections import Counter
 from pathlib import Path
 
 from kernelband.errors import UserError, run_script
-from kernelband.search.rewrites import PRIOR, UNKNOWN_PRIOR, family
+from kernelband.search.priors import FILE, LOADS, family, load_class, prior
 
 
-def count(db: str, benches: list[int] | None, win: float) -> tuple[Counter, Counter]:
-    """(children, won) per family."""
+def count(db: str, benches: list[int] | None, win: float) -> dict:
+    """{"families": {family: [children, won]}, "by_load": {"family|load": [children, won]}}."""
     if not Path(db).is_file():
         raise UserError(f"no database at {db} (unpack docs/results/bench.db.xz with `xz -dk`)")
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     query = """
-        SELECT c.rationale, e.outcome, e.speedup, p.speedup FROM candidates c
+        SELECT c.rationale, e.outcome, e.speedup, p.speedup, p.result FROM candidates c
         JOIN runs r ON r.id = c.run_id
         JOIN evaluations e ON e.run_id = c.run_id AND e.candidate = c.id AND e.which = 'search'
         JOIN evaluations p ON p.run_id = c.run_id AND p.candidate = c.parent AND p.which = 'search'
@@ -35,12 +37,27 @@ def count(db: str, benches: list[int] | None, win: float) -> tuple[Counter, Coun
         query += f" AND r.bench_id IN ({', '.join('?' * len(benches))})"
         params = benches
     children, won = Counter(), Counter()
-    for rationale, outcome, speedup, parent in con.execute(query, params):
+    for rationale, outcome, speedup, parent, parent_result in con.execute(query, params):
         rewrite, _, rest = rationale.partition(": ")
         kind = family(rewrite, rest)
-        children[kind] += 1
-        won[kind] += outcome == "ok" and speedup is not None and speedup > win * parent
-    return children, won
+        load = load_class(json.loads(parent_result).get("features", {}).get("compile"))
+        hit = outcome == "ok" and speedup is not None and speedup > win * parent
+        for key in (kind, f"{kind}|{load}") if load else (kind,):
+            children[key] += 1
+            won[key] += hit
+    split = {"families": {}, "by_load": {}}
+    for key in sorted(children):
+        split["by_load" if "|" in key else "families"][key] = [children[key], won[key]]
+    return split
+
+
+def _dump(counts: dict) -> str:
+    """JSON with one line per count, so that a diff shows which counts moved."""
+    def table(name: str) -> str:
+        rows = [f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in counts[name].items()]
+        return f' "{name}": {{\n' + ",\n".join(rows) + "\n }"
+    return "{\n" + f' "counted": {json.dumps(counts["counted"])},\n' + table("families") + ",\n" \
+        + table("by_load") + "\n}\n"
 
 
 def main() -> None:
@@ -48,14 +65,26 @@ def main() -> None:
     ap.add_argument("db")
     ap.add_argument("--bench", type=int, action="append", help="only these benches' runs (repeatable)")
     ap.add_argument("--win", type=float, default=1.05, help="a child wins above this times its parent's speedup")
+    ap.add_argument("--write", type=Path, help=f"store the counts here (the package's: {FILE})")
     args = ap.parse_args()
-    children, won = count(args.db, args.bench, args.win)
-    print("| family | children | won | (won + 1) / (children + 2) | PRIOR now |")
-    print("| --- | --- | --- | --- | --- |")
-    for kind in sorted(children, key=lambda k: -(won[k] + 1) / (children[k] + 2)):
-        print(f"| {kind} | {children[kind]} | {won[kind]} | {won[kind] + 1}/{children[kind] + 2} = "
-              f"{(won[kind] + 1) / (children[kind] + 2):.3f} | {PRIOR.get(kind, UNKNOWN_PRIOR):.3f} |")
-    print(f"\n{sum(children.values())} children, {sum(won.values())} won")
+    counts = count(args.db, args.bench, args.win)
+    print("| family | children | won | prior | light | mid | heavy | package now (any, light, mid, heavy) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for kind, (n, won) in sorted(counts["families"].items(), key=lambda kv: -prior(kv[0], counts=counts)):
+        cells = []
+        for load in LOADS:
+            n_load, won_load = counts["by_load"].get(f"{kind}|{load}", (0, 0))
+            cells.append(f"{won_load}/{n_load}: {prior(kind, load, counts):.2f}" if n_load else "-")
+        now = ", ".join(f"{prior(kind, load):.2f}" for load in (None, *LOADS))
+        print(f"| {kind} | {n} | {won} | {prior(kind, counts=counts):.3f} | {' | '.join(cells)} | {now} |")
+    total = sum(n for n, _ in counts["families"].values())
+    print(f"\n{total} children, {sum(w for _, w in counts['families'].values())} won")
+    if args.write:
+        counts = {"counted": f"benchmarks/rewrite_priors.py {Path(args.db).name}"
+                             + "".join(f" --bench {b}" for b in args.bench or []) + f" --win {args.win}",
+                  **counts}
+        args.write.write_text(_dump(counts))
+        print(f"wrote {args.write}")
 
 
 if __name__ == "__main__":

@@ -14,9 +14,12 @@ from collections import Counter
 import pytest
 
 from kernelband.errors import UserError
+from kernelband.evaluation.records import EvalResult, Features, Outcome
 from kernelband.search.core import Candidate, Context, source_hash
+from kernelband.search.priors import FILE as PRIORS_FILE
+from kernelband.search.priors import family, load_class
 from kernelband.search.rewrite import RewriteProposer, options
-from kernelband.search.rewrites import PRIOR, REWRITES, STRATEGY_FILE_ONLY, family
+from kernelband.search.rewrites import REWRITES, STRATEGY_FILE_ONLY
 from kernelband.search.strategies import builtin_strategies, load_strategies
 
 STRATEGIES = {s.name: s for s in builtin_strategies()}
@@ -124,9 +127,14 @@ def changed_lines(old: str, new: str) -> list[str]:
     return [line for line in diff if line[0] == "-"] + [line for line in diff if line[0] == "+"]
 
 
-def propose(source: str, strategy: str, seed: int = 0, seen: frozenset[str] = frozenset(), entry: str = "add"):
+def propose(source: str, strategy: str, seed: int = 0, seen: frozenset[str] = frozenset(), entry: str = "add",
+            compiled: dict | None = None):
+    """The rewriter's proposal for a parent; `compiled`: the parent's compile features, as its evaluation
+    recorded them (the launch's block constexprs, num_warps, spills)."""
     context = Context(task_name="t", entry=entry, seed=seed, seen=seen)
-    return RewriteProposer().propose(Candidate(0, source), STRATEGIES[strategy], context)
+    parent = Candidate(0, source, result=None if compiled is None else
+                       EvalResult("t", Outcome.OK, speedup=1.0, features=Features(compile=compiled)))
+    return RewriteProposer().propose(parent, STRATEGIES[strategy], context)
 
 
 # -- coarsening ----------------------------------------------------------------------------------------------
@@ -796,7 +804,11 @@ def test_each_variant_has_the_family_its_change_makes():
     assert family("block_size", "BLOCK_SIZE block_size -> block_size // 2 at the cos_func launch") \
         == "block_size shrink"
     assert family("coarsen", "2 consecutive programs per program in k") == "coarsen"
-    assert set(PRIOR) >= {family(v.rewrite, v.rationale) for v in found.variants}
+    warps = {family(v.rewrite, v.rationale) for v in options(ADD, ("num_warps",)).variants}
+    assert warps == {"num_warps grow", "num_warps shrink"}
+    assert family("num_warps", "num_warps w -> max(1, w // 2) (the computed value halved) at the k launch") \
+        == "num_warps shrink"
+    assert set(families.values()) <= set(json.loads(PRIORS_FILE.read_text())["families"])  # counted on a GPU
 
 
 def test_the_seed_draws_a_family_by_its_prior():
@@ -807,6 +819,30 @@ def test_the_seed_draws_a_family_by_its_prior():
     assert first["block_size shrink"] <= 14  # about 4 %
     assert first["block_size grow"] >= 30 and first["autotune wrap"] >= 30
     assert first["block_size grow"] > 3 * first["block_size shrink"]
+
+
+def test_how_much_work_a_thread_holds_sorts_a_parent():
+    assert load_class({"constexprs": {"BLOCK_SIZE": 8192}, "num_warps": 4, "n_spills": 0}) == "heavy"  # 64 each
+    assert load_class({"constexprs": {"BLOCK_SIZE": 256}, "num_warps": 8, "n_spills": 3}) == "heavy"  # spills
+    assert load_class({"constexprs": {"BLOCK_SIZE": 1024}, "num_warps": 4}) == "mid"  # 8 each
+    assert load_class({"constexprs": {"BLOCK_M": 16, "BLOCK_N": 16}, "num_warps": 4}) == "light"  # 2 each
+    assert load_class({"constexprs": {"BLOCK_SIZE": 128}, "num_warps": None}) == "light"  # Triton's 4 warps
+    assert load_class({"constexprs": {}, "num_warps": 4}) is None and load_class({}) is None
+
+
+def test_the_parents_load_steers_the_draw():
+    # benches 1 and 2: raising num_warps beat a heavy parent 10 times in 18 and a light one 0 in 8; lowering it
+    # beat a light parent 4 in 4 and a heavy one 0 in 14. Without the load, each is drawn about half the time.
+    def raised(compiled):
+        drawn = [family(*propose(ADD, "pipeline", seed=s, compiled=compiled).rationale.split(": ", 1))
+                 for s in range(100)]
+        return drawn.count("num_warps grow")
+
+    heavy = {"kernel": "add_kernel", "constexprs": {"BLOCK_SIZE": 8192}, "num_warps": 4, "n_spills": 8}
+    light = {"kernel": "add_kernel", "constexprs": {"BLOCK_SIZE": 128}, "num_warps": 4, "n_spills": 0}
+    assert raised(heavy) >= 80
+    assert raised(light) <= 20
+    assert 25 <= raised(None) <= 75
 
 
 def test_seen_sources_are_skipped_until_the_variants_are_exhausted():

@@ -19,7 +19,8 @@ import libcst as cst
 from kernelband.search.core import Candidate, Context, Proposal, Strategy, source_hash
 from kernelband.search.edits import Variant
 from kernelband.search.kernelsource import ModuleSource
-from kernelband.search.rewrites import PRIOR, REWRITES, UNKNOWN_PRIOR, family
+from kernelband.search.priors import family, load_class, prior
+from kernelband.search.rewrites import REWRITES
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,7 +84,8 @@ class RewriteProposer:
         if not variants:
             return Proposal(source=None, error=f"the {strategy.name} rewrites change only code that "
                             f"{context.entry} does not reach")
-        for variant in self._order(variants, context.seed):
+        load = load_class(parent.result.features.compile if parent.result else None)
+        for variant in self._order(variants, context.seed, load):
             source = variant.apply(found.module)
             if source == parent.source or source_hash(source) in context.seen:
                 continue
@@ -93,9 +95,10 @@ class RewriteProposer:
                         "tried already")
 
     @staticmethod
-    def _order(variants: list[Variant], seed: int) -> list[Variant]:
+    def _order(variants: list[Variant], seed: int, load: str | None = None) -> list[Variant]:
         """Every variant once, in the order the seed draws them: a family with probability proportional to
-        its prior, then, within it, the variants from a seeded starting point in their fixed order."""
+        its prior for a parent of this `load` (`priors.load_class`), then, within it, the variants from a
+        seeded starting point in their fixed order."""
         rng = random.Random(seed)
         by_family: dict[str, list[Variant]] = {}
         for variant in variants:
@@ -106,7 +109,7 @@ class RewriteProposer:
         order = []
         while by_family:
             names = list(by_family)
-            name = rng.choices(names, weights=[PRIOR.get(n, UNKNOWN_PRIOR) for n in names])[0]
+            name = rng.choices(names, weights=[prior(n, load) for n in names])[0]
             order.append(by_family[name].pop(0))
             if not by_family[name]:
                 del by_family[name]

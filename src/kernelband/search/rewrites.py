@@ -17,7 +17,6 @@ variant it can make of it, in a fixed order, with the reasons it cannot do more.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 
 import libcst as cst
@@ -698,46 +697,3 @@ REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
 }
 # Rewrites in no built-in strategy, until a GPU run shows they help: a strategies file can add them (README).
 STRATEGY_FILE_ONLY: frozenset[str] = frozenset()
-
-# How likely a variant is to beat its parent, a prior for the proposer's choice among a strategy's variants
-# (`kernelband.search.rewrite`), by family (`family`): the share of children more than 5 % faster than their
-# parent in benches 1 and 2 (H200, runs V-X: 633 evaluated children of every policy so far), with one hit and
-# one miss added to each count. `python benchmarks/rewrite_priors.py bench.db` prints these counts from a run
-# database. The same 29 TritonBench-G tasks are the benchmark the rewriter is judged on (README, "The
-# rewriter's priors"). What the split by family showed: growing a block won 10 of 36 times and shrinking one 0
-# of 27; wrapping a kernel in @triton.autotune won 22 of 74, adding a config to an autotuned one 0 of 44;
-# cache hints 0 of 122.
-PRIOR: dict[str, float] = {
-    "block_size grow": 11 / 38,
-    "block_size shrink": 1 / 29,
-    "vector_width block": 10 / 43,
-    "vector_width warps": 6 / 60,
-    "num_warps": 21 / 121,
-    "num_stages": 1 / 15,
-    "autotune wrap": 23 / 76,
-    "autotune add": 1 / 46,
-    "cache_hints": 1 / 124,
-    "grouped_ordering": 1 / 6,
-    "coarsen": 21 / 68,
-    "rows": 7 / 28,
-    "fused_absmax": 4 / 5,
-}
-UNKNOWN_PRIOR = 0.1  # a family no GPU run has measured yet
-
-_CHANGE = re.compile(r"(\d+) -> (\d+)\b")
-
-
-def family(rewrite: str, rationale: str) -> str:
-    """The family of a variant, from its rewrite and rationale (as stored: "block_size: ..." works too):
-    whether a block grows or shrinks, whether vector_width grows the block or halves the warps, whether
-    autotune wraps a kernel or adds a config to one that is autotuned already. Other rewrites are one family."""
-    text = rationale.removeprefix(f"{rewrite}: ")
-    if rewrite == "block_size":
-        if match := _CHANGE.search(text):
-            return "block_size grow" if int(match.group(2)) > int(match.group(1)) else "block_size shrink"
-        return "block_size shrink" if "// " in text.partition(" -> ")[2] else "block_size grow"
-    if rewrite == "vector_width":
-        return "vector_width warps" if "num_warps" in text else "vector_width block"
-    if rewrite == "autotune":
-        return "autotune add" if text.startswith("add ") else "autotune wrap"
-    return rewrite

@@ -1,0 +1,87 @@
+"""The built-in rewriter's priors: how likely a variant is to beat its parent, by the variant's family and by
+how much work each thread of the parent's kernel holds.
+
+A **family** is a rewrite, or one sort of change of it where the sorts fared differently: a block grown or
+shrunk, num_warps raised or lowered, vector_width growing the block or halving the warps, autotune wrapping
+a kernel or adding a config to one that is autotuned already (`family`).
+
+The **load** of a parent is read from its evaluation's compile features (the launch that did the most
+work on the representative shape: its BLOCK* constexprs, num_warps, register spills), with no profiler:
+`heavy` when the compiler spilled registers or a thread holds more than 32 elements of the tile, `light`
+at 2 or fewer, `mid` between (`load_class`). Over benches 1 and 2 on an H200 the load decided which family
+won: growing a block beat its parent 10 times in 10 on a light kernel and 0 times in 26 otherwise; raising
+num_warps 8 in 16 on a heavy one and 2 in 48 otherwise (`python benchmarks/rewrite_priors.py bench.db`).
+
+The counts live in `priors.json`, written by that script from a run database. A family's prior is
+(won + 1) / (children + 2); with the parent's load known, its prior for that load is the count for that
+load shrunk toward the family's: (won + STRENGTH x prior) / (children + STRENGTH). The counts come from
+the 29 TritonBench-G level-1/2 tasks, the tasks the rewriter is benchmarked on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from functools import lru_cache
+from pathlib import Path
+
+FILE = Path(__file__).with_name("priors.json")
+UNKNOWN = 0.1  # a family no GPU run has counted yet
+STRENGTH = 4.0  # children a family's prior counts for against a load's own
+HEAVY_PER_THREAD, LIGHT_PER_THREAD = 32, 2
+LOADS = ("light", "mid", "heavy")
+
+_CHANGE = re.compile(r"(\d+) -> (\d+)\b")
+
+
+def _direction(text: str) -> str | None:
+    """'grow' or 'shrink' for "... 4 -> 16 ...", "... x -> x * 2", "... x -> max(1, x // 2)"; None if unsaid."""
+    if match := _CHANGE.search(text):
+        return "grow" if int(match.group(2)) > int(match.group(1)) else "shrink"
+    after = text.partition(" -> ")[2]
+    return "shrink" if "// " in after else "grow" if "* " in after else None
+
+
+def family(rewrite: str, rationale: str) -> str:
+    """The family of a variant, from its rewrite and rationale (as stored: "block_size: ..." works too)."""
+    text = rationale.removeprefix(f"{rewrite}: ")
+    if rewrite in ("block_size", "num_warps"):
+        way = _direction(text)
+        return f"{rewrite} {way}" if way else rewrite
+    if rewrite == "vector_width":
+        return "vector_width warps" if "num_warps" in text else "vector_width block"
+    if rewrite == "autotune":
+        return "autotune add" if text.startswith("add ") else "autotune wrap"
+    return rewrite
+
+
+def load_class(compile_info: dict | None) -> str | None:
+    """'light', 'mid' or 'heavy' (module doc) from an evaluation's `features.compile`; None when unknown."""
+    if not compile_info:
+        return None
+    if compile_info.get("n_spills"):
+        return "heavy"
+    blocks = [v for v in (compile_info.get("constexprs") or {}).values() if isinstance(v, int) and v > 0]
+    if not blocks:
+        return None
+    per_thread = math.prod(blocks) / (32 * (compile_info.get("num_warps") or 4))
+    return "heavy" if per_thread > HEAVY_PER_THREAD else "light" if per_thread <= LIGHT_PER_THREAD else "mid"
+
+
+@lru_cache(maxsize=1)
+def _counts() -> dict:
+    return json.loads(FILE.read_text())
+
+
+def prior(name: str, load: str | None = None, counts: dict | None = None) -> float:
+    """The prior of family `name` for a parent of this load (None: any)."""
+    counts = counts or _counts()
+    if name not in counts["families"]:
+        return UNKNOWN
+    n, won = counts["families"][name]
+    base = (won + 1) / (n + 2)
+    if load is None or f"{name}|{load}" not in counts["by_load"]:
+        return base
+    n, won = counts["by_load"][f"{name}|{load}"]
+    return (won + STRENGTH * base) / (n + STRENGTH)
