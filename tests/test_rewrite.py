@@ -702,38 +702,6 @@ def test_a_fused_absmax_tritonbench_kernel_is_correct_in_the_interpreter(evaluat
     assert result.ok, (result.outcome, result.detail, result.error[-2000:])
 
 
-# -- repeated stores ------------------------------------------------------------------------------------------
-TWICE = ADD.replace("    tl.store(out_ptr + offs, x + y, mask=mask)\n",
-                    "    tl.store(out_ptr + offs, x + y, mask=mask)\n    tl.store(out_ptr + offs, x + y, mask=mask)  # again\n")
-
-
-def test_a_store_repeated_on_the_next_line_is_dropped():
-    made = variants(TWICE, "repeated_store")
-    assert [why for why, _ in made] == ["the repeated tl.store(out_ptr + offs, x + y, mask=mask) dropped in add_kernel"]
-    assert changed_lines(TWICE, made[0][1]) == ["-     tl.store(out_ptr + offs, x + y, mask=mask)  # again"]
-    assert made[0][1] == ADD
-
-
-def test_a_store_is_kept_unless_the_same_store_comes_right_before_it():
-    between = TWICE.replace("  # again\n", "\n", 1).replace(
-        "mask=mask)\n    tl.store(out_ptr", "mask=mask)\n    x = x * 2\n    tl.store(out_ptr", 1)
-    other_mask = TWICE.replace("x + y, mask=mask)  # again", "x + y, mask=offs < n - 1)")
-    impure = TWICE.replace("x + y, mask=mask)  # again", "helper(x), mask=mask)").replace(
-        "x + y, mask=mask)\n    tl.store(out_ptr + offs, helper(x)", "helper(x), mask=mask)\n    tl.store(out_ptr + offs, helper(x)")
-    for source in (ADD, between, other_mask, impure):
-        assert variants(source, "repeated_store") == [], source
-    assert options(ADD, ("repeated_store",)).reasons == ("no tl.store repeats the one on the line before it",)
-
-
-@pytest.mark.slow
-def test_the_f8_conversion_without_its_repeated_store_is_correct_in_the_interpreter(evaluator):
-    task, source = tritonbench_variant("f8_conversion_utils", "repeated_store")
-    line = "tl.store(Y + offs, x, mask=mask)"
-    assert source.count(line) == task.module_source.count(line) - 1  # f16_to_f8 stores once, as it should
-    result = evaluator.evaluate(task, source, seed=9)
-    assert result.ok, (result.outcome, result.detail, result.error[-2000:])
-
-
 # -- grouped ordering -----------------------------------------------------------------------------------------
 class _FakeTl:
     """Enough of triton.language to run the generated index arithmetic on plain ints."""

@@ -12,7 +12,6 @@ variant it can make of it, in a fixed order, with the reasons it cannot do more.
     coarsen           each program does the work of C consecutive programs, one after another (coarsen.py)
     rows              each program does the work of R consecutive programs side by side (rows.py)
     fused_absmax      the host's `x.abs().max()` (two passes over x) as one: the infinity norm
-    repeated_store    a tl.store that repeats the one on the line before, dropped
 """
 
 from __future__ import annotations
@@ -287,36 +286,6 @@ def fused_absmax(ms: ModuleSource) -> Found:
                     f"{statement.name.value}", frozenset({statement.name.value}),
                     ((call, replace_with(ONE_PASS_ABSMAX.format(code(tensor)))),)))
     return Found(variants, [] if variants else ["no `x.abs().max()` on the host to do in one pass"])
-
-
-# -- repeated stores ------------------------------------------------------------------------------------------
-def _store_line(kernel: Kernel, statement: cst.CSTNode) -> cst.Call | None:
-    """The tl.store call that `statement` consists of, whose arguments call nothing but triton.language."""
-    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
-            and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.Call)):
-        return None
-    call = statement.body[0].value
-    if not kernel.is_tl(call.func, "store"):
-        return None
-    pure = all((name := dotted(c.func)) is not None and name.partition(".")[0] in kernel.tl
-               for a in call.args for c in subnodes(a, cst.Call))
-    return call if pure else None
-
-
-def repeated_store(ms: ModuleSource) -> Found:
-    """A tl.store on the line after the same tl.store writes the same values to the same addresses under
-    the same mask again (nothing runs between them, and their arguments are pure): the second is dropped.
-    f8_conversion_utils stores every element twice."""
-    variants = []
-    for kernel in ms.kernels.values():
-        for block in subnodes(kernel.node.body, cst.IndentedBlock):  # the body, then nested blocks
-            for first, second in zip(block.body, block.body[1:]):
-                call = _store_line(kernel, first)
-                if call is not None and _store_line(kernel, second) is not None \
-                        and code(first.body[0]) == code(second.body[0]):
-                    variants.append(Variant("repeated_store", f"the repeated {code(call)} dropped in {kernel.name}",
-                                            frozenset({kernel.name}), ((second, lambda _node: cst.RemoveFromParent()),)))
-    return Found(variants, [] if variants else ["no tl.store repeats the one on the line before it"])
 
 
 # -- grouped ordering ----------------------------------------------------------------------------------------
@@ -725,7 +694,6 @@ REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "coarsen": coarsen,
     "rows": rows,
     "fused_absmax": fused_absmax,
-    "repeated_store": repeated_store,
 }
 # Rewrites in no built-in strategy, until a GPU run shows they help: a strategies file can add them (README).
 STRATEGY_FILE_ONLY: frozenset[str] = frozenset()

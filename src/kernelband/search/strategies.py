@@ -54,9 +54,8 @@ BUILTIN: tuple[Strategy, ...] = (
         "Cut global-memory round trips by doing more work per byte loaded: merge consecutive kernels or passes "
         "into one (e.g. keep a row in registers and compute its max, sum and normalised output in a single "
         "pass instead of re-reading it; fold bias, activation and dtype casts into the producing kernel). "
-        "Intermediates stay in registers or shared memory instead of being written to and re-read from DRAM. "
-        "Drop stores that write what an earlier store already wrote.",
-        "DRAM", ("fused_absmax", "repeated_store")),
+        "Intermediates stay in registers or shared memory instead of being written to and re-read from DRAM.",
+        "DRAM", ("fused_absmax",)),
     Strategy(
         "pipeline",
         "Hide memory latency behind computation: for kernels with a loop over K or over row chunks, raise "
