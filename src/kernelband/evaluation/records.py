@@ -67,8 +67,9 @@ PRESETS = {
     # Cheaper: fewer iterations, capped at 40 ms a measurement, the median of each, the reference and the
     # candidate measured once each per shape, who goes first alternating from shape to shape. (Two ABBA
     # rounds agreed to a median 0.14 % on an idle H100 once the GPU was kept ahead: BENCHMARKS.md, run J.)
-    # Autotuners time each config for 5 + 20 ms instead of Triton's 25 + 100: in bench 2 (run X4), tuning
-    # took 728 of 1,050 s of one H200's sweep, the GPU to itself, 20 s an autotuned candidate.
+    # Autotuners time each config for 5 + 20 ms instead of Triton's 25 + 100: in bench 2 (H200) the tune
+    # calls of an autotuned candidate, the GPU to itself, took a median 14.1 s, of which do_bench's own
+    # 125 ms per config and shape came to at least 11.2 s (2.2 s at 25 ms).
     "default": Preset("default", warmup=10, rep=100, unit="iters", stat="median", rounds=1, max_ms=40.0,
                       ahead_us=150.0, recheck=1.2, retries=2, tune_warmup=5.0, tune_rep=20.0),
     # What TritonBench, GEAK-eval and the KernelBand release do: do_bench(warmup=100 ms, rep=1000 ms).
