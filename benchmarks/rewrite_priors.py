@@ -36,8 +36,12 @@ def count(db: str, benches: list[int] | None, win: float) -> dict:
     if benches:
         query += f" AND r.bench_id IN ({', '.join('?' * len(benches))})"
         params = benches
+    try:
+        rows = con.execute(query, params).fetchall()
+    except sqlite3.DatabaseError as exc:
+        raise UserError(f"{db} is not a KernelBand run database ({exc}); a .xz file unpacks with `xz -dk`") from None
     children, won = Counter(), Counter()
-    for rationale, outcome, speedup, parent, parent_result in con.execute(query, params):
+    for rationale, outcome, speedup, parent, parent_result in rows:
         rewrite, _, rest = rationale.partition(": ")
         kind = family(rewrite, rest)
         load = load_class(json.loads(parent_result).get("features", {}).get("compile"))

@@ -164,6 +164,17 @@ def test_a_benchmark_script_given_bad_input_says_so_in_one_line_and_exits_2(tmp_
     assert ("unknown part 'nope'" if "pool,nope" in args else str(tmp_path / "missing.json")) in done.stderr
 
 
+@pytest.mark.parametrize("given, said", [("missing.db", "no database at missing.db"),
+                                         ("bench.db.xz", "is not a KernelBand run database")])
+def test_the_priors_script_given_no_database_says_so_in_one_line_and_exits_2(tmp_path, given, said):
+    (tmp_path / "bench.db.xz").write_bytes(b"\xfd7zXZ\x00 packed")
+    script_path = Path(__file__).resolve().parents[1] / "benchmarks" / "rewrite_priors.py"
+    done = subprocess.run([sys.executable, str(script_path), given], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+
+
 def test_eval_of_a_wrong_candidate_is_exit_1_naming_the_shape(tmp_path):
     source = (EXAMPLES / "vector_add.py").read_text()
     wrong = source.replace("x + y, mask=mask", "x - y, mask=mask")

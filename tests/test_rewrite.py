@@ -830,6 +830,40 @@ def test_how_much_work_a_thread_holds_sorts_a_parent():
     assert load_class({"constexprs": {}, "num_warps": 4}) is None and load_class({}) is None
 
 
+def test_the_priors_are_counted_per_family_and_parent_load(tmp_path):
+    """benchmarks/rewrite_priors.py, which wrote priors.json, on a run store with known children."""
+    from kernelband.search.store import Store
+
+    sys.path.insert(0, str(PRIORS_FILE.parents[3] / "benchmarks"))
+    try:
+        from rewrite_priors import count
+    finally:
+        sys.path.pop(0)
+    light = {"constexprs": {"BLOCK_SIZE": 64}, "num_warps": 4}
+    heavy = {"constexprs": {"BLOCK_SIZE": 8192}, "num_warps": 4}
+    store = Store(tmp_path / "runs.db")
+    run = store.create_run("t", "k", "kernelband", "rewrite", 0, {})
+    children = [  # (id, parent, rationale, outcome, speedup)
+        (1, 0, "block_size: BLOCK_SIZE 64 -> 128 at the k launch", "ok", 1.5),  # won (parent light)
+        (2, 0, "block_size: BLOCK_SIZE 64 -> 32 at the k launch", "ok", 0.7),
+        (3, 1, "num_warps: num_warps 4 -> 8 at the k launch", "ok", 1.52),  # not 5 % over its parent's 1.5
+        (4, 2, "autotune: @triton.autotune on k: 5 configs over num_warps, key ['n']", "timeout", None),
+        (5, 4, "cache_hints: eviction_policy on 1 load in k", "ok", 2.0),  # its parent failed: not counted
+    ]
+    store.add_candidate(run, 0, "k0", "h0", None, None, 0, 0)
+    store.add_evaluation(run, 0, "search", EvalResult("t", Outcome.OK, speedup=1.0, features=Features(compile=light)))
+    for cid, parent, rationale, outcome, speedup in children:
+        store.add_candidate(run, cid, f"k{cid}", f"h{cid}", parent, "s", cid, 0, rationale)
+        store.add_evaluation(run, cid, "search", EvalResult("t", Outcome(outcome), speedup=speedup,
+                                                            features=Features(compile=heavy if cid == 1 else light)))
+    store.close()
+    counts = count(str(tmp_path / "runs.db"), None, 1.05)
+    assert counts["families"] == {"block_size grow": [1, 1], "block_size shrink": [1, 0],
+                                  "num_warps grow": [1, 0], "autotune wrap": [1, 0]}
+    assert counts["by_load"] == {"block_size grow|light": [1, 1], "block_size shrink|light": [1, 0],
+                                 "num_warps grow|heavy": [1, 0], "autotune wrap|light": [1, 0]}
+
+
 def test_the_parents_load_steers_the_draw():
     # benches 1 and 2: raising num_warps beat a heavy parent 10 times in 18 and a light one 0 in 8; lowering it
     # beat a light parent 4 in 4 and a heavy one 0 in 14. Without the load, each is drawn about half the time.
