@@ -427,8 +427,8 @@ class Evaluator:
         if self.use_ncu and profiled:
             # The profiling worker imports and compiles the candidate beside its own worker, off the GPU lock.
             from kernelband.evaluation import ncu
-            profile = ncu.Profile(task, source, rep.index, _seed(seed, rep.index, 3),
-                                  ref.ready.device.get("name", ""), self.pool, self.preset.tune()).start(self._profiling)
+            profile = ncu.Profile(task, source, rep.index, _seed(seed, rep.index, 3), ref.ready.device.get("name", ""),
+                                  self.pool, self.preset.tune()).start(self._profiling)
         try:
             self._stages(task, info, ref, cand, source, shapes, preset, seed, result, by_index, rep, profile)
         finally:
