@@ -769,11 +769,11 @@ def test_proposals_are_deterministic_given_the_seed():
 
 
 def test_the_seed_draws_a_rewrite_by_its_prior():
-    # access_layout offers rows (prior 0.25) and cache_hints (prior 0.013) on a one-row-per-program kernel
+    # access_layout offers rows (prior 0.25) and cache_hints (prior 0.008) on a one-row-per-program kernel
     drawn = Counter(propose(SOFTMAX_ROWS, "access_layout", seed=s, entry="softmax").rationale.split(":")[0]
                     for s in range(200))
     assert set(drawn) == {"rows", "cache_hints"}
-    assert drawn["rows"] > 150 and drawn["cache_hints"] >= 1  # about 95 % against 5 %
+    assert drawn["rows"] > 150 and drawn["cache_hints"] >= 1  # about 97 % against 3 %
     # with the rewrite drawn, its variants still come in turn: every one is reached before any repeats
     seen: set[str] = set()
     while (proposal := propose(SOFTMAX_ROWS, "access_layout", seed=3, seen=frozenset(seen), entry="softmax")).source:
