@@ -27,7 +27,7 @@ def count(db: str, benches: list[int] | None, win: float) -> dict:
         raise UserError(f"no database at {db} (unpack docs/results/bench.db.xz with `xz -dk`)")
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     query = """
-        SELECT c.rationale, e.outcome, e.speedup, p.speedup, p.result FROM candidates c
+        SELECT c.run_id, c.parent, c.rationale, e.outcome, e.speedup, p.speedup, p.result FROM candidates c
         JOIN runs r ON r.id = c.run_id
         JOIN evaluations e ON e.run_id = c.run_id AND e.candidate = c.id AND e.which = 'search'
         JOIN evaluations p ON p.run_id = c.run_id AND p.candidate = c.parent AND p.which = 'search'
@@ -41,10 +41,13 @@ def count(db: str, benches: list[int] | None, win: float) -> dict:
     except sqlite3.DatabaseError as exc:
         raise UserError(f"{db} is not a KernelBand run database ({exc}); a .xz file unpacks with `xz -dk`") from None
     children, won = Counter(), Counter()
-    for rationale, outcome, speedup, parent, parent_result in rows:
+    loads: dict[tuple[int, int], str | None] = {}  # a parent's load, its result parsed once for all its children
+    for run, parent_id, rationale, outcome, speedup, parent, parent_result in rows:
         rewrite, _, rest = rationale.partition(": ")
         kind = family(rewrite, rest)
-        load = load_class(json.loads(parent_result).get("features", {}).get("compile"))
+        if (run, parent_id) not in loads:
+            loads[run, parent_id] = load_class(json.loads(parent_result).get("features", {}).get("compile"))
+        load = loads[run, parent_id]
         hit = outcome == "ok" and speedup is not None and speedup > win * parent
         for key in (kind, f"{kind}|{load}") if load else (kind,):
             children[key] += 1
