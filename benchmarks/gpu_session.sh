@@ -13,7 +13,7 @@
 # SWEEP_TIMEOUT_S and EVAL_TIMEOUT_S (hard stops), EVAL_PARTS (eval_throughput parts, in order; 'none': only
 # calibration and the GPU tests, on GPU 0, before the sweep takes every GPU; otherwise the GPU tests run
 # after the evaluator parts), RUNS_PER_GPU (default 4),
-# SWEEP_TASKS, SWEEP_POLICIES (phases split by ';', run one after another within one SWEEP_BUDGET_S, e.g.
+# SWEEP_TASKS (a new bench's plan), SWEEP_TASKS_NOW (only these of the bench's tasks this time, in this order), SWEEP_POLICIES (phases split by ';', run one after another within one SWEEP_BUDGET_S, e.g.
 # 'kernelband;greedy,random': every task with kernelband first), SWEEP_PARTS (search_quality parts, default
 # bench,grid,overhead), SWEEP_RESUME=part.db.xz:BENCH (continue a committed sweep database, .xz or .gz; BENCH
 # `new`: a new bench in it), SWEEP_WARM_PROFILERS (the sweep's workers kept started under ncu per GPU),
@@ -54,6 +54,7 @@ if [ "${SMOKE:-0}" = 1 ]; then
   SWEEP_ARGS="--tasks add_value,softmax_triton1 --iterations 3"
 fi
 [ -n "${SWEEP_TASKS:-}" ] && SWEEP_ARGS="$SWEEP_ARGS --tasks $SWEEP_TASKS"
+[ -n "${SWEEP_TASKS_NOW:-}" ] && SWEEP_ARGS="$SWEEP_ARGS --tasks-now $SWEEP_TASKS_NOW"
 
 gpu_tests() {
   if [ "${GPU_TESTS:-1}" = 1 ]; then

@@ -58,8 +58,10 @@ def summarise(rows: list[dict]) -> dict:
 
 def part_bench(store: Store, evaluators, tasks: list[str], policies: list[str], seeds: list[int], iterations: int,
                report: dict, bench_id: int | None = None, deadline: float | None = None, runs_per_gpu: int = 2,
-               strategies: str | None = None, plan: list[str] | None = None) -> int:
-    """Runs `policies` of a new bench planned for `plan` (default: `policies`), or of bench `bench_id`."""
+               strategies: str | None = None, plan: list[str] | None = None,
+               tasks_now: list[str] | None = None) -> int:
+    """Runs `policies` of a new bench planned for `plan` (default: `policies`), or of bench `bench_id`;
+    `tasks_now`: only these of its tasks, in this order."""
     from kernelband.search.rewrite import RewriteProposer
 
     if bench_id is None:
@@ -70,7 +72,7 @@ def part_bench(store: Store, evaluators, tasks: list[str], policies: list[str], 
     t0 = time.perf_counter()
     bench = Bench(store, config, evaluators, RewriteProposer, bench_id=bench_id, deadline=deadline,
                   on_event=lambda e: print(json.dumps(e), flush=True), runs_per_gpu=runs_per_gpu,
-                  policies_now=policies)
+                  policies_now=policies, tasks_now=tasks_now)
     bench_id = bench.run()
     rows = []
     for run in store.runs(bench_id):
@@ -199,6 +201,9 @@ def main() -> None:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--tasks", default="", help="comma-separated task names (default: all 29)")
+    ap.add_argument("--tasks-now", default="",
+                    help="comma-separated: run only these of the bench's tasks now, in this order (the plan "
+                         "keeps --tasks)")
     ap.add_argument("--db", default="kernelband-runs/quality.db")
     ap.add_argument("--bench-id", type=int, default=None, help="resume this bench")
     ap.add_argument("--out", default="quality.json")
@@ -247,7 +252,8 @@ def main() -> None:
                                       [int(s) for s in args.seeds.split(",")], args.iterations, report, bench_id,
                                       time.monotonic() + args.budget_s if args.budget_s else None,
                                       args.runs_per_gpu, args.strategies,
-                                      args.plan_policies.split(",") if args.plan_policies else None)
+                                      args.plan_policies.split(",") if args.plan_policies else None,
+                                      [t for t in args.tasks_now.split(",") if t] or None)
             if "grid" in parts:
                 part_grid(store, evaluators, tasks, report, bench_id,
                           time.monotonic() + args.grid_budget_s if args.grid_budget_s else None)

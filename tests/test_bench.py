@@ -145,6 +145,29 @@ def test_a_bench_in_phases_keeps_its_whole_plan(tmp_path: Path):
         Bench(store, config, [object()], RewriteProposer, bench_id=bench_id, policies_now=["beam"])
 
 
+def test_a_bench_can_run_some_of_its_tasks_first_in_a_given_order(tmp_path: Path):
+    """`tasks_now` runs only the named tasks of a bench's plan, in the order given, not the suite's (a GPU
+    session too short for the plan takes the telling tasks first); the plan keeps every task, and a task
+    outside it is refused."""
+    from kernelband.errors import UserError
+
+    store = Store(tmp_path / "b.db")
+    names = ["examples:vector_add", "examples:softmax", "examples:transpose"]
+    config = BenchConfig("examples", ["greedy"], [0], 2, tasks=names)
+    bench_id = store.create_bench(config.suite, config.to_dict())
+    for name in names:
+        key = load_task(name).key
+        store.finish_run(store.create_run(name, key, "greedy", "rewrite", 0, {}, bench_id=bench_id), "done", {})
+    events = []
+    # Every job is done already, so the evaluator is never used; the events give the order.
+    Bench(store, config, [object()], RewriteProposer, bench_id=bench_id, on_event=events.append,
+          runs_per_gpu=1, tasks_now=["transpose", "examples:vector_add"]).run()
+    assert [e["task"] for e in events] == ["examples:transpose", "examples:vector_add"]
+    assert store.bench(bench_id)["config"]["tasks"] == names
+    with pytest.raises(UserError, match="not among the bench's tasks: examples:matmul"):
+        Bench(store, config, [object()], RewriteProposer, bench_id=bench_id, tasks_now=["examples:matmul"])
+
+
 def test_a_stored_speed_of_light_verdict_that_the_task_now_waives_is_measured_again(tmp_path: Path):
     """Within a bench a source's evaluation is reused by every run that reaches it, except a `suspicious` one
     whose only check was a speed-of-light bound the task now calls overcounted (flash_decode2_phi in bench 1

@@ -100,8 +100,7 @@ def planned_jobs(config: BenchConfig, tritonbench_path: str | None = None) -> li
     """Every task x policy x seed of `config`, in the suite's task order."""
     names = suite_tasks(config.suite, tritonbench_path)
     if config.tasks:
-        # A task is named by its reference (examples:softmax) or by its bare name (softmax).
-        wanted = {n if ":" in n else next((r for r in names if r.split(":", 1)[1] == n), n) for n in config.tasks}
+        wanted = {_task_ref(n, names) for n in config.tasks}
         unknown = sorted(wanted - set(names))
         if unknown:
             raise UserError(f"not in suite {config.suite}: {', '.join(unknown)}")
@@ -109,13 +108,21 @@ def planned_jobs(config: BenchConfig, tritonbench_path: str | None = None) -> li
     return [Job(t, p, s) for t in names for p in config.policies for s in config.seeds]
 
 
+def _task_ref(name: str, refs: list[str]) -> str:
+    """A task is named by its reference (examples:softmax) or by its bare name (softmax)."""
+    return name if ":" in name else next((r for r in refs if r.split(":", 1)[1] == name), name)
+
+
 class Bench:
     def __init__(self, store: Store, config: BenchConfig, evaluators: list, make_proposer: Callable[[], object],
                  tritonbench_path: str | None = None, bench_id: int | None = None,
                  on_event: Callable[[dict], None] | None = None, deadline: float | None = None,
-                 runs_per_gpu: int = 2, policies_now: list[str] | None = None):
+                 runs_per_gpu: int = 2, policies_now: list[str] | None = None,
+                 tasks_now: list[str] | None = None):
         """`policies_now`: run only these of the bench's policies this time (a sweep in phases, e.g. every
-        task with one policy first); the bench is done when every run of its whole plan is."""
+        task with one policy first); `tasks_now`: only these of its tasks, in this order (a GPU session too
+        short for the whole plan takes the most telling tasks first). The bench is done when every run of its
+        whole plan is."""
         if runs_per_gpu < 1:
             raise UserError("--runs-per-gpu must be at least 1")
         self.store, self.config, self.evaluators = store, config, evaluators
@@ -124,6 +131,14 @@ class Bench:
         if extra:
             raise UserError(f"not among the bench's policies ({', '.join(config.policies)}): {', '.join(extra)}")
         self.policies_now = policies_now
+        self.tasks_now = None
+        if tasks_now:
+            planned = list(dict.fromkeys(j.task for j in planned_jobs(config, tritonbench_path)))
+            named = [_task_ref(n, planned) for n in tasks_now]
+            outside = [n for n, ref in zip(tasks_now, named) if ref not in planned]
+            if outside:
+                raise UserError(f"not among the bench's tasks: {', '.join(outside)}")
+            self.tasks_now = list(dict.fromkeys(named))
         self.deadline = deadline  # time.monotonic() after which no new run starts (the sweep can resume)
         self.make_proposer = make_proposer
         self.tritonbench_path = tritonbench_path
@@ -151,6 +166,8 @@ class Bench:
         by_task: dict[str, list[Job]] = {}
         for job in jobs:
             by_task.setdefault(job.task, []).append(job)
+        if self.tasks_now is not None:
+            by_task = {t: by_task[t] for t in self.tasks_now if t in by_task}
         work: queue.Queue = queue.Queue()
         for group in by_task.values():
             work.put(group)  # one task's runs stay on one GPU
