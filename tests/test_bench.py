@@ -244,3 +244,51 @@ def test_evaluations_stored_under_other_evaluator_rules_are_not_reused(tmp_path:
         del raw["rules"]
         con.execute("UPDATE evaluations SET result = ?", (json.dumps(raw),))
     assert (lookup(source_hash(child)) is not None) == (RULES == 1)
+
+
+def test_a_quarantine_sets_aside_what_was_measured_in_the_window_and_the_bench_measures_it_again(tmp_path: Path):
+    """When the GPU was not a bench's alone for a while (a second sweep on the same GPU), `Store.quarantine`
+    moves the bench's runs with an evaluation in that window, whole, to a quarantined bench, quarantines a
+    bench created in the window, and drops the baselines measured in it; the bench's other runs stay, its
+    resume plans the moved tasks again, and a quarantined bench cannot be resumed."""
+    import time
+
+    from kernelband.errors import UserError
+    from kernelband.evaluation.records import EvalResult, Outcome
+
+    store = Store(tmp_path / "b.db")
+    names = ["examples:vector_add", "examples:softmax"]
+    config = BenchConfig("examples", ["greedy"], [0], 2, tasks=names)
+    bench_id = store.create_bench(config.suite, config.to_dict())
+    keys = {n: load_task(n).key for n in names}
+    before = store.create_run(names[0], keys[names[0]], "greedy", "rewrite", 0, {}, bench_id=bench_id)
+    store.add_evaluation(before, 0, "search", EvalResult(task=keys[names[0]], outcome=Outcome.OK, speedup=1.0))
+    store.finish_run(before, "done", {})
+    store.save_baseline("H200", "1", "3", keys[names[0]], "default", EvalResult(task="k", outcome=Outcome.OK))
+    time.sleep(0.05)
+    since = time.time()
+    inside = store.create_run(names[1], keys[names[1]], "greedy", "rewrite", 0, {}, bench_id=bench_id)
+    store.add_evaluation(inside, 0, "search", EvalResult(task=keys[names[1]], outcome=Outcome.OK, speedup=1.3))
+    store.save_baseline("H200", "1", "3", keys[names[1]], "default", EvalResult(task="k", outcome=Outcome.OK))
+    intruder = store.create_bench(config.suite, config.to_dict())
+
+    done = store.quarantine(bench_id, since, None, "a second sweep on the GPU")
+    assert done["runs"] == [inside] and done["benches"] == [intruder] and done["baselines"] == 1
+    assert [r.id for r in store.runs(bench_id)] == [before]
+    assert [r.id for r in store.runs(done["bench"])] == [inside]
+    aside = store.bench(done["bench"])
+    assert aside["status"] == "quarantined" and aside["config"]["quarantined_from"] == bench_id
+    assert aside["config"]["window"]["reason"] == "a second sweep on the GPU"
+    assert store.bench(intruder)["status"] == "quarantined"
+    assert store.baseline("H200", "1", "3", keys[names[0]], "default") is not None
+    assert store.baseline("H200", "1", "3", keys[names[1]], "default") is None
+    assert store.evaluation(inside, 0).speedup == 1.3  # set aside, not deleted
+
+    # Resuming the bench finds no run of the moved task in it, so that task starts anew.
+    assert store.find_run(keys[names[1]], "greedy", "rewrite", 0, bench_id) is None
+    assert store.find_run(keys[names[0]], "greedy", "rewrite", 0, bench_id).id == before
+    for quarantined in (done["bench"], intruder):
+        with pytest.raises(UserError, match="is quarantined"):
+            Bench(store, config, [object()], RewriteProposer, bench_id=quarantined)
+    with pytest.raises(UserError, match="is quarantined already"):
+        store.quarantine(done["bench"], since, None, "again")

@@ -240,3 +240,23 @@ def test_bad_input_leaves_no_new_database_behind(tmp_path):
     assert_user_error(kernelband("optimize", "examples:vector_add", "--resume", "--db", str(db)), "nothing to resume")
     assert_user_error(kernelband("bench", "--suite", "nope", "--db", str(db)), "suite")
     assert not db.exists()
+
+
+@pytest.mark.parametrize("args, said", [(["missing.db"], "no database at missing.db"),
+                                        (["bench.db.xz"], "cannot open the run database"),
+                                        (["ok.db", "--since", "yesterday"], "not a UTC time: 'yesterday'"),
+                                        (["ok.db", "--bench", "7"], "no bench 7 in")])
+def test_the_quarantine_script_given_bad_input_says_so_in_one_line_and_exits_2(tmp_path, args, said):
+    from kernelband.search.store import Store
+
+    (tmp_path / "bench.db.xz").write_bytes(b"\xfd7zXZ\x00 packed")
+    Store(tmp_path / "ok.db").close()
+    script_path = Path(__file__).resolve().parents[1] / "benchmarks" / "quarantine.py"
+    flags = {"--bench": "3", "--since": "2026-11-25T11:08:31", "--reason": "test"}
+    for i in range(1, len(args), 2):
+        flags[args[i]] = args[i + 1]
+    done = subprocess.run([sys.executable, str(script_path), args[0], *[x for kv in flags.items() for x in kv]],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr

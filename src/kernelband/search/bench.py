@@ -146,6 +146,9 @@ class Bench:
         if bench_id is None:
             self.jobs()  # an unknown suite or task is refused before a bench is stored
             bench_id = store.create_bench(config.suite, config.to_dict())
+        elif store.bench(bench_id)["status"] == "quarantined":
+            raise UserError(f"bench {bench_id} is quarantined (measured while the GPU was not ours alone): "
+                            "resume the bench it was set aside from, or start a new one")
         self.bench_id = bench_id
         self.tasks = {}
         self._lock = threading.Lock()

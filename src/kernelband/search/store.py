@@ -25,7 +25,7 @@ CREATE TABLE IF NOT EXISTS benches (
     id INTEGER PRIMARY KEY,
     suite TEXT NOT NULL,
     config TEXT NOT NULL,          -- JSON: policies, iterations, seeds, proposer, preset, ...
-    status TEXT NOT NULL,          -- running | done
+    status TEXT NOT NULL,          -- running | done | quarantined
     created REAL NOT NULL,
     finished REAL
 );
@@ -325,6 +325,37 @@ class Store:
     def finish_bench(self, bench_id: int) -> None:
         with self._tx() as db:
             db.execute("UPDATE benches SET status = 'done', finished = ? WHERE id = ?", (time.time(), bench_id))
+
+    def quarantine(self, bench_id: int, since: float, until: float | None, reason: str) -> dict:
+        """Set aside what was measured in [since, until] (None: until now) while the GPU was not ours alone,
+        so that bench `bench_id` measures it again: its runs with an evaluation in the window move, whole, to
+        a new bench of status `quarantined` (kept for inspection, never resumed); a bench created in the
+        window is quarantined too; golden baselines measured in the window are dropped (the cache measures
+        them again). Returns {"bench": new bench id, "runs": moved run ids, "benches": quarantined bench
+        ids, "baselines": dropped count}."""
+        mine = self.bench(bench_id)
+        if mine["status"] == "quarantined":
+            raise UserError(f"bench {bench_id} is quarantined already")
+        end = time.time() if until is None else until
+        if end < since:
+            raise UserError("the window ends before it starts: give --until after --since")
+        window = {"since": since, "until": end, "reason": reason}
+        touched = [r["run_id"] for r in self._rows(
+            "SELECT DISTINCT e.run_id FROM evaluations e JOIN runs r ON r.id = e.run_id "
+            "WHERE r.bench_id = ? AND e.created BETWEEN ? AND ? ORDER BY e.run_id", (bench_id, since, end))]
+        others = [b["id"] for b in self._rows("SELECT id FROM benches WHERE id != ? AND status != 'quarantined' "
+                                              "AND created BETWEEN ? AND ?", (bench_id, since, end))]
+        with self._tx() as db:
+            new = db.execute("INSERT INTO benches (suite, config, status, created) VALUES (?,?,?,?)",
+                             (mine["suite"], json.dumps({**mine["config"], "quarantined_from": bench_id,
+                                                         "window": window}), "quarantined", time.time())).lastrowid
+            db.executemany("UPDATE runs SET bench_id = ? WHERE id = ?", [(new, run) for run in touched])
+            for other in others:
+                config = json.loads(self._rows("SELECT config FROM benches WHERE id = ?", (other,))[0]["config"])
+                db.execute("UPDATE benches SET status = 'quarantined', config = ? WHERE id = ?",
+                           (json.dumps({**config, "window": window}), other))
+            dropped = db.execute("DELETE FROM baselines WHERE created BETWEEN ? AND ?", (since, end)).rowcount
+        return {"bench": new, "runs": touched, "benches": others, "baselines": dropped}
 
     def merge_bench(self, other: str | Path, bench_id: int, into: int | None = None) -> tuple[int, int]:
         """Copy bench `bench_id` of the database `other` into this one: every run with its candidates,
