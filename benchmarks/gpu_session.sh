@@ -34,6 +34,15 @@ set -u
 S=${KB_STATE:-kernelband-runs/gpu}
 mkdir -p "$S"
 exec >> "$S/session.log" 2>&1
+# One session per machine: a device call that finds the machine still held, its session still running, must
+# not start a second sweep beside it (bench 3: two sweeps on one H200, each with its own GPU lock, until the
+# GPU lock became a file lock too). gpu_collect.sh then collects the running one.
+if [ -f "$S/session.pid" ] && kill -0 "$(cat "$S/session.pid")" 2>/dev/null; then
+  echo "== $(date -u +%FT%TZ) a session is running already (pid $(cat "$S/session.pid")): not starting another"
+  exit 0
+fi
+echo $$ > "$S/session.pid"
+rm -f "$S/done"
 export KERNELBAND_TRITONBENCH=.data/tritonbench_g_tasks.json PYTHONPATH=src PYTHONUNBUFFERED=1
 echo "== $(date -u +%FT%TZ) session start"
 python3 -m pip install --no-index --no-deps -q .wheels/*.whl

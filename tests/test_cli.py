@@ -260,3 +260,18 @@ def test_the_quarantine_script_given_bad_input_says_so_in_one_line_and_exits_2(t
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+
+
+def test_a_second_gpu_session_on_a_machine_whose_session_still_runs_does_not_start(tmp_path):
+    """benchmarks/gpu_session.sh: a device call that finds the machine still held, its session running, must
+    not start a second sweep on the same GPU (bench 3, BENCHMARKS.md): it says so and leaves."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "session.pid").write_text(f"{os.getpid()}\n")  # this test's process: alive
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(["bash", str(root / "benchmarks" / "gpu_session.sh")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "KB_STATE": str(state)})
+    assert done.returncode == 0
+    log = (state / "session.log").read_text()
+    assert f"a session is running already (pid {os.getpid()})" in log
+    assert "session start" not in log and not (state / "done").exists()

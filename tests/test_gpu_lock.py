@@ -73,6 +73,60 @@ def test_the_lock_says_who_holds_it_and_who_waits():
     assert lock.state() == []
 
 
+HOLD = """
+import sys
+from kernelband.evaluation.pool import GpuLock
+lock = GpuLock(sys.argv[1])
+with lock.exclusive():
+    print("in", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_timing_waits_for_another_process_timing_on_the_same_gpu(tmp_path):
+    """Two KernelBand processes on one GPU (bench 3's two sweeps on one H200): their exclusive holders take
+    the GPU's lock file in turn, so two timings never overlap; a correctness run is not held up by it."""
+    import subprocess
+
+    path = str(tmp_path / "kernelband-gpu-0.lock")
+    other = subprocess.Popen([sys.executable, "-c", HOLD, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env={"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"),
+                                             "PATH": "/usr/bin:/bin"})
+    try:
+        assert other.stdout.readline().strip() == "in"
+        lock = GpuLock(path)
+        in_s, leave_s = threading.Event(), threading.Event()
+        _holder(lock, "shared", in_s, leave_s)
+        assert in_s.wait(5), "a correctness run waited for another process's timing"
+        leave_s.set()
+        in_x, leave_x = threading.Event(), threading.Event()
+        x = _holder(lock, "exclusive", in_x, leave_x)
+        assert not in_x.wait(0.5), "a timing started while another process was timing on the same GPU"
+        assert any(h.startswith(f"{x.name}: waiting for another process") for h in lock.state()), lock.state()
+        other.stdin.write("go\n")
+        other.stdin.flush()
+        assert in_x.wait(5)
+        leave_x.set()
+        x.join(5)
+        lock.close()
+    finally:
+        other.kill()
+        other.wait(10)
+
+
+@pytest.mark.parametrize("visible, index, name", [(None, 1, "kernelband-gpu-1.lock"),
+                                                  ("2,3", 1, "kernelband-gpu-3.lock"),
+                                                  ("GPU-8f1c/a", 0, "kernelband-gpu-GPU-8f1c_a.lock")])
+def test_the_lock_file_names_the_physical_gpu(monkeypatch, visible, index, name):
+    from kernelband.evaluation.pool import gpu_lock_path
+
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert Path(gpu_lock_path(index)).name == name
+
+
 def test_the_pool_snapshot_names_each_request_in_progress(evaluator, vector_add):
     """`WorkerPool.snapshot()`: a candidate's request in progress, with its worker's pid and how long."""
     pool = evaluator.pool

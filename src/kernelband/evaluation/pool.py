@@ -13,6 +13,7 @@ memory watchdog.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -60,14 +61,21 @@ class GpuLock:
     """Who may use the GPU at once. Timing and ncu's profiled run take it alone (`exclusive`), so nothing
     else of ours runs on the GPU while a kernel is timed; correctness runs of several candidates may share
     it with each other (`shared`). A waiting exclusive holder goes first: timings are not starved.
-    `state()` says who holds it and who waits, for a sweep's heartbeat."""
+    `state()` says who holds it and who waits, for a sweep's heartbeat.
 
-    def __init__(self) -> None:
+    With a `path`, an exclusive holder also takes an exclusive `flock` on that file, one per physical GPU
+    (`gpu_lock_path`): two KernelBand processes on one GPU (two sweeps, or `optimize` beside a bench) never
+    time at once. Another process's correctness runs may still overlap a timing, as compiling and checking
+    may (issue 2); in bench 3 two sweeps on one H200 had no such lock between them (BENCHMARKS.md)."""
+
+    def __init__(self, path: str | None = None) -> None:
         self._cond = threading.Condition()
         self._sharing = 0
         self._alone = False
         self._waiting = 0  # exclusive holders waiting
         self._holders: dict[int, tuple[str, str, float]] = {}  # thread id: (its name, mode, since)
+        self.path = path
+        self._file = os.open(path, os.O_RDWR | os.O_CREAT, 0o666) if path else None
 
     @contextmanager
     def shared(self):
@@ -92,10 +100,17 @@ class GpuLock:
             self._cond.wait_for(lambda: not self._alone and not self._sharing)
             self._waiting -= 1
             self._alone = True
-            self._holders[me] = (name, "exclusive", time.monotonic())
+            if self._file is not None:
+                self._holders[me] = (name, "waiting for another process", time.monotonic())
         try:
+            if self._file is not None:
+                fcntl.flock(self._file, fcntl.LOCK_EX)  # outside the condition: `state()` still answers
+            with self._cond:
+                self._holders[me] = (name, "exclusive", time.monotonic())
             yield
         finally:
+            if self._file is not None:
+                fcntl.flock(self._file, fcntl.LOCK_UN)
             with self._cond:
                 self._alone = False
                 self._holders.pop(me, None)
@@ -106,6 +121,20 @@ class GpuLock:
         now = time.monotonic()
         with self._cond:
             return [f"{name}: {mode} {now - since:.0f}s" for name, mode, since in self._holders.values()]
+
+    def close(self) -> None:
+        if self._file is not None:
+            os.close(self._file)
+            self._file = None
+
+
+def gpu_lock_path(device_index: int) -> str:
+    """The lock file of the physical GPU that `device_index` names (through CUDA_VISIBLE_DEVICES, which may
+    hold indices or UUIDs), in the temporary directory that every process of the host shares."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = [v.strip() for v in visible.split(",")] if visible else []
+    ident = names[device_index] if device_index < len(names) else str(device_index)
+    return os.path.join(tempfile.gettempdir(), f"kernelband-gpu-{re.sub(r'[^A-Za-z0-9-]', '_', ident)}.lock")
 
 
 class WorkerGone(Exception):
@@ -347,7 +376,7 @@ class WorkerPool:
         self._max_references = max_references
         self._all: list[Worker] = []
         self._closed = False
-        self.gpu_lock = GpuLock()
+        self.gpu_lock = GpuLock(gpu_lock_path(device_index or 0) if mode == "gpu" else None)
         # What runs off the GPU lock right now (compiles, profiling workers starting or compiling), by kind:
         # shown beside a timing found disturbed, to tell what disturbed it (see `busy`).
         self.activity: Counter[str] = Counter()
@@ -602,6 +631,7 @@ class WorkerPool:
             self._references.clear()
         for w in dict.fromkeys(workers):
             w.close()
+        self.gpu_lock.close()
         shutil.rmtree(self.base_dir, ignore_errors=True)
 
     def __enter__(self) -> WorkerPool:
