@@ -19,6 +19,16 @@ from kernelband.search.store import Store
 from kernelband.tasks import load_task
 
 
+class Standin:
+    """The evaluator of a bench whose jobs are all done already: it is never asked to evaluate."""
+
+    def __init__(self) -> None:
+        self.kept: int | None = None
+
+    def keep_references(self, tasks: int) -> None:
+        self.kept = tasks
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, KERNELBAND_MODE="interpreter")
     for key in ("KERNELBAND_LLM_BASE_URL", "KERNELBAND_LLM_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
@@ -111,7 +121,7 @@ def test_a_resume_of_some_policies_leaves_the_bench_unfinished(tmp_path: Path):
     subset = BenchConfig("examples", ["greedy"], [0], 2, tasks=["examples:vector_add"])
     events = []
     # Its only job is done already, so the evaluator is never used.
-    bench = Bench(store, subset, [object()], RewriteProposer, bench_id=bench_id, on_event=events.append)
+    bench = Bench(store, subset, [Standin()], RewriteProposer, bench_id=bench_id, on_event=events.append)
     assert bench.run() == bench_id
     assert [e["kind"] for e in events] == ["job_skipped"]
     assert store.bench(bench_id)["status"] == "running"
@@ -135,14 +145,14 @@ def test_a_bench_in_phases_keeps_its_whole_plan(tmp_path: Path):
     store.finish_run(store.create_run("examples:vector_add", key, "greedy", "rewrite", 0, {}, bench_id=bench_id),
                      "done", {})
     events = []
-    phase = Bench(store, config, [object()], RewriteProposer, bench_id=bench_id, on_event=events.append,
+    phase = Bench(store, config, [Standin()], RewriteProposer, bench_id=bench_id, on_event=events.append,
                   policies_now=["greedy"])
     phase.run()
     assert [(e["kind"], e["policy"]) for e in events] == [("job_skipped", "greedy")]  # bon not started
     assert store.bench(bench_id)["status"] == "running"
     assert store.bench(bench_id)["config"]["policies"] == ["greedy", "bon"]
     with pytest.raises(UserError, match="not among the bench's policies"):
-        Bench(store, config, [object()], RewriteProposer, bench_id=bench_id, policies_now=["beam"])
+        Bench(store, config, [Standin()], RewriteProposer, bench_id=bench_id, policies_now=["beam"])
 
 
 def test_a_bench_can_run_some_of_its_tasks_first_in_a_given_order(tmp_path: Path):
@@ -160,12 +170,12 @@ def test_a_bench_can_run_some_of_its_tasks_first_in_a_given_order(tmp_path: Path
         store.finish_run(store.create_run(name, key, "greedy", "rewrite", 0, {}, bench_id=bench_id), "done", {})
     events = []
     # Every job is done already, so the evaluator is never used; the events give the order.
-    Bench(store, config, [object()], RewriteProposer, bench_id=bench_id, on_event=events.append,
+    Bench(store, config, [Standin()], RewriteProposer, bench_id=bench_id, on_event=events.append,
           runs_per_gpu=1, tasks_now=["transpose", "examples:vector_add"]).run()
     assert [e["task"] for e in events] == ["examples:transpose", "examples:vector_add"]
     assert store.bench(bench_id)["config"]["tasks"] == names
     with pytest.raises(UserError, match="not among the bench's tasks: examples:matmul"):
-        Bench(store, config, [object()], RewriteProposer, bench_id=bench_id, tasks_now=["examples:matmul"])
+        Bench(store, config, [Standin()], RewriteProposer, bench_id=bench_id, tasks_now=["examples:matmul"])
 
 
 def test_a_stored_speed_of_light_verdict_that_the_task_now_waives_is_measured_again(tmp_path: Path):
@@ -289,6 +299,33 @@ def test_a_quarantine_sets_aside_what_was_measured_in_the_window_and_the_bench_m
     assert store.find_run(keys[names[0]], "greedy", "rewrite", 0, bench_id).id == before
     for quarantined in (done["bench"], intruder):
         with pytest.raises(UserError, match="is quarantined"):
-            Bench(store, config, [object()], RewriteProposer, bench_id=quarantined)
+            Bench(store, config, [Standin()], RewriteProposer, bench_id=quarantined)
     with pytest.raises(UserError, match="is quarantined already"):
         store.quarantine(done["bench"], since, None, "again")
+
+
+def test_a_bench_keeps_one_reference_per_run_in_flight_and_one_more(tmp_path: Path):
+    """With fewer task references kept than runs in flight, each evaluation closed another task's idle
+    reference and the next evaluation of that task set it up again (run Y: 5 runs, 4 kept, 3.8 set-ups a
+    minute): a bench asks each evaluator to keep runs_per_gpu + 1."""
+    store = Store(tmp_path / "b.db")
+    config = BenchConfig("examples", ["greedy"], [0], 2, tasks=["examples:vector_add"])
+    bench_id = store.create_bench(config.suite, config.to_dict())
+    key = load_task("examples:vector_add").key
+    store.finish_run(store.create_run("examples:vector_add", key, "greedy", "rewrite", 0, {}, bench_id=bench_id),
+                     "done", {})
+    evaluators = [Standin(), Standin()]
+    Bench(store, config, evaluators, RewriteProposer, bench_id=bench_id, runs_per_gpu=5).run()
+    assert [ev.kept for ev in evaluators] == [6, 6]
+
+
+def test_the_pool_keeps_at_least_what_it_is_asked_to(tmp_path: Path):
+    """`Evaluator.keep_references` raises the pool's number of idle references kept, never lowers it."""
+    from kernelband.evaluation.evaluator import Evaluator
+
+    with Evaluator(mode="interpreter", warm=0) as ev:
+        before = ev.pool._max_references
+        ev.keep_references(before + 3)
+        assert ev.pool._max_references == before + 3
+        ev.keep_references(1)
+        assert ev.pool._max_references == before + 3

@@ -559,6 +559,11 @@ class WorkerPool:
             self._max_references = max(1, n)
         self._trim_references()
 
+    def keep_at_least(self, n: int) -> None:
+        """Keep at least `n` idle task references from now on (raises the limit, never lowers it)."""
+        with self._cond:
+            self._max_references = max(self._max_references, n)
+
     def drop_reference(self, key: str) -> None:
         with self._cond:
             worker = self._references.pop(key, None)

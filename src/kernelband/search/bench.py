@@ -174,6 +174,8 @@ class Bench:
         work: queue.Queue = queue.Queue()
         for group in by_task.values():
             work.put(group)  # one task's runs stay on one GPU
+        for ev in self.evaluators:  # one task per run in flight, and the one a finished run leaves behind
+            ev.keep_references(self.runs_per_gpu + 1)
         threads = [threading.Thread(target=self._drain, args=(work, ev), daemon=True)
                    for ev in self.evaluators for _ in range(self.runs_per_gpu)]
         for t in threads:
