@@ -289,3 +289,16 @@ def test_the_candidate_is_loaded_with_the_autotuners_budget(evaluator, vector_ad
     monkeypatch.setattr(evaluator, "_ask", spy)
     assert evaluator.evaluate(vector_add).ok
     assert [m["tune"] for m in loads] == [evaluator.preset.tune()] and loads[0]["tune"] is not None
+
+
+def test_an_evaluation_says_how_long_it_waited_for_its_reference_and_its_worker(evaluator, vector_add):
+    """`seconds["reference"]`: getting the task's reference worker, its set-up included when it was not kept
+    (run Y: sweeps where most evaluations set one up, in no stage, were 14 s a candidate short of their total);
+    `seconds["worker"]`: waiting for a started candidate worker."""
+    evaluator.pool.drop_reference(vector_add.key)
+    fresh = evaluator.evaluate(vector_add, seed=1)
+    kept = evaluator.evaluate(vector_add, seed=2)
+    assert fresh.ok and kept.ok, (fresh.detail, kept.detail)
+    assert fresh.seconds["reference"] > 10 * kept.seconds["reference"], (fresh.seconds, kept.seconds)
+    assert kept.seconds["reference"] < 0.5
+    assert 0 <= kept.seconds["worker"] < kept.seconds["total"]

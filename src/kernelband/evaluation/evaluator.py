@@ -347,7 +347,9 @@ class Evaluator:
         source = task.module_source if source is None else source
         t_start = time.perf_counter()
         with self._reference(task) as ref:
+            got_ref = time.perf_counter() - t_start  # the reference's set-up, when it was not kept
             result = self._evaluate(task, ref, source, preset, which, seed, profile)
+        result.seconds["reference"] = got_ref
         result.seconds["total"] = time.perf_counter() - t_start
         return result
 
@@ -361,7 +363,9 @@ class Evaluator:
                             sandbox=ref.ready.sandbox.get("note", ""))
         result.shapes = [ShapeResult(s.index, s.label, s.held_out) for s in shapes]
         result.notes += [f"shape dropped: {d}" for d in ref.dropped]
+        t0 = time.perf_counter()
         cand = self.pool.acquire()
+        result.seconds["worker"] = time.perf_counter() - t0  # waiting for a started candidate worker
         try:
             self._run_stages(task, info, ref, cand, source, shapes, preset, seed, result, profile)
         except _Stop as stop:
