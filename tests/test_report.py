@@ -30,6 +30,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kernelband.cli import app
+from kernelband.errors import UserError
 from kernelband.evaluation.records import EvalResult, Features, Outcome, ShapeResult
 from kernelband.report.html import write_report
 from kernelband.report.metrics import parse_target, report_data
@@ -655,6 +656,18 @@ def test_the_report_warns_when_policies_cover_different_tasks(tmp_path):
     assert f"{policy} {len(TASKS) - 1}" in data["warnings"][0]
     page = write_report(data, tmp_path / "out").read_text()
     assert "do not compare the policies" in page
+
+
+def test_the_report_of_a_quarantined_bench_says_so_first(tmp_path):
+    """A bench set aside by `Store.quarantine` (its GPU was shared) still reports, warning first that its
+    figures are not results, with the reason given."""
+    store, bench, _ = build_db(tmp_path / "runs.db")
+    aside = store.quarantine(bench, 0.0, None, "a second sweep on the GPU")["bench"]
+    data = report_data(store, f"bench:{aside}")
+    assert data["warnings"][0].startswith("quarantined: measured while the GPU was not the bench's alone "
+                                          "(a second sweep on the GPU)")
+    with pytest.raises(UserError, match="has no runs yet"):  # every run had an evaluation in the window
+        report_data(store, f"bench:{bench}")
 
 
 def test_faster_needs_a_re_measurement_above_the_noise_and_a_held_out_win(built):

@@ -467,10 +467,16 @@ def report_data(store: Store, bench_or_run) -> dict:
 
 
 def _warnings(bench: dict | None, summary: dict, facts: list[RunFacts]) -> list[str]:
-    """What a reader must know before comparing the figures: an unfinished sweep, policies on different tasks."""
+    """What a reader must know before comparing the figures: a quarantined bench, an unfinished sweep,
+    policies on different tasks."""
     out = []
     if bench is not None:
         cfg = bench["config"]
+        if bench["status"] == "quarantined":
+            window = cfg.get("window") or {}
+            out.append("quarantined: measured while the GPU was not the bench's alone"
+                       + (f" ({window['reason']})" if window.get("reason") else "")
+                       + "; its figures are kept for inspection, not as results")
         planned = (len(cfg.get("policies") or []) * len(cfg.get("seeds") or [])
                    * len(cfg.get("tasks") or []))
         done = sum(f.row.status == "done" for f in facts)
