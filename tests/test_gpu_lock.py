@@ -114,6 +114,19 @@ def test_a_timing_waits_for_another_process_timing_on_the_same_gpu(tmp_path):
         other.wait(10)
 
 
+def test_a_lock_file_that_cannot_be_opened_is_a_one_line_error(tmp_path):
+    """Another user's lock file serves (flock needs only read access); a directory where none can be made is
+    a user error that says what to do, not a traceback."""
+    from kernelband.errors import UserError
+
+    theirs = tmp_path / "kernelband-gpu-0.lock"
+    theirs.write_text("")
+    theirs.chmod(0o444)  # read-only, as another user's file would be to us
+    GpuLock(str(theirs)).close()
+    with pytest.raises(UserError, match="cannot open the GPU lock file .*; set TMPDIR"):
+        GpuLock(str(tmp_path / "missing" / "kernelband-gpu-0.lock"))
+
+
 @pytest.mark.parametrize("visible, index, name", [(None, 1, "kernelband-gpu-1.lock"),
                                                   ("2,3", 1, "kernelband-gpu-3.lock"),
                                                   ("GPU-8f1c/a", 0, "kernelband-gpu-GPU-8f1c_a.lock")])

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import psutil
 
 from kernelband import protocol
+from kernelband.errors import UserError
 
 _ENV_KEEP = re.compile(
     r"^(PATH|LANG|LANGUAGE|LC_[A-Z]+|TZ|TERM|USER|LOGNAME|SHELL|PYTHONPATH|PYTHONHASHSEED|VIRTUAL_ENV|"
@@ -75,7 +76,13 @@ class GpuLock:
         self._waiting = 0  # exclusive holders waiting
         self._holders: dict[int, tuple[str, str, float]] = {}  # thread id: (its name, mode, since)
         self.path = path
-        self._file = os.open(path, os.O_RDWR | os.O_CREAT, 0o666) if path else None
+        self._file = None
+        if path:
+            try:  # read-only: flock needs no write access, so another user's lock file serves as well
+                self._file = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise UserError(f"cannot open the GPU lock file {path}: {exc.strerror}; set TMPDIR to a "
+                                "directory every KernelBand process on this GPU can read") from None
 
     @contextmanager
     def shared(self):
