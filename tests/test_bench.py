@@ -329,3 +329,23 @@ def test_the_pool_keeps_at_least_what_it_is_asked_to(tmp_path: Path):
         assert ev.pool._max_references == before + 3
         ev.keep_references(1)
         assert ev.pool._max_references == before + 3
+
+
+def test_bench_resume_runs_the_tasks_named_now_and_refuses_one_outside_the_plan(tmp_path: Path):
+    """`kernelband bench --resume N --tasks-now ...`: the named tasks only, in that order; a task outside the
+    bench's plan is a one-line error, exit 2."""
+    db = tmp_path / "b.db"
+    store = Store(db)
+    names = ["examples:vector_add", "examples:transpose"]
+    config = BenchConfig("examples", ["greedy"], [0], 2, tasks=names)
+    bench_id = store.create_bench(config.suite, config.to_dict())
+    for name in names:
+        run = store.create_run(name, load_task(name).key, "greedy", "rewrite", 0, {}, bench_id=bench_id)
+        store.finish_run(run, "done", {})
+    store.close()
+    now = _cli("bench", "--resume", str(bench_id), "--tasks-now", "transpose", "--db", str(db), "--interpreter")
+    assert now.returncode == 0, now.stderr[-2000:]
+    assert now.stderr.count("finished earlier") == 1 and "transpose" in now.stderr and "vector_add" not in now.stderr
+    bad = _cli("bench", "--resume", str(bench_id), "--tasks-now", "matmul", "--db", str(db), "--interpreter")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines()[-1].endswith("not among the bench's tasks: matmul")

@@ -212,6 +212,9 @@ def bench_cmd(
     batch: int = typer.Option(1, "--batch", "-q", help="arms pulled per iteration"),
     proposer: str = typer.Option("auto", "--proposer", help="rewrite or llm (default: llm if configured)"),
     tasks: str | None = typer.Option(None, "--tasks", help="comma-separated subset of the suite's tasks"),
+    tasks_now: str | None = typer.Option(None, "--tasks-now",
+                                         help="run only these of the bench's tasks now, in this order (with "
+                                              "--resume: the most telling first; the plan keeps every task)"),
     preset: str = typer.Option("default", "--preset"),
     finalists: int = typer.Option(3, "--finalists", help="fastest kernels of each run re-measured at the end"),
     db: Path = typer.Option(Path(DEFAULT_DB), "--db", help="the run database"),
@@ -261,7 +264,8 @@ def bench_cmd(
                 evaluators = [stack.enter_context(Evaluator(mode=mode, warm=2, device_index=i, preset=config.preset,
                                                             use_ncu=False if no_ncu else None)) for i in indices]
                 bench = Bench(store, config, evaluators, lambda: make_proposer(ProposerChoice(config.proposer)),
-                              tritonbench, bench_id=resume, on_event=_bench_event, runs_per_gpu=runs_per_gpu)
+                              tritonbench, bench_id=resume, on_event=_bench_event, runs_per_gpu=runs_per_gpu,
+                              tasks_now=[t.strip() for t in tasks_now.split(",") if t.strip()] if tasks_now else None)
                 stacks.dump_on(signal.SIGUSR1)  # a sweep that seems stuck: `kill -USR1 PID` shows where
                 bench_id = bench.run()
     except UserError as exc:
