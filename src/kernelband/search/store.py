@@ -351,9 +351,8 @@ class Store:
                                                          "window": window}), "quarantined", time.time())).lastrowid
             db.executemany("UPDATE runs SET bench_id = ? WHERE id = ?", [(new, run) for run in touched])
             for other in others:
-                config = json.loads(self._rows("SELECT config FROM benches WHERE id = ?", (other,))[0]["config"])
                 db.execute("UPDATE benches SET status = 'quarantined', config = ? WHERE id = ?",
-                           (json.dumps({**config, "window": window}), other))
+                           (json.dumps({**self.bench(other)["config"], "window": window}), other))
             dropped = db.execute("DELETE FROM baselines WHERE created BETWEEN ? AND ?", (since, end)).rowcount
         return {"bench": new, "runs": touched, "benches": others, "baselines": dropped}
 
