@@ -11,8 +11,9 @@ CPU only: it edits the database, nothing runs. Times are UTC.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 from pathlib import Path
+
+from reference_drift import utc_seconds  # benchmarks/, this script's folder
 
 from kernelband.errors import UserError, run_script
 from kernelband.search.store import Store
@@ -20,10 +21,9 @@ from kernelband.search.store import Store
 
 def utc(text: str) -> float:
     try:
-        when = dt.datetime.fromisoformat(text.removesuffix("Z"))
-    except ValueError:
-        raise UserError(f"not a UTC time: {text!r} (give e.g. 2026-11-25T11:08:31)") from None
-    return when.replace(tzinfo=dt.timezone.utc).timestamp()
+        return utc_seconds(text)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def main() -> None:

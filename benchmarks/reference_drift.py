@@ -30,6 +30,15 @@ from datetime import datetime, timezone
 from kernelband.report.metrics import faster_verdict
 
 
+def utc_seconds(text: str) -> float:
+    """UTC seconds of "2026-11-23 07:24:01" or "2026-11-23T07:24:01" (a date alone: its midnight); a ValueError
+    that names the text otherwise. benchmarks/quarantine.py reads its window with it too."""
+    try:
+        return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        raise ValueError(f"not a UTC time: {text!r} (e.g. \"2026-11-23 07:24:01\")") from None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("db")
@@ -43,9 +52,9 @@ def main() -> None:
         if not text:
             return default
         try:
-            return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
-        except ValueError:
-            ap.error(f"not a UTC time: {text!r} (e.g. \"2026-11-23 07:24:01\")")
+            return utc_seconds(text)
+        except ValueError as exc:
+            ap.error(str(exc))
 
     since, until = utc(args.since, float("-inf")), utc(args.until, float("inf"))
     new_times: list[float] = []  # when each new evaluation in the window was stored
