@@ -31,6 +31,8 @@
 # AB_TASKS (comma-separated), AB_POLICIES (default kernelband), AB_BUDGET_S (default 600: start no new run
 # after), AB_TIMEOUT_S (default 1200), AB_RESUME=ab.db.xz:BENCH (continue one).
 set -u
+# every worker holds a socket and a log file in the sweep's process: 8 GPUs' pools are hundreds of them
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 S=${KB_STATE:-kernelband-runs/gpu}
 mkdir -p "$S"
 exec >> "$S/session.log" 2>&1

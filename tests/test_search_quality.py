@@ -1,0 +1,122 @@
+"""benchmarks/search_quality.py: the exhaustive launch-parameter grid (issue 3, section 7: what a user
+would do by hand, judged by the same rule as a search's result) and the sweep's heartbeat."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelband.evaluation.records import EvalResult, Outcome
+from kernelband.search.store import Store
+from kernelband.tasks import load_task
+
+pytest.importorskip("libcst")
+
+_spec = importlib.util.spec_from_file_location(
+    "search_quality", Path(__file__).resolve().parents[1] / "benchmarks" / "search_quality.py")
+search_quality = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(search_quality)
+
+
+class ScriptedEvaluator:
+    """Answers evaluate() from tables keyed by the variant's index in the grid (k0 is -1): the search-shape
+    speedup, and the re-check's (search shapes with fresh inputs, held-out shapes). Records every call and
+    how many ran at once."""
+
+    def __init__(self, variants: list[str], k0: str, search: dict, recheck: dict, k0_self: float = 1.0):
+        self.index = {source: i for i, source in enumerate(variants)} | {k0: -1}
+        self.search, self.recheck, self.k0_self = search, recheck, k0_self
+        self.calls: list[tuple[int, str, bool]] = []
+        self.running = self.most = 0
+        self.lock = threading.Lock()
+
+    def fingerprint(self, task) -> dict:
+        return {"gpu": "stand-in"}
+
+    def evaluate(self, task, source, which="search", profile=True, **_) -> EvalResult:
+        i = self.index[source]
+        with self.lock:
+            self.calls.append((i, which, profile))
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(0.05)
+        with self.lock:
+            self.running -= 1
+        if i == -1:
+            return EvalResult(task=task.ref, outcome=Outcome.OK, speedup=self.k0_self)
+        if which == "search":
+            value = self.search.get(i, 1.0)
+            if value is None:
+                return EvalResult(task=task.ref, outcome=Outcome.WRONG_OUTPUT, detail="scripted")
+            return EvalResult(task=task.ref, outcome=Outcome.OK, speedup=value)
+        confirmed, held_out = self.recheck[i]
+        return EvalResult(task=task.ref, outcome=Outcome.OK, speedup=confirmed, held_out_speedup=held_out)
+
+
+@pytest.fixture
+def task_and_variants():
+    task = load_task("examples:vector_add")
+    variants = search_quality.launch_grid(task.module_source)
+    assert len(variants) >= 5  # block sizes and num_warps of the example kernel
+    return task, variants
+
+
+def test_the_grid_rechecks_its_fastest_variants_and_hands_back_the_fastest_on_the_recheck(tmp_path,
+                                                                                         task_and_variants):
+    task, variants = task_and_variants
+    # variant 0 is the fastest searched and not faster again; variant 2 is; variant 1 failed its check
+    ev = ScriptedEvaluator(variants, task.module_source, search={0: 1.9, 1: None, 2: 1.5, 3: 1.2, 4: 1.1},
+                           recheck={0: (0.97, 0.95), 2: (1.45, 1.3), 3: (1.15, 1.1)})
+    row = search_quality.grid_task(Store(tmp_path / "runs.db"), ev, task, None, slots=3, finalists=3)
+    assert row["best_speedup"] == 1.9  # the largest searched figure, reported as such
+    assert [f["variant"] for f in row["finalists"]] == [0, 2, 3]
+    assert (row["handed_back"], row["confirmed"], row["held_out"], row["faster"]) == (2, 1.45, 1.3, True)
+    assert row["outcomes"] == {"ok": len(variants) - 1, "wrong_output": 1}
+    rechecks = [c for c in ev.calls if c[1] == "all"]
+    assert sorted(c[0] for c in rechecks) == [0, 2, 3] and not any(c[2] for c in ev.calls)  # no ncu anywhere
+    assert (-1, "search", False) in ev.calls  # k0 timed against itself
+    assert row["evaluations_made"] == len(variants) + 1 + 3
+    assert 1 < ev.most <= 3  # the variants ran `slots` at a time
+
+
+def test_a_noisy_k0_raises_the_bar_and_no_faster_recheck_hands_back_k0(tmp_path, task_and_variants):
+    task, variants = task_and_variants
+    noisy = ScriptedEvaluator(variants, task.module_source, search={0: 1.3}, recheck={0: (1.05, 1.2)},
+                              k0_self=1.04)
+    row = search_quality.grid_task(Store(tmp_path / "runs.db"), noisy, task, None, slots=2, finalists=1)
+    assert (row["handed_back"], row["noise_floor"], row["faster"]) == (0, 1.04, False)  # 1.05 <= 1 + 2 x 0.04
+    slower = ScriptedEvaluator(variants, task.module_source, search={0: 1.3}, recheck={0: (0.99, 1.2)})
+    row = search_quality.grid_task(Store(tmp_path / "runs.db"), slower, task, None, slots=2, finalists=1)
+    assert (row["handed_back"], row["confirmed"], row["faster"]) == (None, 1.0, False)
+
+
+def test_no_grid_task_starts_after_the_deadline(tmp_path, task_and_variants):
+    task, variants = task_and_variants
+    ev = ScriptedEvaluator(variants, task.module_source, search={}, recheck={})
+    report: dict = {}
+    search_quality.part_grid(Store(tmp_path / "runs.db"), [ev], [task.ref], report, None,
+                             deadline=time.monotonic() - 1)
+    assert report["grid"]["deferred"] == [task.ref] and ev.calls == []
+
+
+def test_the_heartbeat_says_how_much_cpu_the_driving_process_itself_used(capsys):
+    class Pool:
+        def snapshot(self) -> dict:
+            return {"requests": []}
+
+    class Ev:
+        pool = Pool()
+
+    stop = search_quality.heartbeat([Ev()], every_s=0.1)
+    end = time.monotonic() + 0.6
+    while time.monotonic() < end:  # this process busy on one core
+        sum(range(1000))
+    stop.set()
+    beats = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert beats and all(b["evaluators"] == [{"requests": []}] for b in beats)
+    assert max(b["driver"]["cores"] for b in beats) > 0.3 and beats[0]["driver"]["threads"] >= 2
