@@ -1,4 +1,5 @@
-"""Where a sweep's CPU went, by kind of worker, from the heartbeat lines of its log (no GPU needed).
+"""Where a sweep's CPU went, by kind of worker, and what its GPU locks were doing, from the heartbeat lines
+of its log (no GPU needed).
 
 Each heartbeat carries `WorkerPool.cpu_use()` per evaluator: CPU seconds each kind of worker used since the
 last beat, its own process apart from its children (for a profiler, ncu's front end apart from the Python
@@ -7,6 +8,10 @@ worker it runs). This sums them over the log:
     python3 benchmarks/heartbeat_cpu.py kernelband-runs/gpu/sweep.log
 
 A sweep log holds one process's beats per phase; each phase starts counting afresh, as the pool does.
+
+Then, per GPU, the share of beats in which its lock was held alone (a timing, ncu's run, an autotuner's
+tuning), held shared (correctness steps) or free: a GPU whose lock is almost never free is the bound on
+the sweep's rate, and more runs at a time cannot raise it. A beat is a sample, not a measured duration.
 """
 
 from __future__ import annotations
@@ -38,12 +43,34 @@ def summarise(lines) -> tuple[dict[str, list[float]], float, int]:
     return dict(totals), covered, beats
 
 
+def lock_states(lines) -> tuple[list[dict[str, int]], list[float]]:
+    """Per evaluator (GPU), beats with its lock held `exclusive`, held `shared`, `free`, and `waiting` (beats
+    with a waiter, whatever the holder); and the driving process's cores per beat, where the beat has them."""
+    states: list[dict[str, int]] = []
+    driver: list[float] = []
+    for line in lines:
+        if not line.startswith('{"kind": "heartbeat"'):
+            continue
+        beat = json.loads(line)
+        if "driver" in beat:
+            driver.append(beat["driver"]["cores"])
+        for i, ev in enumerate(beat.get("evaluators", [])):
+            while len(states) <= i:
+                states.append({"exclusive": 0, "shared": 0, "free": 0, "waiting": 0})
+            held = [entry.rsplit(": ", 1)[-1].split()[0] for entry in ev.get("gpu_lock", [])]
+            state = "exclusive" if "exclusive" in held else "shared" if "shared" in held else "free"
+            states[i][state] += 1
+            states[i]["waiting"] += "waiting" in held
+    return states, driver
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("log")
     args = ap.parse_args()
     with open(args.log) as f:
-        totals, covered, beats = summarise(f)
+        lines = f.readlines()
+    totals, covered, beats = summarise(lines)
     if not totals:
         print("no heartbeat with CPU figures in", args.log)
         return
@@ -55,6 +82,14 @@ def main() -> None:
         cores = (own + children) / covered if covered else 0.0
         each = cores / mean_workers if mean_workers else 0.0
         print(f"| {kind} | {mean_workers:.1f} | {own:.0f} | {children:.0f} | {cores:.2f} | {each:.2f} |")
+    states, driver = lock_states(lines)
+    print("GPU lock per GPU, share of beats: held alone / held shared / free (beats with a waiter)")
+    for gpu, st in enumerate(states):
+        n = st["exclusive"] + st["shared"] + st["free"]
+        print(f"GPU {gpu}: {st['exclusive'] / n:.0%} / {st['shared'] / n:.0%} / {st['free'] / n:.0%} "
+              f"({st['waiting']} of {n})")
+    if driver:
+        print(f"the driving process: {sum(driver) / len(driver):.2f} cores on average, {max(driver):.2f} at most")
 
 
 if __name__ == "__main__":

@@ -120,3 +120,21 @@ def test_the_heartbeat_says_how_much_cpu_the_driving_process_itself_used(capsys)
     beats = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert beats and all(b["evaluators"] == [{"requests": []}] for b in beats)
     assert max(b["driver"]["cores"] for b in beats) > 0.3 and beats[0]["driver"]["threads"] >= 2
+
+
+def test_the_heartbeat_summary_samples_each_gpus_lock_and_the_driving_process(tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "heartbeat_cpu", Path(__file__).resolve().parents[1] / "benchmarks" / "heartbeat_cpu.py")
+    heartbeat_cpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(heartbeat_cpu)
+    gpu0 = [["Thread-3 (_drain): exclusive 1s", "evaluate-a-kernelband_0: waiting 2s"],
+            ["kernelband-worker-start: shared 2s", "evaluate-b: shared 1s"], []]
+    gpu1 = [[], [], ["evaluate-c: shared 4s"]]
+    lines = ['{"kind": "job_done", "task": "t"}\n'] + [
+        json.dumps({"kind": "heartbeat", "elapsed_s": 60 * (i + 1), "driver": {"cores": 0.2 * (i + 1), "threads": 9},
+                    "evaluators": [{"gpu_lock": a, "cpu": {}}, {"gpu_lock": b, "cpu": {}}]}) + "\n"
+        for i, (a, b) in enumerate(zip(gpu0, gpu1))]
+    states, driver = heartbeat_cpu.lock_states(lines)
+    assert states == [{"exclusive": 1, "shared": 1, "free": 1, "waiting": 1},
+                      {"exclusive": 0, "shared": 1, "free": 2, "waiting": 0}]
+    assert driver == pytest.approx([0.2, 0.4, 0.6])
