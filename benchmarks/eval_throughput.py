@@ -124,8 +124,15 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
 
     ncu._cache.clear()  # every candidate profiled, as a new one would be
     t0 = time.perf_counter()
+    finished: list[float] = []  # seconds from the start at which each candidate's result came back
+
+    def one(t):
+        result = _safe_eval(ev, t, source=(sources or {}).get(t.name))
+        finished.append(time.perf_counter() - t0)
+        return result
+
     with ThreadPoolExecutor(threads) as pool:
-        results = list(pool.map(lambda t: _safe_eval(ev, t, source=(sources or {}).get(t.name)), tasks))
+        results = list(pool.map(one, tasks))
     elapsed = time.perf_counter() - t0
     evaluated = [(t, r) for t, r in zip(tasks, results) if not isinstance(r, str)]
     done = [r for _, r in evaluated]
@@ -144,6 +151,7 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
                    "park_profilers": ev.pool.park_profilers,
                    "tune_alone": ev.tune_alone, "tasks": names, "candidates": len(done),
                    "seconds": elapsed, "candidates_per_minute": 60 * len(done) / elapsed, "stages": stage_s,
+                   "finished_s": sorted(finished), "steady_per_minute": steady_rate(sorted(finished), threads),
                    "outcomes": {t.name: r.outcome.value for t, r in evaluated},
                    "phi": {t.name: r.features.phi for t, r in evaluated}, "not_ok": not_ok, "no_result": failed,
                    # shapes measured again (a disturbed reference) and shapes whose call synchronises, per task
@@ -151,13 +159,26 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
                    "host_sync": {t.name: [s.label for s in r.shapes if s.host_sync] for t, r in evaluated
                                  if any(s.host_sync for s in r.shapes)}}
     print(f"{key}: {len(done)} candidates in {elapsed:.1f}s with {threads} threads = "
-          f"{60 * len(done) / elapsed:.1f}/min; median s per stage: "
+          f"{60 * len(done) / elapsed:.1f}/min (pool full: {report[key]['steady_per_minute'] or 0:.1f}/min); "
+          "median s per stage: "
           + ", ".join(f"{k} {v['median']:.2f}" for k, v in stage_s.items()), flush=True)
     save()
 
 
 def _last(text: str, n: int = 400) -> str:
     return " / ".join(text.strip().splitlines()[-3:])[-n:] if text else ""
+
+
+def steady_rate(finished: list[float], threads: int) -> float | None:
+    """Candidates a minute with the pool full: from the `threads`-th result to the `threads`-th from last,
+    so that neither the start (no result yet while the first candidates compile) nor the drain (fewer
+    candidates left than threads) counts. None with too few candidates for a middle. Reported beside the
+    whole batch's rate, never instead of it."""
+    if len(finished) < 2 * threads + 2:
+        return None
+    first, last = threads - 1, len(finished) - threads
+    span = finished[last] - finished[first]
+    return 60 * (last - first) / span if span > 0 else None
 
 
 def _safe_eval(ev, task, **kwargs):

@@ -138,3 +138,14 @@ def test_the_heartbeat_summary_samples_each_gpus_lock_and_the_driving_process(tm
     assert states == [{"exclusive": 1, "shared": 1, "free": 1, "waiting": 1},
                       {"exclusive": 0, "shared": 1, "free": 2, "waiting": 0}]
     assert driver == pytest.approx([0.2, 0.4, 0.6])
+
+
+def test_the_pools_steady_rate_leaves_out_its_start_and_its_drain():
+    spec = importlib.util.spec_from_file_location(
+        "eval_throughput", Path(__file__).resolve().parents[1] / "benchmarks" / "eval_throughput.py")
+    eval_throughput = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(eval_throughput)
+    # 2 threads: nothing for 20 s (compiles), then one result every 5 s, then a slow last one
+    finished = [20.0, 21.0, 26.0, 31.0, 36.0, 41.0, 46.0, 80.0]
+    assert eval_throughput.steady_rate(finished, 2) == pytest.approx(60 * 5 / 25.0)  # 21 s to 46 s: 5 results
+    assert eval_throughput.steady_rate(finished[:5], 2) is None
