@@ -233,9 +233,9 @@ def test_evaluation_checks_under_the_shared_lock_and_times_alone(evaluator, vect
         assert rec.held and set(rec.held) == {"shared"}
         rec.held.clear()
         assert evaluator.evaluate(vector_add, GOOD).ok
-        # each correctness step (a shape's runs, a comparison, the second call) shares; then the timing has
-        # the GPU alone, and the features run (launches, footprint: counted in the worker) shares it again
-        assert rec.held[-2:] == ["exclusive", "shared"] and rec.held.count("exclusive") == 1
+        # each correctness step (a shape's runs, a comparison, the second call) shares, and so does the
+        # features run (launches, footprint: counted in the worker); then the timing has the GPU alone
+        assert rec.held[-2:] == ["shared", "exclusive"] and rec.held.count("exclusive") == 1
         n_shapes = sum(1 for s in evaluator.info(vector_add).shapes if not s.held_out)
         assert rec.held.count("shared") >= 2 * min(n_shapes, 2)
         # Without tune_alone, an autotuner times its configs inside the first call of the check: the whole
@@ -243,7 +243,7 @@ def test_evaluation_checks_under_the_shared_lock_and_times_alone(evaluator, vect
         rec.held.clear()
         evaluator.tune_alone = False
         assert evaluator.evaluate(vector_add, GOOD + "\n# triton.autotune\n").ok
-        assert rec.held == ["exclusive", "exclusive", "shared"]
+        assert rec.held == ["exclusive", "shared", "exclusive"]
         # each evaluation used up a worker: its replacement initialised CUDA beside checks, never a timing
         deadline = time.monotonic() + 120
         while len(rec.starts) < 2 and time.monotonic() < deadline:
@@ -268,7 +268,7 @@ def test_with_tune_alone_an_autotuner_times_its_configs_alone_and_the_check_shar
         assert shapes >= 1 and rec.held[:shapes] == ["exclusive"] * shapes
         check = rec.held[shapes:-2]
         assert check and set(check) == {"shared"}, rec.held
-        assert rec.held[-2:] == ["exclusive", "shared"]  # the timing, then the features
+        assert rec.held[-2:] == ["shared", "exclusive"]  # the features, then the timing
         assert result.seconds["tune"] > 0
         # a module without an autotuner is not called beforehand
         rec.held.clear()
@@ -508,3 +508,34 @@ def test_an_unknown_profile_lock_is_refused_before_any_worker_starts():
 
     with pytest.raises(UserError, match="exclusive or shared"):
         Evaluator(mode="interpreter", profile_lock="sometimes")
+
+
+def test_a_profiled_candidate_is_timed_and_profiled_in_one_hold_of_the_gpu(stand_in_ncu, vector_add, monkeypatch):
+    """ncu's profiled run comes right after the timing, inside the same exclusive hold: the checks in
+    progress are waited for once per candidate, not twice (with `profile_lock="shared"`, after it, shared)."""
+    from kernelband.evaluation import ncu
+    from kernelband.evaluation.evaluator import Evaluator, Limits
+
+    ev = Evaluator(mode="interpreter", warm=1, use_ncu=True, limits=Limits(load_s=120, run_s=30, time_s=60))
+    try:
+        ev.pool._spawn_profiler()  # the interpreter's pool starts none of its own; each use starts the next
+        ev.info(vector_add)
+        ev.pool.gpu_lock = rec = _Recording()
+        measure = ncu.Profile.measure
+
+        def recorded(self):
+            rec.held.append("profile alone" if rec._alone else "profile not alone")
+            return measure(self)
+
+        monkeypatch.setattr(ncu.Profile, "measure", recorded)
+        result = ev.evaluate(vector_add, GOOD)
+        assert result.ok, result.detail
+        assert rec.held[-3:] == ["shared", "exclusive", "profile alone"], rec.held
+        assert rec.held.count("exclusive") == 1
+        assert any(n.startswith("ncu: profiling run failed") for n in result.notes), result.notes  # no CUDA here
+        rec.held.clear()
+        ev.profile_lock = "shared"
+        assert ev.evaluate(vector_add, GOOD + "\n# not in the profile cache\n").ok
+        assert rec.held[-3:] == ["exclusive", "shared", "profile not alone"], rec.held
+    finally:
+        ev.close()

@@ -488,22 +488,29 @@ class Evaluator:
             finally:
                 self._release_compare_memory()
         result.seconds["correctness"] = time.perf_counter() - t0
-        with self._gpu(result, lock.exclusive):
-            # 3. timing
-            t0 = time.perf_counter()
-            self._timing(task, ref, cand, shapes, preset, seed, result, by_index)
-            result.seconds["timing"] = time.perf_counter() - t0
-            peaks = self._peaks(ref)  # a first use calibrates the GPU: a timing too
-        # 4. features: the launches and footprint (counted in the candidate's own process, so a shared step),
-        # and the profiled run under ncu (alone on the GPU unless `profile_lock` says otherwise)
+        # 3. features: the launches and footprint, counted in the candidate's own process (a shared step)
         t0, waited = time.perf_counter(), result.seconds["gpu_wait"]
         with self._gpu(result, lock.shared):
             reply = self._ask(cand, {"op": "features", "shape": rep.index, "seed": _seed(seed, rep.index, 3)},
                               self.limits.run_s, "features")
-        if profile is not None:
-            with self._gpu(result, lock.exclusive if self.profile_lock == "exclusive" else lock.shared):
-                profile.measure()
         gpu_s = time.perf_counter() - t0 - (result.seconds["gpu_wait"] - waited)
+        # 4. timing, then ncu's profiled run in the same hold of the GPU alone: the shared steps in progress
+        # are waited for (and new ones held back) once per candidate, not twice
+        alone = profile is not None and self.profile_lock == "exclusive"
+        with self._gpu(result, lock.exclusive):
+            t0 = time.perf_counter()
+            self._timing(task, ref, cand, shapes, preset, seed, result, by_index)
+            result.seconds["timing"] = time.perf_counter() - t0
+            peaks = self._peaks(ref)  # a first use calibrates the GPU: a timing too
+            if alone:
+                t0 = time.perf_counter()
+                profile.measure()
+                gpu_s += time.perf_counter() - t0
+        if profile is not None and not alone:  # `profile_lock="shared"`: beside other candidates' checks
+            t0, waited = time.perf_counter(), result.seconds["gpu_wait"]
+            with self._gpu(result, lock.shared):
+                profile.measure()
+            gpu_s += time.perf_counter() - t0 - (result.seconds["gpu_wait"] - waited)
         t0 = time.perf_counter()
         ncu_metrics = None
         if profile is not None:
