@@ -11,6 +11,9 @@ Parts (run them in one call or split them across calls):
   pool-shared  the same with ncu's profiled run sharing the GPU with other candidates' checks (the
            evaluator's `profile_lock="shared"`) instead of having it alone; φ is kept per task, so two
            parts' φ can be compared.
+  pool-apart  the same as `pool`, with ncu's profiled run in an exclusive hold of its own after the timing
+           (the evaluator's `profile_lock="apart"`, the order before run AA) instead of in the timing's:
+           run `pool,pool-apart,pool` to see what one wait for the checks in progress less is worth.
   pool-noncu  the same, with no Nsight Compute profile (φ from the compiler and the timing only): the
            like-for-like figure against the peers, who collect no hardware profile. Right after `pool`
            it reuses its references.
@@ -45,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kernelband.errors import UserError, run_script
-from kernelband.evaluation.evaluator import Evaluator
+from kernelband.evaluation.evaluator import PROFILE_LOCKS, Evaluator
 from kernelband.tasks import load_task, tritonbench
 
 HERE = Path(__file__).resolve().parent
@@ -268,14 +271,15 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warm-profilers", type=int, default=None,
                     help="workers kept started under ncu (default: threads + 3)")
-    ap.add_argument("--profile-lock", default="exclusive", choices=("exclusive", "shared"),
-                    help="ncu's profiled run alone on the GPU, or beside other candidates' checks")
+    ap.add_argument("--profile-lock", default="exclusive", choices=PROFILE_LOCKS,
+                    help="ncu's profiled run alone on the GPU in the timing's hold, alone in one of its own, or "
+                         "beside other candidates' checks")
     ap.add_argument("--park-profilers", action="store_true",
                     help="every part: the warm profiling workers stopped until used (as the pool-parked part)")
     ap.add_argument("--out", default=os.environ.get("OUT", ".") + "/eval_throughput.json")
     args = ap.parse_args()
     parts = args.parts.split(",")
-    known = ("speed", "pool", "pool-shared", "pool-noncu", "pool-parked", "pool-autotune", "pool-autotune-alone",
+    known = ("speed", "pool", "pool-shared", "pool-apart", "pool-noncu", "pool-parked", "pool-autotune", "pool-autotune-alone",
              "repeat", "peers")
     unknown = [p for p in parts if p not in known]
     if unknown:
@@ -304,7 +308,7 @@ def main() -> None:
             elif part.startswith("pool"):
                 profiles, lock, tune = ev.use_ncu, ev.profile_lock, ev.tune_alone
                 ev.use_ncu = profiles and part != "pool-noncu"
-                ev.profile_lock = "shared" if part == "pool-shared" else lock
+                ev.profile_lock = {"pool-shared": "shared", "pool-apart": "apart"}.get(part, lock)
                 ev.tune_alone = part != "pool-autotune"  # that part: the whole check with the GPU alone
                 parked = ev.pool.park_profilers
                 ev.pool.set_park_profilers(parked or part == "pool-parked")

@@ -33,6 +33,7 @@ import numpy as np
 
 from kernelband import stacks
 from kernelband.errors import run_script
+from kernelband.evaluation.evaluator import PROFILE_LOCKS
 from kernelband.evaluation.records import PHI_KEYS, RHO_KEYS, EvalResult, Features, Outcome, ShapeResult
 from kernelband.report.metrics import faster_verdict
 from kernelband.search.bench import Bench, BenchConfig, suite_tasks
@@ -258,8 +259,9 @@ def main() -> None:
     ap.add_argument("--grid-budget-s", type=float, default=None,
                     help="start no grid task after this many seconds from the grid's start")
     ap.add_argument("--runs-per-gpu", type=int, default=2, help="runs in flight per GPU (compiles overlap timing)")
-    ap.add_argument("--profile-lock", default="exclusive", choices=("exclusive", "shared"),
-                    help="ncu's profiled run alone on the GPU, or beside other candidates' checks")
+    ap.add_argument("--profile-lock", default="exclusive", choices=PROFILE_LOCKS,
+                    help="ncu's profiled run alone on the GPU in the timing's hold, alone in one of its own, or "
+                         "beside other candidates' checks")
     ap.add_argument("--strategies", default=None,
                     help="a strategies file for a new bench (e.g. adding coarsen to tiling)")
     ap.add_argument("--warm-profilers", type=int, default=None,

@@ -506,13 +506,14 @@ def test_an_unknown_profile_lock_is_refused_before_any_worker_starts():
     from kernelband.errors import UserError
     from kernelband.evaluation.evaluator import Evaluator
 
-    with pytest.raises(UserError, match="exclusive or shared"):
+    with pytest.raises(UserError, match="use exclusive, apart, shared"):
         Evaluator(mode="interpreter", profile_lock="sometimes")
 
 
 def test_a_profiled_candidate_is_timed_and_profiled_in_one_hold_of_the_gpu(stand_in_ncu, vector_add, monkeypatch):
     """ncu's profiled run comes right after the timing, inside the same exclusive hold: the checks in
-    progress are waited for once per candidate, not twice (with `profile_lock="shared"`, after it, shared)."""
+    progress are waited for once per candidate, not twice (`profile_lock="shared"`: after it, shared;
+    "apart": after it, in an exclusive hold of its own)."""
     from kernelband.evaluation import ncu
     from kernelband.evaluation.evaluator import Evaluator, Limits
 
@@ -537,5 +538,9 @@ def test_a_profiled_candidate_is_timed_and_profiled_in_one_hold_of_the_gpu(stand
         ev.profile_lock = "shared"
         assert ev.evaluate(vector_add, GOOD + "\n# not in the profile cache\n").ok
         assert rec.held[-3:] == ["exclusive", "shared", "profile not alone"], rec.held
+        rec.held.clear()
+        ev.profile_lock = "apart"  # the order before: a second wait for the checks in progress
+        assert ev.evaluate(vector_add, GOOD + "\n# nor this\n").ok
+        assert rec.held[-4:] == ["shared", "exclusive", "exclusive", "profile alone"], rec.held
     finally:
         ev.close()

@@ -46,6 +46,7 @@ REPRESENTATIVE_MAX_BYTES = 64 << 20
 # The task's own test cases always run with this seed: the set-up finds the outputs the reference does not
 # reproduce with it (flash_decode2_phi's test_case_3 reads past its inputs for some seeds' sequence lengths).
 TESTS_SEED = 12345
+PROFILE_LOCKS = ("exclusive", "apart", "shared")
 # The reference's outputs of its own tests are kept (host memory) when at most this big.
 TESTS_CACHE_BYTES = 256 << 20
 
@@ -123,10 +124,11 @@ class Evaluator:
         if preset not in PRESETS:
             raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
         self.preset = PRESETS[preset]
-        # ncu's profiled run: alone on the GPU ("exclusive", the default), or beside other candidates' checks
-        # ("shared": never beside a timing; their kernels may then show in its counters)
-        if profile_lock not in ("exclusive", "shared"):
-            raise UserError(f"unknown profile lock {profile_lock!r}: use exclusive or shared")
+        # ncu's profiled run: alone on the GPU in the timing's hold ("exclusive", the default), alone in a hold
+        # of its own after the features run ("apart", the order before run AA), or beside other candidates'
+        # checks ("shared": never beside a timing; their kernels may then show in its counters)
+        if profile_lock not in PROFILE_LOCKS:
+            raise UserError(f"unknown profile lock {profile_lock!r}: use {', '.join(PROFILE_LOCKS)}")
         self.profile_lock = profile_lock
         # A module with an autotuner: its configs are timed in one call per shape with the GPU alone, and its
         # correctness check then shares the GPU like any other (True, the default: 3.4 against 2.9 autotuned
@@ -506,9 +508,9 @@ class Evaluator:
                 t0 = time.perf_counter()
                 profile.measure()
                 gpu_s += time.perf_counter() - t0
-        if profile is not None and not alone:  # `profile_lock="shared"`: beside other candidates' checks
+        if profile is not None and not alone:  # "shared": beside other candidates' checks; "apart": alone
             t0, waited = time.perf_counter(), result.seconds["gpu_wait"]
-            with self._gpu(result, lock.shared):
+            with self._gpu(result, lock.shared if self.profile_lock == "shared" else lock.exclusive):
                 profile.measure()
             gpu_s += time.perf_counter() - t0 - (result.seconds["gpu_wait"] - waited)
         t0 = time.perf_counter()
