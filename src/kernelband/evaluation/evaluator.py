@@ -478,8 +478,8 @@ class Evaluator:
         result.seconds["gpu_wait"] = 0.0
         if tuned and self.tune_alone:
             t0 = time.perf_counter()
-            for shape in shapes:
-                with self._gpu(result, lock.exclusive):
+            with self._gpu(result, lock.exclusive):  # one hold for every shape: one wait for the checks in progress
+                for shape in shapes:
                     self._ask(cand, {"op": "tune", "shape": shape.index, "seed": _seed(seed, shape.index, 4)},
                               self.limits.run_s, f"correctness (autotuning on shape {shape.label})")
             result.seconds["tune"] = time.perf_counter() - t0
