@@ -21,9 +21,10 @@
 # used; eval_throughput also has the part pool-parked), EVAL=0 (no
 # evaluator parts: the sweep takes every GPU), SWEEP=0 (no sweep: the evaluator parts take GPU 0),
 # EVAL_TASKS (the evaluator parts' tasks, comma-separated; default the 29), REPEAT_TASKS ('all': the 29), REPEAT_PRESETS, POOL_THREADS (default 4), WARM_PROFILERS (workers kept started
-# under ncu; default POOL_THREADS + 3), PROFILE_LOCK (exclusive | shared: ncu's profiled run alone on the GPU or
-# beside other candidates' checks), TUNE_ALONE=0 (the sweep's evaluators: an autotuned module's whole check with the
-# GPU alone, instead of one call per shape with the GPU alone, then a shared check; EVAL_PARTS has pool-autotune and
+# under ncu; default POOL_THREADS + 3), PROFILE_LOCK (exclusive | apart | shared: ncu's profiled run alone on the
+# GPU in the timing's hold, alone in a hold of its own, or beside other candidates' checks; EVAL_PARTS has pool-apart
+# for the A/B), TUNE_ALONE=0 (the sweep's evaluators: an autotuned module's whole check with the
+# GPU alone, instead of its calls per shape in one hold with the GPU alone, then a shared check; EVAL_PARTS has pool-autotune and
 # pool-autotune-alone for the A/B), SWEEP_STRATEGIES (a strategies file for a new bench), GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny
 # version of everything).
 # A/B sweep before the main one, into its own database $S/ab.db (e.g. the built-in strategies with `coarsen`
