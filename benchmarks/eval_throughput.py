@@ -12,7 +12,7 @@ Parts (run them in one call or split them across calls):
            evaluator's `profile_lock="shared"`) instead of having it alone; φ is kept per task, so two
            parts' φ can be compared.
   pool-apart  the same as `pool`, with ncu's profiled run in an exclusive hold of its own after the timing
-           (the evaluator's `profile_lock="apart"`, the order before run AA) instead of in the timing's:
+           (the evaluator's `profile_lock="apart"`, the order before stop 23) instead of in the timing's:
            run `pool,pool-apart,pool` to see what one wait for the checks in progress less is worth.
   pool-noncu  the same, with no Nsight Compute profile (φ from the compiler and the timing only): the
            like-for-like figure against the peers, who collect no hardware profile. Right after `pool`
@@ -279,8 +279,8 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", ".") + "/eval_throughput.json")
     args = ap.parse_args()
     parts = args.parts.split(",")
-    known = ("speed", "pool", "pool-shared", "pool-apart", "pool-noncu", "pool-parked", "pool-autotune", "pool-autotune-alone",
-             "repeat", "peers")
+    known = ("speed", "pool", "pool-shared", "pool-apart", "pool-noncu", "pool-parked", "pool-autotune",
+             "pool-autotune-alone", "repeat", "peers")
     unknown = [p for p in parts if p not in known]
     if unknown:
         raise UserError(f"unknown part {unknown[0]!r}: use {', '.join(known)}")

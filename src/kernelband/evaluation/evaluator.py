@@ -125,7 +125,7 @@ class Evaluator:
             raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
         self.preset = PRESETS[preset]
         # ncu's profiled run: alone on the GPU in the timing's hold ("exclusive", the default), alone in a hold
-        # of its own after the features run ("apart", the order before run AA), or beside other candidates'
+        # of its own after the features run ("apart", the order before stop 23), or beside other candidates'
         # checks ("shared": never beside a timing; their kernels may then show in its counters)
         if profile_lock not in PROFILE_LOCKS:
             raise UserError(f"unknown profile lock {profile_lock!r}: use {', '.join(PROFILE_LOCKS)}")
