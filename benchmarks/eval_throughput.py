@@ -161,8 +161,10 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
                    "retimed": {t.name: n for t, r in evaluated if (n := sum(s.retimed for s in r.shapes))},
                    "host_sync": {t.name: [s.label for s in r.shapes if s.host_sync] for t, r in evaluated
                                  if any(s.host_sync for s in r.shapes)}}
+    steady = report[key]["steady_per_minute"]
+    steady = f"{steady:.1f}/min" if steady else f"none: fewer than {2 * threads + 2} results"
     print(f"{key}: {len(done)} candidates in {elapsed:.1f}s with {threads} threads = "
-          f"{60 * len(done) / elapsed:.1f}/min (pool full: {report[key]['steady_per_minute'] or 0:.1f}/min); "
+          f"{60 * len(done) / elapsed:.1f}/min (pool full: {steady}); "
           "median s per stage: "
           + ", ".join(f"{k} {v['median']:.2f}" for k, v in stage_s.items()), flush=True)
     save()
