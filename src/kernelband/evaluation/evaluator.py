@@ -469,16 +469,16 @@ class Evaluator:
         result.seconds["compile"] = time.perf_counter() - t0
         # 2. correctness: each of its GPU steps (a shape's runs, a comparison) may share the GPU with other
         # candidates' steps, never with a timing, which waits for the steps in progress only. An autotuner
-        # times its configs inside the first call of each shape: either those calls come first, one per shape
-        # with the GPU alone and nothing else of this evaluation running (tune_alone), or the whole check has
-        # the GPU alone.
+        # times its configs inside the first call of each shape: either those calls come first, one per shape,
+        # all in one hold of the GPU alone with nothing else of this evaluation running (tune_alone), or the
+        # whole check has the GPU alone.
         lock = self.pool.gpu_lock
         tuned = "autotune" in source
         whole, per_step = (lock.exclusive, nullcontext) if tuned and not self.tune_alone else (nullcontext, lock.shared)
         result.seconds["gpu_wait"] = 0.0
         if tuned and self.tune_alone:
             t0 = time.perf_counter()
-            with self._gpu(result, lock.exclusive):  # one hold for every shape: one wait for the checks in progress
+            with self._gpu(result, lock.exclusive):  # one wait for the checks in progress, not one per shape
                 for shape in shapes:
                     self._ask(cand, {"op": "tune", "shape": shape.index, "seed": _seed(seed, shape.index, 4)},
                               self.limits.run_s, f"correctness (autotuning on shape {shape.label})")
