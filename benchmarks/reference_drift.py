@@ -10,7 +10,8 @@ fraction of the speed-of-light bound on its largest search shape (where a runtim
 of its weight) and the share of its runtime spent in search shapes under 10 µs (launch-bound: no change to
 the kernel's body moves those), as a Markdown table. Last, where an evaluation's time went: the median
 seconds per stage over the search evaluations (`gpu_wait`, the wait for the GPU lock, is part of the
-stages it happened in).
+stages it happened in; `gpu_wait_alone`, from stop 23 on, is the part of it spent waiting to have the GPU
+alone, for the checks in progress to end).
 
     python benchmarks/reference_drift.py quality.db [--bench 1] [--since "2026-11-23 07:24:01"] [--until ...]
 

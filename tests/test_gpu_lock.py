@@ -545,3 +545,39 @@ def test_a_profiled_candidate_is_timed_and_profiled_in_one_hold_of_the_gpu(stand
         assert rec.held[-4:] == ["shared", "exclusive", "exclusive", "profile alone"], rec.held
     finally:
         ev.close()
+
+
+class _SlowToHold(_Recording):
+    """Every exclusive hold is granted 0.3 s late, as if checks in progress had to end first; every shared
+    hold 0.05 s late."""
+
+    @contextmanager
+    def exclusive(self):
+        time.sleep(0.3)
+        with super().exclusive():
+            yield
+
+    @contextmanager
+    def shared(self):
+        time.sleep(0.05)
+        with super().shared():
+            yield
+
+
+def test_the_wait_to_have_the_gpu_alone_is_counted_apart(evaluator, vector_add):
+    """`seconds["gpu_wait_alone"]`: the part of `gpu_wait` spent waiting for an exclusive hold (the checks in
+    progress ending), which is what the single hold per candidate saves; shared waits are not in it."""
+    lock = evaluator.pool.gpu_lock
+    evaluator.info(vector_add)
+    try:
+        evaluator.pool.gpu_lock = rec = _SlowToHold()
+        result = evaluator.evaluate(vector_add, GOOD)
+        assert result.ok, result.detail
+        alone = rec.held.count("exclusive")
+        assert alone == 1
+        assert result.seconds["gpu_wait_alone"] >= 0.3 * alone
+        # the evaluation's own shared steps (at least a check and the features run; the reference's runs on a
+        # side thread are waited for there)
+        assert result.seconds["gpu_wait"] - result.seconds["gpu_wait_alone"] >= 0.05 * 2
+    finally:
+        evaluator.pool.gpu_lock = lock

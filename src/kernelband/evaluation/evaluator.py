@@ -475,7 +475,7 @@ class Evaluator:
         lock = self.pool.gpu_lock
         tuned = "autotune" in source
         whole, per_step = (lock.exclusive, nullcontext) if tuned and not self.tune_alone else (nullcontext, lock.shared)
-        result.seconds["gpu_wait"] = 0.0
+        result.seconds["gpu_wait"] = result.seconds["gpu_wait_alone"] = 0.0
         if tuned and self.tune_alone:
             t0 = time.perf_counter()
             with self._gpu(result, lock.exclusive):  # one wait for the checks in progress, not one per shape
@@ -527,10 +527,14 @@ class Evaluator:
 
     @contextmanager
     def _gpu(self, result: EvalResult, take) -> Iterator[None]:
-        """Hold `take()` (a GpuLock mode) for one step; the wait goes into result.seconds['gpu_wait']."""
+        """Hold `take()` (a GpuLock mode) for one step; the wait goes into result.seconds['gpu_wait'], and a
+        wait to have the GPU alone (for the checks in progress to end) into 'gpu_wait_alone' as well."""
         t = time.perf_counter()
         with take():
-            result.seconds["gpu_wait"] += time.perf_counter() - t
+            waited = time.perf_counter() - t
+            result.seconds["gpu_wait"] += waited
+            if take == self.pool.gpu_lock.exclusive:
+                result.seconds["gpu_wait_alone"] += waited
             yield
 
     def _correctness(self, task, info, ref, cand, shapes, seed, result, by_index, gpu, tuned) -> dict[int, int]:
