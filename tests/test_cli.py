@@ -67,6 +67,18 @@ def test_tasks_filters_by_one_level_and_lists_the_papers_set():
     assert len(everything) == 184
 
 
+@needs_tb
+def test_tasks_refuses_a_level_its_suite_does_not_have():
+    """An empty table for `--difficulty 7` would read as "no such tasks"; the levels exist or it says which do."""
+    levels = sorted({int(t["difficulty"]) for t in json.loads(TB_JSON.read_text())["tasks"]})
+    assert_user_error(kernelband("tasks", "--suite", "tritonbench-g", "--difficulty", "7"),
+                      f"no level 7 in tritonbench-g: its levels are {', '.join(map(str, levels))}")
+    assert_user_error(kernelband("tasks", "--suite", "tritonbench-g-l12", "--difficulty", "2", "3"),
+                      "no level 3 in tritonbench-g-l12: its levels are 1, 2")
+    assert_user_error(kernelband("tasks", "--suite", "examples", "--difficulty", "1"),
+                      "--difficulty filters the TritonBench suites")
+
+
 def test_tasks_lists_the_examples():
     proc = kernelband("tasks", "--suite", "examples", "--json")
     assert proc.returncode == 0, proc.stderr

@@ -119,6 +119,8 @@ def tasks_cmd(
             wanted.add(int(extra))
         rows = []
         if suite == "examples":
+            if wanted:
+                raise UserError("--difficulty filters the TritonBench suites; the built-in examples have no level")
             for name in example_names():
                 t = load_task(f"examples:{name}")
                 rows.append({"ref": t.ref, "name": name, "difficulty": None, "description": t.description,
@@ -126,6 +128,10 @@ def tasks_cmd(
         elif suite in ("tritonbench-g", "tritonbench-g-l12"):
             entries = tb.entries(tritonbench)
             names = tb.level12(tritonbench) if suite == "tritonbench-g-l12" else sorted(entries)
+            levels_there = sorted({entries[n].difficulty for n in names} - {None})
+            if wanted - set(levels_there):
+                raise UserError(f"no level {', '.join(map(str, sorted(wanted - set(levels_there))))} in {suite}: "
+                                f"its levels are {', '.join(map(str, levels_there))}")
             for name in names:
                 e = entries[name]
                 if wanted and e.difficulty not in wanted:
