@@ -349,3 +349,26 @@ def test_bench_resume_runs_the_tasks_named_now_and_refuses_one_outside_the_plan(
     bad = _cli("bench", "--resume", str(bench_id), "--tasks-now", "matmul", "--db", str(db), "--interpreter")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines()[-1].endswith("not among the bench's tasks: matmul")
+
+
+def test_a_bench_stops_at_an_llm_endpoint_that_cannot_be_reached(tmp_path: Path):
+    """Every run would fail the same way, so the sweep stops at the first (exit 2, one line) instead of
+    setting up every task to fail it; the bench stays unfinished, to resume once the endpoint is right."""
+    import socket
+
+    with socket.socket() as sock:  # a port on this host where nothing listens
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    env = dict(os.environ, KERNELBAND_MODE="interpreter", KERNELBAND_LLM_BASE_URL=url, KERNELBAND_LLM_MODEL="m")
+    db = tmp_path / "b.db"
+    proc = subprocess.run([sys.executable, "-m", "kernelband", "bench", "--suite", "examples", "--policies",
+                           "greedy,random", "--iterations", "1", "--seeds", "1", "--tasks", "vector_add,softmax",
+                           "--runs-per-gpu", "1", "--db", str(db)], capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot reach the LLM endpoint at "), proc.stderr
+    store = Store(db)
+    [bench] = store.benches()
+    assert bench["status"] == "running"
+    assert len(store.runs(bench["id"])) == 1  # the first run met it; no other was started

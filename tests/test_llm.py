@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import json
+import re
+import socket
 import sys
 import threading
 import time
@@ -15,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from kernelband.errors import SetupError
 from kernelband.search.core import Attempt, Candidate, Context, Strategy
 from kernelband.search.llm import LLMConfig, LLMProposer, extract_code, phi_summary
 
@@ -219,6 +222,43 @@ def test_http_error_after_retries(server):
     proposal = propose(proposer(server, max_retries=1))
     assert proposal.source is None and "HTTP 500" in proposal.error and "boom" in proposal.error
     assert proposal.calls[0]["outcome"] == "http_error" and proposal.calls[0]["attempts"] == 2
+
+
+def closed_port_url() -> str:
+    """An endpoint on this host where nothing listens: connecting is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def test_an_endpoint_that_cannot_be_reached_is_a_setup_error():
+    """A wrong --base-url would fail every proposal the same way: the run stops with one line that says what
+    to fix, instead of spending its iterations on `connection failed`."""
+    p = LLMProposer(LLMConfig(base_url=closed_port_url(), model=MODEL, api_key=API_KEY, max_retries=0))
+    with pytest.raises(SetupError, match=r"cannot reach the LLM endpoint at http://127\.0\.0\.1:\d+/v1: .*"
+                                         r"check --base-url"):
+        propose(p)
+
+
+@pytest.mark.parametrize("code, text", [(401, "refused the API key (HTTP 401)"),
+                                        (403, "refused the API key (HTTP 403)"),
+                                        (404, f"answered HTTP 404 for model '{MODEL}'; check --model")])
+def test_a_refused_key_or_an_unknown_model_before_any_success_is_a_setup_error(server, code, text):
+    server.script.append(status(code, {"error": {"message": "no"}}))
+    with pytest.raises(SetupError, match=re.escape(text)):
+        propose(proposer(server))
+
+
+def test_once_a_call_has_gone_through_the_same_errors_are_recorded_like_any_other(server):
+    server.script.extend([ok(reply_with(GOOD)), status(401, {"error": {"message": "expired"}}),
+                          status(404, {"error": {"message": "gone"}})])
+    p = proposer(server)
+    assert propose(p).source == GOOD
+    for code in (401, 404):
+        proposal = propose(p)
+        assert proposal.source is None and f"HTTP {code}" in proposal.error
+        assert proposal.calls[0]["outcome"] == "http_error"
 
 
 def test_slow_reply_times_out(server):

@@ -137,6 +137,27 @@ def test_llm_proposer_without_endpoint_is_a_user_error(tmp_path: Path):
     assert "KERNELBAND_LLM_BASE_URL" in proc.stderr
 
 
+def test_an_llm_endpoint_that_cannot_be_reached_is_one_line_and_the_run_is_kept(tmp_path: Path):
+    """A wrong --base-url: exit 2 and one line that says so, not ten iterations of `connection failed`; the
+    run stays in the store, unfinished, for --resume once the endpoint is right."""
+    import socket
+
+    with socket.socket() as sock:  # a port on this host where nothing listens
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    db = tmp_path / "x.db"
+    proc = _cli("optimize", "examples:vector_add", "--proposer", "llm", "--base-url", url,
+                "--model", "m", "--iterations", "2", "--db", str(db))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    # the live display (on stderr, stdout being kept for --json) showed the run starting; then one error line
+    lines = proc.stderr.strip().splitlines()
+    assert [ln for ln in lines if ln.startswith("error: ")] == lines[-1:]
+    assert lines[-1].startswith("error: cannot reach the LLM endpoint at http://127.0.0.1:")
+    assert "Traceback" not in proc.stderr + proc.stdout
+    [run] = Store(db).runs()
+    assert run.status == "running" and run.proposer == "llm"
+
+
 def test_an_unknown_policy_is_a_user_error_that_stores_no_run(tmp_path: Path):
     db = tmp_path / "x.db"
     first = _cli("optimize", "examples:vector_add", "--iterations", "1", "--db", str(db), "--json")

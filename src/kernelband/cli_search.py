@@ -133,9 +133,13 @@ def optimize_cmd(
             if as_json:
                 summary = search.run()
             else:
-                with Live(view.render(), console=err, refresh_per_second=4, transient=False) as live:
-                    view.live = live
-                    summary = search.run()
+                try:
+                    with Live(view.render(), console=err, refresh_per_second=4, transient=False) as live:
+                        view.live = live
+                        summary = search.run()
+                finally:
+                    if not err.is_terminal:  # off a terminal the last frame ends without a line break
+                        err.line()
     except UserError as exc:
         _fail(str(exc))
     if as_json:

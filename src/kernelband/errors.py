@@ -14,6 +14,11 @@ class TaskError(UserError):
     """The task itself is broken: its harness fails, or its reference kernel does."""
 
 
+class SetupError(UserError):
+    """A set-up mistake that every run would repeat (an LLM endpoint that cannot be reached, a refused key):
+    it ends a search, and a whole bench, where a broken task ends only its own runs."""
+
+
 def read_text(path, what: str) -> str:
     """A user's text file (`what`: "task file", "candidate", ...), or a UserError that says why not."""
     try:

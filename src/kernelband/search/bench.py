@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from kernelband.errors import UserError
+from kernelband.errors import SetupError, UserError
 from kernelband.evaluation.records import RULES, EvalResult, Outcome
 from kernelband.search.core import Strategy, source_hash
 from kernelband.search.loop import RunConfig
@@ -154,6 +154,7 @@ class Bench:
         self._lock = threading.Lock()
         self._fresh: set[tuple] = set()  # baselines measured in this sweep
         self.errors: list[str] = []
+        self.fatal: SetupError | None = None  # the first set-up mistake a run hit: the sweep stops
 
     def jobs(self) -> list[Job]:
         return planned_jobs(self.config, self.tritonbench_path)
@@ -182,6 +183,8 @@ class Bench:
             t.start()
         for t in threads:
             t.join()
+        if self.fatal is not None:
+            raise self.fatal
         if work.empty() and self._complete():
             self.store.finish_bench(self.bench_id)
         return self.bench_id
@@ -200,12 +203,18 @@ class Bench:
             except queue.Empty:
                 return
             for job in group:
+                if self.fatal is not None:
+                    return
                 if self.deadline is not None and time.monotonic() > self.deadline:
                     self.on_event({"kind": "job_deferred", "task": job.task, "policy": job.policy,
                                    "seed": job.seed})
                     continue
                 try:
                     self._run_job(job, evaluator)
+                except SetupError as exc:  # every run would fail the same way: the sweep stops, resumable
+                    with self._lock:
+                        self.fatal = self.fatal or exc
+                    return
                 except UserError as exc:  # a broken task is a row in the report, not the end of the sweep
                     with self._lock:
                         self.errors.append(f"{job.task} {job.policy} seed {job.seed}: {exc}")

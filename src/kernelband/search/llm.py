@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 
-from kernelband.errors import UserError
+from kernelband.errors import SetupError, UserError
 from kernelband.evaluation.records import PHI_KEYS
 from kernelband.search.core import Attempt, Candidate, Context, Proposal, Strategy
 
@@ -215,13 +215,40 @@ class LLMProposer:
         self._client = openai.OpenAI(
             base_url=config.base_url, api_key=config.api_key or "EMPTY", timeout=config.timeout_s,
             max_retries=config.max_retries,
-            http_client=openai.DefaultHttpxClient(event_hooks={"request": [self._count_request]}))
+            http_client=openai.DefaultHttpxClient(event_hooks={"request": [self._count_request],
+                                                               "response": [self._heard]}))
         self._lock = threading.Lock()
         self.calls = 0
         self.tokens = 0
+        # Whether the endpoint ever answered (any HTTP response), and whether a call ever succeeded: until
+        # then, a refused connection, a refused key or an unknown path or model is a set-up mistake that
+        # every call would repeat, so the run stops with a one-line error instead (`_misconfigured`).
+        self.answered = False
+        self.succeeded = False
 
     def _count_request(self, _request) -> None:
         self._local.requests = getattr(self._local, "requests", 0) + 1
+
+    def _heard(self, _response) -> None:
+        self.answered = True
+
+    def _misconfigured(self, exc) -> SetupError | None:
+        """The error to stop the run with, when `exc` says the endpoint is set up wrong (not a passing failure:
+        once a call has gone through, the same errors are recorded like any other)."""
+        openai, where = self._openai, self.config.base_url or "the default OpenAI endpoint"
+        if isinstance(exc, openai.APITimeoutError) or self.succeeded:
+            return None
+        if isinstance(exc, openai.APIConnectionError) and not self.answered:
+            return SetupError(f"cannot reach the LLM endpoint at {where}: {_short(str(exc.__cause__ or exc), 160)}; "
+                             "check --base-url (KERNELBAND_LLM_BASE_URL)")
+        code = getattr(exc, "status_code", None)
+        if code in (401, 403):
+            return SetupError(f"the LLM endpoint at {where} refused the API key (HTTP {code}); check "
+                             "KERNELBAND_LLM_API_KEY (or OPENAI_API_KEY)")
+        if code == 404:
+            return SetupError(f"the LLM endpoint at {where} answered HTTP 404 for model {self.config.model!r}; "
+                             "check --model and that --base-url is the API's root (often ending in /v1)")
+        return None
 
     def applicable(self, parent: Candidate, strategy: Strategy) -> bool:
         return True
@@ -271,13 +298,11 @@ class LLMProposer:
             if completion.usage is not None:
                 call["tokens_in"] = completion.usage.prompt_tokens or 0
                 call["tokens_out"] = completion.usage.completion_tokens or 0
-        except openai.APITimeoutError:
-            call["outcome"], call["error"] = "timeout", f"no reply within {self.config.timeout_s:g} s"
-        except openai.APIStatusError as exc:
-            call["outcome"], call["error"] = "http_error", f"HTTP {exc.status_code}: {_short(exc.message)}"
-        except openai.APIConnectionError as exc:
-            cause = exc.__cause__ or exc
-            call["outcome"], call["error"] = "http_error", f"connection failed: {_short(str(cause))}"
+            self.succeeded = True
+        except (openai.APIStatusError, openai.APIConnectionError) as exc:
+            if (fatal := self._misconfigured(exc)) is not None:
+                raise fatal from None
+            call["outcome"], call["error"] = _failed(exc, self.config.timeout_s)
         except (openai.OpenAIError, ValueError, AttributeError, IndexError, TypeError) as exc:
             # A body that is not a chat completion: cut-off JSON, no choices, not JSON at all.
             call["outcome"] = "http_error"
@@ -285,6 +310,17 @@ class LLMProposer:
         call["latency_s"] = round(time.perf_counter() - started, 3)
         call["attempts"] = self._local.requests
         return call, text, finish_reason
+
+
+def _failed(exc, timeout_s: float) -> tuple[str, str]:
+    """(outcome, error) of a call the endpoint failed: "timeout" or "http_error"."""
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout", f"no reply within {timeout_s:g} s"
+    if isinstance(exc, openai.APIStatusError):
+        return "http_error", f"HTTP {exc.status_code}: {_short(exc.message)}"
+    return "http_error", f"connection failed: {_short(str(exc.__cause__ or exc))}"
 
 
 def _short(text: str, limit: int = 300) -> str:

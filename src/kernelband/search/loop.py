@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelband.errors import UserError
+from kernelband.errors import SetupError, UserError
 from kernelband.evaluation.records import NCU_SKIPPED, EvalResult, Outcome
 from kernelband.search.core import Arm, Attempt, Candidate, Context, Proposal, Proposer, Strategy, source_hash
 from kernelband.search.store import Store
@@ -147,6 +147,8 @@ class Search:
         def write() -> tuple[Proposal, None]:
             try:
                 return self.proposer.propose(parent, strategy, context), None
+            except SetupError:  # every proposal would fail the same way: the run stops, resumable
+                raise
             except Exception as exc:  # noqa: BLE001 - a proposer bug must not end the run
                 return Proposal(source=None, error=f"the proposer failed: {type(exc).__name__}: {exc}"), None
 
