@@ -166,3 +166,28 @@ def test_an_unknown_policy_is_a_user_error_that_stores_no_run(tmp_path: Path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: unknown policy 'bogus'")
     assert [(r.policy, r.status) for r in Store(db).runs()] == [("kernelband", "done")]  # nothing added or lost
+
+
+def test_ctrl_c_says_the_run_is_kept_and_how_to_resume_it(tmp_path: Path):
+    """Ctrl-C in the middle of a search: exit 130, no traceback, a line that says the run is kept and how to go
+    on, no worker left behind, and the run unfinished in the store."""
+    import psutil
+
+    db = tmp_path / "x.db"
+    proc = subprocess.Popen([sys.executable, "-m", "kernelband", "optimize", "examples:vector_add", "--iterations",
+                             "1000", "--db", str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:  # until the run is in the store
+        if db.exists() and sqlite3.connect(db).execute("SELECT COUNT(*) FROM proposals").fetchone()[0]:
+            break
+        time.sleep(0.2)
+    workers = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith("interrupted: what was stored is kept in the run database")
+    assert [r.status for r in Store(db).runs()] == ["running"]
+    time.sleep(1)
+    assert not [pid for pid in workers if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]

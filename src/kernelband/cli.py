@@ -216,10 +216,16 @@ def main() -> None:
                   "options)", highlight=False, soft_wrap=True)
         sys.exit(2)
     except typer.Abort:  # Ctrl-C at a prompt (click's Abort where typer uses click, typer's own where it vendors it)
-        sys.exit(130)
+        code = 130
     except UserError as exc:  # pragma: no cover - commands catch their own
         err.print(f"error: {exc}")
         sys.exit(2)
+    if code == 130:  # Ctrl-C: typer turns the KeyboardInterrupt into exit code 130
+        how = {"optimize": "the same command with --resume continues the run",
+               "bench": "`kernelband bench ... --resume N` continues the bench (N: its id, `kernelband runs` "
+                        "shows it)"}.get(sys.argv[1] if len(sys.argv) > 1 else "")
+        err.print("interrupted" + (f": what was stored is kept in the run database; {how}" if how else ""),
+                  highlight=False, soft_wrap=True)
     sys.exit(code if isinstance(code, int) else 0)
 
 
