@@ -137,6 +137,7 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     with ThreadPoolExecutor(threads) as pool:
         results = list(pool.map(one, tasks))
     elapsed = time.perf_counter() - t0
+    finished.sort()
     evaluated = [(t, r) for t, r in zip(tasks, results) if not isinstance(r, str)]
     done = [r for _, r in evaluated]
     failed = {t.name: r for t, r in zip(tasks, results) if isinstance(r, str)}
@@ -154,7 +155,7 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
                    "park_profilers": ev.pool.park_profilers,
                    "tune_alone": ev.tune_alone, "tasks": names, "candidates": len(done),
                    "seconds": elapsed, "candidates_per_minute": 60 * len(done) / elapsed, "stages": stage_s,
-                   "finished_s": sorted(finished), "steady_per_minute": steady_rate(sorted(finished), threads),
+                   "finished_s": finished, "steady_per_minute": steady_rate(finished, threads),
                    "outcomes": {t.name: r.outcome.value for t, r in evaluated},
                    "phi": {t.name: r.features.phi for t, r in evaluated}, "not_ok": not_ok, "no_result": failed,
                    # shapes measured again (a disturbed reference) and shapes whose call synchronises, per task

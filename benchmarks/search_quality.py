@@ -148,8 +148,9 @@ def grid_task(store: Store, ev, task, bench_id: int | None, slots: int, finalist
     outcomes: dict[str, int] = {}
     for r in results:
         outcomes[r.outcome.value] = outcomes.get(r.outcome.value, 0) + 1
-    passed = [(c.speedup, -i, i, c) for i, c in zip(ranked, checks) if c.ok and c.speedup]
-    chosen = max(passed, key=lambda x: x[:2]) if passed else None
+    # the fastest on the re-check (the earlier variant on a tie), as a run's finalists are judged
+    chosen = max(((i, c) for i, c in zip(ranked, checks) if c.ok and c.speedup),
+                 key=lambda ic: (ic[1].speedup, -ic[0]), default=None)
     noise_floor = k0_self.speedup if k0_self.ok else None
     row = {"task": task.ref, "variants": len(variants), "evaluations_made": made, "evaluations": len(variants),
            "best_speedup": max([1.0] + [r.speedup for r in results if r.ok and r.speedup]),
@@ -157,9 +158,9 @@ def grid_task(store: Store, ev, task, bench_id: int | None, slots: int, finalist
            "finalists": [{"variant": i, "speedup": results[i].speedup, "outcome": c.outcome.value,
                           "confirmed": c.speedup if c.ok else None,
                           "held_out": c.held_out_speedup if c.ok else None} for i, c in zip(ranked, checks)]}
-    if chosen is None or chosen[0] <= 1.0:  # as a run: k0 is handed back when no variant is faster again
+    if chosen is None or chosen[1].speedup <= 1.0:  # as a run: k0 is handed back when no variant is faster again
         return {**row, "handed_back": None, "confirmed": 1.0, "held_out": 1.0, "faster": False}
-    _, _, i, check = chosen
+    i, check = chosen
     return {**row, "handed_back": i, "confirmed": check.speedup, "held_out": check.held_out_speedup,
             "faster": faster_verdict(i + 1, check.outcome.value, check.speedup, check.held_out_speedup,
                                      noise_floor)}

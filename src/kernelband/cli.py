@@ -128,10 +128,10 @@ def tasks_cmd(
         elif suite in ("tritonbench-g", "tritonbench-g-l12"):
             entries = tb.entries(tritonbench)
             names = tb.level12(tritonbench) if suite == "tritonbench-g-l12" else sorted(entries)
-            levels_there = sorted({entries[n].difficulty for n in names} - {None})
-            if wanted - set(levels_there):
-                raise UserError(f"no level {', '.join(map(str, sorted(wanted - set(levels_there))))} in {suite}: "
-                                f"its levels are {', '.join(map(str, levels_there))}")
+            present = {entries[n].difficulty for n in names} - {None}
+            if missing := sorted(wanted - present):
+                raise UserError(f"no level {', '.join(map(str, missing))} in {suite}: its levels are "
+                                f"{', '.join(map(str, sorted(present)))}")
             for name in names:
                 e = entries[name]
                 if wanted and e.difficulty not in wanted:

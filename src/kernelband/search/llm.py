@@ -239,16 +239,25 @@ class LLMProposer:
         if isinstance(exc, openai.APITimeoutError) or self.succeeded:
             return None
         if isinstance(exc, openai.APIConnectionError) and not self.answered:
-            return SetupError(f"cannot reach the LLM endpoint at {where}: {_short(str(exc.__cause__ or exc), 160)}; "
-                             "check --base-url (KERNELBAND_LLM_BASE_URL)")
+            cause = _short(str(exc.__cause__ or exc), 160)
+            return SetupError(f"cannot reach the LLM endpoint at {where}: {cause}; check --base-url "
+                              "(KERNELBAND_LLM_BASE_URL)")
         code = getattr(exc, "status_code", None)
         if code in (401, 403):
             return SetupError(f"the LLM endpoint at {where} refused the API key (HTTP {code}); check "
-                             "KERNELBAND_LLM_API_KEY (or OPENAI_API_KEY)")
+                              "KERNELBAND_LLM_API_KEY (or OPENAI_API_KEY)")
         if code == 404:
             return SetupError(f"the LLM endpoint at {where} answered HTTP 404 for model {self.config.model!r}; "
-                             "check --model and that --base-url is the API's root (often ending in /v1)")
+                              "check --model and that --base-url is the API's root (often ending in /v1)")
         return None
+
+    def _failure(self, exc) -> tuple[str, str]:
+        """(outcome, error) of a call the endpoint failed: "timeout" or "http_error"."""
+        if isinstance(exc, self._openai.APITimeoutError):
+            return "timeout", f"no reply within {self.config.timeout_s:g} s"
+        if isinstance(exc, self._openai.APIStatusError):
+            return "http_error", f"HTTP {exc.status_code}: {_short(exc.message)}"
+        return "http_error", f"connection failed: {_short(str(exc.__cause__ or exc))}"
 
     def applicable(self, parent: Candidate, strategy: Strategy) -> bool:
         return True
@@ -302,7 +311,7 @@ class LLMProposer:
         except (openai.APIStatusError, openai.APIConnectionError) as exc:
             if (fatal := self._misconfigured(exc)) is not None:
                 raise fatal from None
-            call["outcome"], call["error"] = _failed(exc, self.config.timeout_s)
+            call["outcome"], call["error"] = self._failure(exc)
         except (openai.OpenAIError, ValueError, AttributeError, IndexError, TypeError) as exc:
             # A body that is not a chat completion: cut-off JSON, no choices, not JSON at all.
             call["outcome"] = "http_error"
@@ -310,17 +319,6 @@ class LLMProposer:
         call["latency_s"] = round(time.perf_counter() - started, 3)
         call["attempts"] = self._local.requests
         return call, text, finish_reason
-
-
-def _failed(exc, timeout_s: float) -> tuple[str, str]:
-    """(outcome, error) of a call the endpoint failed: "timeout" or "http_error"."""
-    import openai
-
-    if isinstance(exc, openai.APITimeoutError):
-        return "timeout", f"no reply within {timeout_s:g} s"
-    if isinstance(exc, openai.APIStatusError):
-        return "http_error", f"HTTP {exc.status_code}: {_short(exc.message)}"
-    return "http_error", f"connection failed: {_short(str(exc.__cause__ or exc))}"
 
 
 def _short(text: str, limit: int = 300) -> str:
