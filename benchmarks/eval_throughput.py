@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kernelband.errors import UserError, run_script
-from kernelband.evaluation.evaluator import PROFILE_LOCKS, Evaluator
+from kernelband.evaluation.evaluator import MEMORY_SHARE, PROFILE_LOCKS, Evaluator
 from kernelband.tasks import load_task, tritonbench
 
 HERE = Path(__file__).resolve().parent
@@ -156,6 +156,9 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
                    "tune_alone": ev.tune_alone, "tasks": names, "candidates": len(done),
                    "seconds": elapsed, "candidates_per_minute": 60 * len(done) / elapsed, "stages": stage_s,
                    "finished_s": finished, "steady_per_minute": steady_rate(finished, threads),
+                   "memory_budget": ev.pool.gpu_lock.budget,
+                   # out of memory beside other checks, so evaluated again alone (Evaluator.evaluate)
+                   "evaluated_again": sorted(t.name for t, r in evaluated if "first_attempt" in r.seconds),
                    "outcomes": {t.name: r.outcome.value for t, r in evaluated},
                    "phi": {t.name: r.features.phi for t, r in evaluated}, "not_ok": not_ok, "no_result": failed,
                    # shapes measured again (a disturbed reference) and shapes whose call synchronises, per task
@@ -164,8 +167,10 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
                                  if any(s.host_sync for s in r.shapes)}}
     steady = report[key]["steady_per_minute"]
     steady = f"{steady:.1f}/min" if steady else f"none: fewer than {2 * threads + 2} results"
+    again = report[key]["evaluated_again"]
     print(f"{key}: {len(done)} candidates in {elapsed:.1f}s with {threads} threads = "
-          f"{60 * len(done) / elapsed:.1f}/min (pool full: {steady}); "
+          f"{60 * len(done) / elapsed:.1f}/min (pool full: {steady}); {len(again)} evaluated again alone after "
+          "running out of memory; "
           "median s per stage: "
           + ", ".join(f"{k} {v['median']:.2f}" for k, v in stage_s.items()), flush=True)
     save()
@@ -279,6 +284,8 @@ def main() -> None:
                          "beside other candidates' checks")
     ap.add_argument("--park-profilers", action="store_true",
                     help="every part: the warm profiling workers stopped until used (as the pool-parked part)")
+    ap.add_argument("--memory-share", default=str(MEMORY_SHARE),
+                    help="share of the GPU's memory that the checks sharing it may declare at once, or 'none'")
     ap.add_argument("--out", default=os.environ.get("OUT", ".") + "/eval_throughput.json")
     args = ap.parse_args()
     parts = args.parts.split(",")
@@ -304,7 +311,8 @@ def main() -> None:
                 # every task's reference kept: the pool part measures candidates, not set-ups
                 ev = Evaluator(warm=args.threads + 1, max_references=max(4, len(names)),
                                warm_profilers=args.warm_profilers, profile_lock=args.profile_lock,
-                               park_profilers=args.park_profilers)
+                               park_profilers=args.park_profilers,
+                               memory_share=None if args.memory_share == "none" else float(args.memory_share))
                 report["device"] = ev.pool.mode
             if part == "speed":
                 part_speed(ev, names, report, save)

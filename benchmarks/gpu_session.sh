@@ -24,7 +24,8 @@
 # EVAL_TASKS (the evaluator parts' tasks, comma-separated; default the 29), REPEAT_TASKS ('all': the 29), REPEAT_PRESETS, POOL_THREADS (default 4), WARM_PROFILERS (workers kept started
 # under ncu; default POOL_THREADS + 3), PROFILE_LOCK (exclusive | apart | shared: ncu's profiled run alone on the
 # GPU in the timing's hold, alone in a hold of its own, or beside other candidates' checks; EVAL_PARTS has pool-apart
-# for the A/B), TUNE_ALONE=0 (the sweep's evaluators: an autotuned module's whole check with the
+# for the A/B), MEMORY_SHARE (the evaluator parts: the share of GPU memory that checks sharing the GPU may
+# declare at once; 'none': no limit), TUNE_ALONE=0 (the sweep's evaluators: an autotuned module's whole check with the
 # GPU alone, instead of its calls per shape in one hold with the GPU alone, then a shared check; EVAL_PARTS has pool-autotune and
 # pool-autotune-alone for the A/B), SWEEP_STRATEGIES (a strategies file for a new bench), GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny
 # version of everything).
@@ -93,6 +94,7 @@ evaluator_parts() {
     --repeat-tasks "$REPEAT_TASKS" --repeat-presets "${REPEAT_PRESETS:-default,paper}" --peer-tasks "$PEER_TASKS" \
     --threads "${POOL_THREADS:-4}" ${WARM_PROFILERS:+--warm-profilers "$WARM_PROFILERS"} \
     ${PROFILE_LOCK:+--profile-lock "$PROFILE_LOCK"} $([ "${PARK_PROFILERS:-0}" = 1 ] && echo --park-profilers) \
+    ${MEMORY_SHARE:+--memory-share "$MEMORY_SHARE"} \
     --out "$S/eval_throughput.json" > "$S/eval_throughput.log" 2>&1
   echo "eval_throughput rc=$?"
   kill "$sampler" 2>/dev/null

@@ -15,9 +15,10 @@ from kernelband.evaluation.pool import GpuLock
 GOOD = (Path(__file__).parent / "hostile" / "good.py").read_text()
 
 
-def _holder(lock: GpuLock, mode: str, inside: threading.Event, leave: threading.Event) -> threading.Thread:
+def _holder(lock: GpuLock, mode: str, inside: threading.Event, leave: threading.Event,
+            *args: int) -> threading.Thread:
     def run():
-        with getattr(lock, mode)():
+        with getattr(lock, mode)(*args):
             inside.set()
             leave.wait(10)
 
@@ -49,6 +50,32 @@ def test_shared_holders_overlap_and_exclusive_waits_for_them():
     leave_c.set()
     for t in (a, b, c, x):
         t.join(5)
+
+
+def test_shared_steps_fit_in_the_memory_budget_and_wait_in_order_of_arrival():
+    """Steps share the GPU while the bytes they declare fit in the budget; one that does not fit waits, and so
+    do the steps that come after it, even small ones (it is not starved); a step alone always goes."""
+    lock = GpuLock()
+    lock.budget = 100
+    events = {k: (threading.Event(), threading.Event()) for k in "abcd"}
+    a = _holder(lock, "shared", *events["a"], 60)
+    assert events["a"][0].wait(5)
+    b = _holder(lock, "shared", *events["b"], 60)
+    assert not events["b"][0].wait(0.3), "two steps of 60 bytes shared a budget of 100"
+    c = _holder(lock, "shared", *events["c"], 10)
+    assert not events["c"][0].wait(0.3), "a small step went ahead of a larger one waiting before it"
+    assert sum(h.startswith(f"{t.name}: waiting to share") for t in (b, c) for h in lock.state()) == 2
+    events["a"][1].set()
+    assert events["b"][0].wait(5) and events["c"][0].wait(5), "60 + 10 bytes fit once the first step ended"
+    events["b"][1].set()
+    events["c"][1].set()
+    for t in (a, b, c):
+        t.join(5)
+    d = _holder(lock, "shared", *events["d"], 500)
+    assert events["d"][0].wait(5), "a step larger than the budget waited with the GPU free"
+    events["d"][1].set()
+    d.join(5)
+    assert lock.state() == []
 
 
 def test_the_lock_says_who_holds_it_and_who_waits():
@@ -206,15 +233,18 @@ class _Recording(GpuLock):
         super().__init__()
         self.held: list[str] = []
         self.starts: list[str] = []
+        self.nbytes: list[int] = []  # what each shared step of the evaluation declared
 
     def _record(self, mode: str) -> None:
         starting = threading.current_thread().name == "kernelband-worker-start"
         (self.starts if starting else self.held).append(mode)
 
     @contextmanager
-    def shared(self):
-        with super().shared():
+    def shared(self, nbytes: int = 0):
+        with super().shared(nbytes):
             self._record("shared")
+            if threading.current_thread().name != "kernelband-worker-start":
+                self.nbytes.append(nbytes)
             yield
 
     @contextmanager
@@ -344,16 +374,16 @@ class _Checking(GpuLock):
                 self.shared_now -= 1
 
     @contextmanager
-    def _held(self, kind: str):
-        with getattr(super(), kind)():
+    def _held(self, kind: str, *nbytes: int):
+        with getattr(super(), kind)(*nbytes):
             self._enter(kind)
             try:
                 yield
             finally:
                 self._leave(kind)
 
-    def shared(self):
-        return self._held("shared")
+    def shared(self, nbytes: int = 0):
+        return self._held("shared", nbytes)
 
     def exclusive(self):
         return self._held("exclusive")
@@ -558,9 +588,9 @@ class _SlowToHold(_Recording):
             yield
 
     @contextmanager
-    def shared(self):
+    def shared(self, nbytes: int = 0):
         time.sleep(0.05)
-        with super().shared():
+        with super().shared(nbytes):
             yield
 
 
@@ -581,3 +611,52 @@ def test_the_wait_to_have_the_gpu_alone_is_counted_apart(evaluator, vector_add):
         assert result.seconds["gpu_wait"] - result.seconds["gpu_wait_alone"] >= 0.05 * 2
     finally:
         evaluator.pool.gpu_lock = lock
+
+
+OUT_OF_MEMORY = GOOD.replace("    out = torch.empty_like(x)\n",
+                             "    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 1.00 GiB')\n")
+
+
+def test_out_of_memory_beside_other_steps_is_evaluated_again_with_the_gpu_alone(evaluator, vector_add):
+    """An out-of-memory error in a check that shared the GPU may be the other evaluations' doing: the
+    candidate is evaluated again (other inputs) with its checks alone on the GPU, and only that verdict
+    counts. A candidate that runs out of memory alone too is a runtime error, with both attempts said."""
+    from kernelband.evaluation.evaluator import COMPARE_BYTES, RUN_BYTES
+
+    assert OUT_OF_MEMORY != GOOD
+    lock = evaluator.pool.gpu_lock
+    evaluator.info(vector_add)
+    try:
+        evaluator.pool.gpu_lock = rec = _Recording()
+        result = evaluator.evaluate(vector_add, OUT_OF_MEMORY, seed=7)
+        assert result.outcome.value == "runtime_error" and "out of memory" in result.detail, result.detail
+        assert any(n.startswith("out of GPU memory beside other evaluations' steps") for n in result.notes)
+        assert result.seed != 7 and result.seconds["first_attempt"] > 0
+        # the first attempt's check shared the GPU; the second one's had it alone
+        assert rec.held[:2] == ["shared", "exclusive"], rec.held
+        # a candidate that passes is evaluated once; each shared step declared its memory
+        rec.held.clear()
+        rec.nbytes.clear()
+        good = evaluator.evaluate(vector_add, GOOD)
+        assert good.ok and "first_attempt" not in good.seconds
+        assert not any("out of GPU memory" in n for n in good.notes)
+        assert rec.held.count("exclusive") == 1
+        info = evaluator.info(vector_add)
+        checked = [s for s in info.shapes if by_label(good, s.label)]
+        assert checked
+        for shape in checked:
+            assert RUN_BYTES * shape.nbytes in rec.nbytes and COMPARE_BYTES * shape.nbytes in rec.nbytes
+    finally:
+        evaluator.pool.gpu_lock = lock
+
+
+def by_label(result, label: str) -> bool:
+    return any(s.label == label and s.correct for s in result.shapes)
+
+
+def test_a_memory_share_outside_zero_to_one_is_refused():
+    from kernelband.errors import UserError
+    from kernelband.evaluation.evaluator import Evaluator
+
+    with pytest.raises(UserError, match="memory share"):
+        Evaluator(mode="interpreter", warm=0, memory_share=1.5)

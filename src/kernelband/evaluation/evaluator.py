@@ -34,7 +34,16 @@ from kernelband.evaluation import features as feature_mod
 from kernelband.evaluation import interleave, sol
 from kernelband.evaluation.compare import Mismatch, Outputs, compare, mismatched_paths
 from kernelband.evaluation.pool import Worker, WorkerGone, WorkerPool
-from kernelband.evaluation.records import NCU_SKIPPED, PRESETS, EvalResult, Outcome, Preset, ShapeResult
+from kernelband.evaluation.records import (
+    ALONE_NOTE,
+    NCU_SKIPPED,
+    PRESETS,
+    EvalResult,
+    Outcome,
+    Preset,
+    ShapeResult,
+    out_of_memory,
+)
 from kernelband.tasks.model import ShapeInfo, Task, TaskInfo
 from kernelband.tensorfile import TensorFileError
 
@@ -49,6 +58,13 @@ TESTS_SEED = 12345
 PROFILE_LOCKS = ("exclusive", "apart", "shared")
 # The reference's outputs of its own tests are kept (host memory) when at most this big.
 TESTS_CACHE_BYTES = 256 << 20
+# GPU memory a shared step may take, in multiples of its shape's input bytes: a shape's run holds the inputs
+# and about as much output in the reference's process and in the candidate's (4), the parent's comparison
+# both outputs (2), the reference's self-check two outputs beside its inputs (3). The shared steps on the
+# GPU at once declare at most MEMORY_SHARE of its memory (GpuLock.budget); the rest is for the workers'
+# CUDA contexts and what the estimate misses.
+RUN_BYTES, COMPARE_BYTES, SELFCHECK_BYTES = 4, 2, 3
+MEMORY_SHARE = 0.5
 
 
 def detect_mode() -> str:
@@ -119,7 +135,8 @@ class Evaluator:
     def __init__(self, mode: str | None = None, warm: int = 2, device_index: int = 0, preset: str = "default",
                  limits: Limits | None = None, memory_limit: int | None = None, use_ncu: bool | None = None,
                  calibration_path: str | None = None, max_references: int = 4, warm_profilers: int | None = None,
-                 profile_lock: str = "exclusive", tune_alone: bool = True, park_profilers: bool = False):
+                 profile_lock: str = "exclusive", tune_alone: bool = True, park_profilers: bool = False,
+                 memory_share: float | None = MEMORY_SHARE):
         self.mode = mode or detect_mode()
         if preset not in PRESETS:
             raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
@@ -134,6 +151,11 @@ class Evaluator:
         # correctness check then shares the GPU like any other (True, the default: 3.4 against 2.9 autotuned
         # candidates per minute on an H100, BENCHMARKS.md run P); or the whole check has the GPU alone (False)
         self.tune_alone = tune_alone
+        # The share of the GPU's memory that correctness steps sharing the GPU may declare at once (None: no
+        # limit); set on the GPU lock when the first reference worker says how much memory the GPU has.
+        if memory_share is not None and not 0 < memory_share <= 1:
+            raise UserError(f"memory share {memory_share} must be in (0, 1]")
+        self.memory_share = memory_share
         self.limits = limits or Limits()
         if use_ncu is None:
             from kernelband.evaluation import ncu
@@ -265,9 +287,13 @@ class Evaluator:
                     continue
             problem = None
             try:
-                with self.pool.gpu_lock.shared():
-                    reply = worker.request({"op": "selfcheck", "shape": shape.index, "seed": 12345},
-                                           2 * self.limits.run_s)
+                lock = self.pool.gpu_lock
+                for take in (partial(lock.shared, SELFCHECK_BYTES * shape.nbytes), lock.exclusive):
+                    with take():
+                        reply = worker.request({"op": "selfcheck", "shape": shape.index, "seed": 12345},
+                                               2 * self.limits.run_s)
+                    if reply.get("ok") or not out_of_memory(reply.get("error", "")):
+                        break  # out of memory beside other steps: once more with the GPU alone
                 self._ref_took(task, shape.index, reply)  # two calls: an estimate on the high side
                 if not reply.get("ok"):
                     problem = error_line(reply.get("error", ""))
@@ -303,6 +329,9 @@ class Evaluator:
             what = "task definition" if reply.get("outcome") == "task_error" else "starting kernel"
             raise TaskError(f"{task.ref}: the {what} fails to load: {error_line(reply.get('error', ''))}")
         worker.info = TaskInfo.from_wire(reply["info"])
+        total = worker.ready.device.get("total_memory") if worker.ready else None
+        if total and self.memory_share is not None and self.pool.gpu_lock.budget is None:
+            self.pool.gpu_lock.budget = int(self.memory_share * total)
         worker.valid, worker.dropped = {s.index for s in worker.info.shapes}, []
         worker.unreproducible, worker.test_outputs = frozenset(), None
         self.pool.keep_reference(task.key, worker)
@@ -350,13 +379,27 @@ class Evaluator:
         t_start = time.perf_counter()
         with self._reference(task) as ref:
             got_ref = time.perf_counter() - t_start  # the reference's set-up, when it was not kept
-            result = self._evaluate(task, ref, source, preset, which, seed, profile)
+            try:
+                result = self._evaluate(task, ref, source, preset, which, seed, profile)
+                first = (result.outcome in (Outcome.RUNTIME_ERROR, Outcome.CRASHED) and out_of_memory(result.error)
+                         and (result.detail or result.error))
+            except TaskError as exc:  # the reference failed: out of memory, or the task's own fault
+                if not out_of_memory(str(exc)):
+                    raise
+                first = str(exc)
+            if first:
+                # Memory the other evaluations' steps held, or the candidate's own need? Its checks again with
+                # the GPU alone say which (fresh inputs: another seed); a second failure is the candidate's.
+                first_s = time.perf_counter() - t_start
+                result = self._evaluate(task, ref, source, preset, which, _seed(seed, 0, 9), profile, alone=True)
+                result.notes.append(ALONE_NOTE.format(first=_first_line(first)[:200]))
+                result.seconds["first_attempt"] = first_s
         result.seconds["reference"] = got_ref
         result.seconds["total"] = time.perf_counter() - t_start
         return result
 
     def _evaluate(self, task: Task, ref: Worker, source: str, preset: Preset, which: str, seed: int,
-                  profile: bool = True) -> EvalResult:
+                  profile: bool = True, alone: bool = False) -> EvalResult:
         info: TaskInfo = ref.info
         shapes = select_shapes(info, self.mode, which, ref.valid)
         result = EvalResult(task=task.ref, outcome=Outcome.OK, preset=preset.name,
@@ -369,7 +412,7 @@ class Evaluator:
         cand = self.pool.acquire()
         result.seconds["worker"] = time.perf_counter() - t0  # waiting for a started candidate worker
         try:
-            self._run_stages(task, info, ref, cand, source, shapes, preset, seed, result, profile)
+            self._run_stages(task, info, ref, cand, source, shapes, preset, seed, result, profile, alone)
         except _Stop as stop:
             result.outcome, result.stage, result.detail = stop.outcome, stop.stage, stop.detail
             result.error = stop.error or stop.detail
@@ -431,7 +474,7 @@ class Evaluator:
 
     def _run_stages(self, task: Task, info: TaskInfo, ref: Worker, cand: Worker, source: str,
                     shapes: list[ShapeInfo], preset: Preset, seed: int, result: EvalResult,
-                    profiled: bool = True) -> None:
+                    profiled: bool = True, alone: bool = False) -> None:
         by_index = {s.index: r for s, r in zip(shapes, result.shapes)}
         rep = representative([s for s in shapes if not s.held_out] or shapes)
         profile = None
@@ -443,12 +486,13 @@ class Evaluator:
             profile = ncu.Profile(task, source, rep.index, _seed(seed, rep.index, 3), ref.ready.device.get("name", ""),
                                   self.pool, self.preset.tune()).start(self._profiling)
         try:
-            self._stages(task, info, ref, cand, source, shapes, preset, seed, result, by_index, rep, profile)
+            self._stages(task, info, ref, cand, source, shapes, preset, seed, result, by_index, rep, profile, alone)
         finally:
             if profile is not None:
                 profile.cancel()
 
-    def _stages(self, task, info, ref, cand, source, shapes, preset, seed, result, by_index, rep, profile) -> None:
+    def _stages(self, task, info, ref, cand, source, shapes, preset, seed, result, by_index, rep, profile,
+                alone: bool = False) -> None:
         # 1. load and compile
         t0 = time.perf_counter()
         with self.pool.busy("compile"):
@@ -471,10 +515,12 @@ class Evaluator:
         # candidates' steps, never with a timing, which waits for the steps in progress only. An autotuner
         # times its configs inside the first call of each shape: either those calls come first, one per shape,
         # all in one hold of the GPU alone with nothing else of this evaluation running (tune_alone), or the
-        # whole check has the GPU alone.
+        # whole check has the GPU alone. `alone`: every GPU step of the evaluation has the GPU alone (a second
+        # attempt after running out of memory beside other evaluations' steps).
         lock = self.pool.gpu_lock
         tuned = "autotune" in source
-        whole, per_step = (lock.exclusive, nullcontext) if tuned and not self.tune_alone else (nullcontext, lock.shared)
+        whole, per_step = ((lock.exclusive, nullcontext) if alone or (tuned and not self.tune_alone)
+                           else (nullcontext, lock.shared))
         result.seconds["gpu_wait"] = result.seconds["gpu_wait_alone"] = 0.0
         if tuned and self.tune_alone:
             t0 = time.perf_counter()
@@ -492,7 +538,7 @@ class Evaluator:
         result.seconds["correctness"] = time.perf_counter() - t0
         # 3. features: the launches and footprint, counted in the candidate's own process (a shared step)
         t0, waited = time.perf_counter(), result.seconds["gpu_wait"]
-        with self._gpu(result, lock.shared):
+        with self._gpu(result, lock.exclusive if alone else lock.shared, COMPARE_BYTES * rep.nbytes):
             reply = self._ask(cand, {"op": "features", "shape": rep.index, "seed": _seed(seed, rep.index, 3)},
                               self.limits.run_s, "features")
         gpu_s = time.perf_counter() - t0 - (result.seconds["gpu_wait"] - waited)
@@ -526,14 +572,16 @@ class Evaluator:
         result.seconds["features_gpu"] = gpu_s
 
     @contextmanager
-    def _gpu(self, result: EvalResult, take) -> Iterator[None]:
-        """Hold `take()` (a GpuLock mode) for one step; the wait goes into result.seconds['gpu_wait'], and a
-        wait to have the GPU alone (for the checks in progress to end) into 'gpu_wait_alone' as well."""
+    def _gpu(self, result: EvalResult, take, nbytes: int = 0) -> Iterator[None]:
+        """Hold `take` (a GpuLock mode, or nullcontext) for one step that may take `nbytes` of GPU memory; the
+        wait goes into result.seconds['gpu_wait'], and a wait to have the GPU alone (for the checks in
+        progress to end) into 'gpu_wait_alone' as well."""
         t = time.perf_counter()
-        with take():
+        alone = take == self.pool.gpu_lock.exclusive
+        with take() if alone else take(nbytes):
             waited = time.perf_counter() - t
             result.seconds["gpu_wait"] += waited
-            if take == self.pool.gpu_lock.exclusive:
+            if alone:
                 result.seconds["gpu_wait_alone"] += waited
             yield
 
@@ -550,7 +598,7 @@ class Evaluator:
         try:
             launches = 0
             for shape in shapes:
-                with step():
+                with step(RUN_BYTES * shape.nbytes):
                     replies = self._run_shape(task, ref, cand, shape, seed, shape is alias, by_index, result,
                                               tuned and not self.tune_alone)
                 if replies is None:
@@ -567,7 +615,7 @@ class Evaluator:
                 if shape is alias:
                     io_bytes.update(pending.result())
                     pending = None
-                    with step():
+                    with step(RUN_BYTES * shape.nbytes):
                         self._second_call(task, ref, cand, shape, seed, r_reply, info, what)
             if pending is not None:
                 io_bytes.update(pending.result())
@@ -627,7 +675,7 @@ class Evaluator:
                shape_result: ShapeResult, gpu) -> dict[int, int]:
         """The parent's verdict on one shape (raises _Stop); returns the shape's bytes in and out. The parent
         loads and compares on the GPU: a correctness step like the workers' runs."""
-        with gpu():
+        with gpu(COMPARE_BYTES * shape.nbytes):
             r_out = self._load(r_reply, what, task)
             c_out = self._load(c_reply, what)
             self._check_outputs(r_out, c_out, info.atol, info.rtol, what, shape_result)
@@ -691,8 +739,8 @@ class Evaluator:
         nothing about the candidate, so it is dropped with a note)."""
         try:
             return ref_run.result()
-        except TaskError:
-            if not shape.held_out:
+        except TaskError as exc:
+            if not shape.held_out or out_of_memory(str(exc)):  # out of memory: evaluate() tries again alone
                 raise
             by_index[shape.index].note = "dropped: the reference fails on this shape"
             result.notes.append(f"held-out shape {shape.label} dropped: the reference fails on it")

@@ -14,6 +14,7 @@ memory watchdog.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import re
 import shutil
@@ -24,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
@@ -67,7 +68,13 @@ class GpuLock:
     With a `path`, an exclusive holder also takes an exclusive `flock` on that file, one per physical GPU
     (`gpu_lock_path`): two KernelBand processes on one GPU (two sweeps, or `optimize` beside a bench) never
     time at once. Another process's correctness runs may still overlap a timing, as compiling and checking
-    may (issue 2); in bench 3 two sweeps on one H200 had no such lock between them (BENCHMARKS.md)."""
+    may (issue 2); in bench 3 two sweeps on one H200 had no such lock between them (BENCHMARKS.md).
+
+    Memory: a shared step says how many bytes of GPU memory it may take (`shared(nbytes)`, an estimate from
+    its shape's inputs), and steps share the GPU while their sum stays within `budget` (None: no limit). A
+    step alone on the GPU always goes, however large; a step that must wait waits its turn, and the steps
+    that come after it wait behind it (first come, first served). Without it, 8 candidates' checks of the
+    largest shapes beside 29 kept references ran an 80 GB H100 out of memory (BENCHMARKS.md, stop 24)."""
 
     def __init__(self, path: str | None = None) -> None:
         self._cond = threading.Condition()
@@ -75,6 +82,10 @@ class GpuLock:
         self._alone = False
         self._waiting = 0  # exclusive holders waiting
         self._holders: dict[int, tuple[str, str, float]] = {}  # thread id: (its name, mode, since)
+        self.budget: int | None = None  # bytes of GPU memory that shared steps may declare at once
+        self._bytes = 0  # declared by the shared steps on the GPU now
+        self._queue: deque[int] = deque()  # tickets of the shared steps waiting, in order of arrival
+        self._tickets = itertools.count()
         self.path = path
         self._file = None
         if path:
@@ -85,17 +96,33 @@ class GpuLock:
                                 "directory every KernelBand process on this GPU can read") from None
 
     @contextmanager
-    def shared(self):
+    def shared(self, nbytes: int = 0):
+        me, name = threading.get_ident(), threading.current_thread().name
         with self._cond:
-            self._cond.wait_for(lambda: not self._alone and not self._waiting)
+            ticket = None
+
+            def may_go() -> bool:
+                if self._alone or self._waiting or (self._queue and self._queue[0] != ticket):
+                    return False
+                return not self._sharing or self.budget is None or self._bytes + nbytes <= self.budget
+
+            if not may_go():
+                ticket = next(self._tickets)
+                self._queue.append(ticket)
+                self._holders[me] = (name, "waiting to share", time.monotonic())
+                self._cond.wait_for(may_go)
+                self._queue.popleft()
+                self._cond.notify_all()  # the next in line may fit as well
             self._sharing += 1
-            self._holders[threading.get_ident()] = (threading.current_thread().name, "shared", time.monotonic())
+            self._bytes += nbytes
+            self._holders[me] = (name, "shared", time.monotonic())
         try:
             yield
         finally:
             with self._cond:
                 self._sharing -= 1
-                self._holders.pop(threading.get_ident(), None)
+                self._bytes -= nbytes
+                self._holders.pop(me, None)
                 self._cond.notify_all()
 
     @contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
@@ -59,6 +60,16 @@ RULES = 3
 
 # The note of an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`).
 NCU_SKIPPED = "ncu: not run (the search's policy and proposer do not use φ)"
+# An evaluation that ran out of GPU memory while other evaluations' steps shared the GPU is evaluated again,
+# its checks with the GPU alone (Evaluator.evaluate); its note:
+ALONE_NOTE = ("out of GPU memory beside other evaluations' steps ({first}): evaluated again, its checks with "
+              "the GPU alone")
+_OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError")
+
+
+def out_of_memory(error: str) -> bool:
+    """The error says a worker ran out of GPU memory (torch's OutOfMemoryError, Triton's launch error)."""
+    return bool(error) and _OUT_OF_MEMORY.search(error) is not None
 
 PRESETS = {
     # The paper's protocol: do_bench, 100 warm-up and 1000 timed iterations, the mean.
