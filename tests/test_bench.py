@@ -132,6 +132,35 @@ def test_a_resume_of_some_policies_leaves_the_bench_unfinished(tmp_path: Path):
     assert store.bench(bench_id)["status"] == "done"
 
 
+class OtherGpu(Standin):
+    """The evaluator of a machine with another GPU than the one the bench was measured on."""
+
+    def fingerprint(self, task) -> dict:
+        return {"gpu": "NVIDIA H100 80GB HBM3", "driver": "580", "triton": "3.6.0"}
+
+    def evaluate(self, *args, **kwargs):
+        raise AssertionError("a bench resumed on another GPU model evaluated a kernel")
+
+
+def test_a_bench_is_not_resumed_on_another_gpu_model(tmp_path: Path):
+    """Bench 3's first policy ran on an H200; its other policies on an H100 would compare GPUs as well as
+    policies. The resume stops at the first run it would start, with a one-line error; nothing is stored."""
+    from kernelband.errors import SetupError
+
+    store = Store(tmp_path / "b.db")
+    config = BenchConfig("examples", ["greedy", "bon"], [0], 2, tasks=["examples:vector_add"])
+    bench_id = store.create_bench(config.suite, config.to_dict())
+    key = load_task("examples:vector_add").key
+    run = store.create_run("examples:vector_add", key, "greedy", "rewrite", 0, {}, bench_id=bench_id)
+    store.set_device(run, "NVIDIA H200")
+    store.finish_run(run, "done", {})
+    bench = Bench(store, config, [OtherGpu()], RewriteProposer, bench_id=bench_id)
+    with pytest.raises(SetupError, match=r"^bench \d+ was measured on NVIDIA H200 and this GPU is NVIDIA H100"):
+        bench.run()
+    assert [r.policy for r in store.runs(bench_id)] == ["greedy"]
+    assert store.bench(bench_id)["status"] == "running"
+
+
 def test_a_bench_in_phases_keeps_its_whole_plan(tmp_path: Path):
     """`policies_now` runs some of a bench's policies (the GPU sessions: every task with kernelband first):
     the bench stays planned for all of them and is done only when all are; a policy outside the plan is
@@ -212,6 +241,36 @@ def test_a_stored_speed_of_light_verdict_that_the_task_now_waives_is_measured_ag
     store.add_evaluation(again, 1, "search", EvalResult(task=task.key, outcome=Outcome.OK, speedup=1.4))
     reused = bench._lookup(task, Fingerprinted())(h)
     assert reused.outcome == Outcome.OK and any("evaluation reused" in n for n in reused.notes)
+
+
+def test_a_stored_out_of_memory_error_is_reused_only_if_it_came_with_the_gpu_alone(tmp_path: Path):
+    """Before the evaluator tried a candidate that ran out of GPU memory again with the GPU alone, such an
+    error may have been the other evaluations' doing: that source is evaluated again. One that ran out of
+    memory alone too (the note says so) is the candidate's own verdict and is reused."""
+    from kernelband.evaluation.records import ALONE_NOTE, EvalResult, Outcome
+    from kernelband.search.core import source_hash
+
+    class Fingerprinted:
+        def fingerprint(self, task):
+            return {"gpu": "H100", "driver": "1", "triton": "3"}
+
+    store = Store(tmp_path / "bench.db")
+    bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Fingerprinted()],
+                  RewriteProposer)
+    task = load_task("examples:vector_add")
+    run = store.create_run("examples:vector_add", task.key, "greedy", "rewrite", 0, {}, device="H100",
+                           bench_id=bench.bench_id)
+    error = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB"
+    sources = {}
+    for i, notes in enumerate(([], [ALONE_NOTE.format(first=error)]), 1):
+        child = task.module_source + f"\n# child {i}\n"
+        sources[i] = source_hash(child)
+        store.add_candidate(run, i, child, sources[i], 0, "tiling", 1, 0)
+        store.add_evaluation(run, i, "search", EvalResult(task=task.key, outcome=Outcome.RUNTIME_ERROR,
+                                                          error=error, detail=error, notes=notes))
+    lookup = bench._lookup(task, Fingerprinted())
+    assert lookup(sources[1]) is None
+    assert lookup(sources[2]).outcome == Outcome.RUNTIME_ERROR
 
 
 def test_evaluations_stored_under_other_evaluator_rules_are_not_reused(tmp_path: Path):

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from kernelband.errors import SetupError, UserError
-from kernelband.evaluation.records import RULES, EvalResult, Outcome
+from kernelband.evaluation.records import ALONE_NOTE, RULES, EvalResult, Outcome, out_of_memory
 from kernelband.search.core import Strategy, source_hash
 from kernelband.search.loop import RunConfig
 from kernelband.search.store import Store
@@ -244,6 +244,7 @@ class Bench:
         """Reuses evaluations of the same source on the same task and GPU kind within this sweep, and k0's
         golden baseline across sweeps."""
         fingerprint = evaluator.fingerprint(task)
+        self._same_gpu(fingerprint["gpu"])
         k0_hash = source_hash(task.module_source)
 
         def lookup(h: str) -> EvalResult | None:
@@ -256,6 +257,14 @@ class Bench:
             return found
 
         return lookup
+
+    def _same_gpu(self, gpu: str) -> None:
+        """A bench compares policies on one GPU model: resumed on another, its runs would differ by GPU as well
+        as by policy. Refused (a SetupError: the sweep stops, nothing stored is touched)."""
+        ran_on = {r.device for r in self.store.runs(self.bench_id) if r.device} - {gpu}
+        if ran_on:
+            raise SetupError(f"bench {self.bench_id} was measured on {', '.join(sorted(ran_on))} and this GPU is "
+                             f"{gpu}: resume it on the same GPU model, or start a new bench")
 
     def _baseline(self, task, evaluator, fp: dict) -> EvalResult:
         key = (task.key, fp["gpu"], fp["driver"], fp["triton"])
@@ -275,7 +284,11 @@ class Bench:
 
 def _stale_verdict(found: EvalResult, task) -> bool:
     """A stored verdict that today's rules would not give: `suspicious` only for beating a speed-of-light bound
-    that the task now says is no check (its byte count is too high). Such a source is evaluated again rather
+    that the task now says is no check (its byte count is too high), or an out-of-memory error from before
+    the evaluator tried such a candidate again with the GPU alone. Such a source is evaluated again rather
     than reused, so that two policies reaching it are not judged by two rule sets."""
+    if found.outcome in (Outcome.RUNTIME_ERROR, Outcome.CRASHED) and out_of_memory(found.error):
+        # out of memory with other evaluations' steps on the GPU: today's evaluator tries again alone
+        return not any(n.startswith(ALONE_NOTE[:24]) for n in found.notes)
     return (found.outcome == Outcome.SUSPICIOUS and set(found.checks) == {"speed_of_light"}
             and bool(task.bytes_overcounted))
