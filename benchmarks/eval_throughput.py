@@ -31,6 +31,8 @@ Parts (run them in one call or split them across calls):
            process per candidate that imports the module, runs the instance tests and times every
            shape with do_bench(warmup=100 ms, rep=1000 ms).
 
+A pool part may name its own number of threads: `pool@4,pool@8` (default --threads).
+
     python benchmarks/eval_throughput.py --parts speed,pool --out results.json
 """
 
@@ -266,6 +268,12 @@ def part_peers(names: list[str], report: dict, save) -> None:
         save()
 
 
+def _threads_ok(part: str) -> bool:
+    """`pool@N`: N threads, a whole number from 1 on; only pool parts take it."""
+    name, at, n = part.partition("@")
+    return not at or (name.startswith("pool") and n.isdigit() and int(n) >= 1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="speed,pool,repeat,peers")
@@ -291,7 +299,7 @@ def main() -> None:
     parts = args.parts.split(",")
     known = ("speed", "pool", "pool-shared", "pool-apart", "pool-noncu", "pool-parked", "pool-autotune",
              "pool-autotune-alone", "repeat", "peers")
-    unknown = [p for p in parts if p not in known]
+    unknown = [p for p in parts if p.split("@")[0] not in known or not _threads_ok(p)]
     if unknown:
         raise UserError(f"unknown part {unknown[0]!r}: use {', '.join(known)}")
     names = [n for n in args.tasks.split(",") if n] or tritonbench.level12()
@@ -309,7 +317,8 @@ def main() -> None:
                 continue
             if ev is None:
                 # every task's reference kept: the pool part measures candidates, not set-ups
-                ev = Evaluator(warm=args.threads + 1, max_references=max(4, len(names)),
+                most = max([args.threads] + [int(p.partition("@")[2]) for p in parts if "@" in p])
+                ev = Evaluator(warm=most + 1, max_references=max(4, len(names)),
                                warm_profilers=args.warm_profilers, profile_lock=args.profile_lock,
                                park_profilers=args.park_profilers,
                                memory_share=None if args.memory_share == "none" else float(args.memory_share))
@@ -317,6 +326,8 @@ def main() -> None:
             if part == "speed":
                 part_speed(ev, names, report, save)
             elif part.startswith("pool"):
+                part, _, n = part.partition("@")
+                threads = int(n) if n else args.threads
                 profiles, lock, tune = ev.use_ncu, ev.profile_lock, ev.tune_alone
                 ev.use_ncu = profiles and part != "pool-noncu"
                 ev.profile_lock = {"pool-shared": "shared", "pool-apart": "apart"}.get(part, lock)
@@ -324,8 +335,8 @@ def main() -> None:
                 parked = ev.pool.park_profilers
                 ev.pool.set_park_profilers(parked or part == "pool-parked")
                 try:  # a part run twice keeps both results: pool, pool#2, ...
-                    part_pool(ev, names, report, save, args.threads,
-                              key=part + (f"#{parts[:i].count(part) + 1}" if part in parts[:i] else ""),
+                    key = parts[i] + (f"#{parts[:i].count(parts[i]) + 1}" if parts[i] in parts[:i] else "")
+                    part_pool(ev, names, report, save, threads, key=key,
                               sources=autotuned_sources(tuple(names)) if part.startswith("pool-autotune") else None)
                 finally:
                     ev.use_ncu, ev.profile_lock, ev.tune_alone = profiles, lock, tune
