@@ -660,3 +660,29 @@ def test_a_memory_share_outside_zero_to_one_is_refused():
 
     with pytest.raises(UserError, match="memory share"):
         Evaluator(mode="interpreter", warm=0, memory_share=1.5)
+
+
+def test_a_reference_self_check_out_of_memory_beside_other_steps_is_tried_again_alone(evaluator, tmp_path):
+    """A shape the starting kernel cannot run is dropped for the rest of the session, so an out-of-memory
+    error at its self-check, which other steps on the GPU may have caused, is tried once more with the GPU
+    alone before the shape is dropped."""
+    from kernelband.tasks import load_task
+
+    source = (Path(__file__).parents[1] / "src" / "kernelband" / "tasks" / "examples" / "vector_add.py").read_text()
+    failing = "    out = torch.empty_like(x)\n"
+    assert failing in source
+    task_file = tmp_path / "oom_add.py"
+    task_file.write_text(source.replace(failing, "    if x.numel() == 10_007:\n        raise torch.OutOfMemoryError("
+                                                 "'CUDA out of memory. Tried to allocate 2.00 GiB')\n" + failing, 1))
+    task = load_task(str(task_file))
+    lock = evaluator.pool.gpu_lock
+    try:
+        evaluator.pool.gpu_lock = rec = _Recording()
+        evaluator.info(task)
+        # three shapes checked (two search, one held out): one of them twice, the second time alone
+        assert sorted(rec.held) == ["exclusive", "shared", "shared", "shared"], rec.held
+        result = evaluator.evaluate(task)
+        assert any("shape dropped: " in n and "OutOfMemoryError" in n for n in result.notes), result.notes
+    finally:
+        evaluator.pool.gpu_lock = lock
+        evaluator.pool.drop_reference(task.key)
