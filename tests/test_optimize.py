@@ -131,6 +131,25 @@ def test_resume_with_nothing_to_resume_is_a_user_error(tmp_path: Path):
     assert "Traceback" not in proc.stderr
 
 
+def test_a_run_is_not_resumed_on_another_gpu_model(tmp_path: Path):
+    """A run measured on an H200 and resumed here (the interpreter) would mix two devices' speedups in one
+    search: one line, exit 2, and the stored run untouched."""
+    from kernelband.tasks import load_task
+
+    db = tmp_path / "x.db"
+    store = Store(db)
+    task = load_task("examples:vector_add")
+    run = store.create_run(task.ref, task.key, "greedy", "rewrite", 0, {"iterations": 3}, device="NVIDIA H200")
+    proc = _cli("optimize", "examples:vector_add", "--policy", "greedy", "--seed", "0", "--db", str(db), "--resume")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: run {run} was measured on NVIDIA H200 and this "
+                                                   "machine's GPU is Triton interpreter (CPU)"), proc.stderr
+    [row] = Store(db).runs()
+    assert row.status == "running" and row.device == "NVIDIA H200"
+    assert Store(db).candidates(run) == []
+
+
 def test_llm_proposer_without_endpoint_is_a_user_error(tmp_path: Path):
     proc = _cli("optimize", "examples:vector_add", "--proposer", "llm", "--db", str(tmp_path / "x.db"))
     assert proc.returncode == 2

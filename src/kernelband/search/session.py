@@ -60,6 +60,11 @@ def open_search(task: Task, evaluator, store: Store, policy: str, proposer, seed
     if resume and bench_id is None and (run is None or run.status != "running"):
         raise UserError(f"nothing to resume: no unfinished {policy}/{proposer.name} run of {task.ref} with seed "
                         f"{seed} in {store.path}")
+    if run is not None and run.device:
+        gpu = evaluator.fingerprint(task)["gpu"]
+        if gpu != run.device:  # its stored evaluations would be replayed beside new ones from another GPU
+            raise UserError(f"run {run.id} was measured on {run.device} and this machine's GPU is {gpu}: resume it "
+                            "on the same GPU model, or start a new run (without --resume)")
     if run is not None:
         config = RunConfig(**{k: v for k, v in run.config.items() if k in RunConfig.__dataclass_fields__})
         run_id = run.id
