@@ -45,7 +45,9 @@ def summarise(lines) -> tuple[dict[str, list[float]], float, int]:
 
 def lock_states(lines) -> tuple[list[dict[str, int]], list[float]]:
     """Per evaluator (GPU), beats with its lock held `exclusive`, held `shared`, `free`, and `waiting` (beats
-    with a waiter, whatever the holder); and the driving process's cores per beat, where the beat has them."""
+    with a waiter, whatever the holder), `memory_waiting` (beats with a shared step waiting its turn, from
+    `gpu_memory`) and `declared_max` (the most bytes its shared steps declared at one beat); and the driving
+    process's cores per beat, where the beat has them."""
     states: list[dict[str, int]] = []
     driver: list[float] = []
     for line in lines:
@@ -56,11 +58,15 @@ def lock_states(lines) -> tuple[list[dict[str, int]], list[float]]:
             driver.append(beat["driver"]["cores"])
         for i, ev in enumerate(beat.get("evaluators", [])):
             while len(states) <= i:
-                states.append({"exclusive": 0, "shared": 0, "free": 0, "waiting": 0})
+                states.append({"exclusive": 0, "shared": 0, "free": 0, "waiting": 0, "memory_waiting": 0,
+                               "declared_max": 0})
             held = [entry.rsplit(": ", 1)[-1].split()[0] for entry in ev.get("gpu_lock", [])]
             state = "exclusive" if "exclusive" in held else "shared" if "shared" in held else "free"
             states[i][state] += 1
             states[i]["waiting"] += "waiting" in held
+            memory = ev.get("gpu_memory") or {}
+            states[i]["memory_waiting"] += memory.get("waiting", 0) > 0
+            states[i]["declared_max"] = max(states[i]["declared_max"], memory.get("declared", 0))
     return states, driver
 
 
@@ -87,7 +93,8 @@ def main() -> None:
     for gpu, st in enumerate(states):
         n = st["exclusive"] + st["shared"] + st["free"]
         print(f"GPU {gpu}: {st['exclusive'] / n:.0%} / {st['shared'] / n:.0%} / {st['free'] / n:.0%} "
-              f"({st['waiting']} of {n})")
+              f"({st['waiting']} of {n}; a step waiting its turn to share in {st['memory_waiting']}, at most "
+              f"{st['declared_max'] / 2**30:.1f} GiB declared at once)")
     if driver:
         print(f"the driving process: {sum(driver) / len(driver):.2f} cores on average, {max(driver):.2f} at most")
 

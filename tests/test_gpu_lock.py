@@ -65,6 +65,7 @@ def test_shared_steps_fit_in_the_memory_budget_and_wait_in_order_of_arrival():
     c = _holder(lock, "shared", *events["c"], 10)
     assert not events["c"][0].wait(0.3), "a small step went ahead of a larger one waiting before it"
     assert sum(h.startswith(f"{t.name}: waiting to share") for t in (b, c) for h in lock.state()) == 2
+    assert lock.memory() == {"declared": 60, "budget": 100, "waiting": 2}  # a sweep's heartbeat shows it
     events["a"][1].set()
     assert events["b"][0].wait(5) and events["c"][0].wait(5), "60 + 10 bytes fit once the first step ended"
     events["b"][1].set()

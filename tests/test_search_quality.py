@@ -130,13 +130,14 @@ def test_the_heartbeat_summary_samples_each_gpus_lock_and_the_driving_process(tm
     gpu0 = [["Thread-3 (_drain): exclusive 1s", "evaluate-a-kernelband_0: waiting 2s"],
             ["kernelband-worker-start: shared 2s", "evaluate-b: shared 1s"], []]
     gpu1 = [[], [], ["evaluate-c: shared 4s"]]
+    memory0 = [{"declared": 0, "budget": 40, "waiting": 0}, {"declared": 30, "budget": 40, "waiting": 1}, {}]
     lines = ['{"kind": "job_done", "task": "t"}\n'] + [
         json.dumps({"kind": "heartbeat", "elapsed_s": 60 * (i + 1), "driver": {"cores": 0.2 * (i + 1), "threads": 9},
-                    "evaluators": [{"gpu_lock": a, "cpu": {}}, {"gpu_lock": b, "cpu": {}}]}) + "\n"
-        for i, (a, b) in enumerate(zip(gpu0, gpu1))]
+                    "evaluators": [{"gpu_lock": a, "cpu": {}, "gpu_memory": m}, {"gpu_lock": b, "cpu": {}}]}) + "\n"
+        for i, (a, b, m) in enumerate(zip(gpu0, gpu1, memory0))]
     states, driver = heartbeat_cpu.lock_states(lines)
-    assert states == [{"exclusive": 1, "shared": 1, "free": 1, "waiting": 1},
-                      {"exclusive": 0, "shared": 1, "free": 2, "waiting": 0}]
+    assert states == [{"exclusive": 1, "shared": 1, "free": 1, "waiting": 1, "memory_waiting": 1, "declared_max": 30},
+                      {"exclusive": 0, "shared": 1, "free": 2, "waiting": 0, "memory_waiting": 0, "declared_max": 0}]
     assert driver == pytest.approx([0.2, 0.4, 0.6])
 
 

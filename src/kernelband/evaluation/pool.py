@@ -156,6 +156,11 @@ class GpuLock:
         with self._cond:
             return [f"{name}: {mode} {now - since:.0f}s" for name, mode, since in self._holders.values()]
 
+    def memory(self) -> dict[str, int | None]:
+        """The bytes the shared steps on the GPU declare now, and the budget (for a sweep's heartbeat)."""
+        with self._cond:
+            return {"declared": self._bytes, "budget": self.budget, "waiting": len(self._queue)}
+
     def close(self) -> None:
         if self._file is not None:
             os.close(self._file)
@@ -620,7 +625,8 @@ class WorkerPool:
             if current is not None:
                 role = f"reference {refs[id(w)]}" if id(w) in refs else "profiler" if w.profiler else "candidate"
                 asked.append(f"{role} pid {w.proc.pid}: {current[0]} {now - current[1]:.0f}s")
-        return {"requests": asked, "gpu_lock": self.gpu_lock.state(), "activity": self.activity_now(),
+        return {"requests": asked, "gpu_lock": self.gpu_lock.state(), "gpu_memory": self.gpu_lock.memory(),
+                "activity": self.activity_now(),
                 "spares": len(self._spares), "profilers": len(self._profilers), "cpu": self.cpu_use()}
 
     def cpu_use(self) -> dict[str, list]:
