@@ -644,6 +644,26 @@ def test_a_sweep_split_over_two_databases_merges_into_the_same_report(tmp_path):
     assert not (tmp_path / "new.db").exists()  # a failed merge leaves no empty database behind
 
 
+def test_the_report_names_the_gpu_and_warns_when_runs_were_measured_on_several(tmp_path):
+    """A bench is measured on one GPU model; the report says which, and warns when its runs name several."""
+    from kernelband.report.markdown import render
+
+    store, bench, ids = build_db(tmp_path / "runs.db")
+    with store._tx() as db:
+        db.execute("UPDATE runs SET device = 'NVIDIA H200' WHERE bench_id = ?", (bench,))
+    data = report_data(store, f"bench:{bench}")
+    assert data["devices"] == ["NVIDIA H200"] and data["warnings"] == []
+    assert render(data).startswith(f"## Bench {bench} (") and " on NVIDIA H200\n" in render(data).splitlines(True)[0]
+    other = next(iter(ids.values()))
+    store.set_device(other, "NVIDIA H100 80GB HBM3")
+    data = report_data(store, f"bench:{bench}")
+    assert data["devices"] == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+    [warning] = data["warnings"]
+    assert warning == (f"runs measured on different GPU models (NVIDIA H200 {len(ids) - 1}, NVIDIA H100 80GB HBM3 1 "
+                       "runs): their speedups differ by GPU as well as by policy")
+    assert "differ by GPU as well as by policy" in write_report(data, tmp_path / "out").read_text()
+
+
 def test_the_report_warns_when_policies_cover_different_tasks(tmp_path):
     store, bench, ids = build_db(tmp_path / "runs.db")
     assert report_data(store, f"bench:{bench}")["warnings"] == []

@@ -257,7 +257,8 @@ def render(data: dict, figs: dict[str, str]) -> str:
         title = f"KernelBand report: bench {data['id']} ({b['suite']})"
         meta = (f"status {b['status']}; policies {', '.join(map(str, cfg.get('policies', data['policies'])))}; "
                 f"seeds {cfg.get('seeds', '?')}; iterations {cfg.get('iterations', '?')}; "
-                f"proposer {cfg.get('proposer', '?')}; preset {cfg.get('preset', '?')}")
+                f"proposer {cfg.get('proposer', '?')}; preset {cfg.get('preset', '?')}; "
+                f"GPU {', '.join(data.get('devices') or ['?'])}")
     else:
         r = data["run"]
         title = f"KernelBand report: run {data['id']} ({r['task']}, {r['policy']})"

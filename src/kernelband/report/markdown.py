@@ -19,12 +19,16 @@ def _table(t: tbl.Table) -> str:
     return "\n".join(lines)
 
 
+def _on(data: dict) -> str:
+    return f" on {', '.join(data['devices'])}" if data.get("devices") else ""
+
+
 def render(data: dict) -> str:
     if data["kind"] == "bench":
-        head = f"## Bench {data['id']} ({data['bench']['suite']}, {data['bench']['status']})"
+        head = f"## Bench {data['id']} ({data['bench']['suite']}, {data['bench']['status']}){_on(data)}"
     else:
         r = data["run"]
-        head = f"## Run {data['id']}: {r['task']} ({r['policy']}, seed {r['seed']}, {r['status']})"
+        head = f"## Run {data['id']}: {r['task']} ({r['policy']}, seed {r['seed']}, {r['status']}){_on(data)}"
     parts = [head]
     parts += [f"**Warning:** {w}" for w in data.get("warnings", [])]
     parts += [_table(t) for t in tbl.build(data)]

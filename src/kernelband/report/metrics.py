@@ -39,6 +39,7 @@ import math
 import re
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from kernelband.errors import UserError
@@ -452,6 +453,7 @@ def report_data(store: Store, bench_or_run) -> dict:
         "bench": ({"suite": bench["suite"], "status": bench["status"], "config": bench["config"]}
                   if bench else None),
         "run": facts[0].row.to_dict() if kind == "run" else None,
+        "devices": sorted({f.row.device for f in facts if f.row.device}),
         "fast_threshold": FAST, "definitions": DEFINITIONS,
         "policies": list(groups), "iterations": iterations, "summary": summary,
         "tasks": tasks, "task_means": task_means,
@@ -468,7 +470,7 @@ def report_data(store: Store, bench_or_run) -> dict:
 
 def _warnings(bench: dict | None, summary: dict, facts: list[RunFacts]) -> list[str]:
     """What a reader must know before comparing the figures: a quarantined bench, an unfinished sweep,
-    policies on different tasks."""
+    policies on different tasks, runs measured on different GPU models."""
     out = []
     if bench is not None:
         cfg = bench["config"]
@@ -487,6 +489,11 @@ def _warnings(bench: dict | None, summary: dict, facts: list[RunFacts]) -> list[
         counts = ", ".join(f"{p} {n}" for p, n in covered.items())
         out.append(f"the policies cover different tasks ({counts}): their figures average over different "
                    "tasks and do not compare the policies")
+    devices = Counter(f.row.device for f in facts if f.row.device)
+    if len(devices) > 1:
+        counts = ", ".join(f"{d} {n}" for d, n in devices.most_common())
+        out.append(f"runs measured on different GPU models ({counts} runs): their speedups differ by GPU as "
+                   "well as by policy")
     return out
 
 

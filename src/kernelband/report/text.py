@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelband.report import tables as tbl
+from kernelband.report.markdown import _on
 
 
 def _turned(t: tbl.Table) -> tbl.Table:
@@ -35,12 +36,12 @@ def _rich(t: tbl.Table) -> Table:
 
 def print_report(data: dict, console: Console) -> None:
     if data["kind"] == "bench":
-        console.print(f"bench {data['id']} ({data['bench']['suite']}, {data['bench']['status']}) in {data['db']}",
-                      highlight=False)
+        console.print(f"bench {data['id']} ({data['bench']['suite']}, {data['bench']['status']}){_on(data)} in "
+                      f"{data['db']}", highlight=False)
     else:
         r = data["run"]
-        console.print(f"run {data['id']}: {r['task']} ({r['policy']}, seed {r['seed']}, {r['status']}) in "
-                      f"{data['db']}", highlight=False)
+        console.print(f"run {data['id']}: {r['task']} ({r['policy']}, seed {r['seed']}, {r['status']}){_on(data)} "
+                      f"in {data['db']}", highlight=False)
     for warning in data.get("warnings", []):
         console.print(f"[yellow]warning[/]: {warning}", highlight=False)
     if not data["policies"]:
