@@ -560,12 +560,23 @@ def test_a_profiled_candidate_is_timed_and_profiled_in_one_hold_of_the_gpu(stand
             rec.held.append("profile alone" if rec._alone else "profile not alone")
             return measure(self)
 
+        warm = ncu.Profile.warm
+
+        def recorded_warm(self):
+            rec.held.append("warm alone" if rec._alone else "warm shared")
+            return warm(self)
+
         monkeypatch.setattr(ncu.Profile, "measure", recorded)
+        monkeypatch.setattr(ncu.Profile, "warm", recorded_warm)
         result = ev.evaluate(vector_add, GOOD)
         assert result.ok, result.detail
-        assert rec.held[-3:] == ["shared", "exclusive", "profile alone"], rec.held
+        # the profiler's inputs and warm-up call share the GPU (a step of their own, after the features run);
+        # the profiled run alone, in the timing's hold
+        assert rec.held[-5:] == ["shared", "shared", "warm shared", "exclusive", "profile alone"], rec.held
         assert rec.held.count("exclusive") == 1
+        assert not any("warm-up" in n for n in result.notes), result.notes  # the warm-up ran (on the CPU here)
         assert any(n.startswith("ncu: profiling run failed") for n in result.notes), result.notes  # no CUDA here
+        assert result.seconds["profile_alone"] > 0
         rec.held.clear()
         ev.profile_lock = "shared"
         assert ev.evaluate(vector_add, GOOD + "\n# not in the profile cache\n").ok
@@ -573,7 +584,11 @@ def test_a_profiled_candidate_is_timed_and_profiled_in_one_hold_of_the_gpu(stand
         rec.held.clear()
         ev.profile_lock = "apart"  # the order before: a second wait for the checks in progress
         assert ev.evaluate(vector_add, GOOD + "\n# nor this\n").ok
-        assert rec.held[-4:] == ["shared", "exclusive", "exclusive", "profile alone"], rec.held
+        assert rec.held[-5:] == ["shared", "warm shared", "exclusive", "exclusive", "profile alone"], rec.held
+        rec.held.clear()
+        ev.profile_lock = "exclusive"  # an autotuner's first call times its configs: no shared warm-up
+        assert ev.evaluate(vector_add, GOOD + "\n# triton.autotune\n").ok
+        assert "warm shared" not in rec.held and rec.held[-2:] == ["exclusive", "profile alone"], rec.held
     finally:
         ev.close()
 

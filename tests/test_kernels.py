@@ -276,3 +276,22 @@ def test_on_a_gpu_compiling_covers_the_tasks_own_test_cases():
             finally:
                 pool.release(worker)
     assert compiled_by_tests[False] > 0 and compiled_by_tests[True] == 0, compiled_by_tests
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_ncu_reads_phi_after_a_warm_up_that_shared_the_gpu():
+    """The profiler's inputs and warm-up call run as a shared step, and the profiled run with the GPU alone
+    uses those inputs: on a GPU with Nsight Compute, φ comes back with its counters and no ncu note."""
+    from kernelband.evaluation import ncu
+    from kernelband.evaluation.evaluator import Evaluator
+
+    if not ncu.available():
+        pytest.skip("no ncu on this machine")
+    task = load_task("examples:vector_add")
+    with Evaluator(mode="gpu", warm=1, use_ncu=True) as ev:
+        result = ev.evaluate(task, task.module_source + "\n# profiled\n", preset="default")
+    assert result.ok, result.detail
+    assert not [n for n in result.notes if n.startswith("ncu")], result.notes
+    phi = result.features.phi
+    assert sum(v is not None for v in phi.values()) >= 7, phi
+    assert result.seconds["profile_alone"] > 0

@@ -542,19 +542,27 @@ class Evaluator:
             reply = self._ask(cand, {"op": "features", "shape": rep.index, "seed": _seed(seed, rep.index, 3)},
                               self.limits.run_s, "features")
         gpu_s = time.perf_counter() - t0 - (result.seconds["gpu_wait"] - waited)
+        if profile is not None and not tuned and not alone:
+            # the profiler's inputs and first call, a shared step: only the profiled run needs the GPU alone
+            # (an autotuner's first call times its configs: it stays in the hold alone)
+            t0, waited = time.perf_counter(), result.seconds["gpu_wait"]
+            with self._gpu(result, lock.shared, COMPARE_BYTES * rep.nbytes):
+                profile.warm()
+            gpu_s += time.perf_counter() - t0 - (result.seconds["gpu_wait"] - waited)
         # 4. timing, then ncu's profiled run in the same hold of the GPU alone: the shared steps in progress
         # are waited for (and new ones held back) once per candidate, not twice
-        alone = profile is not None and self.profile_lock == "exclusive"
+        profiled_alone = profile is not None and self.profile_lock == "exclusive"
         with self._gpu(result, lock.exclusive):
             t0 = time.perf_counter()
             self._timing(task, ref, cand, shapes, preset, seed, result, by_index)
             result.seconds["timing"] = time.perf_counter() - t0
             peaks = self._peaks(ref)  # a first use calibrates the GPU: a timing too
-            if alone:
+            if profiled_alone:
                 t0 = time.perf_counter()
                 profile.measure()
-                gpu_s += time.perf_counter() - t0
-        if profile is not None and not alone:  # "shared": beside other candidates' checks; "apart": alone
+                result.seconds["profile_alone"] = time.perf_counter() - t0
+                gpu_s += result.seconds["profile_alone"]
+        if profile is not None and not profiled_alone:  # "shared": beside others' checks; "apart": alone
             t0, waited = time.perf_counter(), result.seconds["gpu_wait"]
             with self._gpu(result, lock.shared if self.profile_lock == "shared" else lock.exclusive):
                 profile.measure()

@@ -116,8 +116,9 @@ class Profile:
 
     * `prepare` (a side thread, no GPU lock): a warm profiling worker imports the candidate and compiles its
       kernels for the representative shape, while the candidate's own worker does the same;
-    * `measure` (under the GPU lock): one warm-up run, then one run between cudaProfilerStart and Stop,
-      during which ncu replays each kernel to read its counters;
+    * `warm` (a shared step of the GPU lock, optional): the shape's inputs made and one warm-up call;
+    * `measure` (the GPU alone): the warm-up if `warm` did not run, then one run between cudaProfilerStart
+      and Stop, during which ncu replays each kernel to read its counters;
     * `finish` (no GPU lock): the worker exits, ncu writes its CSV, and the counters are parsed.
 
     `cancel` ends it at any point (the candidate failed): the worker is killed, nothing waits for it.
@@ -177,8 +178,24 @@ class Profile:
         if worker is not None:
             self.pool.release(worker)
 
+    def warm(self) -> None:
+        """The profiled shape's inputs made and its first call, outside the profiled range: a step that may
+        share the GPU with other checks (never with a timing), after `prepare` has returned and before
+        `measure`. Optional: without it, `measure` does the same with the GPU to itself."""
+        from kernelband.evaluation.pool import WorkerGone
+
+        worker = self.worker
+        if worker is None:
+            return
+        try:
+            reply = worker.request({"op": "profile_prepare", "shape": self.shape, "seed": self.seed}, 300)
+            if not reply.get("ok"):
+                self._fail(f"ncu: the warm-up before the profiled run failed: {reply.get('error', '')[-200:]}")
+        except WorkerGone as exc:
+            self._fail(f"ncu: profiling worker {exc.outcome}")
+
     def measure(self) -> None:
-        """The profiled run: call with the GPU to yourself, after `prepare` has returned."""
+        """The profiled run: call with the GPU to yourself, after `prepare` (and `warm`, if at all)."""
         from kernelband.evaluation.pool import WorkerGone
 
         worker = self.worker
