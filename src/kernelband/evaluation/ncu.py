@@ -182,29 +182,23 @@ class Profile:
         """The profiled shape's inputs made and its first call, outside the profiled range: a step that may
         share the GPU with other checks (never with a timing), after `prepare` has returned and before
         `measure`. Optional: without it, `measure` does the same with the GPU to itself."""
-        from kernelband.evaluation.pool import WorkerGone
-
-        worker = self.worker
-        if worker is None:
-            return
-        try:
-            reply = worker.request({"op": "profile_prepare", "shape": self.shape, "seed": self.seed}, 300)
-            if not reply.get("ok"):
-                self._fail(f"ncu: the warm-up before the profiled run failed: {reply.get('error', '')[-200:]}")
-        except WorkerGone as exc:
-            self._fail(f"ncu: profiling worker {exc.outcome}")
+        self._run("profile_prepare", "the warm-up before the profiled run failed")
 
     def measure(self) -> None:
         """The profiled run: call with the GPU to yourself, after `prepare` (and `warm`, if at all)."""
+        self._run("profile", "profiling run failed")
+
+    def _run(self, op: str, failed: str) -> None:
+        """One request for the profiled shape to the profiling worker; a failure ends the profile."""
         from kernelband.evaluation.pool import WorkerGone
 
         worker = self.worker
         if worker is None:
             return
         try:
-            reply = worker.request({"op": "profile", "shape": self.shape, "seed": self.seed}, 300)
+            reply = worker.request({"op": op, "shape": self.shape, "seed": self.seed}, 300)
             if not reply.get("ok"):
-                self._fail(f"ncu: profiling run failed: {reply.get('error', '')[-200:]}")
+                self._fail(f"ncu: {failed}: {reply.get('error', '')[-200:]}")
         except WorkerGone as exc:
             self._fail(f"ncu: profiling worker {exc.outcome}")
 
