@@ -20,7 +20,8 @@
 # `new`: a new bench in it), SWEEP_WARM_PROFILERS (the sweep's workers kept started under ncu per GPU),
 # SWEEP_PARK_PROFILERS=1 and PARK_PROFILERS=1 (the sweep's, the evaluator parts' warm ncu workers stopped until
 # used; eval_throughput also has the part pool-parked), EVAL=0 (no
-# evaluator parts: the sweep takes every GPU), SWEEP=0 (no sweep: the evaluator parts take GPU 0),
+# evaluator parts: the sweep takes every GPU), SWEEP=0 (no sweep: the evaluator parts take GPU 0), SIDE_BY_SIDE=0
+# (several GPUs: the evaluator's parts on GPU 0 of an otherwise idle host first, then the sweep on every GPU),
 # EVAL_TASKS (the evaluator parts' tasks, comma-separated; default the 29), REPEAT_TASKS ('all': the 29), REPEAT_PRESETS, POOL_THREADS (default 4), WARM_PROFILERS (workers kept started
 # under ncu; default POOL_THREADS + 3), PROFILE_LOCK (exclusive | apart | shared: ncu's profiled run alone on the
 # GPU in the timing's hold, alone in a hold of its own, or beside other candidates' checks; EVAL_PARTS has pool-apart
@@ -180,13 +181,13 @@ elif [ "${SWEEP:-1}" = 0 ]; then
 elif [ "${EVAL_PARTS:-}" = none ]; then  # calibration and the GPU tests first, then the sweep on every GPU
   evaluator_parts 0
   sweep "$ALL_GPUS"
-elif [ "$N" -gt 1 ]; then
+elif [ "$N" -gt 1 ] && [ "${SIDE_BY_SIDE:-1}" = 1 ]; then
   evaluator_parts "$LAST" &
   sweep "$SWEEP_GPUS"
   wait
-else
+else  # one GPU, or SIDE_BY_SIDE=0: the evaluator's parts on an idle host first, then the sweep on every GPU
   evaluator_parts 0
-  sweep 0
+  sweep "$ALL_GPUS"
 fi
 echo "== $(date -u +%FT%TZ) session end"
 touch "$S/done"
