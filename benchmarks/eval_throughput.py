@@ -19,6 +19,9 @@ Parts (run them in one call or split them across calls):
            it reuses its references.
   pool-parked  the same as `pool`, with the warm profiling workers' ncu front ends stopped (SIGSTOP) until used:
            an idle one's ncu front end kept a CPU core busy (run W). Run `pool,pool-parked,pool` to see drift.
+  pool-unwarmed  the same as `pool`, with the profiler's inputs and first call in the hold of the GPU alone
+           with its profiled run (the evaluator's `profile_warm=False`, the order before stop 24) instead of
+           in a step that shares the GPU.
   pool-autotune  the pool with other candidates: each task's starting kernel under the rewriter's
            `autotune` rewrite (tasks it does not apply to are left out), with `tune_alone` off: the
            whole correctness check with the GPU alone.
@@ -42,6 +45,7 @@ import argparse
 import functools
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -49,6 +53,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from kernelband import stacks
 from kernelband.errors import UserError, run_script
 from kernelband.evaluation.evaluator import MEMORY_SHARE, PROFILE_LOCKS, Evaluator
 from kernelband.tasks import load_task, tritonbench
@@ -297,7 +302,7 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", ".") + "/eval_throughput.json")
     args = ap.parse_args()
     parts = args.parts.split(",")
-    known = ("speed", "pool", "pool-shared", "pool-apart", "pool-noncu", "pool-parked", "pool-autotune",
+    known = ("speed", "pool", "pool-shared", "pool-apart", "pool-noncu", "pool-parked", "pool-unwarmed", "pool-autotune",
              "pool-autotune-alone", "repeat", "peers")
     unknown = [p for p in parts if p.split("@")[0] not in known or not _threads_ok(p)]
     if unknown:
@@ -323,12 +328,17 @@ def main() -> None:
                                park_profilers=args.park_profilers,
                                memory_share=None if args.memory_share == "none" else float(args.memory_share))
                 report["device"] = ev.pool.mode
+                # `kill -USR1` writes who holds and waits for the GPU lock, then every thread's stack, to stderr
+                stacks.dump_on(signal.SIGUSR1, lambda ev=ev: [f"gpu lock: {ev.pool.gpu_lock.state()}",
+                                                                f"gpu memory: {ev.pool.gpu_lock.memory()}",
+                                                                f"activity: {ev.pool.activity_now()}"])
             if part == "speed":
                 part_speed(ev, names, report, save)
             elif part.startswith("pool"):
                 part, _, n = part.partition("@")
                 threads = int(n) if n else args.threads
-                profiles, lock, tune = ev.use_ncu, ev.profile_lock, ev.tune_alone
+                profiles, lock, tune, warmed = ev.use_ncu, ev.profile_lock, ev.tune_alone, ev.profile_warm
+                ev.profile_warm = warmed and part != "pool-unwarmed"
                 ev.use_ncu = profiles and part != "pool-noncu"
                 ev.profile_lock = {"pool-shared": "shared", "pool-apart": "apart"}.get(part, lock)
                 ev.tune_alone = part != "pool-autotune"  # that part: the whole check with the GPU alone
@@ -339,7 +349,7 @@ def main() -> None:
                     part_pool(ev, names, report, save, threads, key=key,
                               sources=autotuned_sources(tuple(names)) if part.startswith("pool-autotune") else None)
                 finally:
-                    ev.use_ncu, ev.profile_lock, ev.tune_alone = profiles, lock, tune
+                    ev.use_ncu, ev.profile_lock, ev.tune_alone, ev.profile_warm = profiles, lock, tune, warmed
                     ev.pool.set_park_profilers(parked)
                 if not (parts[i + 1:i + 2] and (parts[i + 1].startswith("pool") or parts[i + 1] == "speed")):
                     ev.pool.keep_at_most(4)  # as an evaluator does by default: 29 references fill an 80 GB GPU

@@ -26,11 +26,14 @@ def dump(file=None) -> None:
     file.flush()
 
 
-def dump_on(signum: int = signal.SIGUSR1) -> None:
-    """From now on, `signum` makes the process write every thread's stack to stderr and carry on."""
+def dump_on(signum: int = signal.SIGUSR1, state=None) -> None:
+    """From now on, `signum` makes the process write every thread's stack to stderr and carry on; `state`
+    (a callable returning lines, e.g. who holds the GPU lock) is written first."""
 
     def handler(_signum, _frame) -> None:
         try:
+            for line in state() if state is not None else ():
+                print(line, file=sys.stderr)
             dump()
         except Exception as exc:  # noqa: BLE001  (an exception here would surface in whatever the main thread runs)
             print(f"stacks: could not dump ({exc!r})", file=sys.stderr)

@@ -136,7 +136,7 @@ class Evaluator:
                  limits: Limits | None = None, memory_limit: int | None = None, use_ncu: bool | None = None,
                  calibration_path: str | None = None, max_references: int = 4, warm_profilers: int | None = None,
                  profile_lock: str = "exclusive", tune_alone: bool = True, park_profilers: bool = False,
-                 memory_share: float | None = MEMORY_SHARE):
+                 memory_share: float | None = MEMORY_SHARE, profile_warm: bool = True):
         self.mode = mode or detect_mode()
         if preset not in PRESETS:
             raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
@@ -147,6 +147,9 @@ class Evaluator:
         if profile_lock not in PROFILE_LOCKS:
             raise UserError(f"unknown profile lock {profile_lock!r}: use {', '.join(PROFILE_LOCKS)}")
         self.profile_lock = profile_lock
+        # The profiler's inputs and first call as a step that shares the GPU (True), or in the hold of the GPU
+        # alone with its profiled run (False, the order before stop 24)
+        self.profile_warm = profile_warm
         # A module with an autotuner: its configs are timed in one call per shape with the GPU alone, and its
         # correctness check then shares the GPU like any other (True, the default: 3.4 against 2.9 autotuned
         # candidates per minute on an H100, BENCHMARKS.md run P); or the whole check has the GPU alone (False)
@@ -542,7 +545,7 @@ class Evaluator:
             reply = self._ask(cand, {"op": "features", "shape": rep.index, "seed": _seed(seed, rep.index, 3)},
                               self.limits.run_s, "features")
         gpu_s = time.perf_counter() - t0 - (result.seconds["gpu_wait"] - waited)
-        if profile is not None and not tuned and not alone:
+        if profile is not None and self.profile_warm and not tuned and not alone:
             # the profiler's inputs and first call, a shared step: only the profiled run needs the GPU alone
             # (an autotuner's first call times its configs: it stays in the hold alone)
             t0, waited = time.perf_counter(), result.seconds["gpu_wait"]
