@@ -285,6 +285,47 @@ def test_evaluation_checks_under_the_shared_lock_and_times_alone(evaluator, vect
         evaluator.pool.gpu_lock = lock
 
 
+class _Signalling(GpuLock):
+    """Says when the GPU is first taken alone, and when that hold ends."""
+
+    def __init__(self):
+        super().__init__()
+        self.taken, self.freed = threading.Event(), threading.Event()
+
+    @contextmanager
+    def exclusive(self):
+        with super().exclusive():
+            self.taken.set()
+            yield
+        self.freed.set()
+
+
+def test_a_check_with_the_gpu_alone_throughout_never_waits_behind_checks_that_wait_for_it(evaluator, vector_add):
+    """An evaluation whose whole check holds the GPU alone (an autotuner without tune_alone; a second attempt
+    after running out of memory) compares its outputs on a thread of its own: the threads that every
+    evaluation's comparisons share may all be busy with comparisons waiting for that very hold to end. Here
+    each shared thread waits (up to 30 s) for the hold to end: the check must end first (run AB: on an
+    H100, 8 evaluations stalled for good)."""
+    evaluator.info(vector_add)
+    lock, tune = evaluator.pool.gpu_lock, evaluator.tune_alone
+    evaluator.pool.gpu_lock = signalling = _Signalling()
+    evaluator.tune_alone = False
+    try:
+        def waiting_to_share() -> bool:
+            signalling.taken.wait(60)
+            return signalling.freed.wait(30)
+
+        waiters = [evaluator._checks.submit(waiting_to_share) for _ in range(evaluator._checks._max_workers)]
+        t0 = time.monotonic()
+        result = evaluator.evaluate(vector_add, GOOD + "\n# triton.autotune\n")
+        assert result.ok, result.detail
+        assert all(w.result(timeout=60) for w in waiters), "the check waited behind the threads waiting for it"
+        assert time.monotonic() - t0 < 30
+    finally:
+        evaluator.tune_alone = tune
+        evaluator.pool.gpu_lock = lock
+
+
 def test_with_tune_alone_an_autotuner_times_its_configs_alone_and_the_check_shares(evaluator, vector_add):
     """tune_alone: one call per shape, all in one hold of the GPU alone (the autotuner's choice, nothing else
     of the evaluation beside it), then the correctness check shares the GPU like any other module's."""

@@ -606,6 +606,13 @@ class Evaluator:
         alias = self._alias_shape(shapes)
         pending = None  # the parent's check of the previous shape
         jobs = []
+        # The parent's checks go to threads shared by every evaluation, where each takes its own GPU step. A
+        # check that holds the GPU alone throughout (`gpu` is then a no-op) must not queue its own behind
+        # other evaluations' checks that wait for it to let go: they would wait for each other for ever (run
+        # AB: 8 evaluations stalled on an H100 once out-of-memory retries ran alone). It gets a thread of its own.
+        own = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelband-check-alone") \
+            if gpu is nullcontext else None
+        checks = own or self._checks
         try:
             launches = 0
             for shape in shapes:
@@ -618,7 +625,7 @@ class Evaluator:
                 what = f"shape {shape.label}"
                 launches += c_reply.get("launches", 0)
                 self._check_run(c_reply, r_reply, what)
-                jobs.append(self._checks.submit(self._judge, task, r_reply, c_reply, shape, info, what,
+                jobs.append(checks.submit(self._judge, task, r_reply, c_reply, shape, info, what,
                                                 by_index[shape.index], gpu))
                 if pending is not None:
                     io_bytes.update(pending.result())
@@ -638,6 +645,8 @@ class Evaluator:
             raise
         finally:
             wait(jobs)  # no check may outlive the evaluation's GPU lock
+            if own is not None:
+                own.shutdown(wait=False)
         with step():
             self._task_tests(task, info, ref, cand, result, tuned)
         if launches == 0 and not info.allow_torch_only:
