@@ -711,6 +711,39 @@ def by_label(result, label: str) -> bool:
     return any(s.label == label and s.correct for s in result.shapes)
 
 
+def test_the_memory_budget_is_a_share_of_the_memory_the_gpu_has_free(evaluator, vector_add):
+    """Memory that idle workers hold (kept references, warm workers, their contexts) or other programs use is
+    not the shared steps' to take: before each evaluation the budget becomes `memory_share` of what the GPU
+    has free plus what the steps in flight declared (run AB: 29 kept references and 16 workers filled 73 of
+    an H100's 80 GB while the budget said 42 GB)."""
+    free = [8 << 30]
+    lock = evaluator.pool.gpu_lock
+    evaluator._free_memory = lambda: free[0]
+    try:
+        assert evaluator.evaluate(vector_add, GOOD).ok
+        assert lock.budget == int(evaluator.memory_share * (8 << 30))
+        free[0] = 2 << 30  # references and warm workers took memory meanwhile
+        seen, holding = [], threading.Event()
+
+        def step_in_flight():  # another evaluation's step, 1 GiB declared, until the budget is read again
+            with lock.shared(1 << 30):
+                holding.set()
+                deadline = time.monotonic() + 60
+                while lock.budget == int(evaluator.memory_share * (8 << 30)) and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                seen.append(lock.budget)
+
+        other = threading.Thread(target=step_in_flight)
+        other.start()
+        assert holding.wait(10)
+        assert evaluator.evaluate(vector_add, GOOD).ok  # its timing waits for that step to end
+        other.join(60)
+        assert seen == [int(evaluator.memory_share * (3 << 30))]
+    finally:
+        evaluator._free_memory = None
+        lock.budget = None
+
+
 def test_a_memory_share_outside_zero_to_one_is_refused():
     from kernelband.errors import UserError
     from kernelband.evaluation.evaluator import Evaluator

@@ -61,10 +61,18 @@ TESTS_CACHE_BYTES = 256 << 20
 # GPU memory a shared step may take, in multiples of its shape's input bytes: a shape's run holds the inputs
 # and about as much output in the reference's process and in the candidate's (4), the parent's comparison
 # both outputs (2), the reference's self-check two outputs beside its inputs (3). The shared steps on the
-# GPU at once declare at most MEMORY_SHARE of its memory (GpuLock.budget); the rest is for the workers'
-# CUDA contexts and what the estimate misses.
+# GPU at once declare at most MEMORY_SHARE of the memory they can have (GpuLock.budget): what the GPU has free
+# plus what the steps in flight declared, read again before each evaluation and each reference's set-up, so
+# that memory held by idle workers (kept references, warm workers, their CUDA contexts) or by other programs
+# is left out; the other half is for what the estimates miss.
 RUN_BYTES, COMPARE_BYTES, SELFCHECK_BYTES = 4, 2, 3
 MEMORY_SHARE = 0.5
+
+
+def _free_gpu_memory(device_index: int) -> int:
+    import torch
+
+    return torch.cuda.mem_get_info(device_index)[0]
 
 
 def detect_mode() -> str:
@@ -159,6 +167,8 @@ class Evaluator:
         if memory_share is not None and not 0 < memory_share <= 1:
             raise UserError(f"memory share {memory_share} must be in (0, 1]")
         self.memory_share = memory_share
+        # bytes of memory the GPU has free now, from the parent's CUDA context (the parent compares there)
+        self._free_memory = partial(_free_gpu_memory, device_index) if self.mode == "gpu" else None
         self.limits = limits or Limits()
         if use_ncu is None:
             from kernelband.evaluation import ncu
@@ -226,12 +236,22 @@ class Evaluator:
     def _reference(self, task: Task) -> Iterator[Worker]:
         """The task's reference worker (set up on first use), leased for the `with` block: a reference in use
         is never closed to make room for another task's."""
+        self._refresh_memory_budget()
         with self._setup_locks.setdefault(task.key, threading.Lock()):  # one set-up per task at a time
             worker = self.pool.reference(task.key) or self._set_up_reference(task)
+        self._refresh_memory_budget()  # a new reference holds memory now
         try:
             yield worker
         finally:
             self.pool.release_reference(worker)
+
+    def _refresh_memory_budget(self) -> None:
+        """The memory that the steps sharing the GPU may declare at once: `memory_share` of what the GPU has
+        free now plus what the steps in flight declared (see MEMORY_SHARE). No limit without a GPU."""
+        if self.memory_share is None or self._free_memory is None:
+            return
+        lock = self.pool.gpu_lock
+        lock.budget = int(self.memory_share * (self._free_memory() + lock.memory()["declared"]))
 
     def _set_up_reference(self, task: Task) -> Worker:
         """Load the reference, check it on every shape and its own tests; the worker comes back leased. The
@@ -332,9 +352,6 @@ class Evaluator:
             what = "task definition" if reply.get("outcome") == "task_error" else "starting kernel"
             raise TaskError(f"{task.ref}: the {what} fails to load: {error_line(reply.get('error', ''))}")
         worker.info = TaskInfo.from_wire(reply["info"])
-        total = worker.ready.device.get("total_memory") if worker.ready else None
-        if total and self.memory_share is not None and self.pool.gpu_lock.budget is None:
-            self.pool.gpu_lock.budget = int(self.memory_share * total)
         worker.valid, worker.dropped = {s.index for s in worker.info.shapes}, []
         worker.unreproducible, worker.test_outputs = frozenset(), None
         self.pool.keep_reference(task.key, worker)
