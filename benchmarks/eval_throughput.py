@@ -49,6 +49,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -141,8 +142,13 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
         finished.append(time.perf_counter() - t0)
         return result
 
-    with ThreadPoolExecutor(threads) as pool:
-        results = list(pool.map(one, tasks))
+    done = threading.Event()
+    threading.Thread(target=_watch, args=(ev, key, finished, t0, done), daemon=True).start()
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            results = list(pool.map(one, tasks))
+    finally:
+        done.set()
     elapsed = time.perf_counter() - t0
     finished.sort()
     evaluated = [(t, r) for t, r in zip(tasks, results) if not isinstance(r, str)]
@@ -197,6 +203,31 @@ def steady_rate(finished: list[float], threads: int) -> float | None:
     first, last = threads - 1, len(finished) - threads
     span = finished[last] - finished[first]
     return 60 * (last - first) / span if span > 0 else None
+
+
+def lock_state(ev: Evaluator) -> list[str]:
+    """Who holds and waits for the GPU lock, the memory declared, the off-lock work in flight."""
+    return [f"gpu lock: {ev.pool.gpu_lock.state()}", f"gpu memory: {ev.pool.gpu_lock.memory()}",
+            f"activity: {ev.pool.activity_now()}"]
+
+
+# A pool part with no result for this long writes the GPU lock's state and every thread's stack to stderr
+# (run AB: 8 evaluations stalled for good, and the log said nothing)
+STALL_S = 240
+
+
+def _watch(ev: Evaluator, key: str, finished: list[float], t0: float, done: threading.Event,
+           every: float = 10.0) -> None:
+    """Until `done`: once per quiet stretch of STALL_S with no new entry in `finished` (seconds from t0)."""
+    quiet_since = None
+    while not done.wait(every):
+        last = finished[-1] if finished else 0.0
+        if time.perf_counter() - t0 - last > STALL_S and quiet_since != last:
+            quiet_since = last
+            print(f"{key}: no result for {STALL_S} s; the GPU lock and every thread's stack:", file=sys.stderr)
+            for line in lock_state(ev):
+                print(line, file=sys.stderr)
+            stacks.dump()
 
 
 def _safe_eval(ev, task, **kwargs):
@@ -329,9 +360,7 @@ def main() -> None:
                                memory_share=None if args.memory_share == "none" else float(args.memory_share))
                 report["device"] = ev.pool.mode
                 # `kill -USR1` writes who holds and waits for the GPU lock, then every thread's stack, to stderr
-                stacks.dump_on(signal.SIGUSR1, lambda ev=ev: [f"gpu lock: {ev.pool.gpu_lock.state()}",
-                                                                f"gpu memory: {ev.pool.gpu_lock.memory()}",
-                                                                f"activity: {ev.pool.activity_now()}"])
+                stacks.dump_on(signal.SIGUSR1, functools.partial(lock_state, ev))
             if part == "speed":
                 part_speed(ev, names, report, save)
             elif part.startswith("pool"):

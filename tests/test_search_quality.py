@@ -150,3 +150,36 @@ def test_the_pools_steady_rate_leaves_out_its_start_and_its_drain():
     finished = [20.0, 21.0, 26.0, 31.0, 36.0, 41.0, 46.0, 80.0]
     assert eval_throughput.steady_rate(finished, 2) == pytest.approx(60 * 5 / 25.0)  # 21 s to 46 s: 5 results
     assert eval_throughput.steady_rate(finished[:5], 2) is None
+
+
+def test_a_pool_part_with_no_result_for_a_while_writes_who_holds_the_gpu_lock_and_every_stack(monkeypatch, capsys):
+    """Run AB's 8 evaluations stalled for good and the log said nothing: a pool part now writes the GPU lock's
+    holders and every thread's stack once per quiet stretch, and nothing while results come."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from kernelband.evaluation.pool import GpuLock
+
+    spec = importlib.util.spec_from_file_location(
+        "eval_throughput", Path(__file__).resolve().parents[1] / "benchmarks" / "eval_throughput.py")
+    eval_throughput = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(eval_throughput)
+    monkeypatch.setattr(eval_throughput, "STALL_S", 0.3)
+    lock = GpuLock()
+    ev = SimpleNamespace(pool=SimpleNamespace(gpu_lock=lock, activity_now=lambda: {"compile": 1}))
+    finished, done = [], threading.Event()
+    t0 = time.perf_counter()
+    watcher = threading.Thread(target=eval_throughput._watch, args=(ev, "pool@8", finished, t0, done, 0.02))
+    with lock.exclusive():
+        watcher.start()
+        time.sleep(0.8)
+    err = capsys.readouterr().err
+    assert err.count("pool@8: no result for 0.3 s") == 1  # once per quiet stretch
+    assert "gpu lock: ['MainThread: exclusive" in err and "activity: {'compile': 1}" in err
+    assert "Thread MainThread (most recent call last)" in err and "time.sleep(0.8)" in err
+    finished.append(time.perf_counter() - t0)  # a result: quiet again only after STALL_S more
+    time.sleep(0.1)
+    done.set()
+    watcher.join(5)
+    assert "no result" not in capsys.readouterr().err
