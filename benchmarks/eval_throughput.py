@@ -126,11 +126,7 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     if sources is not None:
         names = [n for n in names if n in sources]
     tasks = [load_task(f"tritonbench:{n}") for n in names]
-    for t in tasks:  # references loaded beforehand: this measures candidates, not task set-up
-        try:
-            ev.info(t)
-        except Exception:  # noqa: BLE001
-            pass
+    set_up(ev, tasks, threads)  # references loaded beforehand: this measures candidates, not task set-up
     from kernelband.evaluation import ncu
 
     ncu._cache.clear()  # every candidate profiled, as a new one would be
@@ -203,6 +199,19 @@ def steady_rate(finished: list[float], threads: int) -> float | None:
     first, last = threads - 1, len(finished) - threads
     span = finished[last] - finished[first]
     return 60 * (last - first) / span if span > 0 else None
+
+
+def set_up(ev: Evaluator, tasks: list, threads: int) -> None:
+    """Every task's reference set up (loaded, checked on every shape), `threads` at a time, as a bench's runs
+    set theirs up; a task that cannot be set up is left to its evaluation to report."""
+    def one(task) -> None:
+        try:
+            ev.info(task)
+        except Exception:  # noqa: BLE001
+            pass
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, tasks))
 
 
 def lock_state(ev: Evaluator) -> list[str]:
