@@ -234,9 +234,7 @@ def _watch(ev: Evaluator, key: str, finished: list[float], t0: float, done: thre
         if time.perf_counter() - t0 - last > STALL_S and quiet_since != last:
             quiet_since = last
             print(f"{key}: no result for {STALL_S} s; the GPU lock and every thread's stack:", file=sys.stderr)
-            for line in lock_state(ev):
-                print(line, file=sys.stderr)
-            stacks.dump()
+            stacks.dump(state=functools.partial(lock_state, ev))
 
 
 def _safe_eval(ev, task, **kwargs):

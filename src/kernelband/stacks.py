@@ -15,9 +15,12 @@ import threading
 import traceback
 
 
-def dump(file=None) -> None:
-    """Write every thread's name and stack to `file` (default stderr)."""
+def dump(file=None, state=None) -> None:
+    """Write every thread's name and stack to `file` (default stderr); first the lines `state()` returns, if
+    given (e.g. who holds the GPU lock)."""
     file = file or sys.stderr
+    for line in state() if state is not None else ():
+        print(line, file=file)
     names = {t.ident: t.name for t in threading.enumerate()}
     for ident, frame in sys._current_frames().items():
         print(f"Thread {names.get(ident, ident)} (most recent call last):", file=file)
@@ -32,9 +35,7 @@ def dump_on(signum: int = signal.SIGUSR1, state=None) -> None:
 
     def handler(_signum, _frame) -> None:
         try:
-            for line in state() if state is not None else ():
-                print(line, file=sys.stderr)
-            dump()
+            dump(state=state)
         except Exception as exc:  # noqa: BLE001  (an exception here would surface in whatever the main thread runs)
             print(f"stacks: could not dump ({exc!r})", file=sys.stderr)
 
