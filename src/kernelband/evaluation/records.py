@@ -67,6 +67,12 @@ ALONE_NOTE = ("out of GPU memory beside other evaluations' steps ({first}): eval
 _OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError")
 
 
+def evaluated_again_alone(result) -> bool:
+    """The evaluation's verdict is its second attempt, with the GPU alone (its notes carry ALONE_NOTE)."""
+    head = ALONE_NOTE.split("{")[0]
+    return any(n.startswith(head) for n in result.notes)
+
+
 def out_of_memory(error: str) -> bool:
     """The error says a worker ran out of GPU memory (torch's OutOfMemoryError, Triton's launch error)."""
     return bool(error) and _OUT_OF_MEMORY.search(error) is not None

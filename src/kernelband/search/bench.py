@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from kernelband.errors import SetupError, UserError
-from kernelband.evaluation.records import ALONE_NOTE, RULES, EvalResult, Outcome, out_of_memory
+from kernelband.evaluation.records import RULES, EvalResult, Outcome, evaluated_again_alone, out_of_memory
 from kernelband.search.core import Strategy, source_hash
 from kernelband.search.loop import RunConfig
 from kernelband.search.store import Store
@@ -153,6 +153,7 @@ class Bench:
         self.tasks = {}
         self._lock = threading.Lock()
         self._fresh: set[tuple] = set()  # baselines measured in this sweep
+        self._gpus_checked: set[str] = set()  # GPU models found to match the bench's runs (_same_gpu)
         self.errors: list[str] = []
         self.fatal: SetupError | None = None  # the first set-up mistake a run hit: the sweep stops
 
@@ -260,9 +261,14 @@ class Bench:
 
     def _same_gpu(self, gpu: str) -> None:
         """A bench compares policies on one GPU model: resumed on another, its runs would differ by GPU as well
-        as by policy. Refused (a SetupError: the sweep stops, nothing stored is touched)."""
+        as by policy. Refused (a SetupError: the sweep stops, nothing stored is touched). Read from the store
+        once per GPU model: this sweep's own runs add none other."""
+        if gpu in self._gpus_checked:
+            return
         ran_on = {r.device for r in self.store.runs(self.bench_id) if r.device} - {gpu}
-        if ran_on:
+        if not ran_on:
+            self._gpus_checked.add(gpu)
+        else:
             raise SetupError(f"bench {self.bench_id} was measured on {', '.join(sorted(ran_on))} and this GPU is "
                              f"{gpu}: resume it on the same GPU model, or start a new bench")
 
@@ -289,6 +295,6 @@ def _stale_verdict(found: EvalResult, task) -> bool:
     than reused, so that two policies reaching it are not judged by two rule sets."""
     if found.outcome in (Outcome.RUNTIME_ERROR, Outcome.CRASHED) and out_of_memory(found.error):
         # out of memory with other evaluations' steps on the GPU: today's evaluator tries again alone
-        return not any(n.startswith(ALONE_NOTE[:24]) for n in found.notes)
+        return not evaluated_again_alone(found)
     return (found.outcome == Outcome.SUSPICIOUS and set(found.checks) == {"speed_of_light"}
             and bool(task.bytes_overcounted))
