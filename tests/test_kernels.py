@@ -280,14 +280,16 @@ def test_on_a_gpu_compiling_covers_the_tasks_own_test_cases():
 
 @pytest.mark.gpu
 def test_on_a_gpu_ncu_reads_phi_after_a_warm_up_that_shared_the_gpu():
-    """The profiler's inputs and warm-up call run as a shared step, and the profiled run with the GPU alone
-    uses those inputs: on a GPU with Nsight Compute, φ comes back with its counters and no ncu note."""
+    """ncu's set-up in the worker, the profiler's inputs and warm-up call run as a shared step, and the
+    profiled run with the GPU alone uses those inputs: on a GPU with Nsight Compute, φ comes back with its
+    counters (the candidate's kernel only) and no ncu note."""
     from kernelband.evaluation import ncu
     from kernelband.evaluation.evaluator import Evaluator
 
     if not ncu.available():
         pytest.skip("no ncu on this machine")
     task = load_task("examples:vector_add")
+    ncu._cache.clear()
     with Evaluator(mode="gpu", warm=1, use_ncu=True) as ev:
         result = ev.evaluate(task, task.module_source + "\n# profiled\n", preset="default")
     assert result.ok, result.detail
@@ -295,3 +297,6 @@ def test_on_a_gpu_ncu_reads_phi_after_a_warm_up_that_shared_the_gpu():
     phi = result.features.phi
     assert sum(v is not None for v in phi.values()) >= 7, phi
     assert result.seconds["profile_alone"] > 0
+    # the worker's own profiled warm-up kernel (ncu's set-up, in the shared step) is not in phi: the
+    # vector_add candidate launches one kernel
+    assert [v["kernels"] for v in ncu._cache.values()] == [1.0]

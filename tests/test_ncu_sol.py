@@ -66,6 +66,22 @@ def test_several_kernels_are_weighted_by_duration_and_conflicts_summed():
     assert phi["kernels"] == 2 and phi["duration_ns"] == 4000
 
 
+def test_the_workers_own_ncu_warm_up_kernel_is_left_out_of_phi():
+    """A profiling worker profiles a tiny kernel of its own once (ncu's set-up, off the GPU-alone hold):
+    its row is in ncu's report, but phi is the candidate's kernels only."""
+    from kernelband.worker import warmup_kernel
+
+    assert warmup_kernel.kernelband_ncu_warmup.fn.__name__ == ncu.WARMUP_KERNEL  # the name ncu reports
+    text = ncu_csv([{"name": ncu.WARMUP_KERNEL, ncu.DURATION: "2000", DRAM: "1", BANK: "9"},
+                    {"name": "add_kernel", ncu.DURATION: "1000", DRAM: "80", BANK: "0"}],
+                   [DRAM, BANK, ncu.DURATION])
+    phi = ncu.parse(text)
+    assert phi["kernels"] == 1 and phi["duration_ns"] == 1000
+    assert phi["dram_bw_pct"] == pytest.approx(80) and phi["shared_bank_conflicts"] == 0
+    assert ncu.parse(ncu_csv([{"name": ncu.WARMUP_KERNEL, ncu.DURATION: "2000", DRAM: "1"}],
+                             [DRAM, ncu.DURATION])) is None  # the candidate's run profiled nothing
+
+
 def test_a_report_without_kernels_gives_none():
     assert ncu.parse("==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\n") is None
     assert ncu.parse(ncu_csv([], [DRAM, ncu.DURATION])) is None

@@ -3,10 +3,13 @@
 The candidate runs in a worker started under
 `ncu --clock-control none --profile-from-start off --csv --page raw`, warm
 like any other (the pool starts it ahead of need). The worker imports and
-compiles the candidate while nothing else waits for it, then, with the GPU to
-itself, runs the representative shape once and again between cudaProfilerStart
-and cudaProfilerStop, and exits; ncu then writes one CSV row per kernel. Counters
-of several kernels are averaged, weighted by their durations. Results are cached
+compiles the candidate while nothing else waits for it; in a step that shares
+the GPU it profiles a tiny kernel of its own once (ncu's set-up in the process,
+0.6-1.1 s on an H100, is paid there; its row is dropped) and runs the
+representative shape once; then, with the GPU to itself, it runs the shape
+again between cudaProfilerStart and cudaProfilerStop, and exits; ncu then
+writes one CSV row per kernel. Counters of several kernels are averaged,
+weighted by their durations. Results are cached
 by (GPU, source hash, shape) for the life of the evaluator.
 """
 
@@ -33,6 +36,9 @@ METRICS: dict[str, tuple[str, float]] = {
     "tensor_core_util_pct": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", 1.0),
 }
 DURATION = "gpu__time_duration.sum"
+# the kernel a profiling worker profiles once before the candidate (`kernelband.worker.warmup_kernel`):
+# its row is not the candidate's
+WARMUP_KERNEL = "kernelband_ncu_warmup"
 
 _cache: dict[str, dict] = {}
 
@@ -65,7 +71,8 @@ def parse(text: str) -> dict[str, float | None] | None:
     if len(lines) < 2:
         return None
     rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
-    rows = [r for r in rows if r.get(DURATION) not in (None, "") and _number(r.get(DURATION)) is not None]
+    rows = [r for r in rows if r.get(DURATION) not in (None, "") and _number(r.get(DURATION)) is not None
+            and not (r.get("Kernel Name") or "").startswith(WARMUP_KERNEL)]
     if not rows:
         return None
     weights = [_number(r[DURATION]) or 0.0 for r in rows]
@@ -116,8 +123,9 @@ class Profile:
 
     * `prepare` (a side thread, no GPU lock): a warm profiling worker imports the candidate and compiles its
       kernels for the representative shape, while the candidate's own worker does the same;
-    * `warm` (a shared step of the GPU lock, optional): the shape's inputs made and one warm-up call;
-    * `measure` (the GPU alone): the warm-up if `warm` did not run, then one run between cudaProfilerStart
+    * `warm` (a shared step of the GPU lock, optional): ncu's set-up in the worker (one profiled launch of a
+      tiny kernel of its own, `WARMUP_KERNEL`), the shape's inputs made and one warm-up call;
+    * `measure` (the GPU alone): what `warm` does if it did not run, then one run between cudaProfilerStart
       and Stop, during which ncu replays each kernel to read its counters;
     * `finish` (no GPU lock): the worker exits, ncu writes its CSV, and the counters are parsed.
 
@@ -179,9 +187,10 @@ class Profile:
             self.pool.release(worker)
 
     def warm(self) -> None:
-        """The profiled shape's inputs made and its first call, outside the profiled range: a step that may
-        share the GPU with other checks (never with a timing), after `prepare` has returned and before
-        `measure`. Optional: without it, `measure` does the same with the GPU to itself."""
+        """ncu's set-up in the worker, the profiled shape's inputs made and its first call, outside the
+        candidate's profiled range: a step that may share the GPU with other checks (never with a timing),
+        after `prepare` has returned and before `measure`. Optional: without it, `measure` does the same
+        with the GPU to itself."""
         self._run("profile_prepare", "the warm-up before the profiled run failed")
 
     def measure(self) -> None:
