@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from kernelband.evaluation import ncu  # noqa: E402
 
 SASS = "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.pct"
-# hardware-counter stand-ins for the coalescing of global loads: sectors per request, and bytes per sector
+# hardware-counter stand-ins for the coalescing of global loads: sectors and requests (their ratio)
 ALT = ["l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"]
 
 

@@ -83,6 +83,7 @@ class Worker:
         self.module = None
         self.harness = None
         self.kept: list = []
+        self.ncu_warmed = False  # under ncu: its set-up done (`_ncu_warm_up`)
         self.files = 0
         self.sandbox: dict = {}
 
@@ -415,9 +416,9 @@ class Worker:
 
     def _ncu_warm_up(self) -> None:
         """ncu's set-up in this process (its first profiled launch), once: see `warmup_kernel.profile_once`."""
-        if self.gpu and not getattr(self, "_ncu_warmed", False):
+        if self.gpu and not self.ncu_warmed:
             from kernelband.worker import warmup_kernel
-            self._ncu_warmed = True
+            self.ncu_warmed = True
             warmup_kernel.profile_once(self.device)
 
     def op_profile_prepare(self, request: dict) -> dict:
