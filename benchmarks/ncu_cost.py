@@ -4,8 +4,8 @@ ncu's profiled run holds the GPU alone for every candidate (about 1.4 s on an H1
 the GPU time a candidate needs. ncu replays a kernel once per pass, and metrics that need the kernel's SASS
 patched (`smsp__sass_*`) cost more than hardware counters. This script profiles three Triton kernels
 (element-wise, row softmax, matmul) under ncu with several metric sets, and reports per set and kernel the
-wall time of the profiled launch (seen from inside the profiled process), the passes ncu reports, and the
-values, so that a cheaper set can be checked against the current one:
+wall time of the profiled launch (seen from inside the profiled process) and ncu's CSV rows, so that a
+cheaper set can be checked against the current one:
 
     python3 benchmarks/ncu_cost.py --out ncu_cost.json [--repeat 2]
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -45,9 +44,6 @@ def metric_sets() -> dict[str, list[str]]:
     }
 
 
-PASSES = re.compile(r'==PROF== Profiling "([^"]+)".*?(\d+) pass')
-
-
 def run_set(name: str, metrics: list[str], repeat: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "ncu.log")
@@ -59,10 +55,9 @@ def run_set(name: str, metrics: list[str], repeat: int) -> dict:
         wall = time.perf_counter() - t0
         text = open(log).read() if os.path.exists(log) else ""
     child = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    passes = PASSES.findall(text)
     rows = [ln for ln in text.splitlines() if ln.startswith('"')]
     return {"set": name, "metrics": metrics, "rc": proc.returncode, "process_s": round(wall, 2),
-            "profiled": child, "passes": [{"kernel": k, "passes": int(p)} for k, p in passes],
+            "profiled": child,
             "csv_rows": rows[:40], "stderr_tail": proc.stderr[-1500:]}
 
 
@@ -140,8 +135,8 @@ def main() -> None:
         res = run_set(name, sets[name], args.repeat)
         results.append(res)
         summary = {k["kernel"]: k["s"] for k in res["profiled"] if k["round"] == args.repeat - 1}
-        print(json.dumps({"set": name, "rc": res["rc"], "process_s": res["process_s"], "profiled_s": summary,
-                          "passes": [p["passes"] for p in res["passes"]]}), flush=True)
+        print(json.dumps({"set": name, "rc": res["rc"], "process_s": res["process_s"], "profiled_s": summary}),
+              flush=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)
 
