@@ -7,7 +7,9 @@ Parts (run them in one call or split them across calls):
            evaluated candidate: median and p90. Right after a pool part the references are loaded
            already, and the set-up column is only the lookup.
   pool     the same candidates evaluated concurrently through one worker pool (ncu cache emptied
-           first): candidates/minute.
+           first): candidates/minute. Each task is set up first, as a bench's run sets its task up
+           before its candidates: its reference loaded, checked, and timed once per shape
+           (`Evaluator.prime_timing`, which a search pays in its baseline evaluation).
   pool-shared  the same with ncu's profiled run sharing the GPU with other candidates' checks (the
            evaluator's `profile_lock="shared"`) instead of having it alone; φ is kept per task, so two
            parts' φ can be compared.
@@ -202,11 +204,14 @@ def steady_rate(finished: list[float], threads: int) -> float | None:
 
 
 def set_up(ev: Evaluator, tasks: list, threads: int) -> None:
-    """Every task's reference set up (loaded, checked on every shape), `threads` at a time, as a bench's runs
-    set theirs up; a task that cannot be set up is left to its evaluation to report."""
+    """Every task's reference set up (loaded, checked on every shape, its usual time on each measured:
+    `Evaluator.prime_timing`), `threads` at a time, as a bench's runs set theirs up and then pay that
+    measurement in their baseline evaluation; a task that cannot be set up is left to its evaluation to
+    report."""
     def one(task) -> None:
         try:
             ev.info(task)
+            ev.prime_timing(task)
         except Exception:  # noqa: BLE001
             pass
 

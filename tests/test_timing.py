@@ -302,3 +302,50 @@ def test_an_evaluation_says_how_long_it_waited_for_its_reference_and_its_worker(
     assert fresh.seconds["reference"] > 10 * kept.seconds["reference"], (fresh.seconds, kept.seconds)
     assert kept.seconds["reference"] < 0.5
     assert 0 <= kept.seconds["worker"] < kept.seconds["total"]
+
+
+def test_priming_measures_the_reference_once_per_shape_and_spares_the_first_candidate_that_measurement():
+    """`prime_timing`: the task's set-up measures the reference's usual time on each search shape, so the
+    first evaluation's timing asks the reference once per shape, as every later one does; priming again
+    measures nothing."""
+    from kernelband.evaluation.evaluator import Evaluator
+    from kernelband.tasks import load_task
+
+    task = load_task("examples:vector_add")
+
+    def reference_timings(ev) -> list[int]:
+        asked: list[int] = []
+        ask_ref = ev._ask_ref
+
+        def counting(task, ref, message, timeout, what):
+            if message.get("op") == "time":
+                asked.append(message["shape"])
+            return ask_ref(task, ref, message, timeout, what)
+
+        ev._ask_ref = counting
+        return asked
+
+    with Evaluator(mode="interpreter", warm=1) as ev:
+        ev.recheck_timings = True  # off in the interpreter by default: its timings measure Python
+        asked = reference_timings(ev)
+        primed = ev.prime_timing(task)
+        shapes = list(asked)
+        assert primed == len(shapes) > 0 and len(set(shapes)) == len(shapes)
+        assert ev.prime_timing(task) == 0 and len(asked) == primed
+        del asked[:]
+        result = ev.evaluate(task)
+        assert result.ok
+        assert sorted(asked) == sorted(s.index for s in result.shapes if s.cand_ms)  # once per shape
+    with Evaluator(mode="interpreter", warm=1) as ev:  # unprimed: the first timing measures it twice
+        ev.recheck_timings = True
+        asked = reference_timings(ev)
+        result = ev.evaluate(task)
+        assert result.ok and len(asked) == 2 * len([s for s in result.shapes if s.cand_ms])
+
+
+def test_an_evaluation_says_where_its_timing_went(evaluator, vector_add):
+    """The worker's phases of each measurement, summed: making the inputs, the timed calls, the requests."""
+    result = evaluator.evaluate(vector_add)
+    s = result.seconds
+    assert result.ok and s["timing_inputs"] > 0 and s["timing_bench"] > 0
+    assert s["timing_inputs"] + s["timing_bench"] <= s["timing_requests"] <= s["timing"]

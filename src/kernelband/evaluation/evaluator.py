@@ -104,6 +104,20 @@ def select_shapes(info: TaskInfo, mode: str, which: str = "search",
     raise UserError(f"unknown shape selection {which!r}: use search, held_out or all")
 
 
+# Where a timing's seconds go, summed over its measurements into EvalResult.seconds: the worker's making of
+# the inputs, its probe of the call's host time (timing.ahead_for), the estimate and do_bench, and the whole
+# request as the parent saw it (the rest: the message both ways and the worker's freeing of memory).
+TIMING_PHASES = {"inputs": "timing_inputs", "probe": "timing_probe", "bench": "timing_bench"}
+
+
+def _add_phases(seconds: dict[str, float], reply: dict) -> None:
+    for name, key in TIMING_PHASES.items():
+        if name in reply.get("phases", {}):
+            seconds[key] = seconds.get(key, 0.0) + float(reply["phases"][name])
+    if "request_s" in reply:
+        seconds["timing_requests"] = seconds.get("timing_requests", 0.0) + reply["request_s"]
+
+
 def _smallest(shapes: list[ShapeInfo], k: int) -> list[ShapeInfo]:
     ordered = sorted(shapes, key=lambda s: s.nbytes)
     small = [s for s in ordered if s.nbytes <= INTERPRETER_MAX_BYTES][:k]
@@ -834,6 +848,7 @@ class Evaluator:
                 else:
                     reply = self._ask(cand, msg, self.limits.time_s, f"timing ({sr.label})")
                 unwaited += reply.get("gpu_waits", 0) == 0
+                _add_phases(result.seconds, reply)
                 if reply.get("ahead_us") is not None:
                     sr.ahead_us = max(sr.ahead_us or 0.0, float(reply["ahead_us"]))
                 if reply.get("host_sync"):
@@ -844,11 +859,9 @@ class Evaluator:
             checked = preset.recheck and self.recheck_timings
             expected = self._ref_history.expected(key) if checked else None
             if checked and expected is None:
-                # a task's first timing in this evaluator: one more measurement of the reference alone, so
-                # that its pair's reference has something to be compared with
-                expected = interleave.summarise([measure("ref")], preset.stat)[0]
-                if expected:
-                    self._ref_history.add(key, expected)
+                # a task's first timing in this evaluator (unless `prime_timing` ran): one more measurement
+                # of the reference alone, so that its pair's reference has something to be compared with
+                expected = self._learn_ref_time(key, measure("ref"), preset)
                 during.clear()
             kept, attempts = interleave.measure_shape(measure, rounds, sr.timed_first == "ref", preset.stat,
                                                       expected, preset.recheck, preset.retries)
@@ -887,6 +900,35 @@ class Evaluator:
             result.speedup = sum(x.ref_ms for x in search) / sum(x.cand_ms for x in search)
         if held:
             result.held_out_speedup = sum(x.ref_ms for x in held) / sum(x.cand_ms for x in held)
+
+    def _learn_ref_time(self, key: tuple, times: list[float], preset: Preset) -> float | None:
+        """The reference's usual time on a shape, from its first measurement in this evaluator."""
+        expected = interleave.summarise([times], preset.stat)[0]
+        if expected:
+            self._ref_history.add(key, expected)
+        return expected
+
+    def prime_timing(self, task: Task, preset: str | Preset | None = None, which: str = "search") -> int:
+        """Measure the reference once on each shape whose usual time this evaluator does not know yet, with
+        the GPU alone: what a task's first timing otherwise does inside its first candidate's timing (the
+        re-measure rule needs it, evaluation/interleave.py). Part of a task's set-up, as a search's baseline
+        evaluation pays it once per task; returns how many shapes were measured (0 without a GPU)."""
+        preset = self.preset if preset is None else (PRESETS[preset] if isinstance(preset, str) else preset)
+        if not (preset.recheck and self.recheck_timings):
+            return 0
+        measured = 0
+        with self._reference(task) as ref:
+            for shape in select_shapes(ref.info, self.mode, which, ref.valid):
+                key = (task.key, preset.name, shape.index)
+                if self._ref_history.expected(key) is not None:
+                    continue
+                msg = {"op": "time", "shape": shape.index, "seed": _seed(0, shape.index, 2), "preset": preset.wire()}
+                with self.pool.gpu_lock.exclusive():
+                    reply = self._ask_ref(task, ref, msg, self.limits.time_s, f"timing {shape.label}")
+                if reply.get("ok"):
+                    self._learn_ref_time(key, reply["times"], preset)
+                    measured += 1
+        return measured
 
     def _speed_of_light(self, shapes, result, by_index, io_bytes, peaks, overcounted: str = "") -> None:
         """Each shape's GB/s, TFLOP/s and fraction of the bound; a candidate faster than the bound is

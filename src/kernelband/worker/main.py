@@ -376,8 +376,10 @@ class Worker:
         from kernelband.worker.timing import bench
         index, seed, preset = request["shape"], request["seed"], request["preset"]
         try:
+            t0 = time.perf_counter()
             self._seed(seed)
             inputs = self.harness.make_inputs(index, self.device)
+            made = time.perf_counter() - t0
             def fn():
                 return self.harness.call(inputs)
 
@@ -386,6 +388,7 @@ class Worker:
                 times, waits, info = bench(fn, preset, self.gpu, self.guard)
         except BaseException as exc:  # noqa: BLE001
             return self._failed(exc)
+        info.setdefault("phases", {})["inputs"] = made
         return {"ok": True, "times": times, "gpu_waits": waits, **info, "tampered": self._tamper()}
 
     def op_features(self, request: dict) -> dict:

@@ -91,7 +91,8 @@ def ahead_for(fn, base_us: float, sleep=None, synchronize=None, clock=time.perf_
 
 def bench(fn, preset: dict, gpu: bool, guard) -> tuple[list[float], int, dict]:
     """Per-iteration times in milliseconds, how many GPU waits were queued (see `gpu_ahead`), and
-    {"ahead_us", "host_sync"} (see `ahead_for`)."""
+    {"ahead_us", "host_sync"} (see `ahead_for`) with "phases": seconds spent probing the host time
+    ("probe") and in the estimate and do_bench ("bench")."""
     if not gpu:
         # Interpreter timings measure Python, not a GPU: one run is all they are worth.
         times = []
@@ -99,13 +100,15 @@ def bench(fn, preset: dict, gpu: bool, guard) -> tuple[list[float], int, dict]:
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1000.0)
-        return times, 0, {}
+        return times, 0, {"phases": {"bench": sum(times) / 1000.0}}
     do_bench = guard.original("triton.testing:do_bench")
     warmup, rep = float(preset["warmup"]), float(preset["rep"])
     ahead, info = float(preset.get("ahead_us") or 0.0), {}
+    t0 = time.perf_counter()
     if ahead > 0:
         ahead, sync = ahead_for(fn, ahead)
         info = {"ahead_us": ahead, "host_sync": sync}
+    t1 = time.perf_counter()
     with gpu_ahead(ahead) as waits:
         if preset.get("unit", "iters") == "iters":
             est = _estimate_ms(fn)
@@ -114,6 +117,7 @@ def bench(fn, preset: dict, gpu: bool, guard) -> tuple[list[float], int, dict]:
         if max_ms:
             warmup, rep = min(warmup, max_ms / 4), min(rep, max_ms)
         times = do_bench(fn, warmup=warmup, rep=rep, return_mode="all")
+    info["phases"] = {"probe": t1 - t0, "bench": time.perf_counter() - t1}
     return [float(t) for t in times], len(waits), info
 
 
