@@ -24,6 +24,10 @@ Parts (run them in one call or split them across calls):
   pool-unwarmed  the same as `pool`, with the profiler's inputs and first call in the hold of the GPU alone
            with its profiled run (the evaluator's `profile_warm=False`, the order before stop 24) instead of
            in a step that shares the GPU.
+  pool-ncusetup  the same as `pool`, with ncu's set-up in each profiling worker (its first profiled launch,
+           0.6-1.1 s) paid on a tiny kernel of the worker's own in the shared warm-up step (the evaluator's
+           `ncu_setup_shared`) instead of in the candidate's profiled run with the GPU alone; its
+           `phi_from_ncu` and `ncu_notes` say whether the profiles survive it (run AD: 13 of 29 did).
   pool-autotune  the pool with other candidates: each task's starting kernel under the rewriter's
            `autotune` rewrite (tasks it does not apply to are left out), with `tune_alone` off: the
            whole correctness check with the GPU alone.
@@ -172,19 +176,36 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
                    "evaluated_again": sorted(t.name for t, r in evaluated if "first_attempt" in r.seconds),
                    "outcomes": {t.name: r.outcome.value for t, r in evaluated},
                    "phi": {t.name: r.features.phi for t, r in evaluated}, "not_ok": not_ok, "no_result": failed,
+                   # φ from Nsight Compute, or from the compiler and the timing only (a profile that failed:
+                   # its note says why). A candidate whose profile failed spent no time in the profiled run,
+                   # so a part's rate counts as one with ncu only where every `ok` candidate has its φ from it.
+                   "phi_from_ncu": sorted(t.name for t, r in evaluated if _phi_from_ncu(r)),
+                   "ncu_notes": {t.name: [n[:300] for n in r.notes if n.startswith("ncu")] for t, r in evaluated
+                                 if ev.use_ncu and not _phi_from_ncu(r)},
+                   "seconds_by_task": {t.name: {k: round(v, 4) for k, v in r.seconds.items()} for t, r in evaluated},
                    # shapes measured again (a disturbed reference) and shapes whose call synchronises, per task
                    "retimed": {t.name: n for t, r in evaluated if (n := sum(s.retimed for s in r.shapes))},
                    "host_sync": {t.name: [s.label for s in r.shapes if s.host_sync] for t, r in evaluated
                                  if any(s.host_sync for s in r.shapes)}}
+    ok = [t.name for t, r in evaluated if r.ok]
+    phi_ok = len(set(ok) & set(report[key]["phi_from_ncu"]))
+    for name, notes in report[key]["ncu_notes"].items():
+        print(f"{key}: {name} φ without ncu: {'; '.join(notes) or 'no note'}", flush=True)
     steady = report[key]["steady_per_minute"]
     steady = f"{steady:.1f}/min" if steady else f"none: fewer than {2 * threads + 2} results"
     again = report[key]["evaluated_again"]
     print(f"{key}: {len(done)} candidates in {elapsed:.1f}s with {threads} threads = "
-          f"{60 * len(done) / elapsed:.1f}/min (pool full: {steady}); {len(again)} evaluated again alone after "
+          f"{60 * len(done) / elapsed:.1f}/min (pool full: {steady}); φ from ncu for {phi_ok} of {len(ok)} `ok`"
+          f"{'' if ev.use_ncu else ' (ncu off)'}; {len(again)} evaluated again alone after "
           "running out of memory; "
           "median s per stage: "
           + ", ".join(f"{k} {v['median']:.2f}" for k, v in stage_s.items()), flush=True)
     save()
+
+
+def _phi_from_ncu(result) -> bool:
+    """The candidate's φ holds values read by Nsight Compute (features.assemble marks each value's source)."""
+    return any(k.startswith("phi.") and v == "ncu" for k, v in result.features.sources.items())
 
 
 def _last(text: str, n: int = 400) -> str:
@@ -345,8 +366,8 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", ".") + "/eval_throughput.json")
     args = ap.parse_args()
     parts = args.parts.split(",")
-    known = ("speed", "pool", "pool-shared", "pool-apart", "pool-noncu", "pool-parked", "pool-unwarmed", "pool-autotune",
-             "pool-autotune-alone", "repeat", "peers")
+    known = ("speed", "pool", "pool-shared", "pool-apart", "pool-noncu", "pool-parked", "pool-unwarmed",
+             "pool-ncusetup", "pool-autotune", "pool-autotune-alone", "repeat", "peers")
     unknown = [p for p in parts if p.split("@")[0] not in known or not _threads_ok(p)]
     if unknown:
         raise UserError(f"unknown part {unknown[0]!r}: use {', '.join(known)}")
@@ -379,6 +400,8 @@ def main() -> None:
                 part, _, n = part.partition("@")
                 threads = int(n) if n else args.threads
                 profiles, lock, tune, warmed = ev.use_ncu, ev.profile_lock, ev.tune_alone, ev.profile_warm
+                setup = ev.ncu_setup_shared
+                ev.ncu_setup_shared = setup or part == "pool-ncusetup"
                 ev.profile_warm = warmed and part != "pool-unwarmed"
                 ev.use_ncu = profiles and part != "pool-noncu"
                 ev.profile_lock = {"pool-shared": "shared", "pool-apart": "apart"}.get(part, lock)
@@ -391,6 +414,7 @@ def main() -> None:
                               sources=autotuned_sources(tuple(names)) if part.startswith("pool-autotune") else None)
                 finally:
                     ev.use_ncu, ev.profile_lock, ev.tune_alone, ev.profile_warm = profiles, lock, tune, warmed
+                    ev.ncu_setup_shared = setup
                     ev.pool.set_park_profilers(parked)
                 if not (parts[i + 1:i + 2] and (parts[i + 1].startswith("pool") or parts[i + 1] == "speed")):
                     ev.pool.keep_at_most(4)  # as an evaluator does by default: 29 references fill an 80 GB GPU

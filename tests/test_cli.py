@@ -178,6 +178,24 @@ def test_a_benchmark_script_given_bad_input_says_so_in_one_line_and_exits_2(tmp_
     assert said.get(args[1] if len(args) > 1 else "", str(tmp_path / "missing.json")) in done.stderr
 
 
+@needs_tb
+def test_the_throughput_pool_part_says_where_each_candidates_time_went_and_where_its_phi_came_from(tmp_path):
+    """benchmarks/eval_throughput.py's pool part on the interpreter: per task, its seconds (the timing's phases
+    among them) and whether its φ came from ncu; a rate with ncu off says so."""
+    script = ROOT / "benchmarks" / "eval_throughput.py"
+    env = {**os.environ, "KERNELBAND_MODE": "interpreter", "KERNELBAND_TRITONBENCH": str(TB_JSON)}
+    done = subprocess.run([sys.executable, str(script), "--parts", "pool@2", "--tasks", "add_value,softmax_triton1",
+                           "--out", "out.json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    pool = json.loads((tmp_path / "out.json").read_text())["pool@2"]
+    assert pool["outcomes"] == {"add_value": "ok", "softmax_triton1": "ok"}
+    assert sorted(pool["seconds_by_task"]) == ["add_value", "softmax_triton1"]
+    for seconds in pool["seconds_by_task"].values():
+        assert 0 < seconds["timing_bench"] <= seconds["timing_requests"] <= seconds["timing"] < seconds["total"]
+    assert pool["ncu"] is False and pool["phi_from_ncu"] == [] and pool["ncu_notes"] == {}
+    assert "φ from ncu for 0 of 2 `ok` (ncu off)" in done.stdout
+
+
 @pytest.mark.parametrize("given, said", [("missing.db", "no database at missing.db"),
                                          ("bench.db.xz", "is not a KernelBand run database")])
 def test_the_priors_script_given_no_database_says_so_in_one_line_and_exits_2(tmp_path, given, said):

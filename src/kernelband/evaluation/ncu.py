@@ -4,9 +4,10 @@ The candidate runs in a worker started under
 `ncu --clock-control none --profile-from-start off --csv --page raw`, warm
 like any other (the pool starts it ahead of need). The worker imports and
 compiles the candidate while nothing else waits for it; in a step that shares
-the GPU it profiles a tiny kernel of its own once (ncu's set-up in the process,
-0.6-1.1 s on an H100, is paid there; its row is dropped) and runs the
-representative shape once; then, with the GPU to itself, it runs the shape
+the GPU it runs the representative shape once (and, with the evaluator's
+`ncu_setup_shared`, first profiles a tiny kernel of its own, so that ncu's
+set-up in the process, 0.6-1.1 s on an H100, is paid there; that row is
+dropped); then, with the GPU to itself, it runs the shape
 again between cudaProfilerStart and cudaProfilerStop, and exits; ncu then
 writes one CSV row per kernel. Counters of several kernels are averaged,
 weighted by their durations. Results are cached
@@ -95,6 +96,17 @@ def parse(text: str) -> dict[str, float | None] | None:
     return out
 
 
+def gone_note(exc: Exception, op: str) -> str:
+    """The note of a profile whose worker died: the step, how it ended and ncu's own last error line (its
+    `==ERROR==` lines go to the worker's log)."""
+    outcome = getattr(exc, "outcome", "gone")
+    lines = (getattr(exc, "detail", "") or str(exc)).strip().splitlines()
+    said = [lines[0]] if lines else []
+    said += [ln.strip() for ln in lines if "==ERROR==" in ln][-1:]
+    note = f"ncu: profiling worker {outcome} on {op}" + (f" ({'; '.join(said)})" if said else "")
+    return note if len(note) <= 300 else note[:299] + "…"
+
+
 def cache_key(device: str, source: str, shape: int) -> str:
     return hashlib.sha256(f"{device}\0{shape}\0{source}".encode()).hexdigest()
 
@@ -133,9 +145,11 @@ class Profile:
     The values are cached by (GPU, source, shape); a cached profile needs no worker at all.
     """
 
-    def __init__(self, task, source: str, shape: int, seed: int, device: str, pool, tune: dict | None = None):
+    def __init__(self, task, source: str, shape: int, seed: int, device: str, pool, tune: dict | None = None,
+                 setup_in_warm: bool = False):
         self.task, self.source, self.shape, self.seed, self.pool = task, source, shape, seed, pool
         self.tune = tune  # the autotuners' budget (Preset.tune)
+        self.setup_in_warm = setup_in_warm  # `warm` pays ncu's set-up on the worker's own kernel first
         self.key = cache_key(device, source, shape)
         self.values: dict | None = _cache.get(self.key)
         self.note: str | None = None
@@ -173,7 +187,7 @@ class Profile:
             if not reply.get("ok"):
                 self._fail("ncu: the candidate did not load under the profiler")
         except (WorkerGone, OSError) as exc:
-            self._fail(f"ncu: profiling worker {getattr(exc, 'outcome', 'gone')}")
+            self._fail(gone_note(exc, "load"))
 
     def _fail(self, note: str) -> None:
         self.note = self.note or note
@@ -187,17 +201,18 @@ class Profile:
             self.pool.release(worker)
 
     def warm(self) -> None:
-        """ncu's set-up in the worker, the profiled shape's inputs made and its first call, outside the
-        candidate's profiled range: a step that may share the GPU with other checks (never with a timing),
-        after `prepare` has returned and before `measure`. Optional: without it, `measure` does the same
-        with the GPU to itself."""
-        self._run("profile_prepare", "the warm-up before the profiled run failed")
+        """The profiled shape's inputs made and its first call (and, with `setup_in_warm`, ncu's set-up in the
+        worker first), outside the candidate's profiled range: a step that may share the GPU with other checks
+        (never with a timing), after `prepare` has returned and before `measure`. Optional: without it,
+        `measure` makes the inputs and calls once with the GPU to itself."""
+        self._run("profile_prepare", "the warm-up before the profiled run failed",
+                  {"ncu_setup": True} if self.setup_in_warm else {})
 
     def measure(self) -> None:
         """The profiled run: call with the GPU to yourself, after `prepare` (and `warm`, if at all)."""
         self._run("profile", "profiling run failed")
 
-    def _run(self, op: str, failed: str) -> None:
+    def _run(self, op: str, failed: str, extra: dict | None = None) -> None:
         """One request for the profiled shape to the profiling worker; a failure ends the profile."""
         from kernelband.evaluation.pool import WorkerGone
 
@@ -205,11 +220,11 @@ class Profile:
         if worker is None:
             return
         try:
-            reply = worker.request({"op": op, "shape": self.shape, "seed": self.seed}, 300)
+            reply = worker.request({"op": op, "shape": self.shape, "seed": self.seed, **(extra or {})}, 300)
             if not reply.get("ok"):
                 self._fail(f"ncu: {failed}: {reply.get('error', '')[-200:]}")
         except WorkerGone as exc:
-            self._fail(f"ncu: profiling worker {exc.outcome}")
+            self._fail(gone_note(exc, op))
 
     def finish(self) -> tuple[dict | None, str | None]:
         """(phi values, note); the note says why there are none."""

@@ -425,13 +425,14 @@ class Worker:
             warmup_kernel.profile_once(self.device)
 
     def op_profile_prepare(self, request: dict) -> dict:
-        """ncu's set-up in this process, then the profiled shape's inputs made and one call (the kernels
-        loaded, warmed up) outside the profiled range, kept for `op_profile`: that much of the profiler's GPU
-        work need not have the GPU alone."""
+        """ncu's set-up in this process if asked (`ncu_setup`), then the profiled shape's inputs made and one
+        call (the kernels loaded, warmed up) outside the profiled range, kept for `op_profile`: that much of
+        the profiler's GPU work need not have the GPU alone."""
         import torch
         self._profile_inputs = None
         try:
-            self._ncu_warm_up()
+            if request.get("ncu_setup"):
+                self._ncu_warm_up()
             self._seed(request["seed"])
             inputs = self.harness.make_inputs(request["shape"], self.device)
             self.harness.call(inputs)
@@ -448,7 +449,6 @@ class Worker:
         kept = getattr(self, "_profile_inputs", None)
         self._profile_inputs = None
         try:
-            self._ncu_warm_up()  # done already if `op_profile_prepare` ran
             if kept is not None and kept[:2] == (request["shape"], request["seed"]):
                 inputs = kept[2]
             else:
