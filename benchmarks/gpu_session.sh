@@ -16,7 +16,8 @@
 # after the evaluator parts), RUNS_PER_GPU (default 4),
 # SWEEP_TASKS (a new bench's plan), SWEEP_TASKS_NOW (only these of the bench's tasks this time, in this order), SWEEP_POLICIES (phases split by ';', run one after another within one SWEEP_BUDGET_S, e.g.
 # 'kernelband;greedy,random': every task with kernelband first), SWEEP_PARTS (search_quality parts, default
-# bench,grid,overhead), SWEEP_RESUME=part.db.xz:BENCH (continue a committed sweep database, .xz or .gz; BENCH
+# bench,grid,overhead), SWEEP_RESUME_H100 / SWEEP_RESUME_H200 and SWEEP_POLICIES_H100 / _H200 (the same, per GPU
+# model: a bench stays on one), SWEEP_RESUME=part.db.xz:BENCH (continue a committed sweep database, .xz or .gz; BENCH
 # `new`: a new bench in it), SWEEP_WARM_PROFILERS (the sweep's workers kept started under ncu per GPU),
 # SWEEP_PARK_PROFILERS=1 and PARK_PROFILERS=1 (the sweep's, the evaluator parts' warm ncu workers stopped until
 # used; eval_throughput also has the part pool-parked), EVAL=0 (no
@@ -57,6 +58,15 @@ python3 -c "import libcst, sklearn, torch, triton; print('torch', torch.__versio
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 which ncu && ncu --version | tail -1
 N=$(nvidia-smi -L | wc -l)
+# A bench stays on one GPU model, and a device call may get an H200 where it asked for an H100 (run AD):
+# SWEEP_RESUME_<MODEL> and SWEEP_POLICIES_<MODEL> (MODEL: H100, H200, ...), where set, replace SWEEP_RESUME and
+# SWEEP_POLICIES for the model this machine has.
+MODEL=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -o 'H[0-9]\{3\}' | head -n 1)
+if [ -n "$MODEL" ]; then
+  by_model=SWEEP_RESUME_$MODEL; [ -n "${!by_model:-}" ] && SWEEP_RESUME=${!by_model}
+  by_model=SWEEP_POLICIES_$MODEL; [ -n "${!by_model:-}" ] && SWEEP_POLICIES=${!by_model}
+  echo "GPU model $MODEL: sweep resumes ${SWEEP_RESUME:-nothing}, policies ${SWEEP_POLICIES:-the default}"
+fi
 LAST=$((N - 1))
 ALL_GPUS=$(seq -s, 0 $((N - 1)))
 if [ "$N" -gt 1 ]; then SWEEP_GPUS=$(seq -s, 0 $((N - 2))); else SWEEP_GPUS=0; fi
