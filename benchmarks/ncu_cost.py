@@ -11,6 +11,14 @@ cheaper set can be checked against the current one:
 
 Each set is one `ncu` process (python, torch and the kernels' compile included); the kernels run once for a
 warm-up before cudaProfilerStart, so their compile is not in the figures.
+
+    python3 benchmarks/ncu_cost.py --concurrent 1,8 --busy --out ncu_concurrent.json
+
+starts N processes under ncu at once (the current set; each profiles the add kernel twice, as a profiling
+worker with the shared set-up does: ncu's set-up, then the profiled run), with `--busy` beside a process
+that keeps the GPU busy with unprofiled kernels (other candidates' checks), and reports per process its
+exit code, ncu's CSV rows and ncu's `==ERROR==` lines: do ncu processes that profile at the same time, or
+beside other work, lose their profiles (run AD: a pool of 8 got φ from ncu for 13 of 29 candidates)?
 """
 
 from __future__ import annotations
@@ -61,7 +69,53 @@ def run_set(name: str, metrics: list[str], repeat: int) -> dict:
             "csv_rows": rows[:40], "stderr_tail": proc.stderr[-1500:]}
 
 
-def child(repeat: int) -> None:
+def run_concurrent(n: int, busy: bool, repeat: int) -> dict:
+    """`n` ncu processes started at once (the current metric set, the add kernel profiled `repeat` times
+    each), beside a busy process if asked."""
+    metrics = metric_sets()["current"]
+    with tempfile.TemporaryDirectory() as tmp:
+        load = None
+        if busy:
+            load = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child-busy", "60"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(8)  # its torch import and first kernels
+        procs = []
+        t0 = time.perf_counter()
+        for i in range(n):
+            log = os.path.join(tmp, f"ncu{i}.log")
+            cmd = [ncu.executable(), "--clock-control", "none", "--profile-from-start", "off", "--csv", "--page",
+                   "raw", "--print-units", "base", "--metrics", ",".join(metrics), "--log-file", log,
+                   sys.executable, os.path.abspath(__file__), "--child", "--repeat", str(repeat), "--kernels", "add"]
+            procs.append((log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+        out = []
+        for log, proc in procs:
+            stdout, stderr = proc.communicate(timeout=600)
+            text = open(log).read() if os.path.exists(log) else ""
+            out.append({"rc": proc.returncode, "csv_rows": sum(1 for ln in text.splitlines() if ln.startswith('"')) - 1,
+                        "errors": [ln for ln in (text + stderr).splitlines() if "==ERROR==" in ln][:5],
+                        "profiled": [json.loads(ln) for ln in stdout.splitlines() if ln.startswith("{")],
+                        "stderr_tail": stderr[-600:] if proc.returncode else ""})
+        wall = time.perf_counter() - t0
+        if load is not None:
+            load.kill()
+            load.wait()
+    lost = sum(1 for o in out if o["rc"] != 0 or o["csv_rows"] < repeat)
+    return {"concurrent": n, "busy": busy, "seconds": round(wall, 1), "lost": lost, "processes": out}
+
+
+def child_busy(seconds: float) -> None:
+    """Unprofiled GPU work until killed or `seconds` are up: a copy kernel in a loop."""
+    import torch
+
+    x = torch.randn(1 << 26, device="cuda")
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for _ in range(20):
+            x.mul_(1.0000001)
+        torch.cuda.synchronize()
+
+
+def child(repeat: int, kernels: tuple[str, ...] = ("add", "softmax", "matmul")) -> None:
     import torch
     import triton
     import triton.language as tl
@@ -105,7 +159,7 @@ def child(repeat: int) -> None:
         "matmul": lambda: matmul_kernel[(mm // 128, mm // 128)](a, b, c, mm, mm, mm, BM=128, BN=128, BK=32),
     }
     cudart = torch.cuda.cudart()
-    for name, call in calls.items():
+    for name, call in ((k, v) for k, v in calls.items() if k in kernels):
         call()
         torch.cuda.synchronize()
         for r in range(repeat):
@@ -122,13 +176,33 @@ def main() -> None:
     ap.add_argument("--out", default="ncu_cost.json")
     ap.add_argument("--repeat", type=int, default=2, help="profiled launches per kernel in each process")
     ap.add_argument("--sets", default=",".join(metric_sets()), help="comma-separated: " + ",".join(metric_sets()))
+    ap.add_argument("--concurrent", default="",
+                    help="comma-separated process counts: ncu processes started at once (instead of the sets)")
+    ap.add_argument("--busy", action="store_true", help="with --concurrent: beside a process keeping the GPU busy")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--kernels", default="add,softmax,matmul", help=argparse.SUPPRESS)
+    ap.add_argument("--child-busy", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.repeat)
+        child(args.repeat, tuple(args.kernels.split(",")))
+        return
+    if args.child_busy:
+        child_busy(args.child_busy)
         return
     if not ncu.available():
         raise SystemExit("ncu_cost: no ncu on PATH (or KERNELBAND_NCU)")
+    if args.concurrent:
+        results = []
+        for n in (int(x) for x in args.concurrent.split(",")):
+            for busy in sorted({False, args.busy}):
+                res = run_concurrent(n, busy, args.repeat)
+                results.append(res)
+                print(json.dumps({k: res[k] for k in ("concurrent", "busy", "seconds", "lost")}
+                                 | {"errors": sorted({e for p in res["processes"] for e in p["errors"]})[:3]}),
+                      flush=True)
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+        return
     sets = metric_sets()
     results = []
     for name in args.sets.split(","):
