@@ -136,6 +136,7 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     from kernelband.evaluation import ncu
 
     ncu._cache.clear()  # every candidate profiled, as a new one would be
+    ev.pool.gpu_lock.stats(reset=True)  # the lock's accounting from here: this part's candidates only
     t0 = time.perf_counter()
     finished: list[float] = []  # seconds from the start at which each candidate's result came back
 
@@ -152,6 +153,7 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     finally:
         done.set()
     elapsed = time.perf_counter() - t0
+    lock = ev.pool.gpu_lock.stats(reset=True)
     finished.sort()
     evaluated = [(t, r) for t, r in zip(tasks, results) if not isinstance(r, str)]
     done = [r for _, r in evaluated]
@@ -183,6 +185,9 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
                    "ncu_notes": {t.name: [n[:300] for n in r.notes if n.startswith("ncu")] for t, r in evaluated
                                  if ev.use_ncu and not _phi_from_ncu(r)},
                    "seconds_by_task": {t.name: {k: round(v, 4) for k, v in r.seconds.items()} for t, r in evaluated},
+                   # the GPU lock's seconds by state (alone, shared, draining: shared steps finishing while a
+                   # holder alone waits; free) and per step (GpuLock.stats)
+                   "gpu_lock": lock,
                    # shapes measured again (a disturbed reference) and shapes whose call synchronises, per task
                    "retimed": {t.name: n for t, r in evaluated if (n := sum(s.retimed for s in r.shapes))},
                    "host_sync": {t.name: [s.label for s in r.shapes if s.host_sync] for t, r in evaluated
@@ -191,6 +196,10 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     phi_ok = len(set(ok) & set(report[key]["phi_from_ncu"]))
     for name, notes in report[key]["ncu_notes"].items():
         print(f"{key}: {name} φ without ncu: {'; '.join(notes) or 'no note'}", flush=True)
+    print(f"{key}: GPU lock, seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(lock["seconds"].items()))
+          + "; steps by seconds held (holds, longest, seconds that kept a holder alone waiting): "
+          + "; ".join(f"{r['mode']} {r['step']} {r['seconds']:.1f} ({r['holds']}, {r['longest']:.2f}, "
+                      f"{r['draining']:.1f})" for r in lock["steps"][:8]), flush=True)
     steady = report[key]["steady_per_minute"]
     steady = f"{steady:.1f}/min" if steady else f"none: fewer than {2 * threads + 2} results"
     again = report[key]["evaluated_again"]

@@ -194,6 +194,9 @@ def test_the_throughput_pool_part_says_where_each_candidates_time_went_and_where
         assert 0 < seconds["timing_bench"] <= seconds["timing_requests"] <= seconds["timing"] < seconds["total"]
     assert pool["ncu"] is False and pool["phi_from_ncu"] == [] and pool["ncu_notes"] == {}
     assert "φ from ncu for 0 of 2 `ok` (ncu off)" in done.stdout
+    steps = {(r["mode"], r["step"]) for r in pool["gpu_lock"]["steps"]}  # the lock's accounting, by step
+    assert {("shared", "correctness run"), ("shared", "compare"), ("exclusive", "timing")} <= steps, steps
+    assert pool["gpu_lock"]["seconds"]["alone"] > 0
 
 
 @pytest.mark.parametrize("given, said", [("missing.db", "no database at missing.db"),

@@ -111,6 +111,42 @@ with lock.exclusive():
 """
 
 
+def test_the_lock_accounts_for_its_time_by_state_and_by_step():
+    """`stats()`: a check that shares the GPU for 0.6 s, a timing asking for it alone 0.2 s in and holding it
+    0.3 s: about 0.2 s shared, 0.4 s draining (the check's, while the timing waits), 0.3 s alone; the check's
+    hold is named by `doing`, the timing's by its thread when nothing names it."""
+    lock = GpuLock()
+    lock.stats(reset=True)
+    started = threading.Event()
+
+    def check():
+        with lock.doing("correctness run"), lock.shared():
+            started.set()
+            time.sleep(0.6)
+
+    def timing():
+        with lock.exclusive():
+            time.sleep(0.3)
+
+    a = threading.Thread(target=check)
+    b = threading.Thread(target=timing, name="timer_3")
+    a.start()
+    started.wait()
+    time.sleep(0.2)
+    b.start()
+    a.join()
+    b.join()
+    stats = lock.stats(reset=True)
+    seconds = stats["seconds"]
+    assert 0.1 < seconds["shared"] < 0.35 and 0.3 < seconds["draining"] < 0.55 and 0.25 < seconds["alone"] < 0.5
+    steps = {(r["mode"], r["step"]): r for r in stats["steps"]}
+    assert set(steps) == {("shared", "correctness run"), ("exclusive", "timer")}
+    check_row, timing_row = steps["shared", "correctness run"], steps["exclusive", "timer"]
+    assert check_row["holds"] == 1 and 0.55 < check_row["seconds"] < 0.8 and 0.3 < check_row["draining"] < 0.55
+    assert timing_row["holds"] == 1 and 0.25 < timing_row["seconds"] < 0.5 and timing_row["draining"] == 0
+    assert lock.stats()["steps"] == []  # reset
+
+
 def test_a_timing_waits_for_another_process_timing_on_the_same_gpu(tmp_path):
     """Two KernelBand processes on one GPU (bench 3's two sweeps on one H200): their exclusive holders take
     the GPU's lock file in turn, so two timings never overlap; a correctness run is not held up by it."""

@@ -297,7 +297,7 @@ class Evaluator:
         what = "its own test cases"
         runs = []
         for filled in (False, True):
-            with self.pool.gpu_lock.shared():
+            with self.pool.gpu_lock.doing("reference set-up"), self.pool.gpu_lock.shared():
                 reply = self._ask_ref(task, worker, {"op": "tests", "seed": TESTS_SEED, "filled_memory": filled},
                                       self.limits.run_s * 2, what)
             if filled:  # the first run compiled the tests' kernels
@@ -330,7 +330,7 @@ class Evaluator:
             try:
                 lock = self.pool.gpu_lock
                 for take in (partial(lock.shared, SELFCHECK_BYTES * shape.nbytes), lock.exclusive):
-                    with take():
+                    with lock.doing("reference set-up"), take():
                         reply = worker.request({"op": "selfcheck", "shape": shape.index, "seed": 12345},
                                                2 * self.limits.run_s)
                     if reply.get("ok") or not out_of_memory(reply.get("error", "")):
@@ -562,13 +562,13 @@ class Evaluator:
         result.seconds["gpu_wait"] = result.seconds["gpu_wait_alone"] = 0.0
         if tuned and self.tune_alone:
             t0 = time.perf_counter()
-            with self._gpu(result, lock.exclusive):  # one wait for the checks in progress, not one per shape
+            with self._gpu(result, lock.exclusive, what="tune"):  # one wait for the checks in progress, not one per shape
                 for shape in shapes:
                     self._ask(cand, {"op": "tune", "shape": shape.index, "seed": _seed(seed, shape.index, 4)},
                               self.limits.run_s, f"correctness (autotuning on shape {shape.label})")
             result.seconds["tune"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        with self._gpu(result, whole):
+        with self._gpu(result, whole, what="whole check alone"):
             try:
                 io_bytes = self._correctness(task, info, ref, cand, shapes, seed, result, by_index, per_step, tuned)
             finally:
@@ -576,7 +576,7 @@ class Evaluator:
         result.seconds["correctness"] = time.perf_counter() - t0
         # 3. features: the launches and footprint, counted in the candidate's own process (a shared step)
         t0, waited = time.perf_counter(), result.seconds["gpu_wait"]
-        with self._gpu(result, lock.exclusive if alone else lock.shared, COMPARE_BYTES * rep.nbytes):
+        with self._gpu(result, lock.exclusive if alone else lock.shared, COMPARE_BYTES * rep.nbytes, "features"):
             reply = self._ask(cand, {"op": "features", "shape": rep.index, "seed": _seed(seed, rep.index, 3)},
                               self.limits.run_s, "features")
         gpu_s = time.perf_counter() - t0 - (result.seconds["gpu_wait"] - waited)
@@ -584,13 +584,13 @@ class Evaluator:
             # the profiler's inputs and first call, a shared step: only the profiled run needs the GPU alone
             # (an autotuner's first call times its configs: it stays in the hold alone)
             t0, waited = time.perf_counter(), result.seconds["gpu_wait"]
-            with self._gpu(result, lock.shared, COMPARE_BYTES * rep.nbytes):
+            with self._gpu(result, lock.shared, COMPARE_BYTES * rep.nbytes, "profiler warm-up"):
                 profile.warm()
             gpu_s += time.perf_counter() - t0 - (result.seconds["gpu_wait"] - waited)
         # 4. timing, then ncu's profiled run in the same hold of the GPU alone: the shared steps in progress
         # are waited for (and new ones held back) once per candidate, not twice
         profiled_alone = profile is not None and self.profile_lock == "exclusive"
-        with self._gpu(result, lock.exclusive):
+        with self._gpu(result, lock.exclusive, what="timing and profiled run" if profiled_alone else "timing"):
             t0 = time.perf_counter()
             self._timing(task, ref, cand, shapes, preset, seed, result, by_index)
             result.seconds["timing"] = time.perf_counter() - t0
@@ -602,7 +602,8 @@ class Evaluator:
                 gpu_s += result.seconds["profile_alone"]
         if profile is not None and not profiled_alone:  # "shared": beside others' checks; "apart": alone
             t0, waited = time.perf_counter(), result.seconds["gpu_wait"]
-            with self._gpu(result, lock.shared if self.profile_lock == "shared" else lock.exclusive):
+            with self._gpu(result, lock.shared if self.profile_lock == "shared" else lock.exclusive,
+                           what="profiled run"):
                 profile.measure()
             gpu_s += time.perf_counter() - t0 - (result.seconds["gpu_wait"] - waited)
         t0 = time.perf_counter()
@@ -618,13 +619,13 @@ class Evaluator:
         result.seconds["features_gpu"] = gpu_s
 
     @contextmanager
-    def _gpu(self, result: EvalResult, take, nbytes: int = 0) -> Iterator[None]:
+    def _gpu(self, result: EvalResult, take, nbytes: int = 0, what: str = "") -> Iterator[None]:
         """Hold `take` (a GpuLock mode, or nullcontext) for one step that may take `nbytes` of GPU memory; the
         wait goes into result.seconds['gpu_wait'], and a wait to have the GPU alone (for the checks in
-        progress to end) into 'gpu_wait_alone' as well."""
+        progress to end) into 'gpu_wait_alone' as well. `what` names the step in the lock's accounting."""
         t = time.perf_counter()
         alone = take == self.pool.gpu_lock.exclusive
-        with take() if alone else take(nbytes):
+        with self.pool.gpu_lock.doing(what) if what else nullcontext(), take() if alone else take(nbytes):
             waited = time.perf_counter() - t
             result.seconds["gpu_wait"] += waited
             if alone:
@@ -651,7 +652,7 @@ class Evaluator:
         try:
             launches = 0
             for shape in shapes:
-                with step(RUN_BYTES * shape.nbytes):
+                with step(RUN_BYTES * shape.nbytes, "correctness run"):
                     replies = self._run_shape(task, ref, cand, shape, seed, shape is alias, by_index, result,
                                               tuned and not self.tune_alone)
                 if replies is None:
@@ -668,7 +669,7 @@ class Evaluator:
                 if shape is alias:
                     io_bytes.update(pending.result())
                     pending = None
-                    with step(RUN_BYTES * shape.nbytes):
+                    with step(RUN_BYTES * shape.nbytes, "second call"):
                         self._second_call(task, ref, cand, shape, seed, r_reply, info, what)
             if pending is not None:
                 io_bytes.update(pending.result())
@@ -682,7 +683,7 @@ class Evaluator:
             wait(jobs)  # no check may outlive the evaluation's GPU lock
             if own is not None:
                 own.shutdown(wait=False)
-        with step():
+        with step(0, "task tests"):
             self._task_tests(task, info, ref, cand, result, tuned)
         if launches == 0 and not info.allow_torch_only:
             raise _Stop(Outcome.SUSPICIOUS, "correctness", "the candidate launched no Triton kernel (torch only)",
@@ -730,7 +731,7 @@ class Evaluator:
                shape_result: ShapeResult, gpu) -> dict[int, int]:
         """The parent's verdict on one shape (raises _Stop); returns the shape's bytes in and out. The parent
         loads and compares on the GPU: a correctness step like the workers' runs."""
-        with gpu(COMPARE_BYTES * shape.nbytes):
+        with self.pool.gpu_lock.doing("compare"), gpu(COMPARE_BYTES * shape.nbytes):
             r_out = self._load(r_reply, what, task)
             c_out = self._load(c_reply, what)
             self._check_outputs(r_out, c_out, info.atol, info.rtol, what, shape_result)
@@ -928,7 +929,7 @@ class Evaluator:
                 if self._ref_history.expected(key) is not None:
                     continue
                 msg = {"op": "time", "shape": shape.index, "seed": _seed(0, shape.index, 2), "preset": preset.wire()}
-                with self.pool.gpu_lock.exclusive():
+                with self.pool.gpu_lock.doing("reference timing"), self.pool.gpu_lock.exclusive():
                     reply = self._ask_ref(task, ref, msg, self.limits.time_s, f"timing {shape.label}")
                 if reply.get("ok"):
                     self._learn_ref_time(key, reply["times"], preset)

@@ -74,10 +74,19 @@ class GpuLock:
     its shape's inputs), and steps share the GPU while their sum stays within `budget` (None: no limit). A
     step alone on the GPU always goes, however large; a step that must wait waits its turn, and the steps
     that come after it wait behind it (first come, first served). Without it, 8 candidates' checks of the
-    largest shapes beside 29 kept references ran an 80 GB H100 out of memory (BENCHMARKS.md, stop 24)."""
+    largest shapes beside 29 kept references ran an 80 GB H100 out of memory (BENCHMARKS.md, stop 24).
+
+    Accounting (`stats()`): the seconds the GPU was held alone, shared, shared while a holder alone waited for
+    the steps in progress to end (`draining`), or free; and per step (named with `doing(what)` around the
+    hold, else by its thread), how many holds, their seconds, the longest, and the seconds that kept a holder
+    alone waiting. That says what a pool's candidates wait for."""
 
     def __init__(self, path: str | None = None) -> None:
         self._cond = threading.Condition()
+        self._label = threading.local()
+        self._since = time.monotonic()  # of the last change of state, for the accounting
+        self._spent: Counter = Counter()  # state -> seconds
+        self._steps: dict[tuple[str, str], list[float]] = {}  # (mode, step) -> [holds, seconds, longest, draining]
         self._sharing = 0
         self._alone = False
         self._waiting = 0  # exclusive holders waiting
@@ -95,9 +104,63 @@ class GpuLock:
                 raise UserError(f"cannot open the GPU lock file {path}: {exc.strerror}; set TMPDIR to a "
                                 "directory every KernelBand process on this GPU can read") from None
 
+    # -- accounting ---------------------------------------------------------------------------------
+    @contextmanager
+    def doing(self, what: str):
+        """Name the holds this thread takes within the block (`stats()`)."""
+        before = getattr(self._label, "what", None)
+        self._label.what = what
+        try:
+            yield
+        finally:
+            self._label.what = before
+
+    def _step(self) -> str:
+        what = getattr(self._label, "what", None)
+        return what or re.sub(r"[-_ ]?\d+", "", threading.current_thread().name.split(" (")[0]) or "unnamed"
+
+    def _state(self) -> str:
+        if self._alone:
+            return "alone"
+        if self._sharing:
+            return "draining" if self._waiting else "shared"
+        return "free"
+
+    def _tick(self) -> None:
+        """Account the time since the last change of state (call with the condition held, before a change)."""
+        now = time.monotonic()
+        spent, self._since = now - self._since, now
+        state = self._state()
+        self._spent[state] += spent
+        if state == "draining":
+            for _name, mode, _since, step in self._holders.values():
+                if mode == "shared":
+                    self._steps.setdefault(("shared", step), [0, 0.0, 0.0, 0.0])[3] += spent
+
+    def _held(self, mode: str, step: str, since: float) -> None:
+        took = time.monotonic() - since
+        row = self._steps.setdefault((mode, step), [0, 0.0, 0.0, 0.0])
+        row[0] += 1
+        row[1] += took
+        row[2] = max(row[2], took)
+
+    def stats(self, reset: bool = False) -> dict:
+        """{"seconds": state -> seconds, "steps": [{mode, step, holds, seconds, longest, draining}], by seconds}.
+        `reset`: start counting afresh after this."""
+        with self._cond:
+            self._tick()
+            out = {"seconds": {k: round(v, 3) for k, v in self._spent.items()},
+                   "steps": sorted(({"mode": m, "step": st, "holds": r[0], "seconds": round(r[1], 3),
+                                     "longest": round(r[2], 3), "draining": round(r[3], 3)}
+                                    for (m, st), r in self._steps.items()), key=lambda x: -x["seconds"])}
+            if reset:
+                self._spent, self._steps = Counter(), {}
+        return out
+
     @contextmanager
     def shared(self, nbytes: int = 0):
         me, name = threading.get_ident(), threading.current_thread().name
+        step = self._step()
         with self._cond:
             ticket = None
 
@@ -109,17 +172,20 @@ class GpuLock:
             if not may_go():
                 ticket = next(self._tickets)
                 self._queue.append(ticket)
-                self._holders[me] = (name, "waiting to share", time.monotonic())
+                self._holders[me] = (name, "waiting to share", time.monotonic(), step)
                 self._cond.wait_for(may_go)
                 self._queue.popleft()
                 self._cond.notify_all()  # the next in line may fit as well
+            self._tick()
             self._sharing += 1
             self._bytes += nbytes
-            self._holders[me] = (name, "shared", time.monotonic())
+            self._holders[me] = (name, "shared", since := time.monotonic(), step)
         try:
             yield
         finally:
             with self._cond:
+                self._tick()
+                self._held("shared", step, since)
                 self._sharing -= 1
                 self._bytes -= nbytes
                 self._holders.pop(me, None)
@@ -128,24 +194,30 @@ class GpuLock:
     @contextmanager
     def exclusive(self):
         me, name = threading.get_ident(), threading.current_thread().name
+        step = self._step()
         with self._cond:
+            self._tick()
             self._waiting += 1
-            self._holders[me] = (name, "waiting", time.monotonic())
+            self._holders[me] = (name, "waiting", time.monotonic(), step)
             self._cond.wait_for(lambda: not self._alone and not self._sharing)
+            self._tick()
             self._waiting -= 1
             self._alone = True
             if self._file is not None:
-                self._holders[me] = (name, "waiting for another process", time.monotonic())
+                self._holders[me] = (name, "waiting for another process", time.monotonic(), step)
+        since = time.monotonic()
         try:
             if self._file is not None:
                 fcntl.flock(self._file, fcntl.LOCK_EX)  # outside the condition: `state()` still answers
             with self._cond:
-                self._holders[me] = (name, "exclusive", time.monotonic())
+                self._holders[me] = (name, "exclusive", time.monotonic(), step)
             yield
         finally:
             if self._file is not None:
                 fcntl.flock(self._file, fcntl.LOCK_UN)
             with self._cond:
+                self._tick()
+                self._held("exclusive", step, since)
                 self._alone = False
                 self._holders.pop(me, None)
                 self._cond.notify_all()
@@ -154,7 +226,7 @@ class GpuLock:
         """Per thread: its name, `shared`, `exclusive` or `waiting` (for exclusive), and for how long."""
         now = time.monotonic()
         with self._cond:
-            return [f"{name}: {mode} {now - since:.0f}s" for name, mode, since in self._holders.values()]
+            return [f"{name}: {mode} {now - since:.0f}s" for name, mode, since, _ in self._holders.values()]
 
     def memory(self) -> dict[str, int | None]:
         """The bytes the shared steps on the GPU declare now, and the budget (for a sweep's heartbeat)."""
@@ -462,7 +534,8 @@ class WorkerPool:
             worker = Worker(self.mode, self.base_dir, self.device_index, self.memory_limit)
             with self._cond:
                 self._all.append(worker)
-            worker.wait_ready(self.start_timeout, self.gpu_lock.shared)
+            with self.gpu_lock.doing("worker start"):
+                worker.wait_ready(self.start_timeout, self.gpu_lock.shared)
             self.startup_times.append(worker.ready.startup_s)
         except (WorkerGone, OSError) as exc:
             with self._cond:
