@@ -155,6 +155,20 @@ def test_the_gpu_ahead_wait_outlasts_a_call_that_enqueues_several_launches():
     assert slow == (MAX_AHEAD_US, False)
 
 
+def test_the_probe_of_a_call_that_enqueues_costs_the_gpu_little_and_decides_as_a_longer_one_would():
+    """The probe's GPU waits are what it costs the timing's hold: a call that only enqueues is decided by the
+    first, short one; a call whose host time outlasts it is probed again with a longer wait and gets the
+    same answer, three times its host time (plus 50 µs)."""
+    from kernelband.worker.timing import PROBES_US, ahead_for
+
+    gpu = _FakeGpu()
+    assert ahead_for(gpu.call(1, 10.0), 150.0, gpu.sleep, gpu.synchronize, gpu.clock) == (150.0, False)
+    assert gpu.now_us <= 3 * PROBES_US[0] + 100 and PROBES_US[0] <= 500.0
+    gpu = _FakeGpu()
+    slow = ahead_for(gpu.call(3, 150.0), 150.0, gpu.sleep, gpu.synchronize, gpu.clock)  # 450 µs: past the first
+    assert slow == (pytest.approx(3 * 450.0 + 50.0), False) and gpu.now_us > 3 * PROBES_US[1]
+
+
 def test_a_call_that_waits_for_the_gpu_is_reported_not_waited_for():
     from kernelband.worker.timing import ahead_for
 
