@@ -70,6 +70,21 @@ def lock_states(lines) -> tuple[list[dict[str, int]], list[float]]:
     return states, driver
 
 
+def lock_accounting(lines) -> list[dict]:
+    """Per evaluator (GPU), the GPU lock's accounting at the last beat that has it (`GpuLock.stats`, counted
+    from the pool's start): seconds by state and per step."""
+    last: list[dict] = []
+    for line in lines:
+        if not line.startswith('{"kind": "heartbeat"'):
+            continue
+        for i, ev in enumerate(json.loads(line).get("evaluators", [])):
+            if "gpu_lock_stats" in ev:
+                while len(last) <= i:
+                    last.append({})
+                last[i] = ev["gpu_lock_stats"]
+    return last
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("log")
@@ -97,6 +112,15 @@ def main() -> None:
               f"{st['declared_max'] / 2**30:.1f} GiB declared at once)")
     if driver:
         print(f"the driving process: {sum(driver) / len(driver):.2f} cores on average, {max(driver):.2f} at most")
+    for gpu, stats in enumerate(lock_accounting(lines)):
+        if not stats:
+            continue
+        total = sum(stats["seconds"].values()) or 1.0
+        print(f"GPU {gpu} lock, share of {total:.0f} s: " + ", ".join(
+            f"{k} {v / total:.0%}" for k, v in sorted(stats["seconds"].items(), key=lambda kv: -kv[1])))
+        print("  steps by seconds held (holds, longest s, s that kept a timing waiting): " + "; ".join(
+            f"{r['mode']} {r['step']} {r['seconds']:.0f} ({r['holds']}, {r['longest']:.1f}, {r['draining']:.0f})"
+            for r in stats["steps"][:8]))
 
 
 if __name__ == "__main__":

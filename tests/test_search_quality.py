@@ -139,6 +139,11 @@ def test_the_heartbeat_summary_samples_each_gpus_lock_and_the_driving_process(tm
     assert states == [{"exclusive": 1, "shared": 1, "free": 1, "waiting": 1, "memory_waiting": 1, "declared_max": 30},
                       {"exclusive": 0, "shared": 1, "free": 2, "waiting": 0, "memory_waiting": 0, "declared_max": 0}]
     assert driver == pytest.approx([0.2, 0.4, 0.6])
+    # the lock's own accounting, cumulative in each beat: the last beat that has it counts, per GPU
+    first, last = ({"seconds": {"alone": s, "shared": 2 * s}, "steps": []} for s in (1.0, 5.0))
+    beat = {"kind": "heartbeat", "evaluators": [{"gpu_lock_stats": first}, {}]}
+    later = {"kind": "heartbeat", "evaluators": [{"gpu_lock_stats": last}, {}]}
+    assert heartbeat_cpu.lock_accounting(lines + [json.dumps(beat) + "\n", json.dumps(later) + "\n"]) == [last]
 
 
 def test_the_pools_steady_rate_leaves_out_its_start_and_its_drain():

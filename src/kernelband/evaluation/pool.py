@@ -685,7 +685,7 @@ class WorkerPool:
     # -- housekeeping -------------------------------------------------------------------------
     def snapshot(self) -> dict:
         """What the pool is doing now: each worker's request in progress (role, pid, op, seconds), the GPU
-        lock's holders and waiters, the off-lock work, and the CPU each kind of worker used since the last
+        lock's holders and waiters and its accounting so far, the off-lock work, and the CPU each kind of worker used since the last
         snapshot (`cpu_use`). A sweep prints it as its heartbeat, so that a stall can be told from slow work
         afterwards."""
         now = time.monotonic()
@@ -699,6 +699,7 @@ class WorkerPool:
                 role = f"reference {refs[id(w)]}" if id(w) in refs else "profiler" if w.profiler else "candidate"
                 asked.append(f"{role} pid {w.proc.pid}: {current[0]} {now - current[1]:.0f}s")
         return {"requests": asked, "gpu_lock": self.gpu_lock.state(), "gpu_memory": self.gpu_lock.memory(),
+                "gpu_lock_stats": self.gpu_lock.stats(),  # since the pool began (no part resets a sweep's)
                 "activity": self.activity_now(),
                 "spares": len(self._spares), "profilers": len(self._profilers), "cpu": self.cpu_use()}
 
