@@ -60,6 +60,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import psutil
+
 from kernelband import stacks
 from kernelband.errors import UserError, run_script
 from kernelband.evaluation.evaluator import MEMORY_SHARE, PROFILE_LOCKS, Evaluator
@@ -137,6 +139,9 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
 
     ncu._cache.clear()  # every candidate profiled, as a new one would be
     ev.pool.gpu_lock.stats(reset=True)  # the lock's accounting from here: this part's candidates only
+    ev.pool.cpu_use()  # the workers' CPU from here
+    parent = psutil.Process()
+    cpu0 = parent.cpu_times()
     t0 = time.perf_counter()
     finished: list[float] = []  # seconds from the start at which each candidate's result came back
 
@@ -154,6 +159,15 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
         done.set()
     elapsed = time.perf_counter() - t0
     lock = ev.pool.gpu_lock.stats(reset=True)
+    cpu1 = parent.cpu_times()
+    # cores used on average, is a CPU the bottleneck? This process (the parent: loads, comparisons, messages),
+    # the workers that ended during the part (their CPU reaches the parent's children's times once reaped:
+    # candidates, profilers under ncu), and the live workers by kind (Pool.cpu_use)
+    cores = {"parent": round((cpu1.user + cpu1.system - cpu0.user - cpu0.system) / elapsed, 2),
+             "ended_workers": round((cpu1.children_user + cpu1.children_system - cpu0.children_user
+                                     - cpu0.children_system) / elapsed, 2),
+             "live_workers": {k: round((v[1] + v[2]) / elapsed, 2) for k, v in ev.pool.cpu_use().items()},
+             "host_cores": os.cpu_count(), "load_per_core": round(os.getloadavg()[0] / (os.cpu_count() or 1), 2)}
     finished.sort()
     evaluated = [(t, r) for t, r in zip(tasks, results) if not isinstance(r, str)]
     done = [r for _, r in evaluated]
@@ -188,6 +202,7 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
                    # the GPU lock's seconds by state (alone, shared, draining: shared steps finishing while a
                    # holder alone waits; free) and per step (GpuLock.stats)
                    "gpu_lock": lock,
+                   "cores": cores,
                    # shapes measured again (a disturbed reference) and shapes whose call synchronises, per task
                    "retimed": {t.name: n for t, r in evaluated if (n := sum(s.retimed for s in r.shapes))},
                    "host_sync": {t.name: [s.label for s in r.shapes if s.host_sync] for t, r in evaluated
@@ -196,6 +211,9 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     phi_ok = len(set(ok) & set(report[key]["phi_from_ncu"]))
     for name, notes in report[key]["ncu_notes"].items():
         print(f"{key}: {name} φ without ncu: {'; '.join(notes) or 'no note'}", flush=True)
+    print(f"{key}: cores used: parent {cores['parent']}, ended workers {cores['ended_workers']}, live workers "
+          f"{cores['live_workers']}, load per core "
+          f"{cores['load_per_core']} of {cores['host_cores']}", flush=True)
     print(f"{key}: GPU lock, seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(lock["seconds"].items()))
           + "; steps by seconds held (holds, longest, seconds that kept a holder alone waiting): "
           + "; ".join(f"{r['mode']} {r['step']} {r['seconds']:.1f} ({r['holds']}, {r['longest']:.2f}, "

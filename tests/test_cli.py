@@ -197,6 +197,8 @@ def test_the_throughput_pool_part_says_where_each_candidates_time_went_and_where
     steps = {(r["mode"], r["step"]) for r in pool["gpu_lock"]["steps"]}  # the lock's accounting, by step
     assert {("shared", "correctness run"), ("shared", "compare"), ("exclusive", "timing")} <= steps, steps
     assert pool["gpu_lock"]["seconds"]["alone"] > 0
+    cores = pool["cores"]  # where the CPU went: the candidates' workers ended during the part
+    assert cores["ended_workers"] > 0 and cores["parent"] >= 0 and cores["live_workers"]["reference"] >= 0
 
 
 @pytest.mark.parametrize("given, said", [("missing.db", "no database at missing.db"),
