@@ -812,3 +812,16 @@ def test_a_reference_self_check_out_of_memory_beside_other_steps_is_tried_again_
     finally:
         evaluator.pool.gpu_lock = lock
         evaluator.pool.drop_reference(task.key)
+
+
+def test_eight_evaluations_at_once_never_queue_for_each_others_helper_threads():
+    """Each evaluation has one reference run, one profiler preparation and one parent's check in flight at
+    most: with 8 at once (a pool of 8 threads), all 8 of each run together, none queued behind another while
+    it holds its step of the GPU lock (with 4 helper threads a pool, half of them would queue)."""
+    from kernelband.evaluation.evaluator import Evaluator
+
+    with Evaluator(mode="interpreter", warm=0, use_ncu=False) as ev:
+        for pool in (ev._side, ev._profiling, ev._checks):
+            together = threading.Barrier(8, timeout=10)
+            jobs = [pool.submit(together.wait) for _ in range(8)]
+            assert sorted(j.result(timeout=20) for j in jobs) == list(range(8))  # every one reached the barrier

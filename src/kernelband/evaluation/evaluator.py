@@ -67,6 +67,10 @@ TESTS_CACHE_BYTES = 256 << 20
 # is left out; the other half is for what the estimates miss.
 RUN_BYTES, COMPARE_BYTES, SELFCHECK_BYTES = 4, 2, 3
 MEMORY_SHARE = 0.5
+# The most evaluations an evaluator serves at once without one queueing for another's helper thread (a bench's
+# runs on one GPU, eval_throughput's pool threads): the size of its helper thread pools. Idle threads cost
+# nothing; the GPU lock and its memory budget, not these pools, limit what runs on the GPU at once.
+IN_FLIGHT = 16
 
 
 def _free_gpu_memory(device_index: int) -> int:
@@ -211,11 +215,15 @@ class Evaluator:
         # whose times follow Python's work per program, not the kernel's (a smaller block is far slower there).
         self.relative_limits = self.mode == "gpu"
         self._ref_request_s: dict[tuple[str, int | str], float] = {}  # (task, shape or "tests"): slowest seen
-        # Several candidates' correctness runs may be in flight at once (they share the GPU).
-        self._side = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kernelband-ref")
-        self._profiling = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kernelband-ncu")
+        # Several candidates' correctness runs may be in flight at once (they share the GPU). Each evaluation
+        # has at most one of each of these in flight (the reference's run of a shape, its profiler's
+        # preparation, the parent's check of the previous shape), so each pool is as large as the evaluations
+        # an evaluator serves at once: with 4 threads, 8 evaluations queued for a thread, holding their step
+        # of the GPU lock meanwhile (and keeping a timing waiting for it).
+        self._side = ThreadPoolExecutor(max_workers=IN_FLIGHT, thread_name_prefix="kernelband-ref")
+        self._profiling = ThreadPoolExecutor(max_workers=IN_FLIGHT, thread_name_prefix="kernelband-ncu")
         # The parent's loads and compares of one shape, overlapping the workers' runs of the next.
-        self._checks = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kernelband-check")
+        self._checks = ThreadPoolExecutor(max_workers=IN_FLIGHT, thread_name_prefix="kernelband-check")
 
     def close(self) -> None:
         self._side.shutdown(wait=False)
