@@ -70,9 +70,8 @@ def run_set(name: str, metrics: list[str], repeat: int) -> dict:
 
 
 def run_concurrent(n: int, busy: bool, repeat: int) -> dict:
-    """`n` ncu processes started at once (the current metric set, the add kernel profiled `repeat` times
-    each), beside a busy process if asked."""
-    metrics = metric_sets()["current"]
+    """`n` ncu processes started at once (the profiling workers' command, `ncu.command`; the add kernel
+    profiled `repeat` times each), beside a busy process if asked."""
     with tempfile.TemporaryDirectory() as tmp:
         load = None
         if busy:
@@ -83,9 +82,8 @@ def run_concurrent(n: int, busy: bool, repeat: int) -> dict:
         t0 = time.perf_counter()
         for i in range(n):
             log = os.path.join(tmp, f"ncu{i}.log")
-            cmd = [ncu.executable(), "--clock-control", "none", "--profile-from-start", "off", "--csv", "--page",
-                   "raw", "--print-units", "base", "--metrics", ",".join(metrics), "--log-file", log,
-                   sys.executable, os.path.abspath(__file__), "--child", "--repeat", str(repeat), "--kernels", "add"]
+            cmd = ncu.command(log) + [sys.executable, os.path.abspath(__file__), "--child", "--repeat", str(repeat),
+                                      "--kernels", "add"]  # the profilers' own command line
             procs.append((log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
         out = []
         for log, proc in procs:
