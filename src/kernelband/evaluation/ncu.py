@@ -37,8 +37,8 @@ METRICS: dict[str, tuple[str, float]] = {
     "tensor_core_util_pct": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", 1.0),
 }
 DURATION = "gpu__time_duration.sum"
-# the kernel a profiling worker profiles once before the candidate (`kernelband.worker.warmup_kernel`):
-# its row is not the candidate's
+# the kernel a profiling worker profiles once before the candidate when the evaluator's `ncu_setup_shared`
+# asks (`kernelband.worker.warmup_kernel`): its row is not the candidate's
 WARMUP_KERNEL = "kernelband_ncu_warmup"
 
 _cache: dict[str, dict] = {}
@@ -135,10 +135,12 @@ class Profile:
 
     * `prepare` (a side thread, no GPU lock): a warm profiling worker imports the candidate and compiles its
       kernels for the representative shape, while the candidate's own worker does the same;
-    * `warm` (a shared step of the GPU lock, optional): ncu's set-up in the worker (one profiled launch of a
-      tiny kernel of its own, `WARMUP_KERNEL`), the shape's inputs made and one warm-up call;
-    * `measure` (the GPU alone): what `warm` does if it did not run, then one run between cudaProfilerStart
-      and Stop, during which ncu replays each kernel to read its counters;
+    * `warm` (a shared step of the GPU lock, optional): the shape's inputs made and one warm-up call, and
+      first, with `setup_in_warm`, ncu's set-up in the worker (one profiled launch of a tiny kernel of its
+      own, `WARMUP_KERNEL`);
+    * `measure` (the GPU alone): the inputs and warm-up call if `warm` did not run, then one run between
+      cudaProfilerStart and Stop, during which ncu replays each kernel to read its counters (and, without
+      `setup_in_warm`, pays ncu's set-up in the process);
     * `finish` (no GPU lock): the worker exits, ncu writes its CSV, and the counters are parsed.
 
     `cancel` ends it at any point (the candidate failed): the worker is killed, nothing waits for it.

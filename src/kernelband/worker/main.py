@@ -83,7 +83,6 @@ class Worker:
         self.module = None
         self.harness = None
         self.kept: list = []
-        self.ncu_warmed = False  # under ncu: its set-up done (`_ncu_warm_up`)
         self.files = 0
         self.sandbox: dict = {}
 
@@ -417,13 +416,6 @@ class Worker:
         return {"ok": True, "footprint_bytes": int(footprint), "launches": [asdict(x) for x in self.log.recent],
                 "launch_count": self.log.count, "tampered": self._tamper()}
 
-    def _ncu_warm_up(self) -> None:
-        """ncu's set-up in this process (its first profiled launch), once: see `warmup_kernel.profile_once`."""
-        if self.gpu and not self.ncu_warmed:
-            from kernelband.worker import warmup_kernel
-            self.ncu_warmed = True
-            warmup_kernel.profile_once(self.device)
-
     def op_profile_prepare(self, request: dict) -> dict:
         """ncu's set-up in this process if asked (`ncu_setup`), then the profiled shape's inputs made and one
         call (the kernels loaded, warmed up) outside the profiled range, kept for `op_profile`: that much of
@@ -431,8 +423,9 @@ class Worker:
         import torch
         self._profile_inputs = None
         try:
-            if request.get("ncu_setup"):
-                self._ncu_warm_up()
+            if request.get("ncu_setup") and self.gpu:  # a profiling worker prepares one candidate, once
+                from kernelband.worker import warmup_kernel
+                warmup_kernel.profile_once(self.device)
             self._seed(request["seed"])
             inputs = self.harness.make_inputs(request["shape"], self.device)
             self.harness.call(inputs)

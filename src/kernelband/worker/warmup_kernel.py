@@ -1,7 +1,8 @@
 """A tiny kernel a fresh worker runs once, so Triton's driver helpers are built
 before the worker is handed a candidate (off the critical path); in a worker
-under Nsight Compute, the same kernel is then profiled once, so that ncu's own
-set-up in the process is paid before the profiled run that holds the GPU alone."""
+under Nsight Compute, with the evaluator's `ncu_setup_shared`, the same kernel
+is then profiled once, so that ncu's own set-up in the process is paid before
+the profiled run that holds the GPU alone."""
 
 import triton
 import triton.language as tl
@@ -29,7 +30,8 @@ def profile_once(device: str) -> None:
     """`run` between cudaProfilerStart and cudaProfilerStop (the kernel compiled at the worker's start). Under
     ncu the first profiled launch of a process costs about 0.6-1.1 s more than later ones (ncu's set-up of
     its metrics; benchmarks/ncu_cost.py on an H100: 1.36 s against 0.29 s for the same kernel): a worker
-    pays it here, in a step that shares the GPU, not in the profiled run that has the GPU to itself."""
+    asked to (`Evaluator(ncu_setup_shared=True)`) pays it here, in a step that shares the GPU, not in the
+    profiled run that has the GPU to itself."""
     import torch
 
     cudart = torch.cuda.cudart()
