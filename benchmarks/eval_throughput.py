@@ -24,10 +24,6 @@ Parts (run them in one call or split them across calls):
   pool-unwarmed  the same as `pool`, with the profiler's inputs and first call in the hold of the GPU alone
            with its profiled run (the evaluator's `profile_warm=False`, the order before stop 24) instead of
            in a step that shares the GPU.
-  pool-ncusetup  the same as `pool`, with ncu's set-up in each profiling worker (its first profiled launch,
-           0.6-1.1 s) paid on a tiny kernel of the worker's own in the shared warm-up step (the evaluator's
-           `ncu_setup_shared`) instead of in the candidate's profiled run with the GPU alone; its
-           `phi_from_ncu` and `ncu_notes` say whether the profiles survive it (run AD: 13 of 29 did).
   pool-autotune  the pool with other candidates: each task's starting kernel under the rewriter's
            `autotune` rewrite (tasks it does not apply to are left out), with `tune_alone` off: the
            whole correctness check with the GPU alone.
@@ -394,7 +390,7 @@ def main() -> None:
     args = ap.parse_args()
     parts = args.parts.split(",")
     known = ("speed", "pool", "pool-shared", "pool-apart", "pool-noncu", "pool-parked", "pool-unwarmed",
-             "pool-ncusetup", "pool-autotune", "pool-autotune-alone", "repeat", "peers")
+             "pool-autotune", "pool-autotune-alone", "repeat", "peers")
     unknown = [p for p in parts if p.split("@")[0] not in known or not _threads_ok(p)]
     if unknown:
         raise UserError(f"unknown part {unknown[0]!r}: use {', '.join(known)}")
@@ -427,8 +423,6 @@ def main() -> None:
                 part, _, n = part.partition("@")
                 threads = int(n) if n else args.threads
                 profiles, lock, tune, warmed = ev.use_ncu, ev.profile_lock, ev.tune_alone, ev.profile_warm
-                setup = ev.ncu_setup_shared
-                ev.ncu_setup_shared = setup or part == "pool-ncusetup"
                 ev.profile_warm = warmed and part != "pool-unwarmed"
                 ev.use_ncu = profiles and part != "pool-noncu"
                 ev.profile_lock = {"pool-shared": "shared", "pool-apart": "apart"}.get(part, lock)
@@ -441,7 +435,6 @@ def main() -> None:
                               sources=autotuned_sources(tuple(names)) if part.startswith("pool-autotune") else None)
                 finally:
                     ev.use_ncu, ev.profile_lock, ev.tune_alone, ev.profile_warm = profiles, lock, tune, warmed
-                    ev.ncu_setup_shared = setup
                     ev.pool.set_park_profilers(parked)
                 if not (parts[i + 1:i + 2] and (parts[i + 1].startswith("pool") or parts[i + 1] == "speed")):
                     ev.pool.keep_at_most(4)  # as an evaluator does by default: 29 references fill an 80 GB GPU

@@ -66,22 +66,6 @@ def test_several_kernels_are_weighted_by_duration_and_conflicts_summed():
     assert phi["kernels"] == 2 and phi["duration_ns"] == 4000
 
 
-def test_the_workers_own_ncu_warm_up_kernel_is_left_out_of_phi():
-    """With the evaluator's `ncu_setup_shared`, a profiling worker profiles a tiny kernel of its own once (ncu's
-    set-up, off the GPU-alone hold): its row is in ncu's report, but phi is the candidate's kernels only."""
-    from kernelband.worker import warmup_kernel
-
-    assert warmup_kernel.kernelband_ncu_warmup.fn.__name__ == ncu.WARMUP_KERNEL  # the name ncu reports
-    text = ncu_csv([{"name": ncu.WARMUP_KERNEL, ncu.DURATION: "2000", DRAM: "1", BANK: "9"},
-                    {"name": "add_kernel", ncu.DURATION: "1000", DRAM: "80", BANK: "0"}],
-                   [DRAM, BANK, ncu.DURATION])
-    phi = ncu.parse(text)
-    assert phi["kernels"] == 1 and phi["duration_ns"] == 1000
-    assert phi["dram_bw_pct"] == pytest.approx(80) and phi["shared_bank_conflicts"] == 0
-    assert ncu.parse(ncu_csv([{"name": ncu.WARMUP_KERNEL, ncu.DURATION: "2000", DRAM: "1"}],
-                             [DRAM, ncu.DURATION])) is None  # the candidate's run profiled nothing
-
-
 def test_a_report_without_kernels_gives_none():
     assert ncu.parse("==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\n") is None
     assert ncu.parse(ncu_csv([], [DRAM, ncu.DURATION])) is None
@@ -214,7 +198,7 @@ def test_flash_decode2_phi_says_why_its_bytes_are_overcounted():
     assert load_task("tritonbench:add_value").bytes_overcounted == ""
 
 
-def test_a_dead_profiling_worker_leaves_a_note_with_the_step_and_ncus_own_error():
+def test_a_dead_profiling_worker_leaves_a_note_with_the_step_and_ncus_own_error(tmp_path):
     from kernelband.evaluation.pool import WorkerGone
 
     exc = WorkerGone("crashed", "worker killed by SIGSEGV\n==PROF== Connected to process 12\n"
@@ -223,24 +207,13 @@ def test_a_dead_profiling_worker_leaves_a_note_with_the_step_and_ncus_own_error(
     assert note == ('ncu: profiling worker crashed on profile_prepare (worker killed by SIGSEGV; '
                     '==ERROR== Failed to profile "kernel" in process 12)')
     assert ncu.gone_note(WorkerGone("timeout", ""), "profile") == "ncu: profiling worker timeout on profile"
+    # ncu's own errors go to its --log-file, beside the CSV, not to the worker's log
+    log = tmp_path / "ncu.csv"
+    log.write_text("==PROF== Connected to process 12\n==ERROR== Unknown Error on device 0.\n"
+                   "==ERROR== The application returned an error code (9).\n")
+    assert ncu.gone_note(WorkerGone("crashed", "worker exited with code 9\n"), "profile_prepare", str(log)) == (
+        "ncu: profiling worker crashed on profile_prepare (worker exited with code 9; "
+        "==ERROR== The application returned an error code (9).)")
+    assert ncu.gone_note(WorkerGone("crashed", "worker exited with code 9"), "load", str(tmp_path / "none")) == (
+        "ncu: profiling worker crashed on load (worker exited with code 9)")
     assert len(ncu.gone_note(WorkerGone("crashed", "x" * 1000), "load")) == 300
-
-
-@pytest.mark.parametrize("shared", [False, True])
-def test_the_profilers_warm_up_asks_for_ncus_set_up_only_when_the_evaluator_says_so(shared):
-    """`ncu_setup_shared` off (the default): the shared warm-up step makes the inputs and calls once, and
-    ncu's set-up stays in the profiled run with the GPU alone; on: the warm-up asks the worker for it."""
-    asked: list[dict] = []
-
-    class Worker:
-        def request(self, message, timeout):
-            asked.append(message)
-            return {"ok": True}
-
-    with Evaluator(mode="interpreter", warm=0, use_ncu=False, ncu_setup_shared=shared) as ev:
-        profile = ncu.Profile(None, "", 3, 7, "GPU", ev.pool, None, ev.ncu_setup_shared)
-    profile.worker = Worker()
-    profile.warm()
-    profile.measure()
-    assert [m["op"] for m in asked] == ["profile_prepare", "profile"]
-    assert asked[0].get("ncu_setup", False) is shared and "ncu_setup" not in asked[1]

@@ -161,7 +161,7 @@ class Evaluator:
                  limits: Limits | None = None, memory_limit: int | None = None, use_ncu: bool | None = None,
                  calibration_path: str | None = None, max_references: int = 4, warm_profilers: int | None = None,
                  profile_lock: str = "exclusive", tune_alone: bool = True, park_profilers: bool = False,
-                 memory_share: float | None = MEMORY_SHARE, profile_warm: bool = True, ncu_setup_shared: bool = False):
+                 memory_share: float | None = MEMORY_SHARE, profile_warm: bool = True):
         self.mode = mode or detect_mode()
         if preset not in PRESETS:
             raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
@@ -175,11 +175,6 @@ class Evaluator:
         # The profiler's inputs and first call as a step that shares the GPU (True), or in the hold of the GPU
         # alone with its profiled run (False, the order before stop 24)
         self.profile_warm = profile_warm
-        # ncu's set-up in the profiling worker (its first profiled launch, 0.6-1.1 s) paid on a tiny kernel of the
-        # worker's own in the shared warm-up step (True), or in the candidate's own profiled run, with the GPU
-        # alone (False, the default). Off by default: with it on, a pool of 8 on one H200 got φ from ncu for 13 of
-        # 29 candidates, against 27 of 27 without it on an H100 (BENCHMARKS.md, run AD).
-        self.ncu_setup_shared = ncu_setup_shared
         # A module with an autotuner: its configs are timed in one call per shape with the GPU alone, and its
         # correctness check then shares the GPU like any other (True, the default: 3.4 against 2.9 autotuned
         # candidates per minute on an H100, BENCHMARKS.md run P); or the whole check has the GPU alone (False)
@@ -530,7 +525,7 @@ class Evaluator:
             # The profiling worker imports and compiles the candidate beside its own worker, off the GPU lock.
             from kernelband.evaluation import ncu
             profile = ncu.Profile(task, source, rep.index, _seed(seed, rep.index, 3), ref.ready.device.get("name", ""),
-                                  self.pool, self.preset.tune(), self.ncu_setup_shared).start(self._profiling)
+                                  self.pool, self.preset.tune()).start(self._profiling)
         try:
             self._stages(task, info, ref, cand, source, shapes, preset, seed, result, by_index, rep, profile, alone)
         finally:

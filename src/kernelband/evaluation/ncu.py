@@ -4,11 +4,10 @@ The candidate runs in a worker started under
 `ncu --clock-control none --profile-from-start off --csv --page raw`, warm
 like any other (the pool starts it ahead of need). The worker imports and
 compiles the candidate while nothing else waits for it; in a step that shares
-the GPU it runs the representative shape once (and, with the evaluator's
-`ncu_setup_shared`, first profiles a tiny kernel of its own, so that ncu's
-set-up in the process, 0.6-1.1 s on an H100, is paid there; that row is
-dropped); then, with the GPU to itself, it runs the shape
-again between cudaProfilerStart and cudaProfilerStop, and exits; ncu then
+the GPU it runs the representative shape once; then, with the GPU to itself,
+it runs the shape again between cudaProfilerStart and cudaProfilerStop (ncu's
+set-up in the process, 0.6-1.3 s, is paid there: a profiled launch beside
+other processes' work made ncu fail, BENCHMARKS.md run AE), and exits; ncu then
 writes one CSV row per kernel. Counters of several kernels are averaged,
 weighted by their durations. Results are cached
 by (GPU, source hash, shape) for the life of the evaluator.
@@ -37,9 +36,6 @@ METRICS: dict[str, tuple[str, float]] = {
     "tensor_core_util_pct": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", 1.0),
 }
 DURATION = "gpu__time_duration.sum"
-# the kernel a profiling worker profiles once before the candidate when the evaluator's `ncu_setup_shared`
-# asks (`kernelband.worker.warmup_kernel`): its row is not the candidate's
-WARMUP_KERNEL = "kernelband_ncu_warmup"
 
 _cache: dict[str, dict] = {}
 
@@ -72,8 +68,7 @@ def parse(text: str) -> dict[str, float | None] | None:
     if len(lines) < 2:
         return None
     rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
-    rows = [r for r in rows if r.get(DURATION) not in (None, "") and _number(r.get(DURATION)) is not None
-            and not (r.get("Kernel Name") or "").startswith(WARMUP_KERNEL)]
+    rows = [r for r in rows if r.get(DURATION) not in (None, "") and _number(r.get(DURATION)) is not None]
     if not rows:
         return None
     weights = [_number(r[DURATION]) or 0.0 for r in rows]
@@ -96,12 +91,18 @@ def parse(text: str) -> dict[str, float | None] | None:
     return out
 
 
-def gone_note(exc: Exception, op: str) -> str:
-    """The note of a profile whose worker died: the step, how it ended and ncu's own last error line (its
-    `==ERROR==` lines go to the worker's log)."""
+def gone_note(exc: Exception, op: str, ncu_log: str | None = None) -> str:
+    """The note of a profile whose worker died: the step, how it ended and ncu's own last error line, from the
+    worker's log or from ncu's `--log-file` (`ncu_log`), where ncu writes its `==ERROR==` lines beside the CSV
+    (run AE: 15 workers exited with ncu's code 9 and no error line in the worker's log)."""
     outcome = getattr(exc, "outcome", "gone")
     lines = (getattr(exc, "detail", "") or str(exc)).strip().splitlines()
     said = [lines[0]] if lines else []
+    try:
+        with open(ncu_log or "", errors="replace") as f:
+            lines += f.read().splitlines()
+    except OSError:
+        pass
     said += [ln.strip() for ln in lines if "==ERROR==" in ln][-1:]
     note = f"ncu: profiling worker {outcome} on {op}" + (f" ({'; '.join(said)})" if said else "")
     return note if len(note) <= 300 else note[:299] + "…"
@@ -135,23 +136,19 @@ class Profile:
 
     * `prepare` (a side thread, no GPU lock): a warm profiling worker imports the candidate and compiles its
       kernels for the representative shape, while the candidate's own worker does the same;
-    * `warm` (a shared step of the GPU lock, optional): the shape's inputs made and one warm-up call, and
-      first, with `setup_in_warm`, ncu's set-up in the worker (one profiled launch of a tiny kernel of its
-      own, `WARMUP_KERNEL`);
+    * `warm` (a shared step of the GPU lock, optional): the shape's inputs made and one warm-up call;
     * `measure` (the GPU alone): the inputs and warm-up call if `warm` did not run, then one run between
-      cudaProfilerStart and Stop, during which ncu replays each kernel to read its counters (and, without
-      `setup_in_warm`, pays ncu's set-up in the process);
+      cudaProfilerStart and Stop, during which ncu pays its set-up in the process and replays each kernel to
+      read its counters;
     * `finish` (no GPU lock): the worker exits, ncu writes its CSV, and the counters are parsed.
 
     `cancel` ends it at any point (the candidate failed): the worker is killed, nothing waits for it.
     The values are cached by (GPU, source, shape); a cached profile needs no worker at all.
     """
 
-    def __init__(self, task, source: str, shape: int, seed: int, device: str, pool, tune: dict | None = None,
-                 setup_in_warm: bool = False):
+    def __init__(self, task, source: str, shape: int, seed: int, device: str, pool, tune: dict | None = None):
         self.task, self.source, self.shape, self.seed, self.pool = task, source, shape, seed, pool
         self.tune = tune  # the autotuners' budget (Preset.tune)
-        self.setup_in_warm = setup_in_warm  # `warm` pays ncu's set-up on the worker's own kernel first
         self.key = cache_key(device, source, shape)
         self.values: dict | None = _cache.get(self.key)
         self.note: str | None = None
@@ -189,7 +186,7 @@ class Profile:
             if not reply.get("ok"):
                 self._fail("ncu: the candidate did not load under the profiler")
         except (WorkerGone, OSError) as exc:
-            self._fail(gone_note(exc, "load"))
+            self._fail(gone_note(exc, "load", worker.ncu_log))
 
     def _fail(self, note: str) -> None:
         self.note = self.note or note
@@ -203,18 +200,16 @@ class Profile:
             self.pool.release(worker)
 
     def warm(self) -> None:
-        """The profiled shape's inputs made and its first call (and, with `setup_in_warm`, ncu's set-up in the
-        worker first), outside the candidate's profiled range: a step that may share the GPU with other checks
-        (never with a timing), after `prepare` has returned and before `measure`. Optional: without it,
-        `measure` makes the inputs and calls once with the GPU to itself."""
-        self._run("profile_prepare", "the warm-up before the profiled run failed",
-                  {"ncu_setup": True} if self.setup_in_warm else {})
+        """The profiled shape's inputs made and its first call, outside the profiled range: a step that may
+        share the GPU with other checks (never with a timing), after `prepare` has returned and before
+        `measure`. Optional: without it, `measure` makes the inputs and calls once with the GPU to itself."""
+        self._run("profile_prepare", "the warm-up before the profiled run failed")
 
     def measure(self) -> None:
         """The profiled run: call with the GPU to yourself, after `prepare` (and `warm`, if at all)."""
         self._run("profile", "profiling run failed")
 
-    def _run(self, op: str, failed: str, extra: dict | None = None) -> None:
+    def _run(self, op: str, failed: str) -> None:
         """One request for the profiled shape to the profiling worker; a failure ends the profile."""
         from kernelband.evaluation.pool import WorkerGone
 
@@ -222,11 +217,11 @@ class Profile:
         if worker is None:
             return
         try:
-            reply = worker.request({"op": op, "shape": self.shape, "seed": self.seed, **(extra or {})}, 300)
+            reply = worker.request({"op": op, "shape": self.shape, "seed": self.seed}, 300)
             if not reply.get("ok"):
                 self._fail(f"ncu: {failed}: {reply.get('error', '')[-200:]}")
         except WorkerGone as exc:
-            self._fail(gone_note(exc, op))
+            self._fail(gone_note(exc, op, worker.ncu_log))
 
     def finish(self) -> tuple[dict | None, str | None]:
         """(phi values, note); the note says why there are none."""

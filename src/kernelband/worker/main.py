@@ -417,15 +417,11 @@ class Worker:
                 "launch_count": self.log.count, "tampered": self._tamper()}
 
     def op_profile_prepare(self, request: dict) -> dict:
-        """ncu's set-up in this process if asked (`ncu_setup`), then the profiled shape's inputs made and one
-        call (the kernels loaded, warmed up) outside the profiled range, kept for `op_profile`: that much of
-        the profiler's GPU work need not have the GPU alone."""
+        """The profiled shape's inputs made and one call (the kernels loaded, warmed up) outside the profiled
+        range, kept for `op_profile`: that much of the profiler's GPU work need not have the GPU alone."""
         import torch
         self._profile_inputs = None
         try:
-            if request.get("ncu_setup") and self.gpu:  # a profiling worker prepares one candidate, once
-                from kernelband.worker import warmup_kernel
-                warmup_kernel.profile_once(self.device)
             self._seed(request["seed"])
             inputs = self.harness.make_inputs(request["shape"], self.device)
             self.harness.call(inputs)
