@@ -2,7 +2,7 @@
 # The GPU machine's benchmark session, detached so that it outlives the device call that starts it:
 #
 #   setsid nohup bash benchmarks/gpu_session.sh > /dev/null 2>&1 < /dev/null &
-#   bash benchmarks/gpu_collect.sh 540     # in each later call: wait, then copy the results to $OUT
+#   bash benchmarks/gpu_collect.sh 575     # in each later call: wait, then copy the results to $OUT
 #
 # Needs .wheels/ (libcst for the rewriter) and .data/tritonbench_g_tasks.json, carried with the call
 # (`bash benchmarks/carry.sh` makes both in a fresh checkout).
