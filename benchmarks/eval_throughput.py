@@ -194,6 +194,9 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
                    "phi_from_ncu": sorted(t.name for t, r in evaluated if _phi_from_ncu(r)),
                    "ncu_notes": {t.name: [n[:300] for n in r.notes if n.startswith("ncu")] for t, r in evaluated
                                  if ev.use_ncu and not _phi_from_ncu(r)},
+                   # the kernels each profile read (phi weights them by duration): ncu replays each one
+                   "ncu_kernels": {t.name: r.features.profile.get("kernels") for t, r in evaluated
+                                   if r.features.profile},
                    "seconds_by_task": {t.name: {k: round(v, 4) for k, v in r.seconds.items()} for t, r in evaluated},
                    # the GPU lock's seconds by state (alone, shared, draining: shared steps finishing while a
                    # holder alone waits; free) and per step (GpuLock.stats)

@@ -299,3 +299,4 @@ def test_on_a_gpu_ncu_reads_phi_after_a_warm_up_that_shared_the_gpu():
     assert result.seconds["profile_alone"] > 0
     # the warm-up call is outside the profiled range: the vector_add candidate launches one kernel
     assert [v["kernels"] for v in ncu._cache.values()] == [1.0]
+    assert result.features.profile["kernels"] == 1.0 and result.features.profile["duration_ns"] > 0

@@ -66,6 +66,25 @@ def test_several_kernels_are_weighted_by_duration_and_conflicts_summed():
     assert phi["kernels"] == 2 and phi["duration_ns"] == 4000
 
 
+def test_the_features_keep_how_many_kernels_ncus_profile_read():
+    """phi is duration-weighted over every kernel the profiled call launched (torch's too): the features say
+    how many there were and how long they ran, and a stored result keeps it."""
+    from kernelband.evaluation import features
+
+    text = ncu_csv([{ncu.DURATION: "1000", DRAM: "20"}, {ncu.DURATION: "3000", DRAM: "60"}], [DRAM, ncu.DURATION])
+    rep = ShapeInfo(0, "n=1024", False, "", 8192)
+    result = EvalResult(task="t", outcome=Outcome.OK, shapes=[ShapeResult(0, "n=1024", False)])
+    f = features.assemble(result, rep, result.shapes[0], {}, None, {}, {}, ncu.parse(text))
+    assert f.profile == {"kernels": 2.0, "duration_ns": 4000.0}
+    assert f.phi["dram_bw_pct"] == pytest.approx(50)
+    result.features = f
+    assert EvalResult.from_dict(json.loads(json.dumps(result.to_dict()))).features.profile == f.profile
+    assert features.assemble(result, rep, result.shapes[0], {}, None, {}, {}, None).profile == {}
+    stored = result.to_dict()
+    del stored["features"]["profile"]  # a result stored before the field existed
+    assert EvalResult.from_dict(stored).features.profile == {}
+
+
 def test_a_report_without_kernels_gives_none():
     assert ncu.parse("==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\n") is None
     assert ncu.parse(ncu_csv([], [DRAM, ncu.DURATION])) is None

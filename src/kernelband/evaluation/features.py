@@ -70,6 +70,7 @@ def assemble(result: EvalResult, rep: ShapeInfo, rep_result: ShapeResult, reply:
             f.rho["block_dim_x"], f.rho["block_dim_y"] = float(launch["num_warps"] * 32), 1.0
             f.sources["block_dim_x"] = f.sources["block_dim_y"] = "launch"
     if ncu:
+        f.profile = {k: ncu[k] for k in ("kernels", "duration_ns") if ncu.get(k) is not None}
         for key in PHI_KEYS:
             if ncu.get(key) is not None:
                 f.phi[key], f.sources[f"phi.{key}"] = float(ncu[key]), "ncu"

@@ -129,6 +129,9 @@ class Features:
     phi: dict[str, float | None] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # feature -> "ncu" | "compiler" | "timing" | ...
     compile: dict = field(default_factory=dict)  # registers, spills, shared memory, launch configuration
+    # ncu's profile of the representative shape: the kernels it read (Triton's and any other the call
+    # launched; phi weights them by duration) and their summed duration in ns; empty without ncu
+    profile: dict = field(default_factory=dict)
 
 
 RHO_KEYS = ("log_time", "log_memory_footprint", "arithmetic_intensity", "block_dim_x", "block_dim_y",
