@@ -136,6 +136,7 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     ncu._cache.clear()  # every candidate profiled, as a new one would be
     ev.pool.gpu_lock.stats(reset=True)  # the lock's accounting from here: this part's candidates only
     ev.pool.cpu_use()  # the workers' CPU from here
+    started = len(ev.pool.start_phases)  # candidate workers started from here
     parent = psutil.Process()
     cpu0 = parent.cpu_times()
     t0 = time.perf_counter()
@@ -197,6 +198,12 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
                    # the kernels each profile read (phi weights them by duration): ncu replays each one
                    "ncu_kernels": {t.name: r.features.profile.get("kernels") for t, r in evaluated
                                    if r.features.profile},
+                   # Triton launches per call of the representative shape (the worker's launch log): ncu's
+                   # kernels beyond these are torch's
+                   "triton_launches": {t.name: r.features.compile.get("launches_per_call") for t, r in evaluated},
+                   # the candidate workers started during the part: where their start's GPU step went
+                   # (medians, s; the step shares the GPU, and an exclusive hold waits for it to end)
+                   "worker_start_phases": _medians(ev.pool.start_phases[started:]),
                    "seconds_by_task": {t.name: {k: round(v, 4) for k, v in r.seconds.items()} for t, r in evaluated},
                    # the GPU lock's seconds by state (alone, shared, draining: shared steps finishing while a
                    # holder alone waits; free) and per step (GpuLock.stats)
@@ -213,6 +220,10 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     print(f"{key}: cores used: parent {cores['parent']}, ended workers {cores['ended_workers']}, live workers "
           f"{cores['live_workers']}, load per core "
           f"{cores['load_per_core']} of {cores['host_cores']}", flush=True)
+    phases = report[key]["worker_start_phases"]
+    print(f"{key}: candidate workers' start on the GPU, medians: "
+          + (", ".join(f"{k} {v['median']:.2f} s (n={v['n']})" for k, v in phases.items()) or "none started"),
+          flush=True)
     print(f"{key}: GPU lock, seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(lock["seconds"].items()))
           + "; steps by seconds held (holds, longest, seconds that kept a holder alone waiting): "
           + "; ".join(f"{r['mode']} {r['step']} {r['seconds']:.1f} ({r['holds']}, {r['longest']:.2f}, "
@@ -227,6 +238,13 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
           "median s per stage: "
           + ", ".join(f"{k} {v['median']:.2f}" for k, v in stage_s.items()), flush=True)
     save()
+
+
+def _medians(rows: list[dict]) -> dict:
+    """Per key, the median and the count of the rows that have it."""
+    keys = sorted({k for r in rows for k in r})
+    return {k: {"median": round(statistics.median(r[k] for r in rows if k in r), 4),
+                "n": sum(k in r for r in rows)} for k in keys}
 
 
 def _phi_from_ncu(result) -> bool:

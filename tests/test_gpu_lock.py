@@ -825,3 +825,22 @@ def test_eight_evaluations_at_once_never_queue_for_each_others_helper_threads():
             together = threading.Barrier(8, timeout=10)
             jobs = [pool.submit(together.wait) for _ in range(8)]
             assert sorted(j.result(timeout=20) for j in jobs) == list(range(8))  # every one reached the barrier
+
+
+def test_a_started_worker_says_where_the_gpu_part_of_its_start_went():
+    """The part of a worker's start that holds the GPU (shared: an exclusive hold waits for it) is timed by
+    phase in the worker (`ReadyInfo.phases`), and the pool keeps each candidate worker's, in start order."""
+    from kernelband.evaluation.pool import WorkerPool
+
+    pool = WorkerPool("interpreter", warm=0)
+    try:
+        first = pool.acquire()
+        second = pool.acquire()
+        assert set(first.ready.phases) == {"context", "first_kernel", "guards_sandbox"}
+        assert all(v >= 0 for v in first.ready.phases.values())
+        assert first.ready.phases["first_kernel"] > 0  # the warm-up kernel ran (interpreted here)
+        assert pool.start_phases == [first.ready.phases, second.ready.phases]
+        pool.release(first)
+        pool.release(second)
+    finally:
+        pool.close()

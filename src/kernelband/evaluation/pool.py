@@ -27,7 +27,7 @@ import threading
 import time
 from collections import Counter, OrderedDict, deque
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
 
@@ -264,6 +264,7 @@ class ReadyInfo:
     sandbox: dict
     device: dict
     versions: dict
+    phases: dict = field(default_factory=dict)  # seconds of the start's GPU part: context, first_kernel, ...
 
 
 def process_cpu(pid: int) -> tuple[float, float] | None:
@@ -328,7 +329,7 @@ class Worker:
         if msg.get("op") != "ready":
             raise WorkerGone("crashed", f"worker failed to start: {msg.get('error', msg)}")
         self.ready = ReadyInfo(msg["pid"], msg["startup_s"], msg["sandbox"], msg.get("device", {}),
-                               msg.get("versions", {}))
+                               msg.get("versions", {}), msg.get("phases", {}))
         return self.ready
 
     def log_tail(self, n: int = 3000) -> str:
@@ -493,6 +494,7 @@ class WorkerPool:
         self.activity: Counter[str] = Counter()
         self._activity_lock = threading.Lock()
         self.startup_times: list[float] = []
+        self.start_phases: list[dict] = []  # each candidate worker's `ReadyInfo.phases`, in start order
         self._cpu_seen: dict[int, tuple[float, float]] = {}  # pid -> CPU seconds at the last `cpu_use`
         self.profiler = profiler and mode == "gpu"
         self._profilers: list[Worker] = []
@@ -537,6 +539,7 @@ class WorkerPool:
             with self.gpu_lock.doing("worker start"):
                 worker.wait_ready(self.start_timeout, self.gpu_lock.shared)
             self.startup_times.append(worker.ready.startup_s)
+            self.start_phases.append(worker.ready.phases)
         except (WorkerGone, OSError) as exc:
             with self._cond:
                 self._starting -= 1

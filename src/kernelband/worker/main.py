@@ -99,20 +99,24 @@ class Worker:
         import torch
         import triton
 
+        phases, t = {}, time.perf_counter()
         if self.gpu:
             torch.cuda.init()
             torch.empty(1, device="cuda")
         else:
             from kernelband.worker import cpu_shim
             cpu_shim.install()
+        phases["context"], t = time.perf_counter() - t, time.perf_counter()
         from kernelband.worker import guards, warmup_kernel
         warmup_kernel.run(self.device)
+        phases["first_kernel"], t = time.perf_counter() - t, time.perf_counter()
         guards.install_launch_hooks()
         self.guard = guards.TamperGuard()
         self.log = guards.LOG
         from kernelband.worker import sandbox
         self.sandbox = sandbox.apply(self.dir)
         self.guard.accept_current_threads()
+        phases["guards_sandbox"] = time.perf_counter() - t
         props = {}
         if self.gpu:
             p = torch.cuda.get_device_properties(0)
@@ -121,7 +125,8 @@ class Worker:
                      "max_threads_per_sm": getattr(p, "max_threads_per_multi_processor", 2048),
                      "shared_per_sm": getattr(p, "shared_memory_per_multiprocessor", 233472),
                      "total_memory": p.total_memory, "driver": _driver_version(torch)}
-        return {"op": "ready", "pid": os.getpid(), "startup_s": time.perf_counter() - self.created,
+        # `phases`: where the part of the start that holds the GPU (shared) went, in seconds
+        return {"op": "ready", "pid": os.getpid(), "startup_s": time.perf_counter() - self.created, "phases": phases,
                 "sandbox": self.sandbox, "device": props,
                 "versions": {"torch": torch.__version__, "triton": triton.__version__,
                              "python": sys.version.split()[0]}}
