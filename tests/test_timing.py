@@ -349,12 +349,14 @@ def test_priming_measures_the_reference_once_per_shape_and_spares_the_first_cand
         del asked[:]
         result = ev.evaluate(task)
         assert result.ok
-        assert sorted(asked) == sorted(s.index for s in result.shapes if s.cand_ms)  # once per shape
+        # once per shape, and once more each time the reference came out off its usual time (a loaded CPU
+        # disturbs the interpreter's timings: the shape is then measured again, `retimed`)
+        assert sorted(asked) == sorted(i for s in result.shapes if s.cand_ms for i in [s.index] * (1 + s.retimed))
     with Evaluator(mode="interpreter", warm=1) as ev:  # unprimed: the first timing measures it twice
         ev.recheck_timings = True
         asked = reference_timings(ev)
         result = ev.evaluate(task)
-        assert result.ok and len(asked) == 2 * len([s for s in result.shapes if s.cand_ms])
+        assert result.ok and len(asked) == sum(2 + s.retimed for s in result.shapes if s.cand_ms)
 
 
 def test_an_evaluation_says_where_its_timing_went(evaluator, vector_add):
