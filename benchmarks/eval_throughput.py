@@ -136,7 +136,7 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     ncu._cache.clear()  # every candidate profiled, as a new one would be
     ev.pool.gpu_lock.stats(reset=True)  # the lock's accounting from here: this part's candidates only
     ev.pool.cpu_use()  # the workers' CPU from here
-    started = len(ev.pool.start_phases)  # candidate workers started from here
+    started = len(ev.pool.start_phases)  # the workers handed out from here: one per candidate
     parent = psutil.Process()
     cpu0 = parent.cpu_times()
     t0 = time.perf_counter()
@@ -201,8 +201,8 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
                    # Triton launches per call of the representative shape (the worker's launch log): ncu's
                    # kernels beyond these are torch's
                    "triton_launches": {t.name: r.features.compile.get("launches_per_call") for t, r in evaluated},
-                   # the candidate workers started during the part: where their start's GPU step went
-                   # (medians, s; the step shares the GPU, and an exclusive hold waits for it to end)
+                   # the candidates' workers: where their start's GPU step went (medians, s; the step shares
+                   # the GPU, and an exclusive hold waits for it to end)
                    "worker_start_phases": _medians(ev.pool.start_phases[started:]),
                    "seconds_by_task": {t.name: {k: round(v, 4) for k, v in r.seconds.items()} for t, r in evaluated},
                    # the GPU lock's seconds by state (alone, shared, draining: shared steps finishing while a

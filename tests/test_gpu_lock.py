@@ -829,7 +829,7 @@ def test_eight_evaluations_at_once_never_queue_for_each_others_helper_threads():
 
 def test_a_started_worker_says_where_the_gpu_part_of_its_start_went():
     """The part of a worker's start that holds the GPU (shared: an exclusive hold waits for it) is timed by
-    phase in the worker (`ReadyInfo.phases`), and the pool keeps each candidate worker's, in start order."""
+    phase in the worker (`ReadyInfo.phases`), and the pool keeps those of the workers it hands out, in order."""
     from kernelband.evaluation.pool import WorkerPool
 
     pool = WorkerPool("interpreter", warm=0)

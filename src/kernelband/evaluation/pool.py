@@ -494,7 +494,7 @@ class WorkerPool:
         self.activity: Counter[str] = Counter()
         self._activity_lock = threading.Lock()
         self.startup_times: list[float] = []
-        self.start_phases: list[dict] = []  # each candidate worker's `ReadyInfo.phases`, in start order
+        self.start_phases: list[dict] = []  # `ReadyInfo.phases` of each worker handed out, in that order
         self._cpu_seen: dict[int, tuple[float, float]] = {}  # pid -> CPU seconds at the last `cpu_use`
         self.profiler = profiler and mode == "gpu"
         self._profilers: list[Worker] = []
@@ -539,7 +539,6 @@ class WorkerPool:
             with self.gpu_lock.doing("worker start"):
                 worker.wait_ready(self.start_timeout, self.gpu_lock.shared)
             self.startup_times.append(worker.ready.startup_s)
-            self.start_phases.append(worker.ready.phases)
         except (WorkerGone, OSError) as exc:
             with self._cond:
                 self._starting -= 1
@@ -575,6 +574,7 @@ class WorkerPool:
                     raise WorkerGone("crashed", f"no worker could be started: {getattr(self, '_failure', 'timeout')}")
                 self._cond.wait(min(left, 1.0))
             worker = self._spares.pop(0)
+            self.start_phases.append(worker.ready.phases)
         self._fill()
         return worker
 
