@@ -297,6 +297,9 @@ def test_on_a_gpu_ncu_reads_phi_after_a_warm_up_that_shared_the_gpu():
     phi = result.features.phi
     assert sum(v is not None for v in phi.values()) >= 7, phi
     assert result.seconds["profile_alone"] > 0
+    # the profiled run as its worker saw it: the profiler's start and stop calls, the call between them
+    seen = [result.seconds[f"profile_{k}"] for k in ("start", "run", "stop")]
+    assert result.seconds["profile_run"] > 0 and sum(seen) <= result.seconds["profile_alone"]
     # the warm-up call is outside the profiled range: the vector_add candidate launches one kernel
     assert [v["kernels"] for v in ncu._cache.values()] == [1.0]
     assert result.features.profile["kernels"] == 1.0 and result.features.profile["duration_ns"] > 0

@@ -85,6 +85,35 @@ def test_the_features_keep_how_many_kernels_ncus_profile_read():
     assert EvalResult.from_dict(stored).features.profile == {}
 
 
+def test_the_profiled_run_keeps_how_its_worker_saw_it_and_a_failure_keeps_nothing():
+    """`Profile.measure` keeps the worker's own seconds of the profiled run (profiler start, the call with
+    ncu's replays, profiler stop); a failed run leaves none, and its note says why."""
+    replies = [{"ok": True, "seconds": {"start": 0.5, "run": 1.25, "stop": 0.01}},
+               {"ok": False, "error": "CUDA error: no profiler"}]
+
+    class Worker:
+        ncu_log = None
+        closed = False
+
+        def request(self, message, timeout):
+            assert message["op"] == "profile" and message["shape"] == 3 and message["seed"] == 7
+            return replies.pop(0)
+
+        def close(self):
+            self.closed = True
+
+    with Evaluator(mode="interpreter", warm=0, use_ncu=False) as ev:
+        ok, failed = (ncu.Profile(None, "", 3, 7, "GPU", ev.pool) for _ in range(2))
+        for profile in (ok, failed):
+            profile.worker = Worker()
+        ok.measure()
+        assert ok.seconds == {"start": 0.5, "run": 1.25, "stop": 0.01} and ok.note is None
+        worker = failed.worker
+        failed.measure()
+        assert failed.seconds == {} and failed.note == "ncu: profiling run failed: CUDA error: no profiler"
+        assert worker.closed and failed.worker is None  # a failed profile gives its worker up
+
+
 def test_a_report_without_kernels_gives_none():
     assert ncu.parse("==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\n") is None
     assert ncu.parse(ncu_csv([], [DRAM, ncu.DURATION])) is None

@@ -602,6 +602,9 @@ class Evaluator:
                 t0 = time.perf_counter()
                 profile.measure()
                 result.seconds["profile_alone"] = time.perf_counter() - t0
+                # the same run as its worker saw it: profiler start, the call (ncu replays each kernel at its
+                # launch), profiler stop; the rest of `profile_alone` is messages
+                result.seconds.update({f"profile_{k}": v for k, v in profile.seconds.items()})
                 gpu_s += result.seconds["profile_alone"]
         if profile is not None and not profiled_alone:  # "shared": beside others' checks; "apart": alone
             t0, waited = time.perf_counter(), result.seconds["gpu_wait"]

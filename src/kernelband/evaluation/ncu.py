@@ -154,6 +154,7 @@ class Profile:
         self.note: str | None = None
         self.worker = None
         self.prepared = None  # the future of `prepare`, once started
+        self.seconds: dict[str, float] = {}  # the profiled run as its worker saw it: start, run, stop
         self._cancelled = False
         self._lock = threading.Lock()
 
@@ -207,21 +208,26 @@ class Profile:
 
     def measure(self) -> None:
         """The profiled run: call with the GPU to yourself, after `prepare` (and `warm`, if at all)."""
-        self._run("profile", "profiling run failed")
+        reply = self._run("profile", "profiling run failed")
+        self.seconds = {k: float(v) for k, v in (reply or {}).get("seconds", {}).items()}
 
-    def _run(self, op: str, failed: str) -> None:
-        """One request for the profiled shape to the profiling worker; a failure ends the profile."""
+    def _run(self, op: str, failed: str) -> dict | None:
+        """One request for the profiled shape to the profiling worker, its reply if it succeeded; a failure
+        ends the profile."""
         from kernelband.evaluation.pool import WorkerGone
 
         worker = self.worker
         if worker is None:
-            return
+            return None
         try:
             reply = worker.request({"op": op, "shape": self.shape, "seed": self.seed}, 300)
-            if not reply.get("ok"):
-                self._fail(f"ncu: {failed}: {reply.get('error', '')[-200:]}")
         except WorkerGone as exc:
             self._fail(gone_note(exc, op, worker.ncu_log))
+            return None
+        if not reply.get("ok"):
+            self._fail(f"ncu: {failed}: {reply.get('error', '')[-200:]}")
+            return None
+        return reply
 
     def finish(self) -> tuple[dict | None, str | None]:
         """(phi values, note); the note says why there are none."""

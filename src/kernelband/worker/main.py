@@ -438,7 +438,9 @@ class Worker:
 
     def op_profile(self, request: dict) -> dict:
         """One run of a shape between cudaProfilerStart and cudaProfilerStop (the worker runs under ncu), on
-        the inputs `op_profile_prepare` kept for the same shape and seed, else on new ones after a warm-up."""
+        the inputs `op_profile_prepare` kept for the same shape and seed, else on new ones after a warm-up.
+        `seconds`: the profiler start and stop calls and the run between them (ncu replays each kernel at its
+        launch), as this process saw them."""
         import torch
         kept = getattr(self, "_profile_inputs", None)
         self._profile_inputs = None
@@ -451,13 +453,17 @@ class Worker:
                 self.harness.call(inputs)  # compile and warm up outside the profiled range
                 torch.cuda.synchronize()
             cudart = torch.cuda.cudart()
+            t0 = time.perf_counter()
             cudart.cudaProfilerStart()
+            t1 = time.perf_counter()
             self.harness.call(inputs)
             torch.cuda.synchronize()
+            t2 = time.perf_counter()
             cudart.cudaProfilerStop()
+            t3 = time.perf_counter()
         except BaseException as exc:  # noqa: BLE001
             return {"ok": False, "outcome": "runtime_error", "error": _error_text(exc)}
-        return {"ok": True}
+        return {"ok": True, "seconds": {"start": t1 - t0, "run": t2 - t1, "stop": t3 - t2}}
 
     def op_calibrate(self, request: dict) -> dict:
         """Peak copy bandwidth and dense matmul throughput of this GPU (trusted code, no module needed)."""
