@@ -199,7 +199,7 @@ def test_the_throughput_pool_part_says_where_each_candidates_time_went_and_where
     assert pool["gpu_lock"]["seconds"]["alone"] > 0
     cores = pool["cores"]  # where the CPU went: the candidates' workers ended during the part
     assert cores["ended_workers"] > 0 and cores["parent"] >= 0 and cores["live_workers"]["reference"] >= 0
-    # the Triton launches per call, and ncu's kernels (none: ncu off); the start of the workers begun meanwhile
+    # the Triton launches per call, ncu's kernels (none: ncu off), where the candidates' workers' start went
     assert all(n >= 1 for n in pool["triton_launches"].values()) and pool["ncu_kernels"] == {}
     assert {"context", "first_kernel", "guards_sandbox"} <= set(pool["worker_start_phases"])
     assert pool["worker_start_phases"]["first_kernel"]["n"] == 2  # one worker per candidate
