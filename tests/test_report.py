@@ -678,6 +678,36 @@ def test_the_report_warns_when_policies_cover_different_tasks(tmp_path):
     assert "do not compare the policies" in page
 
 
+def test_a_partial_bench_compares_the_policies_on_the_tasks_every_one_finished(tmp_path):
+    """While the policies cover different tasks, the report adds each policy's summary over the tasks that every
+    policy finished under every seed (an unfinished run counts as not finished): the like-for-like table."""
+    from kernelband.report import tables
+    from kernelband.report.markdown import render
+
+    store, bench, ids = build_db(tmp_path / "runs.db")
+    assert report_data(store, f"bench:{bench}")["common"] is None  # the same tasks: the summary compares
+    with store._tx() as db:  # beam never ran the first task; kernelband's seed 1 is still on the second
+        db.executemany("UPDATE runs SET bench_id = NULL WHERE id = ?",
+                       [(run,) for (p, task, _), run in ids.items() if p == "beam" and task == TASKS[0]])
+        db.execute("UPDATE runs SET status = 'running' WHERE id = ?", (ids[("kernelband", TASKS[1], 1)],))
+    data = report_data(store, f"bench:{bench}")
+    common = data["common"]
+    assert common["tasks"] == TASKS[2:]
+    rows = {(r["policy"], r["seed"], r["task"]): r["best_speedup"] for r in data["tasks"]}
+    for policy, seeds in POLICIES.items():
+        s = common["summary"][policy]
+        assert s["n_tasks"] == 1 and s["tasks"] == TASKS[2:]
+        assert s["geomean_best"] == pytest.approx(statistics.mean(rows[(policy, seed, TASKS[2])] for seed in seeds))
+        assert data["summary"][policy]["n_tasks"] > 1  # the full summary still covers what each one has
+    assert "the summary on the 1 task that every policy finished does" in data["warnings"][-1]
+    table = next(t for t in tables.build(data) if t.id == "summary-common")
+    assert table.title.startswith("Summary on the 1 task that every policy finished")
+    assert [row[3][1] for row in table.rows] == pytest.approx([common["summary"][p]["geomean_best"]
+                                                               for p in data["policies"]])
+    assert "Summary on the 1 task that every policy finished" in write_report(data, tmp_path / "out").read_text()
+    assert "### Summary on the 1 task that every policy finished" in render(data)
+
+
 def test_the_report_of_a_quarantined_bench_says_so_first(tmp_path):
     """A bench set aside by `Store.quarantine` (its GPU was shared) still reports, warning first that its
     figures are not results, with the reason given."""

@@ -271,8 +271,10 @@ def render(data: dict, figs: dict[str, str]) -> str:
     if not data["policies"]:
         parts.append('<p class="bad">No run here has a correctly evaluated starting kernel: nothing to report.</p>')
 
-    parts += ["<h2>Summary</h2>", table_html(tables["summary"]),
-              "<h2>Speedup and Fast@1 per iteration</h2>",
+    parts += ["<h2>Summary</h2>", table_html(tables["summary"])]
+    if "summary-common" in tables:
+        parts.append(table_html(tables["summary-common"]))
+    parts += ["<h2>Speedup and Fast@1 per iteration</h2>",
               _img(figs, "speedup", "geomean speedup per iteration"), _img(figs, "fast1", "Fast@1 per iteration"),
               table_html(tables["iter-current"]), table_html(tables["iter-best"]),
               table_html(tables["iter-best-generated"]), table_html(tables["tokens"]),

@@ -426,6 +426,7 @@ def report_data(store: Store, bench_or_run) -> dict:
             "tasks": sorted({f.row.task for runs in seeds.values() for f in runs}),
             "per_seed": {str(s): v for s, v in per_seed_sum.items()}}
 
+    common = _common(groups)
     tasks = [_task_row(f) for f in sorted(facts, key=lambda f: (f.row.task, f.row.policy, f.row.seed, f.row.id))]
     task_means = []
     for policy, seeds in groups.items():
@@ -455,11 +456,11 @@ def report_data(store: Store, bench_or_run) -> dict:
         "run": facts[0].row.to_dict() if kind == "run" else None,
         "devices": sorted({f.row.device for f in facts if f.row.device}),
         "fast_threshold": FAST, "definitions": DEFINITIONS,
-        "policies": list(groups), "iterations": iterations, "summary": summary,
+        "policies": list(groups), "iterations": iterations, "summary": summary, "common": common,
         "tasks": tasks, "task_means": task_means,
         "excluded": [{"run_id": f.row.id, "task": f.row.task, "policy": f.row.policy, "seed": f.row.seed,
                       "reason": f.reason} for f in facts if not f.usable],
-        "warnings": _warnings(bench, summary, facts),
+        "warnings": _warnings(bench, summary, facts, common),
         "focus_run": focus.row.id if focus else None,
         "pool": pool_projection(store, focus) if focus else None,
         "lineage": lineage(store, focus) if focus else None,
@@ -468,7 +469,29 @@ def report_data(store: Store, bench_or_run) -> dict:
     })
 
 
-def _warnings(bench: dict | None, summary: dict, facts: list[RunFacts]) -> list[str]:
+def _tasks(n: int) -> str:
+    return f"{n} task" if n == 1 else f"{n} tasks"
+
+
+def _common(groups: dict[str, dict[int, list[RunFacts]]]) -> dict | None:
+    """When the policies cover different tasks (a bench still running): the tasks that every policy has
+    finished under every seed, and each policy's summary over those runs alone, the like-for-like
+    comparison. None when the policies cover the same tasks, or share no finished one."""
+    finished = [{f.row.task for f in runs if f.row.status == "done"} for seeds in groups.values()
+                for runs in seeds.values()]
+    covered = {frozenset(f.row.task for f in runs) for seeds in groups.values() for runs in seeds.values()}
+    if len(groups) < 2 or len(covered) == 1 or not set.intersection(*finished):
+        return None
+    tasks = set.intersection(*finished)
+    summary = {}
+    for policy, seeds in groups.items():
+        per_seed = [_seed_summary([f for f in runs if f.row.task in tasks and f.row.status == "done"])
+                    for runs in seeds.values()]
+        summary[policy] = _average(per_seed) | {"seeds": list(seeds), "n_seeds": len(seeds), "tasks": sorted(tasks)}
+    return {"tasks": sorted(tasks), "summary": summary}
+
+
+def _warnings(bench: dict | None, summary: dict, facts: list[RunFacts], common: dict | None = None) -> list[str]:
     """What a reader must know before comparing the figures: a quarantined bench, an unfinished sweep,
     policies on different tasks, runs measured on different GPU models."""
     out = []
@@ -488,7 +511,9 @@ def _warnings(bench: dict | None, summary: dict, facts: list[RunFacts]) -> list[
     if len({tuple(v["tasks"]) for v in summary.values()}) > 1:
         counts = ", ".join(f"{p} {n}" for p, n in covered.items())
         out.append(f"the policies cover different tasks ({counts}): their figures average over different "
-                   "tasks and do not compare the policies")
+                   "tasks and do not compare the policies"
+                   + (f"; the summary on the {_tasks(len(common['tasks']))} that every policy finished does"
+                      if common else ""))
     devices = Counter(f.row.device for f in facts if f.row.device)
     if len(devices) > 1:
         counts = ", ".join(f"{d} {n}" for d, n in devices.most_common())

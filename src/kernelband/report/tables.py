@@ -49,15 +49,10 @@ def cell_pair(point: dict) -> Cell:
     return (text, point["geomean"])
 
 
-def build(data: dict) -> list[Table]:
-    policies = data["policies"]
-    summary, iterations = data["summary"], data["iterations"]
-    tables = []
-
-    t = Table("summary", "Summary per policy (best kernel of each task; means over seeds)",
-              ["policy", "tasks", "seeds", "geomean speedup", "Fast@1", "best speedup", "correct evals",
-               "correct tasks", "improved tasks", "faster tasks", "geomean, correct tasks", "median SOL",
-               "tokens per task", "evals per task"])
+def _summary(id: str, title: str, policies: list[str], summary: dict) -> Table:
+    t = Table(id, title, ["policy", "tasks", "seeds", "geomean speedup", "Fast@1", "best speedup", "correct evals",
+                          "correct tasks", "improved tasks", "faster tasks", "geomean, correct tasks", "median SOL",
+                          "tokens per task", "evals per task"])
     for p in policies:
         s = summary[p]
         t.rows.append([label(p), num(len(s["tasks"]), "d"), num(s["n_seeds"], "d"), num(s["geomean_best"]),
@@ -65,10 +60,26 @@ def build(data: dict) -> list[Table]:
                        pct(s["correct_task_pct"]), pct(s["improved_task_pct"]), pct(s["faster_task_pct"]),
                        num(s["geomean_correct"]), num(s["sol_median"], ".2f"), num(s["tokens_per_task"], ".0f"),
                        num(s["evaluations_per_task"], ".1f")])
+    return t
+
+
+def build(data: dict) -> list[Table]:
+    policies = data["policies"]
+    summary, iterations = data["summary"], data["iterations"]
+    tables = []
+
+    t = _summary("summary", "Summary per policy (best kernel of each task; means over seeds)", policies, summary)
     t.note = (f"Faster tasks: the kernel handed back is a generated one, re-measured on fresh inputs above "
               f"1 + max({MARGIN:g}, 2 x |noise floor - 1|) and above 1.0 on the held-out shapes; a run with no "
               f"re-measurement gets no verdict and does not count.")
     tables.append(t)
+    common = data.get("common")
+    if common:
+        n = len(common["tasks"])
+        t = _summary("summary-common", f"Summary on the {n} task{'' if n == 1 else 's'} that every policy "
+                     "finished (like for like)", policies, common["summary"])
+        t.note = "Tasks: " + ", ".join(common["tasks"]) + ". Unfinished runs are left out of this table."
+        tables.append(t)
 
     horizon = max((len(iterations[p]) for p in policies), default=0)
     for which, title in (("current", "Current iteration (paper Table 1): speedup / Fast@1"),
