@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -242,6 +243,24 @@ def test_eval_prints_a_readable_table_that_warns_about_interpreter_timings(tmp_p
     assert "n=4096" in proc.stdout
     assert "Triton-interpreter timings" in proc.stdout
     assert "seed: 3" in proc.stdout
+    # the features the bandit reads, with their sources; φ has none in the interpreter, and says why
+    assert re.search(r"ρ: log_time [-\d.]+ \(timing\)", proc.stdout), proc.stdout
+    assert "φ: none measured (the Triton interpreter has no hardware counters)" in proc.stdout
+
+
+def test_the_features_lines_give_each_value_its_source_and_the_profiles_kernels():
+    from kernelband.cli import feature_lines
+    from kernelband.evaluation.records import Features
+
+    f = Features(rho={"log_time": -2.5, "block_dim_x": None}, phi={"l2_hit_rate": 75.96, "dram_bw_pct": None,
+                                                                   "registers_per_thread": 32.0},
+                 sources={"log_time": "timing", "phi.l2_hit_rate": "ncu", "phi.registers_per_thread": "compiler"},
+                 profile={"kernels": 2.0, "duration_ns": 4500.0})
+    assert feature_lines(f, interpreter=False) == [
+        "ρ: log_time -2.5 (timing)", "φ: l2_hit_rate 75.96 (ncu), registers_per_thread 32 (compiler)",
+        "ncu profile: 2 kernels, 4.5 µs in all (φ weights them by duration)"]
+    f = Features(rho={"log_time": 1.0}, phi={"l2_hit_rate": None}, sources={"log_time": "timing"})
+    assert feature_lines(f, interpreter=False)[1] == "φ: none measured (no Nsight Compute profile; the notes say why)"
 
 
 def pyfile_module(path: Path) -> str:

@@ -93,10 +93,29 @@ def _print_result(result) -> None:
         out.print(result.detail, highlight=False, soft_wrap=True)
     if result.interpreter:
         out.print("[yellow]Timings are Triton-interpreter timings on the CPU: they say nothing about GPU speed.[/]")
+    for line in feature_lines(result.features, result.interpreter):
+        out.print(line, highlight=False, soft_wrap=True)
     for note in result.notes:
         out.print(f"note: {note}", highlight=False, soft_wrap=True)
     out.print(f"sandbox: {result.sandbox}   seed: {result.seed}   "
               f"{result.seconds.get('total', 0):.1f} s", highlight=False)
+
+
+def feature_lines(features, interpreter: bool) -> list[str]:
+    """ρ and φ as the bandit sees them, each value with where it came from (`features.sources`), and how many
+    kernels Nsight Compute's profile covered."""
+    lines = []
+    for name, values in (("ρ", features.rho), ("φ", features.phi)):
+        prefix = "phi." if name == "φ" else ""
+        shown = [f"{k} {v:.4g} ({features.sources.get(prefix + k, '?')})" for k, v in values.items() if v is not None]
+        why = ("the Triton interpreter has no hardware counters" if interpreter
+               else "no Nsight Compute profile; the notes say why")
+        lines.append(f"{name}: " + (", ".join(shown) if shown else f"none measured ({why})"))
+    if features.profile:
+        kernels = int(features.profile.get("kernels") or 0)
+        lines.append(f"ncu profile: {kernels} kernel{'' if kernels == 1 else 's'}, "
+                     f"{features.profile.get('duration_ns', 0) / 1000:.1f} µs in all (φ weights them by duration)")
+    return lines
 
 
 @app.command("tasks")
