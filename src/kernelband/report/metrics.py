@@ -469,7 +469,8 @@ def report_data(store: Store, bench_or_run) -> dict:
     })
 
 
-def _tasks(n: int) -> str:
+def n_tasks(n: int) -> str:
+    """"1 task", "8 tasks"."""
     return f"{n} task" if n == 1 else f"{n} tasks"
 
 
@@ -480,9 +481,9 @@ def _common(groups: dict[str, dict[int, list[RunFacts]]]) -> dict | None:
     finished = [{f.row.task for f in runs if f.row.status == "done"} for seeds in groups.values()
                 for runs in seeds.values()]
     covered = {frozenset(f.row.task for f in runs) for seeds in groups.values() for runs in seeds.values()}
-    if len(groups) < 2 or len(covered) == 1 or not set.intersection(*finished):
+    tasks = set.intersection(*finished) if finished else set()
+    if len(groups) < 2 or len(covered) == 1 or not tasks:
         return None
-    tasks = set.intersection(*finished)
     summary = {}
     for policy, seeds in groups.items():
         per_seed = [_seed_summary([f for f in runs if f.row.task in tasks and f.row.status == "done"])
@@ -512,7 +513,7 @@ def _warnings(bench: dict | None, summary: dict, facts: list[RunFacts], common: 
         counts = ", ".join(f"{p} {n}" for p, n in covered.items())
         out.append(f"the policies cover different tasks ({counts}): their figures average over different "
                    "tasks and do not compare the policies"
-                   + (f"; the summary on the {_tasks(len(common['tasks']))} that every policy finished does"
+                   + (f"; the summary on the {n_tasks(len(common['tasks']))} that every policy finished does"
                       if common else ""))
     devices = Counter(f.row.device for f in facts if f.row.device)
     if len(devices) > 1:

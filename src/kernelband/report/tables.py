@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kernelband.report.metrics import MARGIN
+from kernelband.report.metrics import MARGIN, n_tasks
 
 Cell = tuple[str, float | None]
 
@@ -75,8 +75,7 @@ def build(data: dict) -> list[Table]:
     tables.append(t)
     common = data.get("common")
     if common:
-        n = len(common["tasks"])
-        t = _summary("summary-common", f"Summary on the {n} task{'' if n == 1 else 's'} that every policy "
+        t = _summary("summary-common", f"Summary on the {n_tasks(len(common['tasks']))} that every policy "
                      "finished (like for like)", policies, common["summary"])
         t.note = "Tasks: " + ", ".join(common["tasks"]) + ". Unfinished runs are left out of this table."
         tables.append(t)
