@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 
+from kernelband import pyast
 from kernelband.errors import SetupError, UserError
 from kernelband.evaluation.records import PHI_KEYS
 from kernelband.search.core import Attempt, Candidate, Context, Proposal, Strategy
@@ -189,7 +190,7 @@ def judge_reply(text: str, finish_reason: str | None, entry: str) -> tuple[str |
     if source is None:
         return None, "", "no_code", "the reply has no ```python block"
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError as exc:
         return None, rationale, "syntax_error", f"the code does not parse: line {exc.lineno}: {exc.msg}"
     if not defines(tree, entry):

@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import libcst as cst
 
+from kernelband import pyast
 from kernelband.search.core import Candidate, Context, Proposal, Strategy, source_hash
 from kernelband.search.edits import Variant
 from kernelband.search.kernelsource import ModuleSource
@@ -58,7 +59,7 @@ def options(source: str, rewrites: tuple[str, ...]) -> Options:
 
 def _defines(source: str, name: str) -> bool:
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return False
     return any(isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name == name

@@ -24,6 +24,7 @@ import ast
 import re
 from pathlib import Path
 
+from kernelband import pyast
 from kernelband.errors import UserError, read_text
 from kernelband.tasks.model import Task
 
@@ -78,7 +79,7 @@ def load(path: Path, ref: str | None = None, name: str | None = None) -> Task:
     source = read_text(path, "task file")
     module, harness, _ = split(source, str(path))
     try:
-        tree = ast.parse(harness, filename=str(path))
+        tree = pyast.parse(harness, filename=str(path))
     except SyntaxError as exc:
         raise UserError(f"{path}:{exc.lineno}: the task definition is not valid Python: {exc.msg}") from exc
     missing = [n for n in REQUIRED if n not in _top_level_names(tree)]
@@ -87,7 +88,7 @@ def load(path: Path, ref: str | None = None, name: str | None = None) -> Task:
                         "make faster, SHAPES and HELD_OUT list the shapes, make_inputs builds a shape's inputs)")
     description = ""
     try:
-        description = (ast.get_docstring(ast.parse(module)) or "").strip().splitlines()[0]
+        description = (ast.get_docstring(pyast.parse(module)) or "").strip().splitlines()[0]
     except (SyntaxError, IndexError):
         pass
     return Task(ref=ref or str(path), name=name or path.stem, kind="pyfile", module_source=module,
