@@ -99,28 +99,40 @@ def part_grid(store: Store, evaluators, tasks: list[str], report: dict, bench_id
     """What a user would do by hand, judged as a search's result is: every one-step launch-parameter variant
     of k0 evaluated (an evaluation the bench already made of the same source is reused), then the
     `finalists` fastest checked and timed once more on fresh inputs and on the held-out shapes, and the
-    report's "faster" rule applied, with k0 timed against itself as the noise floor. Each GPU takes one
-    task at a time and evaluates its variants `slots` at a time (one reference per GPU); no task starts
-    after the deadline (time.monotonic())."""
-    rows = []
+    report's "faster" rule applied, with k0 timed against itself as the noise floor. Each GPU takes the
+    next task as soon as it finishes one (a task's variants share its GPU, `slots` at a time, one reference
+    per GPU; tasks are not dealt out in advance, so a GPU with short tasks does not sit idle while another
+    has a queue); no task starts after the deadline (time.monotonic())."""
+    queue = list(enumerate(tasks))
+    taken = threading.Lock()
+    found: dict[int, dict] = {}
 
-    def one(args) -> dict:
-        ref, ev = args
-        if deadline is not None and time.monotonic() > deadline:
-            return {"task": ref, "deferred": True}
-        return grid_task(store, ev, load_task(ref), bench_id, slots, finalists)
+    def lane(ev) -> None:
+        while True:
+            with taken:
+                if not queue:
+                    return
+                i, ref = queue.pop(0)
+            if deadline is not None and time.monotonic() > deadline:
+                row = {"task": ref, "deferred": True}
+            else:
+                try:
+                    row = grid_task(store, ev, load_task(ref), bench_id, slots, finalists)
+                except Exception as exc:  # noqa: BLE001  one task's failure is its row; the other tasks go on
+                    row = {"task": ref, "error": f"{type(exc).__name__}: {exc}"}
+            print(json.dumps({"kind": "grid", **row}), flush=True)
+            found[i] = row
 
     t0 = time.perf_counter()
-    jobs = [(ref, evaluators[i % len(evaluators)]) for i, ref in enumerate(tasks)]
     with ThreadPoolExecutor(max_workers=len(evaluators)) as pool:
-        for row in pool.map(one, jobs):
-            print(json.dumps({"kind": "grid", **row}), flush=True)
-            rows.append(row)
-    done = [r for r in rows if not r.get("deferred")]
+        list(pool.map(lane, evaluators))
+    rows = [found[i] for i in sorted(found)]
+    done = [r for r in rows if not r.get("deferred") and not r.get("error")]
     report["grid"] = {"seconds": time.perf_counter() - t0, "slots": slots, "finalists": finalists, "rows": rows,
                       "summary": summarise(done) if done else None,
                       "faster": sum(bool(r.get("faster")) for r in done),
-                      "deferred": [r["task"] for r in rows if r.get("deferred")]}
+                      "deferred": [r["task"] for r in rows if r.get("deferred")],
+                      "errors": {r["task"]: r["error"] for r in rows if r.get("error")}}
 
 
 def grid_task(store: Store, ev, task, bench_id: int | None, slots: int, finalists: int) -> dict:

@@ -28,9 +28,10 @@ class ScriptedEvaluator:
     speedup, and the re-check's (search shapes with fresh inputs, held-out shapes). Records every call and
     how many ran at once."""
 
-    def __init__(self, variants: list[str], k0: str, search: dict, recheck: dict, k0_self: float = 1.0):
+    def __init__(self, variants: list[str], k0: str, search: dict, recheck: dict, k0_self: float = 1.0,
+                 delay: float = 0.05):
         self.index = {source: i for i, source in enumerate(variants)} | {k0: -1}
-        self.search, self.recheck, self.k0_self = search, recheck, k0_self
+        self.search, self.recheck, self.k0_self, self.delay = search, recheck, k0_self, delay
         self.calls: list[tuple[int, str, bool]] = []
         self.running = self.most = 0
         self.lock = threading.Lock()
@@ -44,7 +45,7 @@ class ScriptedEvaluator:
             self.calls.append((i, which, profile))
             self.running += 1
             self.most = max(self.most, self.running)
-        time.sleep(0.05)
+        time.sleep(self.delay)
         with self.lock:
             self.running -= 1
         if i == -1:
@@ -102,6 +103,30 @@ def test_no_grid_task_starts_after_the_deadline(tmp_path, task_and_variants):
     search_quality.part_grid(Store(tmp_path / "runs.db"), [ev], [task.ref], report, None,
                              deadline=time.monotonic() - 1)
     assert report["grid"]["deferred"] == [task.ref] and ev.calls == []
+
+
+def test_a_gpu_that_finishes_its_task_takes_the_next_one_instead_of_waiting_for_its_share(tmp_path,
+                                                                                          task_and_variants):
+    task, variants = task_and_variants
+    same = {i: (1.0, 1.0) for i in range(len(variants))}
+    slow = ScriptedEvaluator(variants, task.module_source, search={}, recheck=same, delay=1.0)
+    fast = ScriptedEvaluator(variants, task.module_source, search={}, recheck=same, delay=0.0)
+    report: dict = {}
+    search_quality.part_grid(Store(tmp_path / "runs.db"), [slow, fast], [task.ref] * 4, report, None)
+    def tasks_taken(ev):
+        return sum(call == (-1, "search", False) for call in ev.calls)  # one k0-against-itself per task
+    # dealt out in turn, each would have had 2; the fast one took every task after the slow one's first
+    assert (tasks_taken(slow), tasks_taken(fast)) == (1, 3), report["grid"]["errors"]
+    assert [r["task"] for r in report["grid"]["rows"]] == [task.ref] * 4 and report["grid"]["errors"] == {}
+
+
+def test_a_grid_task_that_fails_is_its_row_and_the_others_go_on(tmp_path, task_and_variants):
+    task, variants = task_and_variants
+    ev = ScriptedEvaluator(variants, task.module_source, search={}, recheck={i: (1.0, 1.0) for i in range(9)})
+    report: dict = {}
+    search_quality.part_grid(Store(tmp_path / "runs.db"), [ev], ["examples:no_such_task", task.ref], report, None)
+    assert list(report["grid"]["errors"]) == ["examples:no_such_task"]
+    assert report["grid"]["summary"]["tasks"] == 1
 
 
 def test_the_heartbeat_says_how_much_cpu_the_driving_process_itself_used(capsys):
