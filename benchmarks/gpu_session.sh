@@ -29,7 +29,8 @@
 # for the A/B), MEMORY_SHARE (the evaluator parts: the share of GPU memory that checks sharing the GPU may
 # declare at once; 'none': no limit), TUNE_ALONE=0 (the sweep's evaluators: an autotuned module's whole check with the
 # GPU alone, instead of its calls per shape in one hold with the GPU alone, then a shared check; EVAL_PARTS has pool-autotune and
-# pool-autotune-alone for the A/B), SWEEP_STRATEGIES (a strategies file for a new bench), GPU_TESTS=0 (skip the GPU fault tests), SMOKE=1 (a tiny
+# pool-autotune-alone for the A/B), SWEEP_STRATEGIES (a strategies file for a new bench), GPU_TESTS=0 (skip the GPU fault tests; GPU_TESTS=after:
+# run them on GPU 0 once the sweep has ended, so that they take no GPU from it), SMOKE=1 (a tiny
 # version of everything).
 # A/B sweep before the main one, into its own database $S/ab.db (e.g. the built-in strategies with `coarsen`
 # added, against the runs of the same tasks in the main bench): AB_STRATEGIES (a strategies file; unset: none),
@@ -198,6 +199,10 @@ elif [ "$N" -gt 1 ] && [ "${SIDE_BY_SIDE:-1}" = 1 ]; then
 else  # one GPU, or SIDE_BY_SIDE=0: the evaluator's parts on an idle host first, then the sweep on every GPU
   evaluator_parts 0
   sweep "$ALL_GPUS"
+fi
+if [ "${GPU_TESTS:-1}" = after ]; then
+  export CUDA_VISIBLE_DEVICES=0
+  GPU_TESTS=1 gpu_tests
 fi
 echo "== $(date -u +%FT%TZ) session end"
 touch "$S/done"
