@@ -213,3 +213,22 @@ def test_a_pool_part_with_no_result_for_a_while_writes_who_holds_the_gpu_lock_an
     done.set()
     watcher.join(5)
     assert "no result" not in capsys.readouterr().err
+
+
+def test_the_grid_summary_reads_rows_from_a_cut_off_log_and_the_report_json(tmp_path, task_and_variants):
+    spec = importlib.util.spec_from_file_location(
+        "grid_summary", Path(__file__).resolve().parents[1] / "benchmarks" / "grid_summary.py")
+    grid_summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(grid_summary)
+    task, variants = task_and_variants
+    ev = ScriptedEvaluator(variants, task.module_source, search={0: 1.9, 2: 1.5}, recheck={0: (1.4, 1.3), 2: (1.2, 1.1),
+                                                                                           1: (1.0, 1.0)})
+    row = search_quality.grid_task(Store(tmp_path / "runs.db"), ev, task, None, slots=2, finalists=3)
+    log = tmp_path / "sweep.log"
+    # the session ended mid-line: the cut line is skipped, the whole one read
+    log.write_text("heartbeat\n" + json.dumps({"kind": "grid", **row}) + "\n" + '{"kind": "grid", "task": "exa')
+    text = grid_summary.table(grid_summary.rows_from(log))
+    assert "| vector_add | " in text and "| variant 0 | 1.40 | 1.30 |" in text and "faster (the report's rule) 1 of 1" in text
+    report = tmp_path / "quality1.json"
+    report.write_text(json.dumps({"grid": {"rows": [{"task": "examples:softmax", "deferred": True}]}}))
+    assert "| softmax | not started (deadline) |" in grid_summary.table(grid_summary.rows_from(report))
