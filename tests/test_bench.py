@@ -9,11 +9,13 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from kernelband.search.bench import Bench, BenchConfig
+from kernelband.search.bench import Bench, BenchConfig, Job, deal
 from kernelband.search.rewrite import RewriteProposer
 from kernelband.search.store import Store
 from kernelband.tasks import load_task
@@ -40,8 +42,10 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_bench_sweep_shares_evaluations_and_resumes(tmp_path: Path):
     db = tmp_path / "bench.db"
+    # one run at a time, so that which run reuses which evaluation does not depend on which finishes first
     proc = _cli("bench", "--suite", "examples", "--tasks", "vector_add", "--policies", "greedy,bon",
-                "-n", "2", "--seeds", "0,3", "--proposer", "rewrite", "--db", str(db), "--json")
+                "-n", "2", "--seeds", "0,3", "--proposer", "rewrite", "--db", str(db), "--json",
+                "--runs-per-gpu", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     runs = out["runs"]
@@ -431,3 +435,57 @@ def test_a_bench_stops_at_an_llm_endpoint_that_cannot_be_reached(tmp_path: Path)
     [bench] = store.benches()
     assert bench["status"] == "running"
     assert len(store.runs(bench["id"])) == 1  # the first run met it; no other was started
+
+
+def _jobs(task: str, policies: str) -> list[Job]:
+    return [Job(task, p, 0) for p in policies]
+
+
+def test_a_sweep_deals_each_task_to_the_gpu_with_the_fewest_open_runs_and_takes_its_tasks_in_turn():
+    """A task's runs stay on one GPU, but they no longer run one after another on one thread: a GPU's runs in
+    flight take its tasks in turn (run AF: 8 tasks with 5 runs left each would have taken 5 runs in a row)."""
+    done = {("b", "1", 0), ("b", "2", 0), ("b", "3", 0)}  # b has 2 runs open
+    queues = deal([_jobs("a", "12345"), _jobs("b", "12345"), _jobs("c", "1")], 2,
+                  lambda j: (j.task, j.policy, j.seed) not in done)
+    # a (5 open) to GPU 0; b (2 open) to GPU 1; c to GPU 1, which has fewer open runs (2 against 5)
+    assert [j.task + j.policy for j in queues[0]] == ["a1", "a2", "a3", "a4", "a5"]
+    assert [j.task + j.policy for j in queues[1]] == ["b1", "c1", "b2", "b3", "b4", "b5"]
+
+
+def test_a_gpu_that_has_run_its_share_takes_runs_from_the_end_of_the_longest_queue(tmp_path: Path):
+    store = Store(tmp_path / "b.db")
+    bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Standin(), Standin()],
+                  RewriteProposer)
+    bench._queues = deal([_jobs("a", "1234"), _jobs("c", "1")], 2, lambda j: True)
+    taken = [bench._next(1) for _ in range(3)]
+    assert [j.task + j.policy for j in taken] == ["c1", "a4", "a3"]
+    assert [j.task + j.policy for j in iter(lambda: bench._next(0), None)] == ["a1", "a2"]
+
+
+def test_runs_of_one_task_that_start_together_measure_its_baseline_once(tmp_path: Path):
+    from kernelband.evaluation.records import EvalResult, Outcome
+
+    class Slow:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def fingerprint(self, task):
+            return {"gpu": "H100", "driver": "1", "triton": "3"}
+
+        def evaluate(self, task, source, preset=None, **_):
+            self.calls += 1
+            time.sleep(0.3)
+            return EvalResult(task=task.key, outcome=Outcome.OK, speedup=1.0)
+
+    store = Store(tmp_path / "b.db")
+    bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Slow()], RewriteProposer)
+    task, ev = load_task("examples:vector_add"), Slow()
+    results = []
+    runs = [threading.Thread(target=lambda: results.append(bench._baseline(task, ev, ev.fingerprint(task))))
+            for _ in range(2)]
+    for t in runs:
+        t.start()
+    for t in runs:
+        t.join()
+    assert ev.calls == 1
+    assert sum(any("golden baseline reused" in n for n in r.notes) for r in results) == 1

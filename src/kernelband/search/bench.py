@@ -17,9 +17,10 @@ Resuming: a finished run is skipped, an unfinished one is resumed through the lo
 
 from __future__ import annotations
 
-import queue
+import itertools
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -113,6 +114,22 @@ def _task_ref(name: str, refs: list[str]) -> str:
     return name if ":" in name else next((r for r in refs if r.split(":", 1)[1] == name), name)
 
 
+def deal(groups: list[list[Job]], gpus: int, open_: Callable[[Job], bool]) -> list[deque[Job]]:
+    """The runs of each GPU, in order. Each task's runs go to one GPU, where its reference worker is set up
+    once: the task goes to the GPU with the fewest open runs so far (`open_`: not done yet), in the order
+    given. A GPU's queue takes its tasks in turn, one run of each, so
+    its runs in flight belong to different tasks. A task's runs used to run one after another on one thread:
+    run AF's 55 open runs held 8 tasks with 5 each, so a sweep could not end sooner than 5 runs in a row."""
+    load = [0] * max(1, gpus)
+    mine: list[list[list[Job]]] = [[] for _ in load]
+    for group in groups:
+        gpu = min(range(len(load)), key=lambda i: (load[i], i))
+        mine[gpu].append(group)
+        load[gpu] += sum(map(open_, group))
+    return [deque(job for turn in itertools.zip_longest(*tasks) for job in turn if job is not None)
+            for tasks in mine]
+
+
 class Bench:
     def __init__(self, store: Store, config: BenchConfig, evaluators: list, make_proposer: Callable[[], object],
                  tritonbench_path: str | None = None, bench_id: int | None = None,
@@ -153,6 +170,7 @@ class Bench:
         self.tasks = {}
         self._lock = threading.Lock()
         self._fresh: set[tuple] = set()  # baselines measured in this sweep
+        self._baseline_locks: dict[tuple, threading.Lock] = {}  # one measurement of a baseline at a time
         self._gpus_checked: set[str] = set()  # GPU models found to match the bench's runs (_same_gpu)
         self.errors: list[str] = []
         self.fatal: SetupError | None = None  # the first set-up mistake a run hit: the sweep stops
@@ -173,22 +191,31 @@ class Bench:
             by_task.setdefault(job.task, []).append(job)
         if self.tasks_now is not None:
             by_task = {t: by_task[t] for t in self.tasks_now if t in by_task}
-        work: queue.Queue = queue.Queue()
-        for group in by_task.values():
-            work.put(group)  # one task's runs stay on one GPU
+        done = {(r.task, r.policy, r.seed) for r in self.store.runs(self.bench_id) if r.status == "done"}
+        self._queues = deal(list(by_task.values()), len(self.evaluators),
+                            lambda job: (job.task, job.policy, job.seed) not in done)
         for ev in self.evaluators:  # one task per run in flight, and the one a finished run leaves behind
             ev.keep_references(self.runs_per_gpu + 1)
-        threads = [threading.Thread(target=self._drain, args=(work, ev), daemon=True)
-                   for ev in self.evaluators for _ in range(self.runs_per_gpu)]
+        threads = [threading.Thread(target=self._drain, args=(i, ev), daemon=True)
+                   for i, ev in enumerate(self.evaluators) for _ in range(self.runs_per_gpu)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         if self.fatal is not None:
             raise self.fatal
-        if work.empty() and self._complete():
+        if not any(self._queues) and self._complete():
             self.store.finish_bench(self.bench_id)
         return self.bench_id
+
+    def _next(self, gpu: int) -> Job | None:
+        """The next run for a thread of GPU `gpu`: from its own queue, else the last one of the queue with the
+        most runs left (a GPU that has finished its share helps with the longest one's, as a sweep ends)."""
+        with self._lock:
+            if self._queues[gpu]:
+                return self._queues[gpu].popleft()
+            fullest = max(self._queues, key=len)
+            return fullest.pop() if fullest else None
 
     def _complete(self) -> bool:
         """Every run the bench was created for is done, not only those of this invocation (a resume may run a
@@ -197,30 +224,24 @@ class Bench:
         done = {(r.task, r.policy, r.seed) for r in self.store.runs(self.bench_id) if r.status == "done"}
         return all((j.task, j.policy, j.seed) in done for j in planned)
 
-    def _drain(self, work: queue.Queue, evaluator) -> None:
-        while True:
-            try:
-                group = work.get_nowait()
-            except queue.Empty:
+    def _drain(self, gpu: int, evaluator) -> None:
+        while (job := self._next(gpu)) is not None:
+            if self.fatal is not None:
                 return
-            for job in group:
-                if self.fatal is not None:
-                    return
-                if self.deadline is not None and time.monotonic() > self.deadline:
-                    self.on_event({"kind": "job_deferred", "task": job.task, "policy": job.policy,
-                                   "seed": job.seed})
-                    continue
-                try:
-                    self._run_job(job, evaluator)
-                except SetupError as exc:  # every run would fail the same way: the sweep stops, resumable
-                    with self._lock:
-                        self.fatal = self.fatal or exc
-                    return
-                except UserError as exc:  # a broken task is a row in the report, not the end of the sweep
-                    with self._lock:
-                        self.errors.append(f"{job.task} {job.policy} seed {job.seed}: {exc}")
-                    self.on_event({"kind": "job_error", "task": job.task, "policy": job.policy, "seed": job.seed,
-                                   "error": str(exc)})
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                self.on_event({"kind": "job_deferred", "task": job.task, "policy": job.policy, "seed": job.seed})
+                continue
+            try:
+                self._run_job(job, evaluator)
+            except SetupError as exc:  # every run would fail the same way: the sweep stops, resumable
+                with self._lock:
+                    self.fatal = self.fatal or exc
+                return
+            except UserError as exc:  # a broken task is a row in the report, not the end of the sweep
+                with self._lock:
+                    self.errors.append(f"{job.task} {job.policy} seed {job.seed}: {exc}")
+                self.on_event({"kind": "job_error", "task": job.task, "policy": job.policy, "seed": job.seed,
+                               "error": str(exc)})
 
     def _run_job(self, job: Job, evaluator) -> None:
         from kernelband.search.session import open_search
@@ -275,17 +296,21 @@ class Bench:
     def _baseline(self, task, evaluator, fp: dict) -> EvalResult:
         key = (task.key, fp["gpu"], fp["driver"], fp["triton"])
         with self._lock:
-            usable = key in self._fresh or not self.config.refresh_baselines
-            cached = self.store.baseline(*key[1:], task.key, self.config.preset) if usable else None
-        if cached is not None and cached.rules == RULES:
-            cached.notes.append(f"golden baseline reused ({fp['gpu']}, driver {fp['driver']}, triton {fp['triton']})")
-            return cached
-        result = evaluator.evaluate(task, task.module_source, preset=self.config.preset)
-        if result.ok:
+            once = self._baseline_locks.setdefault(key, threading.Lock())
+        with once:  # runs of one task that start together measure its baseline once, and the others reuse it
             with self._lock:
-                self.store.save_baseline(*key[1:], task.key, self.config.preset, result)
-                self._fresh.add(key)
-        return result
+                usable = key in self._fresh or not self.config.refresh_baselines
+                cached = self.store.baseline(*key[1:], task.key, self.config.preset) if usable else None
+            if cached is not None and cached.rules == RULES:
+                cached.notes.append(f"golden baseline reused ({fp['gpu']}, driver {fp['driver']}, "
+                                    f"triton {fp['triton']})")
+                return cached
+            result = evaluator.evaluate(task, task.module_source, preset=self.config.preset)
+            if result.ok:
+                with self._lock:
+                    self.store.save_baseline(*key[1:], task.key, self.config.preset, result)
+                    self._fresh.add(key)
+            return result
 
 
 def _stale_verdict(found: EvalResult, task) -> bool:
