@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelband.search.bench import Bench, BenchConfig, Job, deal
+from kernelband.search.bench import Bench, BenchConfig, Job, SharedEvaluations, deal
 from kernelband.search.rewrite import RewriteProposer
 from kernelband.search.store import Store
 from kernelband.tasks import load_task
@@ -489,3 +489,48 @@ def test_runs_of_one_task_that_start_together_measure_its_baseline_once(tmp_path
         t.join()
     assert ev.calls == 1
     assert sum(any("golden baseline reused" in n for n in r.notes) for r in results) == 1
+
+
+def test_runs_in_flight_together_evaluate_a_source_they_both_reach_once():
+    """Runs of one task now run side by side (`deal`): a source that two of them evaluate at the same time is
+    measured once, and the second takes the first's result, noted as reused. Another source, a re-check
+    (`which` other than search) or a different profiling need is evaluated on its own."""
+    from kernelband.evaluation.records import EvalResult, Outcome
+
+    class Slow:
+        def __init__(self) -> None:
+            self.calls: list[tuple] = []
+
+        def evaluate(self, task, source, preset=None, which="search", seed=None, profile=True):
+            self.calls.append((source, which, profile))
+            time.sleep(0.3)
+            return EvalResult(task=task.key, outcome=Outcome.OK, speedup=2.0, notes=[f"seed {seed}"])
+
+        def fingerprint(self, task):
+            return {"gpu": "H100"}
+
+    task = load_task("examples:vector_add")
+    child = task.module_source + "\n# a child\n"
+    ev, in_flight, lock = Slow(), {}, threading.Lock()
+    gpus = [SharedEvaluations(ev, in_flight, lock), SharedEvaluations(ev, in_flight, lock)]
+    asked = [(gpus[0], child, "search", True), (gpus[1], child, "search", True), (gpus[0], child, "all", True),
+             (gpus[1], child, "search", False), (gpus[0], task.module_source, "search", True)]
+    results: list = [None] * len(asked)
+
+    def one(i: int) -> None:
+        shared, source, which, profile = asked[i]
+        results[i] = shared.evaluate(task, source, preset="default", which=which, seed=i, profile=profile)
+
+    runs = [threading.Thread(target=one, args=(i,)) for i in range(len(asked))]
+    for t in runs:
+        t.start()
+    for t in runs:
+        t.join()
+    assert sorted(ev.calls, key=repr) == sorted([(child, "search", True), (child, "all", True),
+                                                 (child, "search", False), (task.module_source, "search", True)],
+                                                key=repr)
+    firsts = [r for r in results[:2] if SharedEvaluations.NOTE not in r.notes]
+    seconds = [r for r in results[:2] if SharedEvaluations.NOTE in r.notes]
+    assert len(firsts) == len(seconds) == 1 and seconds[0].speedup == 2.0
+    assert firsts[0].notes == seconds[0].notes[:-1]  # the same evaluation; the first run's result untouched
+    assert gpus[1].fingerprint(task) == {"gpu": "H100"} and in_flight == {}
