@@ -11,6 +11,7 @@
 # A sweep database carried back in $S (kernelband-runs/gpu) is resumed.
 #
 # Settings (environment): SWEEP_BUDGET_S (start no new search run after this many seconds), GRID_BUDGET_S,
+# GRID_DONE (an earlier session's grid rows, e.g. docs/results/grid-bench3.jsonl: those tasks are not run again),
 # SWEEP_TIMEOUT_S and EVAL_TIMEOUT_S (hard stops), EVAL_PARTS (eval_throughput parts, in order; 'none': only
 # calibration and the GPU tests, on GPU 0, before the sweep takes every GPU; otherwise the GPU tests run
 # after the evaluator parts), RUNS_PER_GPU (default 4),
@@ -171,7 +172,7 @@ sweep() {
     # shellcheck disable=SC2086
     timeout "$hard" python3 benchmarks/search_quality.py --parts "${SWEEP_PARTS:-bench,grid,overhead}" \
       --db "$S/quality.db" --out "$S/quality$phase.json" --budget-s "$left" \
-      --grid-budget-s "${GRID_BUDGET_S:-300}" --runs-per-gpu "${RUNS_PER_GPU:-4}" \
+      --grid-budget-s "${GRID_BUDGET_S:-300}" ${GRID_DONE:+--grid-done "$GRID_DONE"} --runs-per-gpu "${RUNS_PER_GPU:-4}" \
       ${PROFILE_LOCK:+--profile-lock "$PROFILE_LOCK"} ${SWEEP_WARM_PROFILERS:+--warm-profilers "$SWEEP_WARM_PROFILERS"} \
       $([ "${SWEEP_PARK_PROFILERS:-0}" = 1 ] && echo --park-profilers) \
       $([ "${TUNE_ALONE:-1}" = 0 ] && echo --no-tune-alone) ${SWEEP_STRATEGIES:+--strategies "$SWEEP_STRATEGIES"} $resume $SWEEP_ARGS $extra \

@@ -10,34 +10,13 @@ mid-grid has only the first, so this reads either, or both (a task's later row r
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from kernelband.errors import UserError, run_script
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_quality import FAST, summarise  # noqa: E402
-
-
-def rows_from(path: Path) -> list[dict]:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read it ({exc.strerror})") from None
-    if path.suffix == ".json":
-        try:
-            return json.loads(text).get("grid", {}).get("rows", [])
-        except (json.JSONDecodeError, AttributeError):
-            raise UserError(f"{path}: not a quality<N>.json of search_quality.py") from None
-    rows = []
-    for line in text.splitlines():
-        if line.startswith('{"kind": "grid"'):
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut off by the end of the session
-                continue
-    return rows
+from search_quality import FAST, grid_rows, summarise  # noqa: E402
 
 
 def table(rows: list[dict]) -> str:
@@ -73,7 +52,7 @@ def main() -> None:
     args = ap.parse_args()
     by_task: dict[str, dict] = {}
     for path in args.files:
-        for row in rows_from(path):
+        for row in grid_rows(path):
             by_task[row["task"]] = row
     if not by_task:
         raise UserError("no grid rows in " + ", ".join(map(str, args.files)) + ": give the sweep's log or its "

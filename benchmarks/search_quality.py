@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from kernelband import stacks
-from kernelband.errors import run_script
+from kernelband.errors import UserError, run_script
 from kernelband.evaluation.evaluator import PROFILE_LOCKS
 from kernelband.evaluation.records import PHI_KEYS, RHO_KEYS, EvalResult, Features, Outcome, ShapeResult
 from kernelband.report.metrics import faster_verdict
@@ -94,18 +94,43 @@ def part_bench(store: Store, evaluators, tasks: list[str], policies: list[str], 
     return bench_id
 
 
+def grid_rows(path: Path) -> list[dict]:
+    """The grid's rows in a file: `{"kind": "grid", ...}` lines of a sweep's log (one as each task ends; a line
+    cut off by the end of a session is skipped), or the `grid` part of a quality<N>.json."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read it ({exc.strerror})") from None
+    if path.suffix == ".json":
+        try:
+            return json.loads(text).get("grid", {}).get("rows", [])
+        except (json.JSONDecodeError, AttributeError):
+            raise UserError(f"{path}: not a quality<N>.json of search_quality.py") from None
+    rows = []
+    for line in text.splitlines():
+        if line.startswith('{"kind": "grid"'):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
 def part_grid(store: Store, evaluators, tasks: list[str], report: dict, bench_id: int | None,
-              deadline: float | None = None, slots: int = 2, finalists: int = 3) -> None:
+              deadline: float | None = None, slots: int = 2, finalists: int = 3,
+              done: list[dict] | None = None) -> None:
     """What a user would do by hand, judged as a search's result is: every one-step launch-parameter variant
     of k0 evaluated (an evaluation the bench already made of the same source is reused), then the
     `finalists` fastest checked and timed once more on fresh inputs and on the held-out shapes, and the
     report's "faster" rule applied, with k0 timed against itself as the noise floor. Each GPU takes the
     next task as soon as it finishes one (a task's variants share its GPU, `slots` at a time, one reference
     per GPU; tasks are not dealt out in advance, so a GPU with short tasks does not sit idle while another
-    has a queue); no task starts after the deadline (time.monotonic())."""
-    queue = list(enumerate(tasks))
+    has a queue); no task starts after the deadline (time.monotonic()). `done`: rows of an earlier session's
+    grid (`grid_rows`); their tasks are not evaluated again, and their rows join this report."""
+    earlier = {r["task"]: r for r in done or () if not r.get("deferred") and not r.get("error")}
+    found: dict[int, dict] = {i: {**earlier[ref], "earlier": True} for i, ref in enumerate(tasks) if ref in earlier}
+    queue = [(i, ref) for i, ref in enumerate(tasks) if ref not in earlier]
     taken = threading.Lock()
-    found: dict[int, dict] = {}
 
     def lane(ev) -> None:
         while True:
@@ -271,6 +296,9 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=None, help="start no new run after this many seconds")
     ap.add_argument("--grid-budget-s", type=float, default=None,
                     help="start no grid task after this many seconds from the grid's start")
+    ap.add_argument("--grid-done", type=Path, action="append", default=[],
+                    help="a sweep log or quality<N>.json of an earlier session's grid: its finished tasks are "
+                         "not evaluated again (repeatable)")
     ap.add_argument("--runs-per-gpu", type=int, default=2, help="runs in flight per GPU (compiles overlap timing)")
     ap.add_argument("--profile-lock", default="exclusive", choices=PROFILE_LOCKS,
                     help="ncu's profiled run alone on the GPU in the timing's hold, alone in one of its own, or "
@@ -317,9 +345,10 @@ def main() -> None:
                                       args.plan_policies.split(",") if args.plan_policies else None,
                                       [t for t in args.tasks_now.split(",") if t] or None)
             if "grid" in parts:
+                done = [row for path in args.grid_done for row in grid_rows(path)]
                 part_grid(store, evaluators, tasks, report, bench_id,
                           time.monotonic() + args.grid_budget_s if args.grid_budget_s else None,
-                          slots=args.runs_per_gpu)
+                          slots=args.runs_per_gpu, done=done)
         finally:
             beating.set()
             for ev in evaluators:

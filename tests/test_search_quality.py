@@ -227,8 +227,26 @@ def test_the_grid_summary_reads_rows_from_a_cut_off_log_and_the_report_json(tmp_
     log = tmp_path / "sweep.log"
     # the session ended mid-line: the cut line is skipped, the whole one read
     log.write_text("heartbeat\n" + json.dumps({"kind": "grid", **row}) + "\n" + '{"kind": "grid", "task": "exa')
-    text = grid_summary.table(grid_summary.rows_from(log))
+    text = grid_summary.table(search_quality.grid_rows(log))
     assert "| vector_add | " in text and "| variant 0 | 1.40 | 1.30 |" in text and "faster (the report's rule) 1 of 1" in text
     report = tmp_path / "quality1.json"
     report.write_text(json.dumps({"grid": {"rows": [{"task": "examples:softmax", "deferred": True}]}}))
-    assert "| softmax | not started (deadline) |" in grid_summary.table(grid_summary.rows_from(report))
+    assert "| softmax | not started (deadline) |" in grid_summary.table(search_quality.grid_rows(report))
+
+
+def test_a_grid_resumed_from_an_earlier_sessions_rows_runs_only_the_tasks_it_lacks(tmp_path, task_and_variants):
+    task, variants = task_and_variants
+    earlier = tmp_path / "grid.jsonl"  # an earlier session's rows: a finished task, and one the deadline stopped
+    earlier.write_text(json.dumps({"kind": "grid", "task": "examples:softmax", "variants": 4, "evaluations_made": 8,
+                                   "evaluations": 4, "best_speedup": 1.3, "confirmed": 1.2, "held_out": 1.1,
+                                   "faster": True}) + "\n"
+                       + json.dumps({"kind": "grid", "task": task.ref, "deferred": True}) + "\n")
+    ev = ScriptedEvaluator(variants, task.module_source, search={}, recheck={i: (1.0, 1.0) for i in range(9)})
+    report: dict = {}
+    search_quality.part_grid(Store(tmp_path / "runs.db"), [ev], ["examples:softmax", task.ref], report, None,
+                             done=search_quality.grid_rows(earlier))
+    assert {c[0] for c in ev.calls} >= {-1} and len(ev.calls) > 0  # vector_add ran now
+    rows = report["grid"]["rows"]
+    assert [r["task"] for r in rows] == ["examples:softmax", task.ref]
+    assert rows[0]["earlier"] and not rows[1].get("deferred")
+    assert report["grid"]["summary"]["tasks"] == 2 and report["grid"]["faster"] == 1
