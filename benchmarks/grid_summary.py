@@ -1,8 +1,9 @@
-"""The exhaustive grid's results (`search_quality.py --parts grid`) as a Markdown table for BENCHMARKS.md.
+"""The exhaustive grid's results (`search_quality.py --parts grid`) as Markdown tables, from a session's files.
 
-The grid's rows reach the session's files two ways: `{"kind": "grid", ...}` lines in the sweep's log, one as
-each task ends, and the `grid` part of `quality<N>.json`, written when the process ends. A session cut off
-mid-grid has only the first, so this reads either, or both (a task's later row replaces an earlier one):
+A grid run with a bench stores its rows with the bench, and `kernelband report bench:N --format markdown`
+shows them beside the policies. This script is for the rows a session's files hold: `{"kind": "grid", ...}`
+lines in the sweep's log, one as each task ends (a session cut off mid-grid has only these), or the `grid`
+part of `quality<N>.json`, written when the process ends. A task's later row replaces an earlier one:
 
     python3 benchmarks/grid_summary.py sweep.log quality1.json
 """
@@ -14,36 +15,23 @@ import sys
 from pathlib import Path
 
 from kernelband.errors import UserError, run_script
+from kernelband.report.markdown import table
+from kernelband.report.metrics import grid_data
+from kernelband.report.tables import grid_tables
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_quality import FAST, grid_rows, summarise  # noqa: E402
+from search_quality import grid_rows  # noqa: E402
 
 
-def table(rows: list[dict]) -> str:
-    def f(x) -> str:
-        return "-" if x is None else f"{x:.2f}"
-
-    out = ["| task | variants | evaluated anew | best searched | handed back | re-measured | held-out | noise floor "
-           "| faster |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        name = r["task"].split(":", 1)[-1]
-        if r.get("deferred") or r.get("error"):
-            out.append(f"| {name} | {'not started (deadline)' if r.get('deferred') else 'error: ' + r['error']} "
-                       "| | | | | | | |")
-            continue
-        back = "k0" if r.get("handed_back") is None else f"variant {r['handed_back']}"
-        out.append(f"| {name} | {r['variants']} | {r['evaluations_made']} | {f(r['best_speedup'])} | {back} | "
-                   f"{f(r.get('confirmed'))} | {f(r.get('held_out'))} | {f(r.get('noise_floor'))} | "
-                   f"{'**yes**' if r.get('faster') else 'no'} |")
-    done = [r for r in rows if not r.get("deferred") and not r.get("error")]
-    if done:
-        s = summarise(done)
-        out.append("")
-        out.append(f"{s['tasks']} tasks: geomean of the best searched {s['geomean_speedup']:.3f}x, Fast@1 "
-                   f"(> {FAST}x) {100 * s['fast1']:.0f} %, best {s['best_speedup']:.2f}x, faster (the report's "
-                   f"rule) {sum(bool(r.get('faster')) for r in done)} of {len(done)}; "
-                   f"{sum(r['evaluations_made'] for r in done)} evaluations made.")
-    return "\n".join(out)
+def render(rows: list[dict]) -> str:
+    data = grid_data(rows, [])
+    done = {r["task"] for r in (data or {}).get("rows", [])}
+    lines = [table(t) for t in grid_tables(data)]
+    left = [f"{r['task']}: {'not started (deadline)' if r.get('deferred') else 'error: ' + str(r.get('error'))}"
+            for r in rows if r["task"] not in done]
+    if left:
+        lines.append("Not in the grid's figures: " + "; ".join(left) + ".")
+    return "\n\n".join(lines)
 
 
 def main() -> None:
@@ -57,7 +45,7 @@ def main() -> None:
     if not by_task:
         raise UserError("no grid rows in " + ", ".join(map(str, args.files)) + ": give the sweep's log or its "
                         "quality<N>.json")
-    print(table([by_task[t] for t in sorted(by_task)]))
+    print(render([by_task[t] for t in sorted(by_task)]))
 
 
 if __name__ == "__main__":

@@ -125,9 +125,15 @@ def part_grid(store: Store, evaluators, tasks: list[str], report: dict, bench_id
     report's "faster" rule applied, with k0 timed against itself as the noise floor. Each GPU takes the
     next task as soon as it finishes one (a task's variants share its GPU, `slots` at a time, one reference
     per GPU; tasks are not dealt out in advance, so a GPU with short tasks does not sit idle while another
-    has a queue); no task starts after the deadline (time.monotonic()). `done`: rows of an earlier session's
-    grid (`grid_rows`); their tasks are not evaluated again, and their rows join this report."""
-    earlier = {r["task"]: r for r in done or () if not r.get("deferred") and not r.get("error")}
+    has a queue); no task starts after the deadline (time.monotonic()). With a bench, each finished task's
+    row is stored with it (`Store.save_grid_row`: the report shows the grid beside the policies), and a task
+    the bench has a row for already is not evaluated again: the grid resumes in the next session. `done`: rows
+    of an earlier session's grid from its log (`grid_rows`), for a database that lost them."""
+    stored = store.grid_rows(bench_id) if bench_id is not None else []
+    earlier = {r["task"]: r for r in [*(done or ()), *stored] if not r.get("deferred") and not r.get("error")}
+    if bench_id is not None:  # rows recovered from a log join the bench's, for its report
+        for task in sorted(set(earlier) - {r["task"] for r in stored}):
+            store.save_grid_row(bench_id, earlier[task])
     found: dict[int, dict] = {i: {**earlier[ref], "earlier": True} for i, ref in enumerate(tasks) if ref in earlier}
     queue = [(i, ref) for i, ref in enumerate(tasks) if ref not in earlier]
     taken = threading.Lock()
@@ -145,6 +151,9 @@ def part_grid(store: Store, evaluators, tasks: list[str], report: dict, bench_id
                     row = grid_task(store, ev, load_task(ref), bench_id, slots, finalists)
                 except Exception as exc:  # noqa: BLE001  one task's failure is its row; the other tasks go on
                     row = {"task": ref, "error": f"{type(exc).__name__}: {exc}"}
+                else:
+                    if bench_id is not None:
+                        store.save_grid_row(bench_id, row)
             print(json.dumps({"kind": "grid", **row}), flush=True)
             found[i] = row
 

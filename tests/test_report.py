@@ -750,3 +750,39 @@ def test_the_summary_counts_faster_tasks_from_the_per_task_verdicts(built):
             # these runs were never re-measured: a generated best gets no verdict, k0 a "no"
             assert per_seed["n_faster_unknown"] == sum(r["best_candidate"] not in (None, 0)
                                                        and r["best_outcome"] == "ok" for r in rows)
+
+
+def test_the_report_shows_the_grid_by_hand_beside_the_policies_on_its_tasks(tmp_path):
+    """A bench's exhaustive launch-parameter grid (stored with it by benchmarks/search_quality.py) is compared
+    with each policy on the tasks the grid covers: the page, the terminal and Markdown show it, with the
+    numbers of the stored rows and of the runs."""
+    from kernelband.report import tables
+    from kernelband.report.markdown import render
+
+    store, bench, _ = build_db(tmp_path / "runs.db")
+    assert report_data(store, f"bench:{bench}")["grid"] is None  # no grid: no grid tables
+    rows = [{"task": TASKS[0], "variants": 6, "evaluations_made": 9, "best_speedup": 1.5, "confirmed": 1.4,
+             "held_out": 1.2, "noise_floor": 1.0, "handed_back": 2, "faster": True},
+            {"task": TASKS[1], "variants": 4, "evaluations_made": 7, "best_speedup": 1.05, "confirmed": 1.0,
+             "held_out": 1.0, "noise_floor": 1.0, "handed_back": None, "faster": False},
+            {"task": TASKS[2], "deferred": True}]
+    for row in rows:
+        store.save_grid_row(bench, row)
+    assert [r["task"] for r in store.grid_rows(bench)] == TASKS
+    data = report_data(store, f"bench:{bench}")
+    grid = data["grid"]
+    assert grid["tasks"] == TASKS[:2]  # the deferred task is not in the figures
+    assert grid["summary"]["geomean_best"] == pytest.approx(math.sqrt(1.5 * 1.05))
+    assert grid["summary"]["faster_pct"] == 50 and grid["summary"]["fast1"] == 50
+    runs = {(r["policy"], r["task"]): [x["best_speedup"] for x in data["tasks"]
+                                       if x["policy"] == r["policy"] and x["task"] == r["task"]]
+            for r in data["tasks"]}
+    for policy in POLICIES:  # seeds averaged per task, then the geomean over the grid's tasks
+        per_task = [statistics.mean(runs[(policy, t)]) for t in TASKS[:2]]
+        assert grid["policies"][policy]["geomean_best"] == pytest.approx(math.sqrt(per_task[0] * per_task[1]))
+    table = next(t for t in tables.build(data) if t.id == "grid")
+    assert [row[0][0] for row in table.rows] == ["grid (by hand)", *sorted(POLICIES)]
+    assert table.rows[0][2][1] == pytest.approx(math.sqrt(1.5 * 1.05))
+    page = write_report(data, tmp_path / "out").read_text()
+    assert "By hand: the launch-parameter grid" in page and "variant 2" in page
+    assert "### By hand: the exhaustive launch-parameter grid" in render(data)

@@ -227,11 +227,12 @@ def test_the_grid_summary_reads_rows_from_a_cut_off_log_and_the_report_json(tmp_
     log = tmp_path / "sweep.log"
     # the session ended mid-line: the cut line is skipped, the whole one read
     log.write_text("heartbeat\n" + json.dumps({"kind": "grid", **row}) + "\n" + '{"kind": "grid", "task": "exa')
-    text = grid_summary.table(search_quality.grid_rows(log))
-    assert "| vector_add | " in text and "| variant 0 | 1.40 | 1.30 |" in text and "faster (the report's rule) 1 of 1" in text
+    text = grid_summary.render(search_quality.grid_rows(log))
+    assert "| examples:vector_add | " in text and "| variant 0 | 1.400 | 1.300 |" in text
+    assert "| grid (by hand) | 1 | 1.900 | 100% | 1.900 | 100% | 1.300 | 1.400 |" in text
     report = tmp_path / "quality1.json"
-    report.write_text(json.dumps({"grid": {"rows": [{"task": "examples:softmax", "deferred": True}]}}))
-    assert "| softmax | not started (deadline) |" in grid_summary.table(search_quality.grid_rows(report))
+    report.write_text(json.dumps({"grid": {"rows": [row, {"task": "examples:softmax", "deferred": True}]}}))
+    assert "examples:softmax: not started (deadline)" in grid_summary.render(search_quality.grid_rows(report))
 
 
 def test_a_grid_resumed_from_an_earlier_sessions_rows_runs_only_the_tasks_it_lacks(tmp_path, task_and_variants):
@@ -250,3 +251,17 @@ def test_a_grid_resumed_from_an_earlier_sessions_rows_runs_only_the_tasks_it_lac
     assert [r["task"] for r in rows] == ["examples:softmax", task.ref]
     assert rows[0]["earlier"] and not rows[1].get("deferred")
     assert report["grid"]["summary"]["tasks"] == 2 and report["grid"]["faster"] == 1
+
+
+def test_a_grid_beside_a_bench_stores_its_rows_and_a_second_session_does_not_run_them_again(tmp_path,
+                                                                                          task_and_variants):
+    task, variants = task_and_variants
+    store = Store(tmp_path / "runs.db")
+    bench = store.create_bench("examples", {"policies": ["greedy"]})
+    first = ScriptedEvaluator(variants, task.module_source, search={}, recheck={i: (1.0, 1.0) for i in range(9)})
+    search_quality.part_grid(store, [first], [task.ref], {}, bench)
+    assert first.calls and [r["task"] for r in store.grid_rows(bench)] == [task.ref]
+    again = ScriptedEvaluator(variants, task.module_source, search={}, recheck={})
+    report: dict = {}
+    search_quality.part_grid(store, [again], [task.ref], report, bench)
+    assert again.calls == [] and report["grid"]["rows"][0]["earlier"]

@@ -282,6 +282,9 @@ def render(data: dict, figs: dict[str, str]) -> str:
               "<h2>Per task</h2>", _img(figs, "tasks", "best speedup per task"), table_html(tables["tasks"])]
     if "task-means" in tables:
         parts.append(table_html(tables["task-means"]))
+    if "grid" in tables:
+        parts += ["<h2>By hand: the launch-parameter grid</h2>", table_html(tables["grid"]),
+                  table_html(tables["grid-tasks"])]
     parts += ["<h2>Speed of light</h2>", _img(figs, "sol", "speed-of-light fractions") or
               '<p class="note">No speed-of-light bounds were measured (the interpreter has none).</p>']
     if "excluded" in tables:

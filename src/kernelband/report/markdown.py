@@ -10,7 +10,8 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _table(t: tbl.Table) -> str:
+def table(t: tbl.Table) -> str:
+    """One table as a Markdown pipe table under a heading, with its note."""
     lines = [f"### {t.title}", "", "| " + " | ".join(_cell(c) for c in t.columns) + " |",
              "| " + " | ".join("---:" if t.numeric(i) else "---" for i in range(len(t.columns))) + " |"]
     lines += ["| " + " | ".join(_cell(text) for text, _ in row) + " |" for row in t.rows]
@@ -31,5 +32,5 @@ def render(data: dict) -> str:
         head = f"## Run {data['id']}: {r['task']} ({r['policy']}, seed {r['seed']}, {r['status']}){_on(data)}"
     parts = [head]
     parts += [f"**Warning:** {w}" for w in data.get("warnings", [])]
-    parts += [_table(t) for t in tbl.build(data)]
+    parts += [table(t) for t in tbl.build(data)]
     return "\n\n".join(parts) + "\n"

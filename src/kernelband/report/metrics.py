@@ -448,8 +448,9 @@ def report_data(store: Store, bench_or_run) -> dict:
         if cur is None or (f.best_speedup or 0) > (cur.best_speedup or 0):
             best_per_task[f.row.task] = f
 
+    grid = grid_data(store.grid_rows(ident), tasks) if kind == "bench" else None
     return _clean({
-        "kind": kind, "id": ident, "db": str(store.path),
+        "kind": kind, "id": ident, "db": str(store.path), "grid": grid,
         "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
         "bench": ({"suite": bench["suite"], "status": bench["status"], "config": bench["config"]}
                   if bench else None),
@@ -467,6 +468,39 @@ def report_data(store: Store, bench_or_run) -> dict:
         "shape_sol": shape_sol(focus) if focus else [],
         "best_kernels": [best_kernel(store, f) for _, f in sorted(best_per_task.items())],
     })
+
+
+def grid_data(rows: list[dict], task_rows: list[dict]) -> dict | None:
+    """The exhaustive launch-parameter grid beside a bench (benchmarks/search_quality.py: every one-step block
+    size, num_warps and num_stages variant of k0, its 3 fastest re-measured and judged by the same "faster"
+    rule as a run's result): its summary, and each policy's over the same tasks, from the runs that finished
+    (`task_rows`: the report's per-run rows; seeds averaged per task). A policy that has not finished every
+    grid task is left out of the comparison. None without grid rows."""
+    done = sorted((r for r in rows if not r.get("deferred") and not r.get("error")), key=lambda r: r["task"])
+    if not done:
+        return None
+    tasks = [r["task"] for r in done]
+
+    def summary(best, held_out, confirmed, faster, evaluations) -> dict:
+        return {"tasks": len(best), "geomean_best": geomean(best), "fast1": pct(sum(b > FAST for b in best), len(best)),
+                "best_speedup": max(best), "held_out_geomean": geomean(held_out),
+                "confirmed_geomean": geomean(confirmed), "faster_pct": pct(sum(faster), len(faster)),
+                "evaluations_per_task": mean(evaluations)}
+
+    grid = summary([r.get("best_speedup") or 1.0 for r in done], [r.get("held_out") for r in done],
+                   [r.get("confirmed") for r in done], [bool(r.get("faster")) for r in done],
+                   [r.get("evaluations_made") for r in done])
+    policies = {}
+    for policy in sorted({r["policy"] for r in task_rows}):
+        runs = {t: [r for r in task_rows if r["policy"] == policy and r["task"] == t and r["status"] == "done"]
+                for t in tasks}
+        if not all(runs.values()):
+            continue
+        per_task = [(mean(r["best_speedup"] or 1.0 for r in rs), mean(r["held_out"] for r in rs),
+                     mean(r["confirmed"] for r in rs), mean(bool(r["faster"]) for r in rs),
+                     mean(r["evaluations"] for r in rs)) for rs in runs.values()]
+        policies[policy] = summary(*map(list, zip(*per_task, strict=True)))
+    return {"tasks": tasks, "rows": done, "summary": grid, "policies": policies}
 
 
 def n_tasks(n: int) -> str:

@@ -140,6 +140,8 @@ def build(data: dict) -> list[Table]:
                            num(m["min"]), num(m["max"]), num(m["held_out"]), num(m["sol_fraction"], ".2f")])
         tables.append(t)
 
+    tables += grid_tables(data.get("grid"))
+
     if data["excluded"]:
         t = Table("excluded", "Runs left out", ["run", "task", "policy", "seed", "reason"])
         for r in data["excluded"]:
@@ -147,3 +149,31 @@ def build(data: dict) -> list[Table]:
                            label(r["reason"])])
         tables.append(t)
     return tables
+
+
+def grid_tables(grid: dict | None) -> list[Table]:
+    """The exhaustive grid (what a user would do by hand) beside the policies on the same tasks, and per task."""
+    if not grid:
+        return []
+    t = Table("grid", f"By hand: the exhaustive launch-parameter grid against the policies, on the "
+              f"{n_tasks(len(grid['tasks']))} the grid covers",
+              ["method", "tasks", "geomean best", "Fast@1", "best speedup", "faster tasks", "held-out geomean",
+               "re-measured geomean", "evals per task"])
+    for name, s in [("grid (by hand)", grid["summary"]), *grid["policies"].items()]:
+        t.rows.append([label(name), num(s["tasks"], "d"), num(s["geomean_best"]), pct(s["fast1"]),
+                       num(s["best_speedup"]), pct(s["faster_pct"]), num(s["held_out_geomean"]),
+                       num(s["confirmed_geomean"]), num(s["evaluations_per_task"], ".1f")])
+    t.note = ("The grid: every block size, num_warps and num_stages value the rewriter offers for the starting "
+              "kernel, one parameter at a time (at most 12), its 3 fastest re-measured on fresh inputs and on the "
+              "held-out shapes, judged by the runs' \"faster\" rule. Policies that have not finished every grid "
+              "task are left out; seeds are averaged per task.")
+    per_task = Table("grid-tasks", "The grid per task", ["task", "variants", "evaluated anew", "best searched",
+                                                         "handed back", "re-measured", "held-out", "noise floor",
+                                                         "faster"])
+    for r in grid["rows"]:
+        back = "k0" if r.get("handed_back") is None else f"variant {r['handed_back']}"
+        per_task.rows.append([label(r["task"]), num(r.get("variants"), "d"), num(r.get("evaluations_made"), "d"),
+                              num(r.get("best_speedup")), label(back), num(r.get("confirmed")),
+                              num(r.get("held_out")), num(r.get("noise_floor")),
+                              label("yes" if r.get("faster") else "no")])
+    return [t, per_task]

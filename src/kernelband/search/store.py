@@ -114,6 +114,13 @@ CREATE TABLE IF NOT EXISTS baselines (
     created REAL NOT NULL,
     PRIMARY KEY (gpu, driver, triton, task_key, preset)
 );
+CREATE TABLE IF NOT EXISTS grid (
+    bench_id INTEGER NOT NULL REFERENCES benches(id),
+    task TEXT NOT NULL,
+    row TEXT NOT NULL,             -- JSON: one task of the exhaustive launch-parameter grid (search_quality.py)
+    created REAL NOT NULL,
+    PRIMARY KEY (bench_id, task)
+);
 """
 
 
@@ -425,6 +432,17 @@ class Store:
             db.execute("INSERT OR REPLACE INTO baselines VALUES (?,?,?,?,?,?,?)",
                        (gpu, driver, triton, task_key, preset, json.dumps(result.to_dict(), default=str),
                         time.time()))
+
+    # -- the exhaustive grid beside a bench (benchmarks/search_quality.py --parts grid) ----------------------
+    def save_grid_row(self, bench_id: int, row: dict) -> None:
+        """One finished task of the grid a user would run by hand, kept with the bench it is compared with."""
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO grid VALUES (?,?,?,?)",
+                       (bench_id, row["task"], json.dumps(row, default=str), time.time()))
+
+    def grid_rows(self, bench_id: int) -> list[dict]:
+        return [json.loads(r["row"]) for r in self._rows("SELECT row FROM grid WHERE bench_id = ? ORDER BY task",
+                                                          (bench_id,))]
 
 
 def _run_row(row: dict) -> RunRow:
