@@ -840,6 +840,9 @@ def test_a_started_worker_says_where_the_gpu_part_of_its_start_went():
         assert all(v >= 0 for v in first.ready.phases.values())
         assert first.ready.phases["first_kernel"] > 0  # the warm-up kernel ran (interpreted here)
         assert pool.start_phases == [first.ready.phases, second.ready.phases]
+        # CUDA's context and the first kernel each in a hold of their own: a timing waits for one, not both
+        starts = [st for st in pool.gpu_lock.stats()["steps"] if st["step"] == "worker start"]
+        assert [(st["mode"], st["holds"]) for st in starts] == [("shared", 4)]
         pool.release(first)
         pool.release(second)
     finally:

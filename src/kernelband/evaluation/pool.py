@@ -316,13 +316,16 @@ class Worker:
         self._stopped: list[int] = []  # the front end's pids `pause` stopped (WorkerPool.park_profilers)
 
     def wait_ready(self, timeout: float, gpu=nullcontext) -> ReadyInfo:
-        """Wait for the worker to import its libraries, then let it initialise CUDA and run its first kernel
-        while holding `gpu()` (the pool's GPU lock, shared: never during a timing)."""
+        """Wait for the worker to import its libraries, then let it initialise CUDA, and then run its first
+        kernel, each in a hold of `gpu()` of its own (the pool's GPU lock, shared: never during a timing; a
+        timing that asks meanwhile goes between the two, and waits for one part of the start, not both)."""
         msg = self._recv(timeout, "start")
-        if msg.get("op") == "loaded":
+        for step, answer in (("loaded", "start"), ("context", "go")):
+            if msg.get("op") != step:
+                break
             with gpu():
                 try:
-                    protocol.send(self.sock, {"op": "start"})
+                    protocol.send(self.sock, {"op": answer})
                 except OSError:
                     raise self._death() from None
                 msg = self._recv(timeout, "start")

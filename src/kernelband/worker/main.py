@@ -85,6 +85,7 @@ class Worker:
         self.kept: list = []
         self.files = 0
         self.sandbox: dict = {}
+        self.phases: dict = {}  # seconds of the start's GPU part, by phase (start_context, start)
 
     # -- start-up -------------------------------------------------------------------------------
     def load_libraries(self) -> None:
@@ -93,20 +94,29 @@ class Worker:
         import triton  # noqa: F401
         import triton.testing  # noqa: F401
 
-    def start(self) -> dict:
-        """The part of the start that uses the GPU (CUDA's context, Triton's driver, a first kernel); the
-        parent lets it run when no timing is on the GPU."""
+    def start_context(self) -> None:
+        """The first part of the start that uses the GPU: CUDA's context. The parent lets it run when no timing
+        is on the GPU, and lets the rest (`start`) run in a hold of its own, so that a timing that comes
+        meanwhile waits for one part, not both (BENCHMARKS.md, run AF: a worker's start was the largest cause
+        of timings waiting for shared steps)."""
         import torch
-        import triton
 
-        phases, t = {}, time.perf_counter()
+        t = time.perf_counter()
         if self.gpu:
             torch.cuda.init()
             torch.empty(1, device="cuda")
         else:
             from kernelband.worker import cpu_shim
             cpu_shim.install()
-        phases["context"], t = time.perf_counter() - t, time.perf_counter()
+        self.phases = {"context": time.perf_counter() - t}
+
+    def start(self) -> dict:
+        """The rest of the start that uses the GPU (Triton's driver, a first kernel), then the guards and the
+        sandbox: the worker is ready."""
+        import torch
+        import triton
+
+        phases, t = self.phases, time.perf_counter()
         from kernelband.worker import guards, warmup_kernel
         warmup_kernel.run(self.device)
         phases["first_kernel"], t = time.perf_counter() - t, time.perf_counter()
@@ -499,6 +509,10 @@ def main() -> None:
         worker.load_libraries()
         protocol.send(sock, {"op": "loaded"})
         if protocol.recv(sock).get("op") != "start":
+            return
+        worker.start_context()
+        protocol.send(sock, {"op": "context"})
+        if protocol.recv(sock).get("op") != "go":
             return
         ready = worker.start()
     except (protocol.ProtocolError, OSError):
