@@ -847,3 +847,30 @@ def test_a_started_worker_says_where_the_gpu_part_of_its_start_went():
         pool.release(second)
     finally:
         pool.close()
+
+
+def test_the_parent_reads_the_outputs_before_it_takes_the_gpu_to_compare_them(monkeypatch):
+    """The comparison's hold of the GPU (shared, and so waited for by a timing) covers the copy to the GPU and
+    the comparison, not reading the workers' files into memory (run AF: without ncu, the comparisons were
+    what most kept timings waiting)."""
+    from kernelband.evaluation import compare
+    from kernelband.evaluation.evaluator import Evaluator
+    from kernelband.tasks import load_task
+
+    original = compare.Outputs.load.__func__
+    steps = []
+    with Evaluator(mode="interpreter", warm=1, use_ncu=False) as ev:
+        lock = ev.pool.gpu_lock
+
+        def load(cls, reply, remove=True, device="cpu"):
+            with lock._cond:  # the step this thread holds the GPU for, if any
+                held = lock._holders.get(threading.get_ident())
+            steps.append(held[3] if held and held[1] == "shared" else None)
+            return original(cls, reply, remove, device)
+
+        monkeypatch.setattr(compare.Outputs, "load", classmethod(load))
+        result = ev.evaluate(load_task("examples:vector_add"))
+    assert result.ok, result.detail
+    assert steps and "compare" not in steps
+    compares = [st for st in lock.stats()["steps"] if st["step"] == "compare"]
+    assert compares and compares[0]["holds"] >= 2  # the comparisons still hold the GPU, one per shape

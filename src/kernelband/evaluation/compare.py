@@ -36,6 +36,12 @@ class Outputs:
                     pass
         return cls(list(reply.get("entries", [])), tensors)
 
+    def to(self, device: str) -> Outputs:
+        """The same outputs on `device` (themselves where they are there already)."""
+        if all(str(t.device) == device for t in self.tensors.values()):
+            return self
+        return Outputs(self.entries, {k: t.to(device) for k, t in self.tensors.items()})
+
     def nbytes(self, prefix: str = "result") -> int:
         return sum(t.numel() * t.element_size() for k, t in self.tensors.items() if k.startswith(prefix))
 

@@ -234,12 +234,12 @@ class Evaluator:
 
             torch.cuda.empty_cache()
 
-    def _load(self, reply: dict, what: str, task: Task | None = None) -> Outputs:
-        """The outputs a worker sent: the candidate's (`task` None) or the reference's. A file or layout the
-        parent cannot read is the sender's fault: `suspicious` for a candidate, a task error for the
-        reference."""
+    def _load(self, reply: dict, what: str, task: Task | None = None, device: str | None = None) -> Outputs:
+        """The outputs a worker sent: the candidate's (`task` None) or the reference's, on `device` (default:
+        where the parent compares). A file or layout the parent cannot read is the sender's fault:
+        `suspicious` for a candidate, a task error for the reference."""
         try:
-            return Outputs.load(reply, device=self.compare_device)
+            return Outputs.load(reply, device=device or self.compare_device)
         except (TensorFileError, OSError, RuntimeError) as exc:
             if task is not None:
                 raise TaskError(f"{task.ref}: the reference's outputs on {what} cannot be read: {exc}") from None
@@ -736,10 +736,13 @@ class Evaluator:
     def _judge(self, task: Task, r_reply: dict, c_reply: dict, shape: ShapeInfo, info: TaskInfo, what: str,
                shape_result: ShapeResult, gpu) -> dict[int, int]:
         """The parent's verdict on one shape (raises _Stop); returns the shape's bytes in and out. The parent
-        loads and compares on the GPU: a correctness step like the workers' runs."""
+        loads and compares on the GPU: a correctness step like the workers' runs. The files are read into host
+        memory first, with no lock: the hold is the copy to the GPU and the comparison (in run AF's pool
+        without ncu, the comparisons were what most kept timings waiting)."""
+        r_host = self._load(r_reply, what, task, device="cpu")
+        c_host = self._load(c_reply, what, device="cpu")
         with self.pool.gpu_lock.doing("compare"), gpu(COMPARE_BYTES * shape.nbytes):
-            r_out = self._load(r_reply, what, task)
-            c_out = self._load(c_reply, what)
+            r_out, c_out = r_host.to(self.compare_device), c_host.to(self.compare_device)
             self._check_outputs(r_out, c_out, info.atol, info.rtol, what, shape_result)
         shape_result.correct = True
         return {shape.index: shape.nbytes + r_out.nbytes("result")}
