@@ -2,8 +2,9 @@
 
 Each tensor's bytes lie at a 64-byte-aligned offset; the layout (offset, byte count, dtype, shape) travels
 in the JSON reply. The worker copies each tensor straight from the GPU into the memory-mapped file (one
-copy), and the parent maps the file and copies each tensor straight to its compare device (one copy):
-outputs of hundreds of MB cost two copies instead of safetensors' five.
+copy). The parent maps the file and copies each tensor to host memory, with no lock held, then to the GPU
+under the comparison's hold of the GPU (two copies; `read(..., device=...)` can also go to the GPU in
+one). Outputs of hundreds of MB cost three copies instead of safetensors' five.
 
 The parent trusts nothing in the layout: every dtype must be one of a fixed list and every tensor must lie
 inside the file with exactly the bytes its dtype and shape need.
