@@ -220,6 +220,7 @@ class Bench:
         self._lock = threading.Lock()
         self._fresh: set[tuple] = set()  # baselines measured in this sweep
         self._baseline_locks: dict[tuple, threading.Lock] = {}  # one measurement of a baseline at a time
+        self._queues: list[deque[Job]] = []  # each GPU's runs not started yet (`run`, `deal`)
         self._gpus_checked: set[str] = set()  # GPU models found to match the bench's runs (_same_gpu)
         self.errors: list[str] = []
         self.fatal: SetupError | None = None  # the first set-up mistake a run hit: the sweep stops
