@@ -119,6 +119,41 @@ def test_kernelband_clusters_the_groups_and_warms_up_every_pair_once():
     assert all(cell["n"] == 1 for row in table.values() for cell in row.values())
 
 
+@pytest.mark.parametrize("name", ["kernelband", "kernelband-masked"])
+def test_clustered_policies_hold_the_thread_pools_to_one_thread(name, monkeypatch):
+    """select and update run scikit-learn with one OpenMP/BLAS thread (a thread per core made them 10x slower
+    on a busy 64-core host, BENCHMARKS.md run AG), and give the pools their threads back afterwards."""
+    from threadpoolctl import ThreadpoolController, threadpool_limits
+
+    from kernelband.search import policies
+    controller = ThreadpoolController()
+    seen: list[int] = []
+
+    def threads() -> int:
+        return max(p["num_threads"] for p in controller.info())
+
+    def spy(original):
+        def wrapped(*args, **kwargs):
+            seen.append(threads())
+            return original(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(policies, "pairwise_distances_argmin", spy(policies.pairwise_distances_argmin))
+    monkeypatch.setattr(policies.CompatibilityHead, "learn", spy(policies.CompatibilityHead.learn))
+    monkeypatch.setattr(policies.ClusterStats, "add", spy(policies.ClusterStats.add))
+    bandit = ClusterBandit(2)
+    with threadpool_limits(limits=3):
+        policy = make_policy(name, 2)
+        for _ in range(12):
+            (arm,) = policy.select(bandit.pool, STRATEGIES, 1, always)
+            policy.update(arm, *bandit.pull(arm))
+            cid = len(bandit.pool)  # a new kernel in the pool: labelled at the next select
+            bandit.pool.append(make_candidate(cid, 0.9, bandit.pool[0].rho, bandit.pool[0].phi))
+            bandit.group[cid] = bandit.group[0]
+        assert threads() == 3  # given back
+    assert seen and set(seen) == {1}
+
+
 def test_kernelband_batch_warm_up_and_distinct_arms():
     bandit = ClusterBandit(1)
     policy = make_policy("kernelband", 1)

@@ -16,8 +16,11 @@ what lets a killed run resume by replaying its stored history through a fresh po
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import inspect
 import math
+import threading
 import zlib
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterable
@@ -30,7 +33,7 @@ from sklearn.linear_model import SGDClassifier
 from sklearn.metrics import pairwise_distances_argmin
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MinMaxScaler, StandardScaler
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from kernelband.errors import UserError
 from kernelband.evaluation.records import PHI_KEYS, RHO_KEYS
@@ -59,6 +62,33 @@ def _by_time(cands: Iterable[Candidate]) -> list[Candidate]:
 
 def _stable_seed(*parts) -> int:
     return zlib.crc32(repr(parts).encode()) & 0x7FFFFFFF
+
+
+_THREADS = threading.RLock()
+
+
+@functools.cache
+def _controller() -> ThreadpoolController:
+    return ThreadpoolController()  # finds the OpenMP and BLAS libraries once (about 0.7 ms each time)
+
+
+@contextlib.contextmanager
+def one_thread():
+    """scikit-learn's and numpy's OpenMP and BLAS pools held to one thread. On pools this small the work is
+    faster in one thread, and its result cannot depend on the thread count. Left to themselves, the pools
+    start a thread per core for every call: on a 64-core host busy with a sweep, KernelBand's select + update
+    at a pool of 320 took a median 48 ms (BENCHMARKS.md, run AG) against 4.3 ms in one thread. The limit is
+    process-wide, so the policies of concurrent searches take it in turn (the work holds the GIL anyway)."""
+    with _THREADS, _controller().limit(limits=1):
+        yield
+
+
+def _one_thread(method):
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        with one_thread():
+            return method(*args, **kwargs)
+    return wrapper
 
 
 def _num(x: float | None, digits: int = 6) -> float | None:
@@ -210,8 +240,7 @@ class RuntimeClusters:
         else:
             state = int(self.rng.integers(2**31 - 1))
             seeds = z[self._subsample(z, k)]
-            # One thread: faster on pools this small, and the result cannot depend on the thread count.
-            with threadpool_limits(limits=1):
+            with one_thread():  # also where _fit is reached other than through select
                 init = KMeans(n_clusters=k, init="k-means++", n_init=1, random_state=state).fit(seeds)
                 km = KMeans(n_clusters=k, init=init.cluster_centers_, n_init=1, random_state=state).fit(z)
             centroids, labels = km.cluster_centers_, km.labels_
@@ -387,6 +416,10 @@ class _ClusteredPolicy(_PolicyBase):
             members[self.clusters.label(cand)].append(cand)
         return members
 
+    @_one_thread
+    def update(self, arm: Arm, parent: Candidate, child: Candidate | None) -> float:
+        return super().update(arm, parent, child)
+
     def _cluster_of(self, cid: int) -> int:
         cand = self.candidates.get(cid)
         return self.clusters.label(cand) if cand is not None else self.clusters.labels.get(cid, 0)
@@ -450,6 +483,7 @@ class KernelBandPolicy(_ClusteredPolicy):
         ids = [c.id for c in cands]
         return {s: dict(zip(ids, self.head(s).predict(x).tolist())) for s in strategies}
 
+    @_one_thread
     def select(self, pool: list[Candidate], strategies: list[Strategy], q: int,
                applicable: Applicable) -> list[Arm]:
         if not pool or not strategies or q <= 0:
@@ -549,6 +583,7 @@ class MaskedKernelBandPolicy(_ClusteredPolicy):
             out.discard(least.name)
         return out
 
+    @_one_thread
     def select(self, pool: list[Candidate], strategies: list[Strategy], q: int,
                applicable: Applicable) -> list[Arm]:
         if not pool or not strategies or q <= 0:
