@@ -254,6 +254,26 @@ def test_the_evaluator_measures_a_shape_again_when_its_reference_is_off_its_hist
     assert "load_per_core" in note  # what ran off the GPU lock meanwhile is on record
 
 
+def test_a_timing_cycles_through_copies_of_the_inputs_up_to_the_presets_memory():
+    """Preset.placements: the worker makes that many copies of a shape's inputs (capped by placement_mib) and
+    the shape records how many the timing cycled through."""
+    import dataclasses
+
+    from kernelband.evaluation.evaluator import Evaluator
+    from kernelband.tasks import load_task
+
+    three = dataclasses.replace(PRESETS["default"], name="three", placements=3)
+    capped = dataclasses.replace(three, name="capped", placement_mib=1e-6)
+    task = load_task("examples:vector_add")
+    with Evaluator(mode="interpreter", warm=1) as ev:
+        spread, held = ev.evaluate(task, preset=three), ev.evaluate(task, preset=capped)
+        plain = ev.evaluate(task)
+    for result, copies in ((spread, 3), (held, 1), (plain, 1)):
+        timed = [s for s in result.shapes if s.cand_ms]
+        assert result.ok and timed
+        assert {s.placements for s in timed} == {copies}
+
+
 # -- the autotuners' budget -----------------------------------------------------------------------------------
 @triton.jit
 def _tuned_kernel(x_ptr, n, BLOCK: tl.constexpr):

@@ -853,8 +853,9 @@ class Evaluator:
             msg = {"op": "time", "shape": shape.index, "seed": s, "preset": wire}
             syncs: set[str] = set()
             during: list[dict] = []  # the off-lock work in flight at each measurement
+            placed: list[int] = []  # copies of the inputs each measurement cycled through
 
-            def measure(who: str, msg=msg, sr=sr, syncs=syncs, during=during) -> list[float]:
+            def measure(who: str, msg=msg, sr=sr, syncs=syncs, during=during, placed=placed) -> list[float]:
                 nonlocal unwaited
                 during.append(self.pool.activity_now())
                 asked = time.perf_counter()
@@ -868,6 +869,7 @@ class Evaluator:
                     sr.ahead_us = max(sr.ahead_us or 0.0, float(reply["ahead_us"]))
                 if reply.get("host_sync"):
                     syncs.add(who)
+                placed.append(int(reply.get("placements", 1)))
                 return reply["times"]
 
             key = (task.key, preset.name, shape.index)
@@ -892,6 +894,7 @@ class Evaluator:
                 retimed.append(f"{sr.label} ({', '.join(f'{a.ref_ms / expected:.2f}' for a in attempts)}; "
                                f"meanwhile {first})")
             sr.host_sync = ",".join(sorted(syncs))
+            sr.placements = min(placed, default=1)
             for who in syncs:
                 synced[who] += 1
         if retimed:

@@ -41,6 +41,11 @@ class Preset:
     # the kernel is then timed by the preset like any other.
     tune_warmup: float | None = None
     tune_rep: float | None = None
+    # Copies of a shape's inputs that one timing cycles through, call after call: the same values (made from
+    # the same seed) at as many addresses, so that where one copy happens to lie does not set the time of a
+    # kernel of a few µs. Capped so that the copies hold at most `placement_mib` MiB (large shapes: one copy).
+    placements: int = 1
+    placement_mib: float = 64.0
 
     def wire(self) -> dict:
         return asdict(self)
@@ -119,6 +124,7 @@ class ShapeResult:
     retimed: int = 0  # measured again this many times: the reference came out off its usual time
     ahead_us: float | None = None  # the longest GPU-ahead wait either side's measurement used
     host_sync: str = ""  # "ref", "cand" or "ref,cand": whose call waits for the GPU (its time includes the CPU's)
+    placements: int = 1  # copies of the inputs the timing cycled through (Preset.placements), the fewer side's
 
 
 @dataclass
@@ -174,7 +180,8 @@ class EvalResult:
     def from_dict(cls, d: dict) -> EvalResult:
         d = dict(d)
         d["outcome"] = Outcome(d["outcome"])
-        d["shapes"] = [ShapeResult(**s) for s in d.get("shapes", [])]
+        d["shapes"] = [ShapeResult(**{k: v for k, v in s.items() if k in ShapeResult.__dataclass_fields__})
+                       for s in d.get("shapes", [])]
         d["features"] = Features(**d.get("features", {}))
         d.setdefault("rules", 1)
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import math
 import os
 import random
@@ -392,10 +393,12 @@ class Worker:
         try:
             t0 = time.perf_counter()
             self._seed(seed)
-            inputs = self.harness.make_inputs(index, self.device)
+            copies = self._placements(index, seed, preset)
             made = time.perf_counter() - t0
+            turn = itertools.cycle(copies)
+
             def fn():
-                return self.harness.call(inputs)
+                return self.harness.call(next(turn))
 
             from kernelband.worker.guards import unhooked
             with unhooked():
@@ -403,7 +406,23 @@ class Worker:
         except BaseException as exc:  # noqa: BLE001
             return self._failed(exc)
         info.setdefault("phases", {})["inputs"] = made
-        return {"ok": True, "times": times, "gpu_waits": waits, **info, "tampered": self._tamper()}
+        return {"ok": True, "times": times, "gpu_waits": waits, "placements": len(copies), **info,
+                "tampered": self._tamper()}
+
+    def _placements(self, index: int, seed: int, preset: dict) -> list:
+        """The shape's inputs, and as many more copies (the same seed: the same values, other addresses) as
+        `preset["placements"]` asks and `preset["placement_mib"]` holds."""
+        from kernelband.worker.harness import tensors_in
+        first = self.harness.make_inputs(index, self.device)
+        size = sum(t.numel() * t.element_size() for t in tensors_in(first))
+        want = int(preset.get("placements") or 1)
+        if want > 1:
+            want = min(want, int(float(preset.get("placement_mib", 64.0)) * 2**20 // max(size, 1)))
+        copies = [first]
+        for _ in range(want - 1):
+            self._seed(seed)
+            copies.append(self.harness.make_inputs(index, self.device))
+        return copies
 
     def op_features(self, request: dict) -> dict:
         """Launch configuration, compiled resources and memory footprint on one shape."""
