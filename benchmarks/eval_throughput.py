@@ -44,6 +44,7 @@ A pool part may name its own number of threads: `pool@4,pool@8` (default --threa
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -61,6 +62,7 @@ import psutil
 from kernelband import stacks
 from kernelband.errors import UserError, run_script
 from kernelband.evaluation.evaluator import MEMORY_SHARE, PROFILE_LOCKS, Evaluator
+from kernelband.evaluation.records import PRESETS, Preset
 from kernelband.tasks import load_task, tritonbench
 
 HERE = Path(__file__).resolve().parent
@@ -315,51 +317,95 @@ def _safe_eval(ev, task, **kwargs):
         return f"{type(exc).__name__}: {exc}"
 
 
-def part_repeat(ev: Evaluator, names: list[str], report: dict, save, n: int,
-                presets: tuple[str, ...] = ("default", "paper")) -> None:
+def preset_of(spec: str) -> Preset:
+    """A preset by name, or a variant of one: 'default+placements=8+max_ms=160' (fields of records.Preset)."""
+    name, *changes = spec.split("+")
+    if name not in PRESETS:
+        raise UserError(f"unknown preset {name!r} in {spec!r}: use {', '.join(PRESETS)}")
+    base, fields = PRESETS[name], {f.name for f in dataclasses.fields(Preset)} - {"name"}
+    changed = {}
+    for change in changes:
+        key, eq, value = change.partition("=")
+        if not eq or key not in fields:
+            raise UserError(f"bad preset change {change!r} in {spec!r}: write FIELD=VALUE, FIELD one of "
+                            f"{', '.join(sorted(fields))}")
+        now = getattr(base, key)
+        try:
+            changed[key] = float(value) if now is None else type(now)(value)
+        except ValueError:
+            raise UserError(f"bad value in {change!r}: {key} is a {type(now).__name__}") from None
+    return dataclasses.replace(base, name=spec, **changed) if changed else base
+
+
+def repeat_jobs(tasks: list[str], presets: list[str], extra: str, shard: str) -> list[tuple[str, str]]:
+    """(task, preset) pairs: every task with every preset, then `extra` ('T1,T2:P1,P2;T3:P3'), then this
+    shard's share ('i/n': every n-th pair from the i-th, so that n processes on n GPUs split the work)."""
+    jobs = [(t, p) for t in tasks for p in presets]
+    for group in filter(None, extra.split(";")):
+        names, colon, specs = group.partition(":")
+        if not colon:
+            raise UserError(f"bad --repeat-extra group {group!r}: write TASKS:PRESETS")
+        jobs += [(t, p) for t in names.split(",") for p in specs.split(",")]
+    index, _, count = shard.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise UserError(f"bad --shard {shard!r}: write I/N with 0 <= I < N")
+    for _, spec in jobs:
+        preset_of(spec)  # a bad one stops the run before any GPU work
+    return jobs[int(index)::int(count)]
+
+
+def part_repeat(ev: Evaluator, jobs: list[tuple[str, str]], report: dict, save, n: int) -> None:
+    """Each (task, preset) evaluated `n` times, the starting kernel against itself: the CV over the evaluations
+    of the candidate's runtime-weighted time and of the speedup. Each evaluation's per-shape times are kept
+    (`shapes_ms`: [[ref ms...], [cand ms...]]), so that the noise can be split afterwards into what varies
+    shape by shape and what moves every shape of an evaluation together."""
     rows = []
-    for name in names:
-        task = load_task(f"tritonbench:{name}")
-        for preset in presets:
-            totals, speedups, secs, failed = [], [], [], []
-            drift = {"ref": [], "cand": [], "first": [], "second": []}
-            for _ in range(n):
-                t0 = time.perf_counter()
-                r = _safe_eval(ev, task, preset=preset)
-                secs.append(time.perf_counter() - t0)
-                if isinstance(r, str) or not r.ok or not r.speedup:
-                    failed.append(r if isinstance(r, str) else f"{r.outcome.value}: {r.detail}")
-                    continue
-                totals.append(sum(s.cand_ms for s in r.shapes if s.cand_ms))
-                speedups.append(r.speedup)
-                # a side's first round over its last, summed over the shapes (> 1: its first measurement is
-                # slow), by side and by who measured first on the shape
-                pairs: dict[str, list[tuple[float, float]]] = {k: [] for k in drift}
-                for sh in r.shapes:
-                    for who in ("ref", "cand"):
-                        x = getattr(sh, f"{who}_rounds")
-                        if len(x) > 1:
-                            pairs[who].append((x[0], x[-1]))
-                            pairs["first" if sh.timed_first == who else "second"].append((x[0], x[-1]))
-                for k, v in pairs.items():
-                    if v:
-                        drift[k].append(sum(a for a, _ in v) / sum(b for _, b in v))
-            row = {"task": name, "preset": preset, "n": len(speedups), "seconds_each": statistics.median(secs),
-                   "cv_time": statistics.pstdev(totals) / statistics.fmean(totals) if len(totals) > 1 else None,
-                   "cv_speedup": (statistics.pstdev(speedups) / statistics.fmean(speedups)
-                                  if len(speedups) > 1 else None),
-                   "speedups": speedups, "failed": failed,
-                   **{f"{k}_first_over_last": statistics.median(v) if v else None for k, v in drift.items()}}
-            rows.append(row)
-            cv = " ".join(f"{k}={100 * row[k]:.2f}%" for k in ("cv_time", "cv_speedup") if row[k] is not None)
-            print(f"{name:28s} {preset:8s} {cv} {row['seconds_each']:.1f}s each"
-                  + (f" ({len(failed)} not ok: {failed[0][:80]})" if failed else ""), flush=True)
-            report["repeat"] = rows
-            report["repeat_summary"] = {
-                p: {k: statistics.median(v) for k in ("cv_time", "cv_speedup", "seconds_each")
-                    if (v := [r[k] for r in rows if r["preset"] == p and r[k] is not None])}
-                for p in presets}
-            save()
+    for name, spec in jobs:
+        task, preset = load_task(f"tritonbench:{name}"), preset_of(spec)
+        totals, ref_totals, speedups, secs, failed, shapes_ms = [], [], [], [], [], []
+        drift = {"ref": [], "cand": [], "first": [], "second": []}
+        for _ in range(n):
+            t0 = time.perf_counter()
+            r = _safe_eval(ev, task, preset=preset)
+            secs.append(time.perf_counter() - t0)
+            if isinstance(r, str) or not r.ok or not r.speedup:
+                failed.append(r if isinstance(r, str) else f"{r.outcome.value}: {r.detail}")
+                continue
+            timed = [s for s in r.shapes if s.cand_ms and s.ref_ms and not s.held_out]
+            totals.append(sum(s.cand_ms for s in timed))
+            ref_totals.append(sum(s.ref_ms for s in timed))
+            shapes_ms.append([[round(s.ref_ms, 6) for s in timed], [round(s.cand_ms, 6) for s in timed]])
+            speedups.append(r.speedup)
+            # a side's first round over its last, summed over the shapes (> 1: its first measurement is
+            # slow), by side and by who measured first on the shape
+            pairs: dict[str, list[tuple[float, float]]] = {k: [] for k in drift}
+            for sh in r.shapes:
+                for who in ("ref", "cand"):
+                    x = getattr(sh, f"{who}_rounds")
+                    if len(x) > 1:
+                        pairs[who].append((x[0], x[-1]))
+                        pairs["first" if sh.timed_first == who else "second"].append((x[0], x[-1]))
+            for k, v in pairs.items():
+                if v:
+                    drift[k].append(sum(a for a, _ in v) / sum(b for _, b in v))
+        row = {"task": name, "preset": spec, "n": len(speedups), "seconds_each": statistics.median(secs),
+               "cv_time": _cv(totals), "cv_ref_time": _cv(ref_totals), "cv_speedup": _cv(speedups),
+               "speedups": speedups, "failed": failed, "shapes_ms": shapes_ms,
+               **{f"{k}_first_over_last": statistics.median(v) if v else None for k, v in drift.items()}}
+        rows.append(row)
+        cv = " ".join(f"{k}={100 * row[k]:.2f}%" for k in ("cv_time", "cv_speedup") if row[k] is not None)
+        print(f"{name:28s} {spec:8s} {cv} {row['seconds_each']:.1f}s each"
+              + (f" ({len(failed)} not ok: {failed[0][:80]})" if failed else ""), flush=True)
+        report["repeat"] = rows
+        report["repeat_summary"] = {
+            p: {k: statistics.median(v) for k in ("cv_time", "cv_speedup", "seconds_each")
+                if (v := [r[k] for r in rows if r["preset"] == p and r[k] is not None])}
+            for p in dict.fromkeys(spec for _, spec in jobs)}
+        save()
+
+
+def _cv(xs: list[float]) -> float | None:
+    return statistics.pstdev(xs) / statistics.fmean(xs) if len(xs) > 1 and statistics.fmean(xs) > 0 else None
 
 
 def part_peers(names: list[str], report: dict, save) -> None:
@@ -393,7 +439,12 @@ def main() -> None:
     ap.add_argument("--tasks", default="", help="comma-separated; default: the 29 level-1/2 tasks")
     ap.add_argument("--repeat-tasks", default="add_value,softmax_triton1,matmul_kernel",
                     help="comma-separated, or 'all' for the 29 level-1/2 tasks")
-    ap.add_argument("--repeat-presets", default="default,paper")
+    ap.add_argument("--repeat-presets", default="default,paper",
+                    help="comma-separated presets, or variants of one: default+placements=8+max_ms=160")
+    ap.add_argument("--repeat-extra", default="",
+                    help="more (task, preset) pairs for the repeat part: 'T1,T2:P1,P2;T3:P3'")
+    ap.add_argument("--shard", default="0/1",
+                    help="I/N: this process takes every N-th of the repeat part's pairs from the I-th (N GPUs)")
     ap.add_argument("--peer-tasks", default="add_value,softmax_triton1,rmsnorm_triton,dropout_triton,"
                                             "matmul_kernel,kldiv_compute")
     ap.add_argument("--threads", type=int, default=3)
@@ -416,6 +467,8 @@ def main() -> None:
     if unknown:
         raise UserError(f"unknown part {unknown[0]!r}: use {', '.join(known)}")
     names = [n for n in args.tasks.split(",") if n] or tritonbench.level12()
+    jobs = repeat_jobs(names if args.repeat_tasks == "all" else args.repeat_tasks.split(","),
+                       args.repeat_presets.split(","), args.repeat_extra, args.shard) if "repeat" in parts else []
     report: dict = {"date": time.strftime("%Y-%m-%d"), "tasks": names, "warm_profilers": args.warm_profilers,
                     "profile_lock": args.profile_lock}
 
@@ -460,8 +513,7 @@ def main() -> None:
                 if not (parts[i + 1:i + 2] and (parts[i + 1].startswith("pool") or parts[i + 1] == "speed")):
                     ev.pool.keep_at_most(4)  # as an evaluator does by default: 29 references fill an 80 GB GPU
             else:
-                repeat = names if args.repeat_tasks == "all" else args.repeat_tasks.split(",")
-                part_repeat(ev, repeat, report, save, args.repeats, tuple(args.repeat_presets.split(",")))
+                part_repeat(ev, jobs, report, save, args.repeats)
     finally:
         if ev is not None:
             ev.close()

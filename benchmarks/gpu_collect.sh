@@ -42,4 +42,4 @@ grep -h "^{\"kind\": \"job_done\|job_error" "$S/ab.log" "$S/sweep.log" 2>/dev/nu
 grep -h "^{\"kind\": \"heartbeat" "$S/sweep.log" 2>/dev/null | tail -n 1 | cut -c1-1500
 # where the host's CPU went, by kind of worker (idle ncu front ends among them)
 [ -f "$S/sweep.log" ] && python3 benchmarks/heartbeat_cpu.py "$S/sweep.log" 2>/dev/null | head -n 26
-tail -n 3 "$S/eval_throughput.log" "$S/gpu_tests.log" 2>/dev/null
+tail -n 3 "$S"/eval_throughput*.log "$S/gpu_tests.log" 2>/dev/null

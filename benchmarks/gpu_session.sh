@@ -24,7 +24,9 @@
 # used; eval_throughput also has the part pool-parked), EVAL=0 (no
 # evaluator parts: the sweep takes every GPU), SWEEP=0 (no sweep: the evaluator parts take GPU 0), SIDE_BY_SIDE=0
 # (several GPUs: the evaluator's parts on GPU 0 of an otherwise idle host first, then the sweep on every GPU),
-# EVAL_TASKS (the evaluator parts' tasks, comma-separated; default the 29), REPEAT_TASKS ('all': the 29), REPEAT_PRESETS, POOL_THREADS (default 4), WARM_PROFILERS (workers kept started
+# EVAL_TASKS (the evaluator parts' tasks, comma-separated; default the 29), REPEAT_TASKS ('all': the 29), REPEAT_PRESETS
+# (presets or variants, e.g. default+placements=8), REPEAT_EXTRA ('T1,T2:P1,P2;T3:P3': more pairs), EVAL_LANES (the
+# evaluator parts on the last EVAL_LANES GPUs: the repeat part's pairs split between them), POOL_THREADS (default 4), WARM_PROFILERS (workers kept started
 # under ncu; default POOL_THREADS + 3), PROFILE_LOCK (exclusive | apart | shared: ncu's profiled run alone on the
 # GPU in the timing's hold, alone in a hold of its own, or beside other candidates' checks; EVAL_PARTS has pool-apart
 # for the A/B), MEMORY_SHARE (the evaluator parts: the share of GPU memory that checks sharing the GPU may
@@ -71,7 +73,10 @@ if [ -n "$MODEL" ]; then
 fi
 LAST=$((N - 1))
 ALL_GPUS=$(seq -s, 0 $((N - 1)))
-if [ "$N" -gt 1 ]; then SWEEP_GPUS=$(seq -s, 0 $((N - 2))); else SWEEP_GPUS=0; fi
+# EVAL_LANES: how many GPUs (the last ones) the evaluator parts take side by side with the sweep (default 1)
+EVAL_LANES=${EVAL_LANES:-1}
+[ "$EVAL_LANES" -ge "$N" ] && EVAL_LANES=$((N > 1 ? N - 1 : 1))
+if [ "$N" -gt 1 ]; then SWEEP_GPUS=$(seq -s, 0 $((N - 1 - EVAL_LANES))); else SWEEP_GPUS=0; fi
 
 EVAL_TASKS=${EVAL_TASKS:+--tasks $EVAL_TASKS}; REPEAT_TASKS=${REPEAT_TASKS:-add_value,softmax_triton1,matmul_kernel}
 PEER_TASKS=${PEER_TASKS:-add_value,softmax_triton1,rmsnorm_triton,kldiv_compute,cosine_compute,matmul_kernel}
@@ -91,28 +96,37 @@ gpu_tests() {
   fi
 }
 
+# evaluator_parts GPU [LANE]: lane 0 (the default) runs EVAL_PARTS, then the GPU tests; lane i of EVAL_LANES runs
+# only its share of the repeat part (eval_throughput.py --shard i/EVAL_LANES), into eval_throughput-i.json/.log
 evaluator_parts() {
   export CUDA_VISIBLE_DEVICES=$1
-  echo "== $(date -u +%FT%TZ) calibrate on GPU $1"
-  timeout 300 python3 -m kernelband calibrate > "$S/calibrate.log" 2>&1
-  if [ "${EVAL_PARTS:-}" = none ]; then gpu_tests; echo "== $(date -u +%FT%TZ) evaluator parts done"; return; fi
-  echo "== $(date -u +%FT%TZ) evaluator throughput (${EVAL_PARTS:-repeat,peers,speed,pool})"
+  local lane=${2:-0} lanes=${EVAL_LANES:-1} parts=${EVAL_PARTS:-repeat,peers,speed,pool} suffix=""
+  if [ "$lane" -gt 0 ]; then
+    case ",$parts," in *,repeat,*) parts=repeat ;; *) return 0 ;; esac
+    suffix="-$lane"
+  else
+    echo "== $(date -u +%FT%TZ) calibrate on GPU $1"
+    timeout 300 python3 -m kernelband calibrate > "$S/calibrate.log" 2>&1
+    if [ "${EVAL_PARTS:-}" = none ]; then gpu_tests; echo "== $(date -u +%FT%TZ) evaluator parts done"; return; fi
+  fi
+  echo "== $(date -u +%FT%TZ) evaluator throughput ($parts) on GPU $1, lane $lane of $lanes"
   # where the host's CPU goes meanwhile (the busiest processes every 30 s) and the GPUs' memory, for the analysis
-  ( while sleep 30; do echo "== $(date -u +%T)"; ps -eo pid,ppid,pcpu,times,etimes,rss,comm --sort=-pcpu | head -20
+  local sampler=""
+  [ "$lane" -eq 0 ] && { ( while sleep 30; do echo "== $(date -u +%T)"; ps -eo pid,ppid,pcpu,times,etimes,rss,comm --sort=-pcpu | head -20
       nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader; done ) \
-    >> "$S/ps.log" 2>&1 &
-  local sampler=$!
+    >> "$S/ps.log" 2>&1 & sampler=$!; }
   # shellcheck disable=SC2086
-  timeout "${EVAL_TIMEOUT_S:-1500}" python3 benchmarks/eval_throughput.py --parts "${EVAL_PARTS:-repeat,peers,speed,pool}" $EVAL_TASKS \
+  timeout "${EVAL_TIMEOUT_S:-1500}" python3 benchmarks/eval_throughput.py --parts "$parts" $EVAL_TASKS \
     --repeat-tasks "$REPEAT_TASKS" --repeat-presets "${REPEAT_PRESETS:-default,paper}" --peer-tasks "$PEER_TASKS" \
+    --repeat-extra "${REPEAT_EXTRA:-}" --shard "$lane/$lanes" \
     --threads "${POOL_THREADS:-4}" ${WARM_PROFILERS:+--warm-profilers "$WARM_PROFILERS"} \
     ${PROFILE_LOCK:+--profile-lock "$PROFILE_LOCK"} $([ "${PARK_PROFILERS:-0}" = 1 ] && echo --park-profilers) \
     ${MEMORY_SHARE:+--memory-share "$MEMORY_SHARE"} \
-    --out "$S/eval_throughput.json" > "$S/eval_throughput.log" 2>&1
-  echo "eval_throughput rc=$?"
-  kill "$sampler" 2>/dev/null
-  gpu_tests  # last: the measurements come first when time is short
-  echo "== $(date -u +%FT%TZ) evaluator parts done"
+    --out "$S/eval_throughput$suffix.json" > "$S/eval_throughput$suffix.log" 2>&1
+  echo "eval_throughput$suffix rc=$?"
+  [ -n "$sampler" ] && kill "$sampler" 2>/dev/null
+  [ "$lane" -eq 0 ] && gpu_tests  # last: the measurements come first when time is short
+  echo "== $(date -u +%FT%TZ) evaluator parts done (lane $lane)"
 }
 
 # restore NAME SPEC: a committed database (SPEC = part.db.xz:BENCH, or .gz) becomes $S/NAME.db, its bench
@@ -194,7 +208,7 @@ elif [ "${EVAL_PARTS:-}" = none ]; then  # calibration and the GPU tests first, 
   evaluator_parts 0
   sweep "$ALL_GPUS"
 elif [ "$N" -gt 1 ] && [ "${SIDE_BY_SIDE:-1}" = 1 ]; then
-  evaluator_parts "$LAST" &
+  for lane in $(seq 0 $((EVAL_LANES - 1))); do evaluator_parts $((LAST - lane)) "$lane" & done
   sweep "$SWEEP_GPUS"
   wait
 else  # one GPU, or SIDE_BY_SIDE=0: the evaluator's parts on an idle host first, then the sweep on every GPU

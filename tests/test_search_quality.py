@@ -182,6 +182,36 @@ def test_the_pools_steady_rate_leaves_out_its_start_and_its_drain():
     assert eval_throughput.steady_rate(finished[:5], 2) is None
 
 
+def _eval_throughput():
+    spec = importlib.util.spec_from_file_location(
+        "eval_throughput", Path(__file__).resolve().parents[1] / "benchmarks" / "eval_throughput.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_repeat_part_takes_preset_variants_extra_pairs_and_a_shard():
+    from kernelband.errors import UserError
+    from kernelband.evaluation.records import PRESETS
+
+    et = _eval_throughput()
+    variant = et.preset_of("default+placements=8+max_ms=160")
+    assert (variant.name, variant.placements, variant.max_ms) == ("default+placements=8+max_ms=160", 8, 160.0)
+    assert variant.warmup == PRESETS["default"].warmup and et.preset_of("paper") is PRESETS["paper"]
+    for bad in ("fast", "default+nope=1", "default+placements", "default+placements=many"):
+        with pytest.raises(UserError):
+            et.preset_of(bad)
+    jobs = et.repeat_jobs(["a", "b"], ["default"], "c,d:paper,default+rounds=2;e:paper", "0/1")
+    assert jobs == [("a", "default"), ("b", "default"), ("c", "paper"), ("c", "default+rounds=2"),
+                    ("d", "paper"), ("d", "default+rounds=2"), ("e", "paper")]
+    shards = [et.repeat_jobs(["a", "b"], ["default"], "c,d:paper,default+rounds=2;e:paper", f"{i}/3")
+              for i in range(3)]
+    assert sorted(sum(shards, [])) == sorted(jobs) and all(len(s) in (2, 3) for s in shards)
+    for extra, shard in (("c", "0/1"), ("", "3/3"), ("", "x")):
+        with pytest.raises(UserError):
+            et.repeat_jobs(["a"], ["default"], extra, shard)
+
+
 def test_a_pool_part_with_no_result_for_a_while_writes_who_holds_the_gpu_lock_and_every_stack(monkeypatch, capsys):
     """Run AB's 8 evaluations stalled for good and the log said nothing: a pool part now writes the GPU lock's
     holders and every thread's stack once per quiet stretch, and nothing while results come."""
