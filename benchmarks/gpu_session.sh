@@ -17,7 +17,7 @@
 # after the evaluator parts), RUNS_PER_GPU (default 4),
 # SWEEP_TASKS (a new bench's plan), SWEEP_TASKS_NOW (only these of the bench's tasks this time, in this order), SWEEP_POLICIES (phases split by ';', run one after another within one SWEEP_BUDGET_S, e.g.
 # 'kernelband;greedy,random': every task with kernelband first), SWEEP_PARTS (search_quality parts, default
-# bench,grid,overhead), SWEEP_RESUME_H100 / SWEEP_RESUME_H200 and SWEEP_POLICIES_H100 / _H200 (the same, per GPU
+# bench,grid,overhead), SWEEP_RESUME_H100 / SWEEP_RESUME_H200, SWEEP_POLICIES_H100 / _H200 and SWEEP_PARTS_H100 / _H200 (the same, per GPU
 # model: a bench stays on one), SWEEP_RESUME=part.db.xz:BENCH (continue a committed sweep database, .xz or .gz; BENCH
 # `new`: a new bench in it), SWEEP_WARM_PROFILERS (the sweep's workers kept started under ncu per GPU),
 # SWEEP_PARK_PROFILERS=1 and PARK_PROFILERS=1 (the sweep's, the evaluator parts' warm ncu workers stopped until
@@ -69,7 +69,9 @@ MODEL=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -o 
 if [ -n "$MODEL" ]; then
   by_model=SWEEP_RESUME_$MODEL; [ -n "${!by_model:-}" ] && SWEEP_RESUME=${!by_model}
   by_model=SWEEP_POLICIES_$MODEL; [ -n "${!by_model:-}" ] && SWEEP_POLICIES=${!by_model}
-  echo "GPU model $MODEL: sweep resumes ${SWEEP_RESUME:-nothing}, policies ${SWEEP_POLICIES:-the default}"
+  by_model=SWEEP_PARTS_$MODEL; [ -n "${!by_model:-}" ] && SWEEP_PARTS=${!by_model}
+  echo "GPU model $MODEL: sweep resumes ${SWEEP_RESUME:-nothing}, policies ${SWEEP_POLICIES:-the default}," \
+    "parts ${SWEEP_PARTS:-bench,grid,overhead}"
 fi
 LAST=$((N - 1))
 ALL_GPUS=$(seq -s, 0 $((N - 1)))
@@ -210,6 +212,11 @@ elif [ "${EVAL_PARTS:-}" = none ]; then  # calibration and the GPU tests first, 
 elif [ "$N" -gt 1 ] && [ "${SIDE_BY_SIDE:-1}" = 1 ]; then
   for lane in $(seq 0 $((EVAL_LANES - 1))); do evaluator_parts $((LAST - lane)) "$lane" & done
   sweep "$SWEEP_GPUS"
+  if [ "${GPU_TESTS:-1}" = after ]; then  # on the sweep's first GPU as soon as it is free
+    export CUDA_VISIBLE_DEVICES=0
+    GPU_TESTS=1 gpu_tests
+    GPU_TESTS=done
+  fi
   wait
 else  # one GPU, or SIDE_BY_SIDE=0: the evaluator's parts on an idle host first, then the sweep on every GPU
   evaluator_parts 0
