@@ -584,6 +584,19 @@ def test_autotune_tries_a_quarter_of_the_warps_only_where_a_thread_keeps_256_ele
     assert (1 in warps) is one_warp  # 128 x 64 on one warp: 256 a thread; 128 x 512: 2,048
 
 
+def test_autotune_keys_on_the_strides_so_each_shape_is_tuned_for_itself():
+    """A kernel whose one size argument is the same for every shape (flash_decode2_phi's stage 2: head_dim) was
+    tuned once, on the first shape its process called, when keyed on sizes alone (BENCHMARKS.md, run AG)."""
+    strided = ROWS.replace("def rms_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):",
+                           "def rms_kernel(x_ptr, out_ptr, n_cols, stride_row, BLOCK: tl.constexpr):")
+    strided = strided.replace("row * n_cols + start", "row * stride_row + start")
+    strided = strided.replace("        x.shape[1],\n", "        x.shape[1],\n        x.stride(0),\n")
+    [(rationale, new)] = variants(strided, "autotune")
+    assert '    key=["n_cols", "stride_row"],\n' in new and "key ['n_cols', 'stride_row']" in rationale
+    [(_, plain)] = variants(ROWS, "autotune")
+    assert '    key=["n_cols"],\n' in plain
+
+
 def test_autotune_restores_a_buffer_the_kernel_reads_and_writes():
     inplace = ADD.replace("tl.store(out_ptr + offs", "tl.store(x_ptr + offs")
     [(_, new)] = variants(inplace, "autotune")

@@ -472,11 +472,21 @@ def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: lis
 
 
 def _key(kernel: Kernel, tuned: set[str]) -> list[str]:
-    """The arguments whose values change the best config: size-like ints, not pointers or strides."""
+    """The arguments whose values change the best config: size-like ints, then the strides, not pointers.
+
+    A stride changes with every size of the dimensions behind it, so with the strides in the key each shape
+    is tuned for itself even where the sizes that differ are not arguments. flash_decode2_phi's stage-2
+    kernel has head_dim as its only size argument: keyed on it alone, it was tuned once, on whichever shape
+    its process called first, and kept that config for every shape. In bench 3 one such kernel measured
+    1.70x in its search and 0.26x in its re-check, with num_warps 2 in one process and 16 in the other
+    (BENCHMARKS.md, run AG)."""
+    constexpr = {p.name for p in kernel.params if p.constexpr}
     plain = [p.name for p in kernel.params if p.name not in tuned and p.name not in kernel.pointers
-             and p.name not in kernel.block_params and "stride" not in p.name.lower()]
+             and p.name not in kernel.block_params]
+    strides = [n for n in plain if "stride" in n.lower() and n not in constexpr]
+    plain = [n for n in plain if "stride" not in n.lower()]
     sized = [n for n in plain if len(n) == 1 or any(w in n.lower() for w in SIZE_WORDS)]
-    return sized or [n for n in plain if not any(p.constexpr for p in kernel.params if p.name == n)][:2]
+    return (sized or [n for n in plain if n not in constexpr][:2]) + strides
 
 
 def _config_grid(kernel: Kernel, base: dict[str, int], warps: int, stages: int | None,
