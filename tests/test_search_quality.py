@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kernelband.evaluation.records import EvalResult, Outcome
@@ -210,6 +214,31 @@ def test_the_repeat_part_takes_preset_variants_extra_pairs_and_a_shard():
     for extra, shard in (("c", "0/1"), ("", "3/3"), ("", "x")):
         with pytest.raises(UserError):
             et.repeat_jobs(["a"], ["default"], extra, shard)
+
+
+def test_the_noise_split_tells_noise_per_evaluation_from_noise_per_shape(tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "noise_split", Path(__file__).resolve().parents[1] / "benchmarks" / "noise_split.py")
+    noise_split = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(noise_split)
+    rng = np.random.default_rng(0)
+    ref = [0.005 * (1 + i) for i in range(10)]
+    # every shape of an evaluation moved together (a process's level): between >> expected, within ~ 0
+    levels = [[ref, [t * f for t in ref]] for f in (1.02, 0.98, 1.01, 0.99, 1.0)]
+    whole = noise_split.split(levels)
+    assert whole["between"] > 0.01 and whole["within"] < 1e-9 and whole["expected"] < 1e-9
+    # each shape on its own (2 % a shape): between ~ expected = within / sqrt(10)
+    apart = noise_split.split([[ref, [t * math.exp(rng.normal(0, 0.02)) for t in ref]] for _ in range(200)])
+    assert apart["within"] == pytest.approx(0.02, rel=0.1)
+    assert apart["between"] == pytest.approx(apart["expected"], rel=0.2)
+    assert noise_split.split(levels[:1]) is None
+    (tmp_path / "e.json").write_text(json.dumps({"repeat": [{"task": "t", "preset": "default", "cv_speedup": 0.01,
+                                                             "seconds_each": 3.0, "shapes_ms": levels}]}))
+    done = subprocess.run([sys.executable, spec.origin, str(tmp_path / "e.json")], capture_output=True, text=True)
+    assert done.returncode == 0 and "| t | `default` | 1.00 % | 1.58 % |" in done.stdout, done.stdout + done.stderr
+    missing = subprocess.run([sys.executable, spec.origin, str(tmp_path / "none.json")], capture_output=True,
+                             text=True)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
 
 
 def test_a_pool_part_with_no_result_for_a_while_writes_who_holds_the_gpu_lock_and_every_stack(monkeypatch, capsys):
