@@ -136,6 +136,8 @@ def part_grid(store: Store, evaluators, tasks: list[str], report: dict, bench_id
             store.save_grid_row(bench_id, earlier[task])
     found: dict[int, dict] = {i: {**earlier[ref], "earlier": True} for i, ref in enumerate(tasks) if ref in earlier}
     queue = [(i, ref) for i, ref in enumerate(tasks) if ref not in earlier]
+    if bench_id is not None and queue:
+        _same_gpu(store, bench_id, evaluators, load_task(queue[0][1]))
     taken = threading.Lock()
 
     def lane(ev) -> None:
@@ -167,6 +169,17 @@ def part_grid(store: Store, evaluators, tasks: list[str], report: dict, bench_id
                       "faster": sum(bool(r.get("faster")) for r in done),
                       "deferred": [r["task"] for r in rows if r.get("deferred")],
                       "errors": {r["task"]: r["error"] for r in rows if r.get("error")}}
+
+
+def _same_gpu(store: Store, bench_id: int, evaluators, task) -> None:
+    """A bench's grid is compared with its runs: on another GPU model it would compare GPUs as well as methods.
+    Refused before any evaluation, as `kernelband bench --resume` refuses (nothing is stored)."""
+    for ev in evaluators:
+        gpu = ev.fingerprint(task)["gpu"]
+        ran_on = {r.device for r in store.runs(bench_id) if r.device} - {gpu}
+        if ran_on:
+            raise UserError(f"bench {bench_id} was measured on {', '.join(sorted(ran_on))} and this GPU is {gpu}: "
+                            "run its grid on the same GPU model")
 
 
 def grid_task(store: Store, ev, task, bench_id: int | None, slots: int, finalists: int) -> dict:

@@ -216,6 +216,23 @@ def test_the_repeat_part_takes_preset_variants_extra_pairs_and_a_shard():
             et.repeat_jobs(["a"], ["default"], extra, shard)
 
 
+def test_a_benchs_grid_on_another_gpu_model_is_refused_before_any_evaluation(tmp_path, task_and_variants):
+    from kernelband.errors import UserError
+
+    task, variants = task_and_variants
+    store = Store(tmp_path / "runs.db")
+    bench = store.create_bench("examples", {"policies": ["greedy"]})
+    store.create_run(task.ref, task.key, "greedy", "rewrite", 0, {}, device="NVIDIA H200", bench_id=bench)
+    ev = ScriptedEvaluator(variants, task.module_source, search={}, recheck={i: (1.0, 1.0) for i in range(9)})
+    with pytest.raises(UserError, match="measured on NVIDIA H200 and this GPU is stand-in"):
+        search_quality.part_grid(store, [ev], [task.ref], {}, bench)
+    assert ev.calls == [] and store.grid_rows(bench) == []
+    here = store.create_bench("examples", {"policies": ["greedy"]})  # a bench measured on this GPU model
+    store.create_run(task.ref, task.key, "greedy", "rewrite", 0, {}, device="stand-in", bench_id=here)
+    search_quality.part_grid(store, [ev], [task.ref], {}, here)
+    assert ev.calls and [r["task"] for r in store.grid_rows(here)] == [task.ref]
+
+
 def test_the_noise_split_tells_noise_per_evaluation_from_noise_per_shape(tmp_path):
     spec = importlib.util.spec_from_file_location(
         "noise_split", Path(__file__).resolve().parents[1] / "benchmarks" / "noise_split.py")
