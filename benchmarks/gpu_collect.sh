@@ -15,7 +15,6 @@ mkdir -p "$OUT"
 # the sweep's threads' stacks into its log (search_quality.py's SIGUSR1 handler: kernelband.stacks)
 pkill -USR1 -f '^python3 benchmarks/search_quality.py' && sleep 1  # not `timeout`, which USR1 ends
 cp ~/.cache/kernelband/calibration.json "$S/" 2>/dev/null
-tar czf "$OUT/logs.tar.gz" -C "$S" $(cd "$S" && ls ./*.log ./*.json 2>/dev/null)
 for db in quality ab; do
   [ -f "$S/$db.db" ] && python3 - "$S/$db.db" "$OUT/$db.db" <<'PY'
 import sqlite3, sys
@@ -35,6 +34,10 @@ for db in quality ab; do
 shutil.copyfileobj(open(sys.argv[1], 'rb'), lzma.open(sys.argv[1] + '.xz', 'wb', preset=9 | lzma.PRESET_EXTREME))" \
     "$OUT/$db.db" && rm "$OUT/$db.db"
 done
+# the logs last, after the packing: run AG's grid wrote 3 rows during it, and they came back nowhere whole. The
+# grid's rows also as grid.jsonl, for GRID_DONE in a later session if the database copy above lacks some.
+tar czf "$OUT/logs.tar.gz" -C "$S" $(cd "$S" && ls ./*.log ./*.json 2>/dev/null)
+grep -h '^{"kind": "grid"' "$S/sweep.log" > "$OUT/grid.jsonl" 2>/dev/null || rm -f "$OUT/grid.jsonl"
 [ -f "$S/done" ] && echo "session finished"
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader 2>/dev/null
 tail -n 25 "$S/session.log"
