@@ -542,8 +542,10 @@ def test_autotune_wraps_the_kernel_and_the_grid_reads_meta():
     assert rationale.startswith("@triton.autotune on add_kernel:")
     assert '        triton.Config({"BLOCK_SIZE": 256}, num_warps=4),\n' in new
     assert '        triton.Config({"BLOCK_SIZE": 512}, num_warps=4),\n' in new
-    assert '    key=["n"],\n)\n@triton.jit\ndef add_kernel' in new
-    assert '    grid = lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)\n    add_kernel[grid](x, y, out, n)\n' in new
+    assert '    key=["n", "tune_numel"],\n)\n@triton.jit\ndef add_kernel' in new
+    assert "def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr, tune_numel):" in new
+    assert ('    grid = lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)\n'
+            '    add_kernel[grid](x, y, out, n, tune_numel=x.numel() + y.numel() + out.numel())\n') in new
     assert "restore_value" not in new
     # The kernel is autotuned now: its launch no longer sets what the configs set, but a config can be added.
     assert variants(new, "block_size") == [] and variants(new, "num_warps") == []
@@ -584,17 +586,19 @@ def test_autotune_tries_a_quarter_of_the_warps_only_where_a_thread_keeps_256_ele
     assert (1 in warps) is one_warp  # 128 x 64 on one warp: 256 a thread; 128 x 512: 2,048
 
 
-def test_autotune_keys_on_the_strides_so_each_shape_is_tuned_for_itself():
-    """A kernel whose one size argument is the same for every shape (flash_decode2_phi's stage 2: head_dim) was
-    tuned once, on the first shape its process called, when keyed on sizes alone (BENCHMARKS.md, run AG)."""
-    strided = ROWS.replace("def rms_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):",
-                           "def rms_kernel(x_ptr, out_ptr, n_cols, stride_row, BLOCK: tl.constexpr):")
-    strided = strided.replace("row * n_cols + start", "row * stride_row + start")
-    strided = strided.replace("        x.shape[1],\n", "        x.shape[1],\n        x.stride(0),\n")
-    [(rationale, new)] = variants(strided, "autotune")
-    assert '    key=["n_cols", "stride_row"],\n' in new and "key ['n_cols', 'stride_row']" in rationale
-    [(_, plain)] = variants(ROWS, "autotune")
-    assert '    key=["n_cols"],\n' in plain
+def test_autotune_keys_on_the_element_count_of_the_tensors_the_kernel_reads():
+    """flash_decode2_phi's shapes differ only in the batch, which no argument carries: the element count of
+    the tensors passed for pointers joins the key, as a new last parameter (BENCHMARKS.md, run AG)."""
+    [(rationale, new)] = variants(ROWS, "autotune")
+    assert "def rms_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr, tune_numel):" in new
+    assert "        x.shape[1],\n        tune_numel=x.numel() + out.numel(),\n    )\n" in new  # laid out as the others
+    assert '    key=["n_cols", "tune_numel"],\n' in new and "key ['n_cols', 'tune_numel']" in rationale
+    # a parameter with a default (a new one after it would not be valid), or expressions passed for every
+    # pointer (they would be evaluated twice): no new parameter, the key as before
+    for source in (ROWS.replace("BLOCK: tl.constexpr)", "BLOCK: tl.constexpr = 512)"),
+                   ROWS.replace("        x,\n        out,\n", "        x + 0,\n        out[:],\n")):
+        [(_, kept)] = variants(source, "autotune")
+        assert "tune_numel" not in kept and '    key=["n_cols"],\n' in kept
 
 
 def test_autotune_restores_a_buffer_the_kernel_reads_and_writes():
@@ -805,10 +809,11 @@ def test_each_variant_has_the_family_its_change_makes():
         "more elements per thread: BLOCK_SIZE 256 -> 512 at the add_kernel launch in add": "vector_width block",
         "more elements per thread: BLOCK_SIZE 256 -> 1024 at the add_kernel launch in add": "vector_width block",
         "more elements per thread: num_warps 4 -> 2 at the add_kernel launch in add": "vector_width warps",
-        "@triton.autotune on add_kernel: 8 configs over BLOCK_SIZE, num_warps, key ['n']": "autotune wrap",
+        "@triton.autotune on add_kernel: 8 configs over BLOCK_SIZE, num_warps, key ['n', 'tune_numel']":
+            "autotune wrap",
     }
     tuned = dict(variants(ADD, "autotune"))["@triton.autotune on add_kernel: 8 configs over BLOCK_SIZE, "
-                                           "num_warps, key ['n']"]
+                                           "num_warps, key ['n', 'tune_numel']"]
     added = options(tuned, ("autotune",)).variants
     assert added and {family(v.rewrite, v.rationale) for v in added} == {"autotune add"}
     # a block set at run time: scaled by code, and the stored rationale ("rewrite: ...") reads the same

@@ -461,6 +461,12 @@ def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: lis
     configs = _config_grid(kernel, base, warps or DEFAULT_WARPS,
                            stages if launches[0].kwarg("num_stages") is not None else None, tile)
     key = _key(kernel, set(tuned))
+    sized = _sized_by(kernel, launches)
+    if sized is not None:  # the tensors' element count, as one more parameter in the key
+        name = fresh_name("tune_numel", set(kernel.names))
+        edits.append((kernel.node, _param_added(name)))
+        edits.extend((call, _kwarg_added(name, total)) for call, total in sized)
+        key = [*key, name]
     decorator = _decorator(configs, key, kernel.inplace)
     edits.append((kernel.node, _add_decorator(kernel, decorator)))
     scope = launches[0].scope
@@ -472,21 +478,51 @@ def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: lis
 
 
 def _key(kernel: Kernel, tuned: set[str]) -> list[str]:
-    """The arguments whose values change the best config: size-like ints, then the strides, not pointers.
-
-    A stride changes with every size of the dimensions behind it, so with the strides in the key each shape
-    is tuned for itself even where the sizes that differ are not arguments. flash_decode2_phi's stage-2
-    kernel has head_dim as its only size argument: keyed on it alone, it was tuned once, on whichever shape
-    its process called first, and kept that config for every shape. In bench 3 one such kernel measured
-    1.70x in its search and 0.26x in its re-check, with num_warps 2 in one process and 16 in the other
-    (BENCHMARKS.md, run AG)."""
-    constexpr = {p.name for p in kernel.params if p.constexpr}
+    """The arguments whose values change the best config: size-like ints, not pointers or strides (the
+    autotune rewrite adds the element count of the tensors too: _sized_by)."""
     plain = [p.name for p in kernel.params if p.name not in tuned and p.name not in kernel.pointers
-             and p.name not in kernel.block_params]
-    strides = [n for n in plain if "stride" in n.lower() and n not in constexpr]
-    plain = [n for n in plain if "stride" not in n.lower()]
+             and p.name not in kernel.block_params and "stride" not in p.name.lower()]
     sized = [n for n in plain if len(n) == 1 or any(w in n.lower() for w in SIZE_WORDS)]
-    return (sized or [n for n in plain if n not in constexpr][:2]) + strides
+    return sized or [n for n in plain if not any(p.constexpr for p in kernel.params if p.name == n)][:2]
+
+
+def _sized_by(kernel: Kernel, launches: list[Launch]) -> list[tuple[cst.Call, str]] | None:
+    """Each launch's call, with the sum of the element counts of the tensors it passes for the kernel's
+    pointer parameters (those passed as a plain name or attribute at every launch); None if there are none,
+    or the parameters have defaults or a star (a new last parameter would not be valid there).
+
+    The sizes the shapes differ in are often not arguments: flash_decode2_phi's shapes differ only in the
+    batch, which only the grid and the tensors know, and rmsnorm_triton's only in the rows. Keyed on their
+    size arguments alone (`head_dim`, `N_SIZE`), their autotuners tuned once, on the first shape a process
+    called (a kernel of 4-7 µs, which Triton's autotuner times on the CPU that launches it), and kept that
+    draw for shapes up to 100x longer: in bench 3, 10 autotuned finalists re-measured more than 10 % off their
+    search figure, up to 1.04x searched against 0.34x re-checked (BENCHMARKS.md, run AG)."""
+    params = kernel.node.params
+    if params.star_arg not in (cst.MaybeSentinel.DEFAULT, None) or params.kwonly_params or params.star_kwarg \
+            or any(p.default is not None for p in params.params):
+        return None
+    tensors = []
+    for param in (p.name for p in kernel.params if p.name in kernel.pointers):
+        passed = [launch.arg(param) for launch in launches]
+        if all(a is not None and not a.star and isinstance(a.value, (cst.Name, cst.Attribute)) for a in passed):
+            tensors.append([code(a.value) for a in passed])
+    if not tensors:
+        return None
+    return [(launch.call, " + ".join(f"{names[i]}.numel()" for names in tensors))
+            for i, launch in enumerate(launches)]
+
+
+def _param_added(name: str) -> Edit:
+    def edit(node: cst.FunctionDef) -> cst.FunctionDef:
+        return node.with_changes(params=node.params.with_changes(
+            params=appended(node.params.params, cst.Param(cst.Name(name)))))
+    return edit
+
+
+def _kwarg_added(name: str, value: str) -> Edit:
+    def edit(call: cst.Call) -> cst.Call:
+        return call.with_changes(args=appended(call.args, keyword_arg(name, cst.parse_expression(value))))
+    return edit
 
 
 def _config_grid(kernel: Kernel, base: dict[str, int], warps: int, stages: int | None,
