@@ -36,7 +36,7 @@ from kernelband.errors import UserError, run_script
 from kernelband.evaluation.evaluator import PROFILE_LOCKS
 from kernelband.evaluation.records import PHI_KEYS, RHO_KEYS, EvalResult, Features, Outcome, ShapeResult
 from kernelband.report.metrics import faster_verdict
-from kernelband.search.bench import Bench, BenchConfig, suite_tasks
+from kernelband.search.bench import Bench, BenchConfig, measured_elsewhere, suite_tasks
 from kernelband.search.core import Candidate, source_hash
 from kernelband.search.policies import POLICIES, make_policy
 from kernelband.search.store import Store
@@ -176,9 +176,9 @@ def _same_gpu(store: Store, bench_id: int, evaluators, task) -> None:
     Refused before any evaluation, as `kernelband bench --resume` refuses (nothing is stored)."""
     for ev in evaluators:
         gpu = ev.fingerprint(task)["gpu"]
-        ran_on = {r.device for r in store.runs(bench_id) if r.device} - {gpu}
+        ran_on = measured_elsewhere(store, bench_id, gpu)
         if ran_on:
-            raise UserError(f"bench {bench_id} was measured on {', '.join(sorted(ran_on))} and this GPU is {gpu}: "
+            raise UserError(f"bench {bench_id} was measured on {', '.join(ran_on)} and this GPU is {gpu}: "
                             "run its grid on the same GPU model")
 
 

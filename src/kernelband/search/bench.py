@@ -116,6 +116,12 @@ def _task_ref(name: str, refs: list[str]) -> str:
     return name if ":" in name else next((r for r in refs if r.split(":", 1)[1] == name), name)
 
 
+def measured_elsewhere(store: Store, bench_id: int, gpu: str) -> list[str]:
+    """The GPU models other than `gpu` that the bench's runs were measured on: a bench compares policies (and
+    its grid) on one GPU model, so work on another is refused."""
+    return sorted({r.device for r in store.runs(bench_id) if r.device} - {gpu})
+
+
 def deal(groups: list[list[Job]], gpus: int, open_: Callable[[Job], bool]) -> list[deque[Job]]:
     """The runs of each GPU, in order. Each task's runs go to one GPU, where its reference worker is set up
     once: the task goes to the GPU with the fewest open runs so far (`open_`: not done yet), in the order
@@ -338,11 +344,11 @@ class Bench:
         once per GPU model: this sweep's own runs add none other."""
         if gpu in self._gpus_checked:
             return
-        ran_on = {r.device for r in self.store.runs(self.bench_id) if r.device} - {gpu}
+        ran_on = measured_elsewhere(self.store, self.bench_id, gpu)
         if not ran_on:
             self._gpus_checked.add(gpu)
         else:
-            raise SetupError(f"bench {self.bench_id} was measured on {', '.join(sorted(ran_on))} and this GPU is "
+            raise SetupError(f"bench {self.bench_id} was measured on {', '.join(ran_on)} and this GPU is "
                              f"{gpu}: resume it on the same GPU model, or start a new bench")
 
     def _baseline(self, task, evaluator, fp: dict) -> EvalResult:

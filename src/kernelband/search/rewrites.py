@@ -465,7 +465,7 @@ def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: lis
     if sized is not None:  # the tensors' element count, as one more parameter in the key
         name = fresh_name("tune_numel", set(kernel.names))
         edits.append((kernel.node, _param_added(name)))
-        edits.extend((call, _kwarg_added(name, total)) for call, total in sized)
+        edits.extend((call, set_kwarg(name, total)) for call, total in sized)
         key = [*key, name]
     decorator = _decorator(configs, key, kernel.inplace)
     edits.append((kernel.node, _add_decorator(kernel, decorator)))
@@ -516,12 +516,6 @@ def _param_added(name: str) -> Edit:
     def edit(node: cst.FunctionDef) -> cst.FunctionDef:
         return node.with_changes(params=node.params.with_changes(
             params=appended(node.params.params, cst.Param(cst.Name(name)))))
-    return edit
-
-
-def _kwarg_added(name: str, value: str) -> Edit:
-    def edit(call: cst.Call) -> cst.Call:
-        return call.with_changes(args=appended(call.args, keyword_arg(name, cst.parse_expression(value))))
     return edit
 
 

@@ -51,7 +51,8 @@ def _describe_inputs(inputs) -> str:
     return " ".join(parts) or "no tensors"
 
 
-def _nbytes(inputs) -> int:
+def nbytes(inputs) -> int:
+    """The bytes of the tensors in `inputs` (any nesting)."""
     return sum(t.numel() * t.element_size() for t in tensors_in(inputs))
 
 
@@ -158,7 +159,7 @@ class PyFileHarness(Harness):
                 inputs = self.ns["make_inputs"](device="meta", **params)
             shapes.append({
                 "index": i, "label": _label(params), "held_out": i >= len(search), "added": False,
-                "inputs": _describe_inputs(inputs), "nbytes": _nbytes(inputs),
+                "inputs": _describe_inputs(inputs), "nbytes": nbytes(inputs),
                 "bytes": float(bytes_fn(**params)) if bytes_fn else None,
                 "flops": float(flops_fn(**params)) if flops_fn else None,
             })
@@ -265,7 +266,7 @@ class TritonBenchHarness(Harness):
                     nflops = None
                 shapes.append({"index": len(shapes), "group": group, "position": j, "label": label,
                                "held_out": group == "held_out", "added": group == "search" and j >= n_orig,
-                               "inputs": label, "nbytes": _nbytes(entry),
+                               "inputs": label, "nbytes": nbytes(entry),
                                "bytes": nbytes_moved or None, "flops": nflops or None})
         self._shapes = shapes
         return {"entry": self.entry, "atol": self.atol, "rtol": self.rtol, "allow_torch_only": False,

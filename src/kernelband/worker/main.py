@@ -86,7 +86,7 @@ class Worker:
         self.kept: list = []
         self.files = 0
         self.sandbox: dict = {}
-        self.phases: dict = {}  # seconds of the start's GPU part, by phase (start_context, start)
+        self.phases: dict = {}  # seconds of the start's GPU part, by phase (context, first_kernel, ...)
 
     # -- start-up -------------------------------------------------------------------------------
     def load_libraries(self) -> None:
@@ -412,9 +412,9 @@ class Worker:
     def _placements(self, index: int, seed: int, preset: dict) -> list:
         """The shape's inputs, and as many more copies (the same seed: the same values, other addresses) as
         `preset["placements"]` asks and `preset["placement_mib"]` holds."""
-        from kernelband.worker.harness import tensors_in
+        from kernelband.worker.harness import nbytes
         first = self.harness.make_inputs(index, self.device)
-        size = sum(t.numel() * t.element_size() for t in tensors_in(first))
+        size = nbytes(first)
         want = int(preset.get("placements") or 1)
         if want > 1:
             want = min(want, int(float(preset.get("placement_mib", 64.0)) * 2**20 // max(size, 1)))
@@ -428,7 +428,7 @@ class Worker:
         """Launch configuration, compiled resources and memory footprint on one shape."""
         import torch
 
-        from kernelband.worker.harness import tensors_in
+        from kernelband.worker.harness import nbytes
         index, seed = request["shape"], request["seed"]
         try:
             self._seed(seed)
@@ -443,7 +443,7 @@ class Worker:
                 torch.cuda.synchronize()
                 footprint = torch.cuda.max_memory_allocated() - base
             else:
-                footprint = sum(t.numel() * t.element_size() for t in tensors_in(inputs) + tensors_in(out))
+                footprint = nbytes(inputs) + nbytes(out)
         except BaseException as exc:  # noqa: BLE001
             return self._failed(exc, tampered=False)
         from dataclasses import asdict
