@@ -1,0 +1,100 @@
+"""What moves a µs kernel's time from one worker process to the next? (GPU machine)
+
+    for p in 1 2 3 4; do python3 benchmarks/timing_process.py --tasks l2_norm_triton1,geglu_tanh_triton; done
+
+The repeat part (eval_throughput.py) found that on tasks whose every shape runs in a few µs the candidate's
+time moves by 1-2 % from one evaluation to the next, the same way on all its shapes, while each shape's own
+noise would give 0.2-0.5 %: something each new worker process brings. In one process this times the task's
+starting kernel over all its search shapes the way a worker does (`kernelband.worker.timing.bench` with the
+`default` preset: the GPU-ahead wait, the L2 flushed, the median), `--levels` times for each factor, and
+prints the summed time of each level:
+- `same`: nothing changes (the process's own noise);
+- `inputs`: new inputs at new addresses, the earlier ones kept alive;
+- `module`: the module imported again from another file, so its kernels load at new code addresses;
+- `flush`: do_bench's L2-flush buffer at a new address.
+A factor whose levels spread as much as separate processes do is the cause. One JSON line per task and
+factor; run it in several processes and compare the `same` totals between them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from _task_harness import starting_harness
+
+PRESET = {"warmup": 10, "rep": 100, "unit": "iters", "max_ms": 40.0, "ahead_us": 150.0}
+
+
+class _Guard:
+    """What `timing.bench` asks of the worker's guard: the unpatched do_bench."""
+
+    @staticmethod
+    def original(name: str):
+        import triton.testing
+
+        assert name == "triton.testing:do_bench"
+        return triton.testing.do_bench
+
+
+def total_ms(h, inputs: dict) -> float:
+    from kernelband.worker import timing
+
+    return sum(statistics.median(timing.bench(lambda i=i: h.call(i), PRESET, True, _Guard)[0])
+               for i in inputs.values())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", default="l2_norm_triton1,geglu_tanh_triton,square_matrix,triton_softmax")
+    parser.add_argument("--levels", type=int, default=5)
+    parser.add_argument("--factors", default="same,inputs,module,flush")
+    args = parser.parse_args()
+
+    import torch
+    import triton
+
+    driver = triton.runtime.driver.active
+    folder = Path(tempfile.mkdtemp(prefix="kb-process-"))
+    kept = []
+    for name in args.tasks.split(","):
+        h, search = starting_harness(name, folder)
+        shapes = [s["index"] for s in search]
+
+        def fresh_inputs(h=h, shapes=shapes):
+            torch.manual_seed(0)
+            return {i: h.make_inputs(i, "cuda") for i in shapes}
+
+        inputs = fresh_inputs()
+        total_ms(h, inputs)  # compile and warm every shape
+        for factor in args.factors.split(","):
+            totals = []
+            for level in range(args.levels):
+                hh, ii = h, inputs
+                if factor == "inputs" and level:
+                    ii = fresh_inputs()
+                    kept.append(ii)
+                elif factor == "module" and level:
+                    (folder / f"m{level}").mkdir(exist_ok=True)
+                    hh, _ = starting_harness(name, folder / f"m{level}")
+                    total_ms(hh, ii)  # compile and load, untimed
+                elif factor == "flush" and level:
+                    pad = torch.empty(level * 7 * 2**20 + 4096 * level, dtype=torch.int8, device="cuda")
+                    cache = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
+                    kept.append((pad, cache))
+                    driver.get_empty_cache_for_benchmark = lambda cache=cache: cache
+                totals.append(total_ms(hh, ii))
+                if factor == "flush":
+                    vars(driver).pop("get_empty_cache_for_benchmark", None)
+            mean = statistics.fmean(totals)
+            print(json.dumps({"task": name, "factor": factor, "shapes": len(shapes),
+                              "totals_us": [round(t * 1000, 3) for t in totals],
+                              "cv": round(statistics.stdev(totals) / mean, 5),
+                              "max_over_min": round(max(totals) / min(totals), 4)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
