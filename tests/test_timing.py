@@ -88,26 +88,6 @@ def test_no_wait_when_the_preset_asks_for_none():
     assert log == [("flush", "c1")] and waits == []
 
 
-def test_a_read_flush_reads_the_buffer_instead_of_zeroing_it():
-    from kernelband.worker.timing import gpu_ahead
-
-    log: list = []
-    driver = _Driver(log)
-    read = lambda cache: log.append(("read", cache))  # noqa: E731
-    with gpu_ahead(150.0, driver=driver, sleep=lambda cycles: log.append(("sleep", cycles)), flush="read",
-                   read=read) as waits:
-        driver.clear_cache("c1")
-    with gpu_ahead(0.0, driver=driver, sleep=lambda cycles: log.append(("sleep", cycles)), flush="read",
-                   read=read) as none:
-        driver.clear_cache("c2")  # no wait asked, the read flush all the same
-    driver.clear_cache("c3")
-    assert log == [("read", "c1"), ("sleep", 300_000), ("read", "c2"), ("flush", "c3")]
-    assert len(waits) == 1 and none == []
-    with pytest.raises(ValueError, match="flush"):
-        with gpu_ahead(150.0, driver=driver, sleep=lambda cycles: None, flush="skip"):
-            pass
-
-
 def test_our_presets_keep_the_gpu_ahead_and_the_peers_protocol_does_not():
     from kernelband.evaluation.records import PRESETS
 

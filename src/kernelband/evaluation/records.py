@@ -46,10 +46,6 @@ class Preset:
     # kernel of a few µs. Capped so that the copies hold at most `placement_mib` MiB (large shapes: one copy).
     placements: int = 1
     placement_mib: float = 64.0
-    # How the L2 is emptied before each timed call: "write" (do_bench's own: the flush buffer zeroed, which
-    # leaves the L2 full of dirty lines that the timed call's misses must write back first) or "read" (the
-    # buffer summed: the L2 left holding clean lines). worker/timing.py, `gpu_ahead`.
-    flush: str = "write"
 
     def wire(self) -> dict:
         return asdict(self)

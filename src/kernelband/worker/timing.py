@@ -112,7 +112,7 @@ def bench(fn, preset: dict, gpu: bool, guard) -> tuple[list[float], int, dict]:
         ahead, sync = ahead_for(fn, ahead)
         info = {"ahead_us": ahead, "host_sync": sync}
     t1 = time.perf_counter()
-    with gpu_ahead(ahead, flush=str(preset.get("flush") or "write")) as waits:
+    with gpu_ahead(ahead) as waits:
         if preset.get("unit", "iters") == "iters":
             est = _estimate_ms(fn)
             warmup, rep = warmup * est, rep * est
@@ -125,17 +125,12 @@ def bench(fn, preset: dict, gpu: bool, guard) -> tuple[list[float], int, dict]:
 
 
 @contextlib.contextmanager
-def gpu_ahead(us: float, driver=None, sleep=None, flush: str = "write", read=None):
+def gpu_ahead(us: float, driver=None, sleep=None):
     """Within the block, the active Triton driver's `clear_cache` (do_bench's L2 flush before each timed
     call) also queues a GPU wait of `us` microseconds (cycles at 2 GHz; a slower clock waits longer).
-    With `flush="read"` the flush reads its buffer (`read`, by default a sum on the GPU) instead of zeroing
-    it: the L2 is emptied of the kernel's lines all the same, but left holding clean ones, so the timed
-    call's misses do not first write back 50 MB of the flush's zeros.
     Yields the list of waits queued, so a caller can tell a Triton whose do_bench flushes some other way."""
     waits: list[int] = []
-    if flush not in ("write", "read"):
-        raise ValueError(f"flush must be 'write' or 'read', not {flush!r}")
-    if us <= 0 and flush == "write":
+    if us <= 0:
         yield waits
         return
     if driver is None:
@@ -144,18 +139,13 @@ def gpu_ahead(us: float, driver=None, sleep=None, flush: str = "write", read=Non
     if sleep is None:
         import torch
         sleep = torch.cuda._sleep
-    if read is None:
-        def read(cache):
-            cache.sum()
-    zero, own = driver.clear_cache, vars(driver).get("clear_cache")
-    empty = zero if flush == "write" else read
+    flush, own = driver.clear_cache, vars(driver).get("clear_cache")
     cycles = int(us * 2000)
 
     def clear_cache(cache):
-        empty(cache)
-        if cycles > 0:
-            sleep(cycles)
-            waits.append(cycles)
+        flush(cache)
+        sleep(cycles)
+        waits.append(cycles)
 
     driver.clear_cache = clear_cache  # on the instance: the class's method is left alone
     try:
