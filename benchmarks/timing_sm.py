@@ -19,7 +19,6 @@ from pathlib import Path
 
 import triton
 import triton.language as tl
-
 from _task_harness import starting_harness
 from timing_process import total_ms
 
