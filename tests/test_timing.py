@@ -284,7 +284,9 @@ def test_an_autotuner_times_its_configs_with_the_presets_budget(monkeypatch):
     from kernelband.worker.guards import TamperGuard
     from kernelband.worker.timing import tune_with
 
-    class Driver:  # Triton's CUDA driver: its benchmarker is do_bench with Triton's 25 / 100 ms
+    log: list = []
+
+    class Driver(_Driver):  # Triton's CUDA driver: its benchmarker is do_bench with Triton's 25 / 100 ms
         def get_benchmarker(self):
             return "do_bench(warmup=25, rep=100)"
 
@@ -292,22 +294,26 @@ def test_an_autotuner_times_its_configs_with_the_presets_budget(monkeypatch):
 
     def do_bench(fn, warmup=25, rep=100, quantiles=None, **kwargs):
         calls.append((warmup, rep))
+        driver.clear_cache("cache")  # do_bench's L2 flush before a timed call
         return [1.0, 1.0, 1.0]
 
-    driver = Driver()
+    driver = Driver(log)
     guard = TamperGuard(driver=driver)
-    tune_with(driver, do_bench, **PRESETS["default"].tune())
+    tune_with(driver, do_bench, **PRESETS["default"].tune(), sleep=lambda cycles: log.append(("sleep", cycles)))
     monkeypatch.setattr(triton.runtime.driver, "_active", driver)
     tuner = triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})],
                             key=["n"])(_tuned_kernel)
     tuner.do_bench(lambda: None, quantiles=(0.5, 0.2, 0.8))  # what Autotuner._bench calls for each config
     assert calls == [(5.0, 20.0)]
+    # each flush is followed by the GPU-ahead wait, as in the timing: a config of a few µs is timed on the GPU
+    assert log == [("flush", "cache"), ("sleep", 300_000)]
+    assert "clear_cache" not in vars(driver)  # the wait only while a config is timed
     assert Driver.get_benchmarker(driver) == "do_bench(warmup=25, rep=100)"  # the class is left alone
     assert guard.changed() == []  # the worker's own budget is no tampering
 
 
 def test_the_presets_set_the_autotuners_budget():
-    assert PRESETS["default"].tune() == {"warmup": 5.0, "rep": 20.0}
+    assert PRESETS["default"].tune() == {"warmup": 5.0, "rep": 20.0, "ahead_us": PRESETS["default"].ahead_us}
     assert PRESETS["paper"].tune() is None and PRESETS["tritonbench"].tune() is None  # Triton's own
 
 

@@ -51,8 +51,10 @@ class Preset:
         return asdict(self)
 
     def tune(self) -> dict | None:
-        """The autotuners' budget as a worker's `load` takes it, or None for Triton's own."""
-        return None if self.tune_rep is None else {"warmup": self.tune_warmup or 0.0, "rep": self.tune_rep}
+        """The autotuners' budget (and GPU-ahead wait) as a worker's `load` takes it, or None for Triton's own."""
+        if self.tune_rep is None:
+            return None
+        return {"warmup": self.tune_warmup or 0.0, "rep": self.tune_rep, "ahead_us": self.ahead_us}
 
 
 # The evaluator's rules: bump it with any change that could give the same source on the same GPU another
@@ -60,8 +62,9 @@ class Preset:
 # is never reused: a sweep evaluates that source again and measures the golden baseline again. Evaluations
 # stored before the stamp existed load as rules 1. Rules 2: a shape whose FLOPs set its speed-of-light bound
 # is suspicious only 25 % below it, not 5 % (sol.COMPUTE_TOLERANCE). Rules 3: under `default`, autotuners
-# time their configs with do_bench(warmup=5, rep=20) instead of Triton's 25/100 (Preset.tune_rep).
-RULES = 3
+# time their configs with do_bench(warmup=5, rep=20) instead of Triton's 25/100 (Preset.tune_rep). Rules 4:
+# they time them with the GPU-ahead wait after each flush too (worker/timing.py, `tune_with`).
+RULES = 4
 
 # The note of an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`).
 NCU_SKIPPED = "ncu: not run (the search's policy and proposer do not use φ)"

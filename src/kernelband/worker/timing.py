@@ -27,7 +27,6 @@ its times include the CPU's.
 from __future__ import annotations
 
 import contextlib
-import functools
 import statistics
 import time
 
@@ -50,12 +49,19 @@ def _estimate_ms(fn) -> float:
     return max(start.elapsed_time(end) / 5, 1e-3)
 
 
-def tune_with(driver, do_bench, warmup: float, rep: float) -> None:
+def tune_with(driver, do_bench, warmup: float, rep: float, ahead_us: float = 0.0, sleep=None) -> None:
     """Autotuners that bring no benchmark of their own time each config with do_bench(warmup, rep) (ms)
-    instead of Triton's 25 and 100: Triton's Autotuner asks the active driver for its benchmarker
-    (`driver.active.get_benchmarker()`) when it first tunes, so the worker sets it on the driver instance
-    (the class's method is left alone) before the module is imported."""
-    bench = functools.partial(do_bench, warmup=warmup, rep=rep)
+    instead of Triton's 25 and 100, and with the GPU-ahead wait of `ahead_us` after each flush (`gpu_ahead`),
+    as the timing itself does: without it a config of a few µs is timed on the Python that launches it, and
+    the config chosen is a draw (BENCHMARKS.md, run AI: geglu_tanh_triton's autotuned forward kernel came out
+    at 0.20x in one process and 1.0x in the next). Triton's Autotuner asks the active driver for its
+    benchmarker (`driver.active.get_benchmarker()`) when it first tunes, so the worker sets it on the driver
+    instance (the class's method is left alone) before the module is imported."""
+
+    def bench(fn, **kwargs):
+        with gpu_ahead(ahead_us, driver=driver, sleep=sleep):
+            return do_bench(fn, warmup=warmup, rep=rep, **kwargs)
+
     driver.get_benchmarker = lambda: bench
 
 
