@@ -11,7 +11,11 @@ prints the summed time of each level:
 - `same`: nothing changes (the process's own noise);
 - `inputs`: new inputs at new addresses, the earlier ones kept alive;
 - `module`: the module imported again from another file, so its kernels load at new code addresses;
-- `flush`: do_bench's L2-flush buffer at a new address.
+- `flush`: do_bench's L2-flush buffer at a new address;
+- `pages`: the inputs copied into new physical pages: each tensor into an allocation of over 2 MiB of its
+  own (PyTorch's large pool: its own cudaMalloc), where `inputs` leaves small tensors in the same 2 MiB
+  segment of the caching allocator, hence the same physical page. (Run AI found none of the first four
+  moved l2_norm_triton1 as separate processes do; the line to run this one is in BENCHMARKS.md, run AI.)
 A factor whose levels spread as much as separate processes do is the cause. One JSON line per task and
 factor; run it in several processes and compare the `same` totals between them.
 """
@@ -40,6 +44,21 @@ class _Guard:
         return triton.testing.do_bench
 
 
+def in_own_pages(obj):
+    """`obj` with each CUDA tensor in it copied into an allocation of its own, over 2 MiB (new physical pages;
+    contiguous copies), the rest as it is."""
+    import torch
+
+    if isinstance(obj, torch.Tensor) and obj.is_cuda:
+        room = max(obj.numel(), (2 << 20) // obj.element_size() + 1)
+        return torch.empty(room, dtype=obj.dtype, device=obj.device)[:obj.numel()].view(obj.shape).copy_(obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(in_own_pages(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: in_own_pages(v) for k, v in obj.items()}
+    return obj
+
+
 def total_ms(h, inputs: dict) -> float:
     from kernelband.worker import timing
 
@@ -51,7 +70,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="l2_norm_triton1,geglu_tanh_triton,square_matrix,triton_softmax")
     parser.add_argument("--levels", type=int, default=5)
-    parser.add_argument("--factors", default="same,inputs,module,flush")
+    parser.add_argument("--factors", default="same,inputs,module,flush,pages")
     args = parser.parse_args()
 
     import torch
@@ -76,6 +95,9 @@ def main() -> None:
                 hh, ii = h, inputs
                 if factor == "inputs" and level:
                     ii = fresh_inputs()
+                    kept.append(ii)
+                elif factor == "pages" and level:
+                    ii = {i: in_own_pages(x) for i, x in fresh_inputs().items()}
                     kept.append(ii)
                 elif factor == "module" and level:
                     (folder / f"m{level}").mkdir(exist_ok=True)
