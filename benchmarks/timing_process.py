@@ -30,6 +30,8 @@ from pathlib import Path
 
 from _task_harness import starting_harness
 
+from kernelband.worker.harness import in_own_pages
+
 PRESET = {"warmup": 10, "rep": 100, "unit": "iters", "max_ms": 40.0, "ahead_us": 150.0}
 
 
@@ -42,21 +44,6 @@ class _Guard:
 
         assert name == "triton.testing:do_bench"
         return triton.testing.do_bench
-
-
-def in_own_pages(obj):
-    """`obj` with each CUDA tensor in it copied into an allocation of its own, over 2 MiB (new physical pages;
-    contiguous copies), the rest as it is."""
-    import torch
-
-    if isinstance(obj, torch.Tensor) and obj.is_cuda:
-        room = max(obj.numel(), (2 << 20) // obj.element_size() + 1)
-        return torch.empty(room, dtype=obj.dtype, device=obj.device)[:obj.numel()].view(obj.shape).copy_(obj)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(in_own_pages(x) for x in obj)
-    if isinstance(obj, dict):
-        return {k: in_own_pages(v) for k, v in obj.items()}
-    return obj
 
 
 def total_ms(h, inputs: dict) -> float:
@@ -97,7 +84,7 @@ def main() -> None:
                     ii = fresh_inputs()
                     kept.append(ii)
                 elif factor == "pages" and level:
-                    ii = {i: in_own_pages(x) for i, x in fresh_inputs().items()}
+                    ii = {i: in_own_pages(x) for i, x in fresh_inputs().items()}  # harness.in_own_pages
                     kept.append(ii)
                 elif factor == "module" and level:
                     (folder / f"m{level}").mkdir(exist_ok=True)

@@ -264,14 +264,43 @@ def test_a_timing_cycles_through_copies_of_the_inputs_up_to_the_presets_memory()
 
     three = dataclasses.replace(PRESETS["default"], name="three", placements=3)
     capped = dataclasses.replace(three, name="capped", placement_mib=1e-6)
+    # each copy's tensors take allocations of over 2 MiB of their own (other physical pages), and count so
+    paged = dataclasses.replace(three, name="paged", placement_mib=3.0)
     task = load_task("examples:vector_add")
     with Evaluator(mode="interpreter", warm=1) as ev:
         spread, held = ev.evaluate(task, preset=three), ev.evaluate(task, preset=capped)
-        plain = ev.evaluate(task)
-    for result, copies in ((spread, 3), (held, 1), (plain, 1)):
+        pages, plain = ev.evaluate(task, preset=paged), ev.evaluate(task)
+    for result, copies in ((spread, 3), (held, 1), (pages, 1), (plain, 1)):
         timed = [s for s in result.shapes if s.cand_ms]
         assert result.ok and timed
         assert {s.placements for s in timed} == {copies}
+
+
+def test_copies_of_small_inputs_get_allocations_of_their_own():
+    """harness.in_own_pages, behind Preset.placements: PyTorch packs small tensors into shared 2 MiB segments,
+    so a fresh copy of a small input lies in the same physical page; each copy gets an allocation of over
+    2 MiB instead, with the values, strides and requires_grad kept."""
+    import collections
+
+    import torch
+
+    from kernelband.worker.harness import OWN_PAGES, in_own_pages, own_pages_bytes
+
+    Pair = collections.namedtuple("Pair", "x y")
+    x = torch.arange(12.0).view(3, 4).t()  # not contiguous
+    w = torch.ones(3, requires_grad=True)
+    wide = torch.ones(1, 4).expand(5, 4)  # overlapping: cannot be copied so
+    inputs = {"a": (x, 7), "b": [w], "c": wide, "p": Pair(x, "s")}
+    out = in_own_pages(inputs)
+    a, b, c, p = out["a"][0], out["b"][0], out["c"], out["p"]
+    assert out["a"][1] == 7 and isinstance(p, Pair) and p.y == "s"
+    for new, old in ((a, x), (b, w), (p.x, x)):
+        assert torch.equal(new, old) and new.stride() == old.stride()
+        assert new.untyped_storage().data_ptr() != old.untyped_storage().data_ptr()
+        assert new.untyped_storage().nbytes() >= OWN_PAGES
+    assert b.requires_grad and not a.requires_grad
+    assert c is wide
+    assert own_pages_bytes(inputs) == 4 * OWN_PAGES
 
 
 # -- the autotuners' budget -----------------------------------------------------------------------------------

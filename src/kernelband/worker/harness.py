@@ -56,6 +56,43 @@ def nbytes(inputs) -> int:
     return sum(t.numel() * t.element_size() for t in tensors_in(inputs))
 
 
+# PyTorch's caching allocator packs tensors of up to 1 MiB into shared 2 MiB segments, so that fresh copies of
+# a small input lie in the same physical page; an allocation over 2 MiB gets a segment (and pages) of its own.
+OWN_PAGES = (2 << 20) + 512
+
+
+def _span(t: torch.Tensor) -> int:
+    """Elements from a tensor's first to its last, by its strides (0 for an empty one)."""
+    return 0 if t.numel() == 0 else 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+
+
+def own_pages_bytes(inputs) -> int:
+    """What `in_own_pages(inputs)` allocates."""
+    return sum(max(_span(t) * t.element_size(), OWN_PAGES) for t in tensors_in(inputs))
+
+
+def in_own_pages(obj):
+    """`obj` (any nesting of lists, tuples and dicts) with each tensor in it copied, strides kept, into an
+    allocation of its own of over 2 MiB: other physical pages than the original's. A tensor that cannot be
+    copied so (overlapping strides, as from `expand`) stays as it is."""
+    if isinstance(obj, torch.Tensor):
+        room = max(_span(obj), -(-OWN_PAGES // obj.element_size()))
+        try:
+            with torch.no_grad():
+                copy = torch.empty(room, dtype=obj.dtype, device=obj.device).as_strided(obj.shape, obj.stride())
+                copy.copy_(obj)
+        except RuntimeError:
+            return obj
+        return copy.requires_grad_(obj.requires_grad)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple
+        return type(obj)(*(in_own_pages(x) for x in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(in_own_pages(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: in_own_pages(v) for k, v in obj.items()}
+    return obj
+
+
 class Harness:
     entry: str
     atol: float = 1e-3

@@ -411,17 +411,21 @@ class Worker:
 
     def _placements(self, index: int, seed: int, preset: dict) -> list:
         """The shape's inputs, and as many more copies (the same seed: the same values, other addresses) as
-        `preset["placements"]` asks and `preset["placement_mib"]` holds."""
-        from kernelband.worker.harness import nbytes
+        `preset["placements"]` asks and `preset["placement_mib"]` holds. With more than one, each copy's tensors
+        lie in allocations of their own (`harness.in_own_pages`): other physical pages, not only other
+        addresses in the caching allocator's shared segment."""
+        from kernelband.worker.harness import in_own_pages, own_pages_bytes
         first = self.harness.make_inputs(index, self.device)
-        size = nbytes(first)
         want = int(preset.get("placements") or 1)
         if want > 1:
-            want = min(want, int(float(preset.get("placement_mib", 64.0)) * 2**20 // max(size, 1)))
-        copies = [first]
+            cost = max(own_pages_bytes(first), 1)
+            want = min(want, int(float(preset.get("placement_mib", 64.0)) * 2**20 // cost))
+        if want <= 1:
+            return [first]
+        copies = [in_own_pages(first)]
         for _ in range(want - 1):
             self._seed(seed)
-            copies.append(self.harness.make_inputs(index, self.device))
+            copies.append(in_own_pages(self.harness.make_inputs(index, self.device)))
         return copies
 
     def op_features(self, request: dict) -> dict:
