@@ -15,7 +15,9 @@ prints the summed time of each level:
 - `pages`: the inputs copied into new physical pages: each tensor into an allocation of over 2 MiB of its
   own (PyTorch's large pool: its own cudaMalloc), where `inputs` leaves small tensors in the same 2 MiB
   segment of the caching allocator, hence the same physical page. (Run AI found none of the first four
-  moved l2_norm_triton1 as separate processes do; the line to run this one is in BENCHMARKS.md, run AI.)
+  moved l2_norm_triton1 as separate processes do, run AJ that `pages` does not either.)
+- `stream`: the timing on a new CUDA stream (torch's stream pool, round robin over the driver's hardware
+  queues, CUDA_DEVICE_MAX_CONNECTIONS of them), the flush and the GPU-ahead wait on it too.
 A factor whose levels spread as much as separate processes do is the cause. One JSON line per task and
 factor; run it in several processes and compare the `same` totals between them.
 """
@@ -23,6 +25,7 @@ factor; run it in several processes and compare the `same` totals between them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import tempfile
@@ -48,7 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="l2_norm_triton1,geglu_tanh_triton,square_matrix,triton_softmax")
     parser.add_argument("--levels", type=int, default=5)
-    parser.add_argument("--factors", default="same,inputs,module,flush,pages")
+    parser.add_argument("--factors", default="same,inputs,module,flush,pages,stream")
     args = parser.parse_args()
 
     import torch
@@ -86,7 +89,11 @@ def main() -> None:
                     cache = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
                     kept.append((pad, cache))
                     driver.get_empty_cache_for_benchmark = lambda cache=cache: cache
-                totals.append(total_ms(hh, ii))
+                stream = torch.cuda.Stream() if factor == "stream" and level else None
+                if stream is not None:
+                    kept.append(stream)
+                with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                    totals.append(total_ms(hh, ii))
                 if factor == "flush":
                     vars(driver).pop("get_empty_cache_for_benchmark", None)
             mean = statistics.fmean(totals)
