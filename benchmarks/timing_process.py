@@ -16,6 +16,11 @@ prints the summed time of each level:
   own (PyTorch's large pool: its own cudaMalloc), where `inputs` leaves small tensors in the same 2 MiB
   segment of the caching allocator, hence the same physical page. (Run AI found none of the first four
   moved l2_norm_triton1 as separate processes do, run AJ that `pages` does not either.)
+- `outputs`: before each level, one call's outputs per shape kept alive and 640 KiB more of the caching
+  allocator's small pool held (three to a 2 MiB segment), so the timed calls' outputs land at other
+  addresses and, every few levels, in another segment;
+- `ring`: each call's output kept alive for 8 calls more, so that successive calls write to 9 places (a
+  cure, if the outputs' placement sets the time: compare its totals between processes with `same`'s);
 - `stream`: the timing on a new CUDA stream (torch's stream pool, round robin over the driver's hardware
   queues, CUDA_DEVICE_MAX_CONNECTIONS of them), the flush and the GPU-ahead wait on it too.
 A factor whose levels spread as much as separate processes do is the cause. One JSON line per task and
@@ -25,6 +30,7 @@ factor; run it in several processes and compare the `same` totals between them.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import statistics
@@ -38,12 +44,22 @@ from kernelband.worker.harness import in_own_pages
 PRESET = {"warmup": 10, "rep": 100, "unit": "iters", "max_ms": 40.0, "ahead_us": 150.0}
 
 
-def total_ms(h, inputs: dict) -> float:
+def total_ms(h, inputs: dict, ring: int = 0) -> float:
+    """The summed median over the shapes; `ring`: each call's output kept alive for that many calls more, so
+    that successive calls write to `ring + 1` places."""
     from kernelband.worker import timing
     from kernelband.worker.guards import TamperGuard
 
     guard = TamperGuard()  # what a worker passes: its `original` do_bench
-    return sum(statistics.median(timing.bench(lambda i=i: h.call(i), PRESET, True, guard)[0])
+    kept = collections.deque(maxlen=max(ring, 1))
+
+    def call(i):
+        out = h.call(i)
+        if ring:
+            kept.append(out)
+        return out
+
+    return sum(statistics.median(timing.bench(lambda i=i: call(i), PRESET, True, guard)[0])
                for i in inputs.values())
 
 
@@ -51,7 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="l2_norm_triton1,geglu_tanh_triton,square_matrix,triton_softmax")
     parser.add_argument("--levels", type=int, default=5)
-    parser.add_argument("--factors", default="same,inputs,module,flush,pages,stream")
+    parser.add_argument("--factors", default="same,inputs,module,flush,pages,outputs,ring,stream")
     args = parser.parse_args()
 
     import torch
@@ -89,11 +105,14 @@ def main() -> None:
                     cache = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
                     kept.append((pad, cache))
                     driver.get_empty_cache_for_benchmark = lambda cache=cache: cache
+                if factor == "outputs" and level:  # the last outputs' blocks held, and 640 KiB more
+                    kept.append(([h.call(i) for i in ii.values()], torch.empty(640 * 1024, dtype=torch.int8,
+                                                                            device="cuda")))
                 stream = torch.cuda.Stream() if factor == "stream" and level else None
                 if stream is not None:
                     kept.append(stream)
                 with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-                    totals.append(total_ms(hh, ii))
+                    totals.append(total_ms(hh, ii, ring=8 if factor == "ring" else 0))
                 if factor == "flush":
                     vars(driver).pop("get_empty_cache_for_benchmark", None)
             mean = statistics.fmean(totals)

@@ -222,11 +222,6 @@ def test_on_a_gpu_every_measurement_keeps_the_gpu_ahead():
     # the wait is sized per call (at least the preset's 150 µs), and a call that synchronises is named
     assert all(s.ahead_us and s.ahead_us >= 150 for s in timed), [s.ahead_us for s in timed]
     assert not any(s.host_sync for s in result.shapes)
-    # a shape under 0.1 ms is timed on the preset's 8 streams in turn, a long one on one (Preset.streams)
-    short = [s for s in timed if max(s.ref_ms, s.cand_ms) < 0.05]
-    long = [s for s in timed if min(s.ref_ms, s.cand_ms) > 0.2]
-    assert short and long, [s.ref_ms for s in timed]
-    assert {s.streams for s in short} == {8} and {s.streams for s in long} == {1}
     assert synced.ok, synced.detail
     assert all(s.host_sync == "cand" for s in synced.shapes if s.cand_ms), [s.host_sync for s in synced.shapes]
     assert [n for n in synced.notes if "waits for the GPU" in n], synced.notes

@@ -19,58 +19,6 @@ def test_rounds_are_combined_and_kept_in_order():
     assert cv is not None and cv > 0
 
 
-def test_a_measurement_spread_over_streams_counts_each_stream_once():
-    """Preset.streams: each stream moves a µs kernel's time as a whole, so the figure is the mean of each
-    stream's median, not the median of all the iterations (which the longest-running stream would set)."""
-    from kernelband.evaluation.interleave import Times
-
-    times = Times([1.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0], groups=(3, 2, 2))
-    value, _, per_round = _summarise([times], "median")
-    assert value == pytest.approx((1.0 + 2.0 + 4.0) / 3)
-    assert _summarise([list(times)], "median")[0] == pytest.approx(2.0)  # one stream: the plain median
-    assert _summarise([Times([1.0, 3.0, 5.0], groups=(1, 2))], "mean")[0] == pytest.approx((1.0 + 4.0) / 2)
-
-
-def test_a_timing_on_several_streams_gives_each_its_share_in_turn():
-    """worker/timing.bench with lanes: do_bench on each stream in turn, inside that stream, with its share of
-    the warm-up and repetitions; the times in order, and how many came from each."""
-    import contextlib
-
-    from kernelband.worker.timing import bench
-
-    log: list = []
-    current: list = [None]
-
-    @contextlib.contextmanager
-    def on_stream(lane):
-        current[0] = lane
-        yield
-        current[0] = None
-
-    def do_bench(fn, warmup, rep, return_mode):
-        log.append((current[0], warmup, rep))
-        return [float(len(log))] * (len(log) + 1)
-
-    class Guard:
-        def original(self, name):
-            assert name == "triton.testing:do_bench"
-            return do_bench
-
-    preset = {"warmup": 30.0, "rep": 90.0, "unit": "ms"}
-    times, _, info = bench(lambda: None, preset, True, Guard(), ["s1", "s2", "s3"], on_stream)
-    assert log == [("s1", 10.0, 30.0), ("s2", 10.0, 30.0), ("s3", 10.0, 30.0)]
-    assert times == [1.0] * 2 + [2.0] * 3 + [3.0] * 4 and info["groups"] == [2, 3, 4]
-    log.clear()
-    times, _, info = bench(lambda: None, preset, True, Guard())
-    assert log == [(None, 30.0, 90.0)] and "groups" not in info
-
-
-def test_our_presets_spread_short_kernels_over_streams_and_the_peers_protocol_does_not():
-    assert PRESETS["default"].streams == 8 and PRESETS["paper"].streams == 8
-    assert PRESETS["tritonbench"].streams == 1
-    assert PRESETS["default"].wire()["streams"] == 8
-
-
 def test_an_evaluation_records_every_measurement(evaluator, vector_add):
     result = evaluator.evaluate(vector_add)
     assert result.ok

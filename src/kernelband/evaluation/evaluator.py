@@ -854,10 +854,8 @@ class Evaluator:
             syncs: set[str] = set()
             during: list[dict] = []  # the off-lock work in flight at each measurement
             placed: list[int] = []  # copies of the inputs each measurement cycled through
-            lanes: list[int] = []  # CUDA streams each measurement was spread over
 
-            def measure(who: str, msg=msg, sr=sr, syncs=syncs, during=during, placed=placed,
-                        lanes=lanes) -> list[float]:
+            def measure(who: str, msg=msg, sr=sr, syncs=syncs, during=during, placed=placed) -> list[float]:
                 nonlocal unwaited
                 during.append(self.pool.activity_now())
                 asked = time.perf_counter()
@@ -872,8 +870,7 @@ class Evaluator:
                 if reply.get("host_sync"):
                     syncs.add(who)
                 placed.append(int(reply.get("placements", 1)))
-                lanes.append(int(reply.get("streams", 1)))
-                return interleave.Times(reply["times"], reply.get("groups", ()))
+                return reply["times"]
 
             key = (task.key, preset.name, shape.index)
             checked = preset.recheck and self.recheck_timings
@@ -898,7 +895,6 @@ class Evaluator:
                                f"meanwhile {first})")
             sr.host_sync = ",".join(sorted(syncs))
             sr.placements = min(placed, default=1)
-            sr.streams = min(lanes, default=1)
             for who in syncs:
                 synced[who] += 1
         if retimed:

@@ -20,32 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
-class Times(list):
-    """One measurement's iteration times (ms), and `groups`: how many of them, in order, came from each CUDA
-    stream it was spread over (worker/timing.py, Preset.streams); empty for one stream."""
-
-    def __init__(self, times=(), groups=()):
-        super().__init__(times)
-        self.groups = tuple(int(g) for g in groups)
-
-
-def _stat(times: list[float], stat: str) -> float:
-    """`stat` of one measurement; spread over streams, the mean of each stream's `stat`: a stream moves a
-    µs kernel's time by a few %, the same on all its iterations, so each stream is one sample of that."""
-    groups = getattr(times, "groups", ())
-    if len(groups) > 1 and sum(groups) == len(times) and all(groups):
-        bounds = [sum(groups[:i]) for i in range(len(groups) + 1)]
-        return statistics.fmean(_stat(times[a:b], stat) for a, b in zip(bounds, bounds[1:]))
-    return statistics.fmean(times) if stat == "mean" else statistics.median(times)
-
-
 def summarise(rounds: list[list[float]], stat: str) -> tuple[float | None, float | None, list[float]]:
-    """The mean over the rounds of each round's `stat` (`_stat`), the iterations' CV, and each round's
-    `stat`."""
+    """The mean over the rounds of each round's `stat`, the iterations' CV, and each round's `stat`."""
     rounds = [r for r in rounds if r]
     if not rounds:
         return None, None, []
-    per_round = [_stat(r, stat) for r in rounds]
+    per_round = [statistics.fmean(r) if stat == "mean" else statistics.median(r) for r in rounds]
     flat = [t for r in rounds for t in r]
     mean = statistics.fmean(flat)
     cv = statistics.pstdev(flat) / mean if len(flat) > 1 and mean > 0 else None

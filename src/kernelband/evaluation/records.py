@@ -46,10 +46,6 @@ class Preset:
     # kernel of a few µs. Capped so that the copies hold at most `placement_mib` MiB (large shapes: one copy).
     placements: int = 1
     placement_mib: float = 64.0
-    # CUDA streams a shape whose call takes under 0.1 ms is timed on in turn, its repetitions split between
-    # them; its figure is the mean of each stream's `stat`. Each stream runs on a hardware work queue of its
-    # own, which moves a kernel of a few µs by a few % (worker/timing.py; BENCHMARKS.md, run AJ).
-    streams: int = 1
 
     def wire(self) -> dict:
         return asdict(self)
@@ -67,9 +63,8 @@ class Preset:
 # stored before the stamp existed load as rules 1. Rules 2: a shape whose FLOPs set its speed-of-light bound
 # is suspicious only 25 % below it, not 5 % (sol.COMPUTE_TOLERANCE). Rules 3: under `default`, autotuners
 # time their configs with do_bench(warmup=5, rep=20) instead of Triton's 25/100 (Preset.tune_rep). Rules 4:
-# they time them with the GPU-ahead wait after each flush too (worker/timing.py, `tune_with`). Rules 5: a
-# shape under 0.1 ms is timed on 8 CUDA streams in turn under `default` and `paper` (Preset.streams).
-RULES = 5
+# they time them with the GPU-ahead wait after each flush too (worker/timing.py, `tune_with`).
+RULES = 4
 
 # The note of an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`).
 NCU_SKIPPED = "ncu: not run (the search's policy and proposer do not use φ)"
@@ -93,7 +88,7 @@ def out_of_memory(error: str) -> bool:
 PRESETS = {
     # The paper's protocol: do_bench, 100 warm-up and 1000 timed iterations, the mean.
     "paper": Preset("paper", warmup=100, rep=1000, unit="iters", stat="mean", rounds=1, ahead_us=150.0,
-                    recheck=1.2, retries=2, streams=8),
+                    recheck=1.2, retries=2),
     # Cheaper: fewer iterations, capped at 40 ms a measurement, the median of each, the reference and the
     # candidate measured once each per shape, who goes first alternating from shape to shape. (Two ABBA
     # rounds agreed to a median 0.14 % on an idle H100 once the GPU was kept ahead: BENCHMARKS.md, run J.)
@@ -101,7 +96,7 @@ PRESETS = {
     # calls of an autotuned candidate, the GPU to itself, took a median 14.1 s, of which do_bench's own
     # 125 ms per config and shape came to at least 11.2 s (2.2 s at 25 ms).
     "default": Preset("default", warmup=10, rep=100, unit="iters", stat="median", rounds=1, max_ms=40.0,
-                      ahead_us=150.0, recheck=1.2, retries=2, tune_warmup=5.0, tune_rep=20.0, streams=8),
+                      ahead_us=150.0, recheck=1.2, retries=2, tune_warmup=5.0, tune_rep=20.0),
     # What TritonBench, GEAK-eval and the KernelBand release do: do_bench(warmup=100 ms, rep=1000 ms).
     "tritonbench": Preset("tritonbench", warmup=100, rep=1000, unit="ms", stat="median", rounds=1),
 }
@@ -133,7 +128,6 @@ class ShapeResult:
     ahead_us: float | None = None  # the longest GPU-ahead wait either side's measurement used
     host_sync: str = ""  # "ref", "cand" or "ref,cand": whose call waits for the GPU (its time includes the CPU's)
     placements: int = 1  # copies of the inputs the timing cycled through (Preset.placements), the fewer side's
-    streams: int = 1  # CUDA streams the timing was spread over (Preset.streams), the fewer side's
 
 
 @dataclass

@@ -87,8 +87,6 @@ class Worker:
         self.files = 0
         self.sandbox: dict = {}
         self.phases: dict = {}  # seconds of the start's GPU part, by phase (context, first_kernel, ...)
-        self.streams: list = []  # the timing's CUDA streams (Preset.streams), made once
-        self.short: dict[int, bool] = {}  # per shape: its call is short enough to be timed on several streams
 
     # -- start-up -------------------------------------------------------------------------------
     def load_libraries(self) -> None:
@@ -404,30 +402,12 @@ class Worker:
 
             from kernelband.worker.guards import unhooked
             with unhooked():
-                lanes = self._lanes(index, fn, preset)
-                times, waits, info = bench(fn, preset, self.gpu, self.guard, lanes)
+                times, waits, info = bench(fn, preset, self.gpu, self.guard)
         except BaseException as exc:  # noqa: BLE001
             return self._failed(exc)
         info.setdefault("phases", {})["inputs"] = made
-        return {"ok": True, "times": times, "gpu_waits": waits, "placements": len(copies),
-                "streams": len(info.get("groups", ())) or 1, **info,
+        return {"ok": True, "times": times, "gpu_waits": waits, "placements": len(copies), **info,
                 "tampered": self._tamper()}
-
-    def _lanes(self, index: int, fn, preset: dict) -> list | None:
-        """The CUDA streams a shape is timed on in turn: `preset["streams"]` of them when its call takes under
-        timing.STREAMS_BELOW_MS (measured once per shape), else None (the current stream). worker/timing.py"""
-        from kernelband.worker import timing
-        want = int(preset.get("streams") or 1)
-        if want <= 1 or not self.gpu:
-            return None
-        if index not in self.short:
-            self.short[index] = timing.kernel_ms(fn, float(preset.get("ahead_us") or 0.0)) < timing.STREAMS_BELOW_MS
-        if not self.short[index]:
-            return None
-        import torch
-        while len(self.streams) < want:
-            self.streams.append(torch.cuda.Stream())  # from torch's pool: one hardware queue after another
-        return self.streams[:want]
 
     def _placements(self, index: int, seed: int, preset: dict) -> list:
         """The shape's inputs, and as many more copies (the same seed: the same values, other addresses) as

@@ -22,15 +22,6 @@ more, more still on a busy host. `ahead_for` measures that host time first and l
 the wait to three times it (capped at 2 ms). A call that waits for the GPU itself
 (`.item()`, a synchronisation) cannot be kept ahead of: it is reported (`host_sync`), and
 its times include the CPU's.
-
-A kernel of a few µs also takes a time that depends on the CUDA stream it is launched on: on an
-H200 the same one-block kernel, same inputs, same process, summed over 11 shapes to 49.1 µs on one
-stream and 52.8 µs on another, each within 0.3 % from call to call (BENCHMARKS.md, run AJ). A
-stream maps onto one of the driver's hardware work queues, and a new worker process gets new ones:
-that is the 1-4 % a tiny kernel's time moved from one worker process to the next. So a kernel
-under `STREAMS_BELOW_MS` is timed on `lanes` streams in turn (Preset.streams), the repetitions
-split between them, and the parent takes the mean of each stream's statistic
-(evaluation/interleave.py).
 """
 
 from __future__ import annotations
@@ -56,32 +47,6 @@ def _estimate_ms(fn) -> float:
     end.record()
     torch.cuda.synchronize()
     return max(start.elapsed_time(end) / 5, 1e-3)
-
-
-# Kernels at least this long (ms) are timed on one stream: a stream moves a kernel's time by about 0.2 µs.
-STREAMS_BELOW_MS = 0.1
-
-
-def kernel_ms(fn, ahead_us: float, n: int = 3) -> float:
-    """The median time (ms) of `n` calls of `fn`, each after an L2 flush and the GPU-ahead wait, from events
-    around the call only: whether a shape's kernels are short enough to be spread over streams."""
-    import torch
-    import triton
-
-    driver = triton.runtime.driver.active
-    cache = driver.get_empty_cache_for_benchmark()
-    times = []
-    fn()
-    with gpu_ahead(ahead_us):
-        for _ in range(n):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            driver.clear_cache(cache)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def tune_with(driver, do_bench, warmup: float, rep: float, ahead_us: float = 0.0, sleep=None) -> None:
@@ -133,13 +98,10 @@ def ahead_for(fn, base_us: float, sleep=None, synchronize=None, clock=time.perf_
     return base_us, True
 
 
-def bench(fn, preset: dict, gpu: bool, guard, lanes: list | None = None,
-          on_stream=None) -> tuple[list[float], int, dict]:
+def bench(fn, preset: dict, gpu: bool, guard) -> tuple[list[float], int, dict]:
     """Per-iteration times in milliseconds, how many GPU waits were queued (see `gpu_ahead`), and
     {"ahead_us", "host_sync"} (see `ahead_for`) with "phases": seconds spent probing the host time
-    ("probe") and in the estimate and do_bench ("bench"). With `lanes` (CUDA streams), do_bench runs on
-    each in turn (`on_stream(lane)`: torch.cuda.stream) with its share of the warm-up and repetitions, the
-    times follow in that order, and "groups" says how many came from each."""
+    ("probe") and in the estimate and do_bench ("bench")."""
     if not gpu:
         # Interpreter timings measure Python, not a GPU: one run is all they are worth.
         times = []
@@ -163,23 +125,9 @@ def bench(fn, preset: dict, gpu: bool, guard, lanes: list | None = None,
         max_ms = preset.get("max_ms")
         if max_ms:
             warmup, rep = min(warmup, max_ms / 4), min(rep, max_ms)
-        times, groups = [], []
-        for lane in lanes or [None]:
-            share = max(1, len(lanes or ()))
-            with contextlib.nullcontext() if lane is None else (on_stream or _torch_stream)(lane):
-                got = do_bench(fn, warmup=warmup / share, rep=rep / share, return_mode="all")
-            times += [float(t) for t in got]
-            groups.append(len(got))
+        times = do_bench(fn, warmup=warmup, rep=rep, return_mode="all")
     info["phases"] = {"probe": t1 - t0, "bench": time.perf_counter() - t1}
-    if len(groups) > 1:
-        info["groups"] = groups
-    return times, len(waits), info
-
-
-def _torch_stream(lane):
-    import torch
-
-    return torch.cuda.stream(lane)
+    return [float(t) for t in times], len(waits), info
 
 
 @contextlib.contextmanager
