@@ -334,7 +334,10 @@ def preset_of(spec: str) -> Preset:
             changed[key] = float(value) if now is None else type(now)(value)
         except ValueError:
             raise UserError(f"bad value in {change!r}: {key} is a {type(now).__name__}") from None
-    return dataclasses.replace(base, name=spec, **changed) if changed else base
+    try:
+        return dataclasses.replace(base, name=spec, **changed) if changed else base
+    except ValueError as exc:
+        raise UserError(f"bad preset {spec!r}: {exc}") from None
 
 
 def repeat_jobs(tasks: list[str], presets: list[str], extra: str, shard: str) -> list[tuple[str, str]]:

@@ -228,6 +228,32 @@ def test_on_a_gpu_every_measurement_keeps_the_gpu_ahead():
 
 
 @pytest.mark.gpu
+def test_on_a_gpu_the_span_timer_times_short_shapes_by_their_kernels():
+    """Preset.timer="span": a shape whose reference takes under 0.1 ms by events is timed, on both sides, by
+    the calls' spans as CUPTI records them (shorter: the launch's start-up is left out); longer shapes by
+    events. worker/timing.py"""
+    import dataclasses
+
+    from kernelband.evaluation.evaluator import Evaluator
+    from kernelband.evaluation.records import PRESETS
+
+    task = load_task("examples:vector_add")
+    span = dataclasses.replace(PRESETS["default"], name="span", timer="span")
+    with Evaluator(mode="gpu", warm=1, use_ncu=False) as ev:
+        events, spans = ev.evaluate(task, preset="default"), ev.evaluate(task, preset=span)
+    assert events.ok and spans.ok, (events.detail, spans.detail)
+    assert not [n for n in spans.notes if "spans could not be read" in n], spans.notes
+    by_events = {s.index: s for s in events.shapes if s.ref_ms}
+    timed = [s for s in spans.shapes if s.cand_ms and s.index in by_events]
+    short = [s for s in timed if by_events[s.index].ref_ms < 0.08]
+    long = [s for s in timed if by_events[s.index].ref_ms > 0.15]
+    assert short and long, [(s.ref_ms, s.timer) for s in timed]
+    assert {s.timer for s in short} == {"span"} and {s.timer for s in long} == {"events"}
+    assert all(s.ref_ms < by_events[s.index].ref_ms for s in short)
+    assert {s.timer for s in events.shapes if s.cand_ms} == {"events"}
+
+
+@pytest.mark.gpu
 def test_on_a_gpu_an_autotuned_module_chooses_its_config_in_the_tune_calls():
     """tune_alone on a GPU: the rewriter's autotuned vector_add is called once per shape with the GPU alone
     (where its autotuner times its configs), then checked and timed, and comes out `ok`."""

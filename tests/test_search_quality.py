@@ -202,7 +202,8 @@ def test_the_repeat_part_takes_preset_variants_extra_pairs_and_a_shard():
     variant = et.preset_of("default+placements=8+max_ms=160")
     assert (variant.name, variant.placements, variant.max_ms) == ("default+placements=8+max_ms=160", 8, 160.0)
     assert variant.warmup == PRESETS["default"].warmup and et.preset_of("paper") is PRESETS["paper"]
-    for bad in ("fast", "default+nope=1", "default+placements", "default+placements=many"):
+    assert et.preset_of("default+timer=span").timer == "span"
+    for bad in ("fast", "default+nope=1", "default+placements", "default+placements=many", "default+timer=cupti"):
         with pytest.raises(UserError):
             et.preset_of(bad)
     jobs = et.repeat_jobs(["a", "b"], ["default"], "c,d:paper,default+rounds=2;e:paper", "0/1")

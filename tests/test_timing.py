@@ -19,6 +19,99 @@ def test_rounds_are_combined_and_kept_in_order():
     assert cv is not None and cv > 0
 
 
+def _call(start: float, *kernels: float) -> list:
+    """A flushed call as CUPTI lists it: the flush, the GPU-ahead wait's kernel, then kernels of the given
+    lengths back to back, 1 µs apart (µs)."""
+    acts = [("vectorized_elementwise_kernel<FillFunctor>", start, start + 40.0),
+            ("at::cuda::(anonymous namespace)::spin_kernel(long)", start + 41.0, start + 191.0)]
+    t = start + 195.0  # the launch's start-up: not in the span
+    for k, length in enumerate(kernels):
+        acts.append((f"candidate_{k}", t, t + length))
+        t += length + 1.0
+    return acts
+
+
+def test_a_calls_span_runs_from_its_first_kernels_start_to_its_last_kernels_end():
+    """worker/timing.call_spans on do_bench's sequence: a first call, 5 flushed calls for its estimate, warm-up
+    calls without a flush, then the timed calls. Only the last `calls` count, each from its first kernel's
+    start to its last one's end (the gap between its kernels kept), the flush and the wait left out."""
+    from kernelband.worker.timing import call_spans
+
+    acts = [("candidate_0", 0.0, 2.0), ("candidate_1", 3.0, 4.0)]
+    for i in range(5):
+        acts += _call(100.0 + 300 * i, 9.0)
+    acts += [("candidate_0", 2000.0, 2002.0), ("candidate_1", 2003.0, 2004.0)]  # warm-up: no flush
+    for i, (a, b) in enumerate([(2.0, 1.0), (2.5, 1.0), (2.0, 1.5)]):
+        acts += _call(3000.0 + 300 * i, a, b)
+    spans, why = call_spans(list(reversed(acts)), calls=3, waits=8)  # in any order
+    assert why == "" and spans == pytest.approx([0.004, 0.0045, 0.0045])
+    # a candidate that queues a wait kernel of its own, or a call with no GPU work, is not read at all
+    assert call_spans(acts, calls=3, waits=9)[0] == []
+    bare = acts[:-3] + [("at::cuda::(anonymous namespace)::spin_kernel(long)", 3641.0, 3791.0)]  # no kernels
+    assert call_spans(bare, calls=3, waits=8) == ([], "a timed call with no GPU activity")
+
+
+def test_the_span_timer_reads_the_profilers_record_and_falls_back_to_events_without_one():
+    """worker/timing._timed_spans: do_bench runs under the guard's torch.profiler.profile; the calls' spans
+    replace the event times, or the events stay with the reason when the profiler cannot run."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from kernelband.worker.timing import _timed_spans
+
+    acts = [a for i, k in enumerate((2.0, 3.0)) for a in _call(300.0 * i, k)]
+    waits: list = []
+
+    def do_bench(fn, warmup, rep, return_mode):
+        waits.extend([1, 1])  # the two flushes' GPU-ahead waits (gpu_ahead)
+        return [9.0, 9.0]  # the events' times, launch included
+
+    @contextlib.contextmanager
+    def profile(activities):
+        yield SimpleNamespace(events=lambda: [
+            SimpleNamespace(name=n, device_type=DeviceType.CUDA, time_range=SimpleNamespace(start=a, end=b))
+            for n, a, b in acts])
+
+    def failing(activities):
+        raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    class Guard:
+        def __init__(self, profiler):
+            self.profiler = profiler
+
+        def original(self, name):
+            assert name == "torch.profiler:profile"
+            return self.profiler
+
+    times, read = _timed_spans(do_bench, lambda: None, 1.0, 10.0, Guard(profile), waits)
+    assert times == pytest.approx([0.002, 0.003]) and read == {"timer": "span"}
+    times, read = _timed_spans(do_bench, lambda: None, 1.0, 10.0, Guard(failing), waits)
+    assert times == [9.0, 9.0] and read["timer"] == "events"
+    assert "CUPTI_ERROR_NOT_INITIALIZED" in read["span_error"]
+
+
+def test_a_replaced_profiler_is_tampering():
+    """The span timer reads CUPTI through torch.profiler.profile, which the worker takes from its guard."""
+    import torch.profiler
+
+    from kernelband.worker.guards import TamperGuard
+
+    guard = TamperGuard()
+    real = torch.profiler.profile
+    try:
+        torch.profiler.profile = lambda *a, **k: None
+        assert "torch.profiler:profile" in guard.changed()
+    finally:
+        torch.profiler.profile = real
+    assert guard.original("torch.profiler:profile") is real and "torch.profiler:profile" not in guard.changed()
+
+
+def test_the_presets_time_by_events_unless_asked():
+    assert {p.timer for p in PRESETS.values()} == {"events"}
+
+
 def test_an_evaluation_records_every_measurement(evaluator, vector_add):
     result = evaluator.evaluate(vector_add)
     assert result.ok

@@ -842,6 +842,7 @@ class Evaluator:
         timed = 0
         unwaited = 0  # measurements that asked for the GPU-ahead wait and got none
         retimed, synced = [], {"ref": 0, "cand": 0}
+        span_errors: list[str] = []
         for shape in shapes:
             sr = by_index[shape.index]
             if sr.correct is not True:
@@ -850,12 +851,14 @@ class Evaluator:
             rounds = 1 if self.mode == "interpreter" else max(1, preset.rounds)
             sr.timed_first = "ref" if timed % 2 == 0 else "cand"
             timed += 1
-            msg = {"op": "time", "shape": shape.index, "seed": s, "preset": wire}
+            msg = {"op": "time", "shape": shape.index, "seed": s, "preset": wire, "span": False}
             syncs: set[str] = set()
+            timers: set[str] = set()  # the timer each measurement used (worker/timing.py, `span`)
             during: list[dict] = []  # the off-lock work in flight at each measurement
             placed: list[int] = []  # copies of the inputs each measurement cycled through
 
-            def measure(who: str, msg=msg, sr=sr, syncs=syncs, during=during, placed=placed) -> list[float]:
+            def measure(who: str, msg=msg, sr=sr, syncs=syncs, during=during, placed=placed,
+                        timers=timers) -> list[float]:
                 nonlocal unwaited
                 during.append(self.pool.activity_now())
                 asked = time.perf_counter()
@@ -870,6 +873,9 @@ class Evaluator:
                 if reply.get("host_sync"):
                     syncs.add(who)
                 placed.append(int(reply.get("placements", 1)))
+                timers.add(reply.get("timer", "events"))
+                if reply.get("span_error"):
+                    span_errors.append(f"{sr.label} ({who}: {reply['span_error']})")
                 return reply["times"]
 
             key = (task.key, preset.name, shape.index)
@@ -880,6 +886,13 @@ class Evaluator:
                 # of the reference alone, so that its pair's reference has something to be compared with
                 expected = self._learn_ref_time(key, measure("ref"), preset)
                 during.clear()
+            if checked and preset.timer == "span" and self.mode != "interpreter" and expected is not None \
+                    and expected < preset.span_below_ms:
+                # short by events: both sides timed by their spans, with a history of their own
+                msg["span"] = True
+                key = (*key, "span")
+                expected = self._ref_history.expected(key)
+            timers.clear()
             kept, attempts = interleave.measure_shape(measure, rounds, sr.timed_first == "ref", preset.stat,
                                                       expected, preset.recheck, preset.retries)
             sr.ref_ms, sr.ref_cv, sr.ref_rounds = interleave.summarise(kept.ref, preset.stat)
@@ -895,6 +908,7 @@ class Evaluator:
                                f"meanwhile {first})")
             sr.host_sync = ",".join(sorted(syncs))
             sr.placements = min(placed, default=1)
+            sr.timer = timers.pop() if len(timers) == 1 else "mixed" if timers else "events"
             for who in syncs:
                 synced[who] += 1
         if retimed:
@@ -903,6 +917,9 @@ class Evaluator:
                                 "disturbed the GPU), keeping the attempt nearest its usual time; per shape, the "
                                 "reference's time over its usual in each attempt, and the work off the GPU "
                                 "lock during the first: " + "; ".join(retimed))
+        if span_errors:
+            result.notes.append("timing: the calls' spans could not be read from CUPTI's record, so events timed "
+                                "instead: " + "; ".join(span_errors[:5]))
         for who, n in synced.items():
             if n:
                 result.notes.append(f"timing: the {'reference' if who == 'ref' else 'candidate'}'s call waits "

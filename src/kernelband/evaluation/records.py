@@ -46,6 +46,16 @@ class Preset:
     # kernel of a few µs. Capped so that the copies hold at most `placement_mib` MiB (large shapes: one copy).
     placements: int = 1
     placement_mib: float = 64.0
+    # "events": each call timed by do_bench's CUDA events. "span": a shape whose reference takes under
+    # `span_below_ms` by events is timed by the calls' spans on the GPU as CUPTI records them (first kernel's
+    # start to last kernel's end), which leave out the launch's start-up: the part of a µs kernel's event time
+    # that moves from one process to the next (worker/timing.py; BENCHMARKS.md, run AJ). Needs `recheck`.
+    timer: str = "events"
+    span_below_ms: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.timer not in ("events", "span"):
+            raise ValueError(f"timer is 'events' or 'span', not {self.timer!r}")
 
     def wire(self) -> dict:
         return asdict(self)
@@ -128,6 +138,7 @@ class ShapeResult:
     ahead_us: float | None = None  # the longest GPU-ahead wait either side's measurement used
     host_sync: str = ""  # "ref", "cand" or "ref,cand": whose call waits for the GPU (its time includes the CPU's)
     placements: int = 1  # copies of the inputs the timing cycled through (Preset.placements), the fewer side's
+    timer: str = "events"  # "events", "span" (Preset.timer), or "mixed": one side's span could not be read
 
 
 @dataclass

@@ -152,7 +152,7 @@ WATCHED = [
     "triton.testing:do_bench",
     "triton.runtime.jit:JITFunction.run",
 ]
-_OPTIONAL = ["torch.cuda:Event.elapsed_time", "torch.cuda:Event.record"]
+_OPTIONAL = ["torch.cuda:Event.elapsed_time", "torch.cuda:Event.record", "torch.profiler:profile"]
 # do_bench's L2 flush before each timed call goes through the active Triton driver: a module that
 # replaced it (or the driver) would be timed with a warm cache.
 _DRIVER_METHODS = ("clear_cache", "get_empty_cache_for_benchmark")

@@ -402,7 +402,7 @@ class Worker:
 
             from kernelband.worker.guards import unhooked
             with unhooked():
-                times, waits, info = bench(fn, preset, self.gpu, self.guard)
+                times, waits, info = bench(fn, preset, self.gpu, self.guard, bool(request.get("span")))
         except BaseException as exc:  # noqa: BLE001
             return self._failed(exc)
         info.setdefault("phases", {})["inputs"] = made

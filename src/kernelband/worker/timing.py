@@ -22,6 +22,15 @@ more, more still on a busy host. `ahead_for` measures that host time first and l
 the wait to three times it (capped at 2 ms). A call that waits for the GPU itself
 (`.item()`, a synchronisation) cannot be kept ahead of: it is reported (`host_sync`), and
 its times include the CPU's.
+
+Events time more than the kernel. After the flush and the wait, a kernel of a few µs spends most of its
+event time being started: on an H200, l2_norm_triton1's 11 one-block kernels summed to 49-52 µs by events
+and to 17.3 µs by CUPTI's record of the kernels' execution, and across 9 processes the events' sum moved
+by 1.8 % (CV) while CUPTI's held to 0.2 % (BENCHMARKS.md, run AJ). The per-process part lies in the
+launch. So `span` (Preset.timer, for shapes the parent finds short) runs the same do_bench under
+torch.profiler and gives each timed call's span on the GPU instead: from its first kernel's start to its
+last kernel's end, as CUPTI records them. A call of several kernels keeps the gaps between them, so
+fusing kernels still shows; only the first launch's start-up is left out.
 """
 
 from __future__ import annotations
@@ -98,10 +107,60 @@ def ahead_for(fn, base_us: float, sleep=None, synchronize=None, clock=time.perf_
     return base_us, True
 
 
-def bench(fn, preset: dict, gpu: bool, guard) -> tuple[list[float], int, dict]:
+SPIN_KERNEL = "spin_kernel"  # the GPU-ahead wait's kernel (torch.cuda._sleep), as CUPTI names it
+
+
+def call_spans(activities: list[tuple[str, float, float]], calls: int, waits: int) -> tuple[list[float], str]:
+    """Each of do_bench's last `calls` timed calls' span on the GPU (ms), from CUPTI's device activities
+    `(name, start_us, end_us)`: the calls are what follows each GPU-ahead wait's kernel, up to the activity
+    before the next one (the next call's L2 flush). Returns ([], why) when the activities cannot be read so:
+    as many wait kernels as waits queued, and a kernel in every call, or nothing is trusted."""
+    acts = sorted(activities, key=lambda a: a[1])
+    marks = [i for i, a in enumerate(acts) if SPIN_KERNEL in a[0]]
+    if len(marks) != waits:
+        return [], f"{len(marks)} wait kernels for {waits} waits queued"
+    if len(marks) < calls:
+        return [], f"{len(marks)} waits for {calls} timed calls"
+    spans = []
+    for k, m in enumerate(marks[-calls:]):
+        nxt = marks[len(marks) - calls + k + 1] - 1 if k + 1 < calls else len(acts)  # before the next flush
+        group = acts[m + 1:nxt]
+        if not group:
+            return [], "a timed call with no GPU activity"
+        spans.append((max(a[2] for a in group) - min(a[1] for a in group)) / 1000.0)
+    return spans, ""
+
+
+def _activities(prof) -> list[tuple[str, float, float]]:
+    from torch.autograd import DeviceType
+
+    return [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
+            if e.device_type == DeviceType.CUDA]
+
+
+def _timed_spans(do_bench, fn, warmup: float, rep: float, guard, waits: list) -> tuple[list[float], dict]:
+    """do_bench under torch.profiler: the calls' spans (`call_spans`) and {"timer": "span"}; or do_bench's
+    event times and {"timer": "events", "span_error": why} where CUPTI's record cannot be read."""
+    before = len(waits)
+    try:
+        from torch.profiler import ProfilerActivity
+        with guard.original("torch.profiler:profile")(activities=[ProfilerActivity.CUDA]) as prof:
+            times = do_bench(fn, warmup=warmup, rep=rep, return_mode="all")
+    except Exception as exc:  # noqa: BLE001 - no CUPTI here: the events time it (a failing call fails again)
+        why = f"the profiler failed: {type(exc).__name__}: {str(exc)[:200]}"
+        return do_bench(fn, warmup=warmup, rep=rep, return_mode="all"), {"timer": "events", "span_error": why}
+    spans, why = call_spans(_activities(prof), len(times), len(waits) - before)
+    if spans:
+        return spans, {"timer": "span"}
+    return times, {"timer": "events", "span_error": why}
+
+
+def bench(fn, preset: dict, gpu: bool, guard, span: bool = False) -> tuple[list[float], int, dict]:
     """Per-iteration times in milliseconds, how many GPU waits were queued (see `gpu_ahead`), and
     {"ahead_us", "host_sync"} (see `ahead_for`) with "phases": seconds spent probing the host time
-    ("probe") and in the estimate and do_bench ("bench")."""
+    ("probe") and in the estimate and do_bench ("bench"). `span`: do_bench under torch.profiler, and the
+    times are the calls' spans on the GPU (`call_spans`), "timer" says which ("span" or "events") and
+    "span_error" why not."""
     if not gpu:
         # Interpreter timings measure Python, not a GPU: one run is all they are worth.
         times = []
@@ -125,7 +184,11 @@ def bench(fn, preset: dict, gpu: bool, guard) -> tuple[list[float], int, dict]:
         max_ms = preset.get("max_ms")
         if max_ms:
             warmup, rep = min(warmup, max_ms / 4), min(rep, max_ms)
-        times = do_bench(fn, warmup=warmup, rep=rep, return_mode="all")
+        if span:
+            times, read = _timed_spans(do_bench, fn, warmup, rep, guard, waits)
+            info.update(read)
+        else:
+            times = do_bench(fn, warmup=warmup, rep=rep, return_mode="all")
     info["phases"] = {"probe": t1 - t0, "bench": time.perf_counter() - t1}
     return [float(t) for t in times], len(waits), info
 
