@@ -92,6 +92,45 @@ def test_the_span_timer_reads_the_profilers_record_and_falls_back_to_events_with
     assert "CUPTI_ERROR_NOT_INITIALIZED" in read["span_error"]
 
 
+def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_sides_cannot_be_read(monkeypatch):
+    """Evaluator._timing under Preset.timer="span" (the worker's replies played by stand-ins): the reference's
+    first measurement by events decides the shape is short; both sides are then asked for spans. Where the
+    candidate's spans cannot be read, the shape is measured again by events on both sides, so a speedup never
+    compares one side's spans with the other's events."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from kernelband.evaluation.evaluator import Evaluator
+    from kernelband.evaluation.records import EvalResult, Outcome, ShapeResult
+
+    asked = []
+
+    def reply(who, message):
+        span, index = message["span"], message["shape"]
+        asked.append((who, index, span))
+        readable = span and (who == "ref" or index == 0)  # shape 1: the candidate's spans are unreadable
+        return {"ok": True, "times": [0.002 if readable else 0.005] * 5, "gpu_waits": 5,
+                "timer": "span" if readable else "events",
+                **({"span_error": "4 wait kernels for 5 waits queued"} if span and not readable else {})}
+
+    preset = dataclasses.replace(PRESETS["default"], name="span", timer="span")
+    shapes = [SimpleNamespace(index=i, label=f"s{i}", held_out=False) for i in (0, 1)]
+    by_index = {i: ShapeResult(i, f"s{i}", False, correct=True) for i in (0, 1)}
+    result = EvalResult(task="t", outcome=Outcome.OK)
+    with Evaluator(mode="interpreter", warm=0, use_ncu=False) as ev:
+        monkeypatch.setattr(ev, "mode", "gpu")
+        monkeypatch.setattr(ev, "recheck_timings", True)
+        monkeypatch.setattr(ev, "_ask_ref", lambda task, worker, message, *a: reply("ref", message))
+        monkeypatch.setattr(ev, "_ask", lambda worker, message, *a: reply("cand", message))
+        ev._timing(SimpleNamespace(key="t"), None, None, shapes, preset, 0, result, by_index)
+    assert asked == [("ref", 0, False), ("ref", 0, True), ("cand", 0, True),  # learnt by events, then spans
+                     ("ref", 1, False), ("cand", 1, True), ("ref", 1, True),  # the candidate's unreadable
+                     ("cand", 1, False), ("ref", 1, False)]  # so both again by events
+    assert (by_index[0].timer, by_index[0].ref_ms, by_index[0].speedup) == ("span", 0.002, 1.0)
+    assert (by_index[1].timer, by_index[1].ref_ms, by_index[1].speedup) == ("mixed", 0.005, 1.0)
+    assert any("timed by events" in n and "s1 (cand: 4 wait kernels" in n for n in result.notes), result.notes
+
+
 def test_a_replaced_profiler_is_tampering():
     """The span timer reads CUPTI through torch.profiler.profile, which the worker takes from its guard."""
     import torch.profiler

@@ -886,6 +886,7 @@ class Evaluator:
                 # of the reference alone, so that its pair's reference has something to be compared with
                 expected = self._learn_ref_time(key, measure("ref"), preset)
                 during.clear()
+            by_events = key, expected
             if checked and preset.timer == "span" and self.mode != "interpreter" and expected is not None \
                     and expected < preset.span_below_ms:
                 # short by events: both sides timed by their spans, with a history of their own
@@ -895,6 +896,12 @@ class Evaluator:
             timers.clear()
             kept, attempts = interleave.measure_shape(measure, rounds, sr.timed_first == "ref", preset.stat,
                                                       expected, preset.recheck, preset.retries)
+            mixed = len(timers) > 1
+            if mixed:  # one side's spans unreadable: both sides again by events, never one of each
+                msg["span"] = False
+                key, expected = by_events
+                kept, attempts = interleave.measure_shape(measure, rounds, sr.timed_first == "ref", preset.stat,
+                                                          expected, preset.recheck, preset.retries)
             sr.ref_ms, sr.ref_cv, sr.ref_rounds = interleave.summarise(kept.ref, preset.stat)
             sr.cand_ms, sr.cand_cv, sr.cand_rounds = interleave.summarise(kept.cand, preset.stat)
             sr.speedup = sr.ref_ms / sr.cand_ms if sr.cand_ms else None
@@ -908,7 +915,7 @@ class Evaluator:
                                f"meanwhile {first})")
             sr.host_sync = ",".join(sorted(syncs))
             sr.placements = min(placed, default=1)
-            sr.timer = timers.pop() if len(timers) == 1 else "mixed" if timers else "events"
+            sr.timer = "mixed" if mixed else timers.pop() if timers else "events"
             for who in syncs:
                 synced[who] += 1
         if retimed:
@@ -918,8 +925,8 @@ class Evaluator:
                                 "reference's time over its usual in each attempt, and the work off the GPU "
                                 "lock during the first: " + "; ".join(retimed))
         if span_errors:
-            result.notes.append("timing: the calls' spans could not be read from CUPTI's record, so events timed "
-                                "instead: " + "; ".join(span_errors[:5]))
+            result.notes.append("timing: the calls' spans could not be read from CUPTI's record, so both sides "
+                                "of the shape were timed by events: " + "; ".join(span_errors[:5]))
         for who, n in synced.items():
             if n:
                 result.notes.append(f"timing: the {'reference' if who == 'ref' else 'candidate'}'s call waits "

@@ -138,7 +138,8 @@ class ShapeResult:
     ahead_us: float | None = None  # the longest GPU-ahead wait either side's measurement used
     host_sync: str = ""  # "ref", "cand" or "ref,cand": whose call waits for the GPU (its time includes the CPU's)
     placements: int = 1  # copies of the inputs the timing cycled through (Preset.placements), the fewer side's
-    timer: str = "events"  # "events", "span" (Preset.timer), or "mixed": one side's span could not be read
+    timer: str = "events"  # "events", "span" (Preset.timer), or "mixed": one side's spans could not be read, so
+    # both sides were timed again by events
 
 
 @dataclass
