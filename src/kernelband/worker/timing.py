@@ -121,10 +121,10 @@ def call_spans(activities: list[tuple[str, float, float]], calls: int, waits: in
         return [], f"{len(marks)} wait kernels for {waits} waits queued"
     if len(marks) < calls:
         return [], f"{len(marks)} waits for {calls} timed calls"
-    spans = []
-    for k, m in enumerate(marks[-calls:]):
-        nxt = marks[len(marks) - calls + k + 1] - 1 if k + 1 < calls else len(acts)  # before the next flush
-        group = acts[m + 1:nxt]
+    timed, spans = marks[-calls:], []
+    for k, m in enumerate(timed):
+        end = timed[k + 1] - 1 if k + 1 < calls else len(acts)  # up to the next call's flush
+        group = acts[m + 1:end]
         if not group:
             return [], "a timed call with no GPU activity"
         spans.append((max(a[2] for a in group) - min(a[1] for a in group)) / 1000.0)
