@@ -92,6 +92,30 @@ def test_the_span_timer_reads_the_profilers_record_and_falls_back_to_events_with
     assert "CUPTI_ERROR_NOT_INITIALIZED" in read["span_error"]
 
 
+def test_the_span_timer_reads_kinetos_raw_record_to_the_nanosecond():
+    """worker/timing._activities reads the profiler's raw record (no event tree), with its epoch timestamps
+    (about 1.8e18 ns) subtracted as integers: in float µs they would keep only quarters of a µs."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from kernelband.worker.timing import _activities
+
+    epoch = 1_764_165_000_123_456_789
+
+    def event(name, start, end, device=DeviceType.CUDA):
+        return SimpleNamespace(name=lambda: name, device_type=lambda: device,
+                               start_ns=lambda: epoch + start, end_ns=lambda: epoch + end)
+
+    record = [event("cudaLaunchKernel", 0, 500, DeviceType.CPU), event("spin_kernel", 100, 150_100),
+              event("_l2_norm_fwd_1pass_kernel", 150_137, 151_174)]
+    prof = SimpleNamespace(profiler=SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: record)))
+    acts = _activities(prof)
+    assert [a[0] for a in acts] == ["spin_kernel", "_l2_norm_fwd_1pass_kernel"]
+    assert acts[1][2] - acts[1][1] == pytest.approx(1.037, abs=1e-9)  # µs, to the ns
+    assert acts[1][1] - acts[0][2] == pytest.approx(0.037, abs=1e-9)
+
+
 def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_sides_cannot_be_read(monkeypatch):
     """Evaluator._timing under Preset.timer="span" (the worker's replies played by stand-ins): the reference's
     first measurement by events decides the shape is short; both sides are then asked for spans. Where the
@@ -147,8 +171,11 @@ def test_a_replaced_profiler_is_tampering():
     assert guard.original("torch.profiler:profile") is real and "torch.profiler:profile" not in guard.changed()
 
 
-def test_the_presets_time_by_events_unless_asked():
-    assert {p.timer for p in PRESETS.values()} == {"events"}
+def test_only_the_default_preset_times_short_shapes_by_spans():
+    """`default` times short shapes by spans over copies of the inputs; `paper` and `tritonbench` keep their
+    protocols' events."""
+    assert {n: (p.timer, p.placements) for n, p in PRESETS.items()} == {
+        "default": ("span", 32), "paper": ("events", 1), "tritonbench": ("events", 1)}
 
 
 def test_an_evaluation_records_every_measurement(evaluator, vector_add):
@@ -399,10 +426,12 @@ def test_a_timing_cycles_through_copies_of_the_inputs_up_to_the_presets_memory()
     # each copy's tensors take allocations of over 2 MiB of their own (other physical pages), and count so
     paged = dataclasses.replace(three, name="paged", placement_mib=3.0)
     task = load_task("examples:vector_add")
+    one = dataclasses.replace(three, name="one", placements=1)
     with Evaluator(mode="interpreter", warm=1) as ev:
         spread, held = ev.evaluate(task, preset=three), ev.evaluate(task, preset=capped)
-        pages, plain = ev.evaluate(task, preset=paged), ev.evaluate(task)
-    for result, copies in ((spread, 3), (held, 1), (pages, 1), (plain, 1)):
+        pages, plain, default = ev.evaluate(task, preset=paged), ev.evaluate(task, preset=one), ev.evaluate(task)
+    # `default` asks for 32 copies; vector_add's two inputs take just over 4 MiB a copy, so 64 MiB hold 15
+    for result, copies in ((spread, 3), (held, 1), (pages, 1), (plain, 1), (default, 15)):
         timed = [s for s in result.shapes if s.cand_ms]
         assert result.ok and timed
         assert {s.placements for s in timed} == {copies}

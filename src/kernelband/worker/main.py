@@ -121,6 +121,9 @@ class Worker:
         from kernelband.worker import guards, warmup_kernel
         warmup_kernel.run(self.device)
         phases["first_kernel"], t = time.perf_counter() - t, time.perf_counter()
+        if self.gpu:
+            from kernelband.worker.timing import warm_profiler
+            phases["profiler"], t = warm_profiler(), time.perf_counter()
         guards.install_launch_hooks()
         self.guard = guards.TamperGuard()
         self.log = guards.LOG
@@ -410,7 +413,7 @@ class Worker:
                 "tampered": self._tamper()}
 
     def _placements(self, index: int, seed: int, preset: dict) -> list:
-        """The shape's inputs, and as many more copies (the same seed: the same values, other addresses) as
+        """The shape's inputs, or as many copies of them (the same values, other addresses) as
         `preset["placements"]` asks and `preset["placement_mib"]` holds. With more than one, each copy's tensors
         lie in allocations of their own (`harness.in_own_pages`): other physical pages, not only other
         addresses in the caching allocator's shared segment."""
@@ -422,11 +425,7 @@ class Worker:
             want = min(want, int(float(preset.get("placement_mib", 64.0)) * 2**20 // cost))
         if want <= 1:
             return [first]
-        copies = [in_own_pages(first)]
-        for _ in range(want - 1):
-            self._seed(seed)
-            copies.append(in_own_pages(self.harness.make_inputs(index, self.device)))
-        return copies
+        return [in_own_pages(first) for _ in range(want)]
 
     def op_features(self, request: dict) -> dict:
         """Launch configuration, compiled resources and memory footprint on one shape."""
