@@ -318,12 +318,13 @@ class Worker:
     def wait_ready(self, timeout: float, gpu=nullcontext) -> ReadyInfo:
         """Wait for the worker to import its libraries, then let it initialise CUDA, and then run its first
         kernel, each in a hold of `gpu()` of its own (the pool's GPU lock, shared: never during a timing; a
-        timing that asks meanwhile goes between the two, and waits for one part of the start, not both)."""
+        timing that asks meanwhile goes between the two, and waits for one part of the start, not both); then
+        let it finish its start (CUPTI, guards, sandbox) with no hold: that part does no GPU work."""
         msg = self._recv(timeout, "start")
-        for step, answer in (("loaded", "start"), ("context", "go")):
+        for step, answer in (("loaded", "start"), ("context", "go"), ("kernel", "finish")):
             if msg.get("op") != step:
                 break
-            with gpu():
+            with gpu() if answer != "finish" else nullcontext():
                 try:
                     protocol.send(self.sock, {"op": answer})
                 except OSError:
