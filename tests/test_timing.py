@@ -118,7 +118,7 @@ def test_the_span_timer_reads_kinetos_raw_record_to_the_nanosecond():
 
 def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_sides_cannot_be_read(monkeypatch):
     """Evaluator._timing under Preset.timer="span" (the worker's replies played by stand-ins): the reference's
-    first measurement by events decides the shape is short; both sides are then asked for spans. Where the
+    first measurements by events decide the task and the shape are short; both sides are then asked for spans. Where the
     candidate's spans cannot be read, the shape is measured again by events on both sides, so a speedup never
     compares one side's spans with the other's events."""
     import dataclasses
@@ -147,12 +147,25 @@ def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_si
         monkeypatch.setattr(ev, "_ask_ref", lambda task, worker, message, *a: reply("ref", message))
         monkeypatch.setattr(ev, "_ask", lambda worker, message, *a: reply("cand", message))
         ev._timing(SimpleNamespace(key="t"), None, None, shapes, preset, 0, result, by_index)
-    assert asked == [("ref", 0, False), ("ref", 0, True), ("cand", 0, True),  # learnt by events, then spans
-                     ("ref", 1, False), ("cand", 1, True), ("ref", 1, True),  # the candidate's unreadable
+    assert asked == [("ref", 0, False), ("ref", 1, False),  # the task's time learnt by events: 0.01 ms
+                     ("ref", 0, True), ("cand", 0, True),  # so its short shapes by spans
+                     ("cand", 1, True), ("ref", 1, True),  # the candidate's unreadable
                      ("cand", 1, False), ("ref", 1, False)]  # so both again by events
     assert (by_index[0].timer, by_index[0].ref_ms, by_index[0].speedup) == ("span", 0.002, 1.0)
     assert (by_index[1].timer, by_index[1].ref_ms, by_index[1].speedup) == ("mixed", 0.005, 1.0)
     assert any("timed by events" in n and "s1 (cand: 4 wait kernels" in n for n in result.notes), result.notes
+
+    # a task that takes longer in all than `span_task_ms`: its short shapes stay with the events
+    asked.clear()
+    longer = dataclasses.replace(preset, name="longer", span_task_ms=0.008)
+    by_index = {i: ShapeResult(i, f"s{i}", False, correct=True) for i in (0, 1)}
+    with Evaluator(mode="interpreter", warm=0, use_ncu=False) as ev:
+        monkeypatch.setattr(ev, "mode", "gpu")
+        monkeypatch.setattr(ev, "recheck_timings", True)
+        monkeypatch.setattr(ev, "_ask_ref", lambda task, worker, message, *a: reply("ref", message))
+        monkeypatch.setattr(ev, "_ask", lambda worker, message, *a: reply("cand", message))
+        ev._timing(SimpleNamespace(key="t"), None, None, shapes, longer, 0, result, by_index)
+    assert not any(span for _, _, span in asked) and {s.timer for s in by_index.values()} == {"events"}
 
 
 def test_a_replaced_profiler_is_tampering():
@@ -172,10 +185,10 @@ def test_a_replaced_profiler_is_tampering():
 
 
 def test_only_the_default_preset_times_short_shapes_by_spans():
-    """`default` times short shapes by spans over copies of the inputs; `paper` and `tritonbench` keep their
-    protocols' events."""
-    assert {n: (p.timer, p.placements) for n, p in PRESETS.items()} == {
-        "default": ("span", 32), "paper": ("events", 1), "tritonbench": ("events", 1)}
+    """`default` times the short shapes of short tasks by spans, over copies of the inputs; `paper` and
+    `tritonbench` keep their protocols' events."""
+    assert {n: (p.timer, p.placements, p.span_task_ms) for n, p in PRESETS.items()} == {
+        "default": ("span", 32, 0.2), "paper": ("events", 1, None), "tritonbench": ("events", 1, None)}
 
 
 def test_an_evaluation_records_every_measurement(evaluator, vector_add):

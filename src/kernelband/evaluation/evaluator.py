@@ -843,6 +843,9 @@ class Evaluator:
         unwaited = 0  # measurements that asked for the GPU-ahead wait and got none
         retimed, synced = [], {"ref": 0, "cand": 0}
         span_errors: list[str] = []
+        checked = preset.recheck and self.recheck_timings
+        spans = checked and preset.timer == "span" and self.mode != "interpreter" \
+            and self._short_task(task, ref, shapes, preset, seed, result, by_index)
         for shape in shapes:
             sr = by_index[shape.index]
             if sr.correct is not True:
@@ -879,7 +882,6 @@ class Evaluator:
                 return reply["times"]
 
             key = (task.key, preset.name, shape.index)
-            checked = preset.recheck and self.recheck_timings
             expected = self._ref_history.expected(key) if checked else None
             if checked and expected is None:
                 # a task's first timing in this evaluator (unless `prime_timing` ran): one more measurement
@@ -887,8 +889,7 @@ class Evaluator:
                 expected = self._learn_ref_time(key, measure("ref"), preset)
                 during.clear()
             by_events = key, expected
-            if checked and preset.timer == "span" and self.mode != "interpreter" and expected is not None \
-                    and expected < preset.span_below_ms:
+            if spans and expected is not None and expected < preset.span_below_ms:
                 # short by events: both sides timed by their spans, with a history of their own
                 msg["span"] = True
                 key = (*key, "span")
@@ -942,6 +943,30 @@ class Evaluator:
             result.speedup = sum(x.ref_ms for x in search) / sum(x.cand_ms for x in search)
         if held:
             result.held_out_speedup = sum(x.ref_ms for x in held) / sum(x.cand_ms for x in held)
+
+    def _short_task(self, task, ref, shapes, preset, seed, result, by_index) -> bool:
+        """Whether the reference takes under `preset.span_task_ms` over the shapes to time, by events (its
+        usual times in this evaluator; a shape's first measured now, as the timing would): only then are the
+        short shapes timed by spans (Preset.timer)."""
+        if preset.span_task_ms is None:
+            return True
+        total = 0.0
+        for shape in shapes:
+            if by_index[shape.index].correct is not True:
+                continue
+            key = (task.key, preset.name, shape.index)
+            expected = self._ref_history.expected(key)
+            if expected is None:
+                msg = {"op": "time", "shape": shape.index, "seed": _seed(seed, shape.index, 2),
+                       "preset": preset.wire(), "span": False}
+                asked = time.perf_counter()
+                reply = self._ask_ref(task, ref, msg, self.limits.time_s, f"timing {shape.label}")
+                _add_phases(result.seconds, reply, time.perf_counter() - asked)
+                expected = self._learn_ref_time(key, reply["times"], preset)
+            total += expected or 0.0
+            if total >= preset.span_task_ms:
+                return False
+        return True
 
     def _learn_ref_time(self, key: tuple, times: list[float], preset: Preset) -> float | None:
         """The reference's usual time on a shape, from its first measurement in this evaluator."""

@@ -46,12 +46,16 @@ class Preset:
     # kernel of a few µs. Capped so that the copies hold at most `placement_mib` MiB (large shapes: one copy).
     placements: int = 1
     placement_mib: float = 64.0
-    # "events": each call timed by do_bench's CUDA events. "span": a shape whose reference takes under
-    # `span_below_ms` by events is timed by the calls' spans on the GPU as CUPTI records them (first kernel's
-    # start to last kernel's end), which leave out the launch's start-up: the part of a µs kernel's event time
-    # that moves from one process to the next (worker/timing.py; BENCHMARKS.md, run AJ). Needs `recheck`.
+    # "events": each call timed by do_bench's CUDA events. "span": in a task whose reference takes under
+    # `span_task_ms` over the shapes timed (by events), a shape whose reference takes under `span_below_ms`
+    # is timed by the calls' spans on the GPU as CUPTI records them (first kernel's start to last kernel's
+    # end), which leave out the launch's start-up: the part of a µs kernel's event time that moves from one
+    # process to the next (worker/timing.py; BENCHMARKS.md, runs AJ and AK). Only there does that part weigh
+    # on the runtime-weighted speedup; elsewhere the spans' profiler would cost time for nothing (run AK).
+    # Needs `recheck`.
     timer: str = "events"
     span_below_ms: float = 0.1
+    span_task_ms: float | None = None  # None: no limit
 
     def __post_init__(self) -> None:
         if self.timer not in ("events", "span"):
@@ -74,8 +78,8 @@ class Preset:
 # is suspicious only 25 % below it, not 5 % (sol.COMPUTE_TOLERANCE). Rules 3: under `default`, autotuners
 # time their configs with do_bench(warmup=5, rep=20) instead of Triton's 25/100 (Preset.tune_rep). Rules 4:
 # they time them with the GPU-ahead wait after each flush too (worker/timing.py, `tune_with`). Rules 5: under
-# `default`, shapes under 0.1 ms are timed by the calls' spans, over 32 copies of the inputs (Preset.timer,
-# Preset.placements).
+# `default`, each call runs on one of 32 copies of the inputs, and in tasks under 0.2 ms in all, shapes under
+# 0.1 ms are timed by the calls' spans (Preset.placements, Preset.timer, Preset.span_task_ms).
 RULES = 5
 
 # The note of an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`).
@@ -107,14 +111,14 @@ PRESETS = {
     # Autotuners time each config for 5 + 20 ms instead of Triton's 25 + 100: in bench 2 (H200) the tune
     # calls of an autotuned candidate, the GPU to itself, took a median 14.1 s, of which do_bench's own
     # 125 ms per config and shape came to at least 11.2 s (2.2 s at 25 ms).
-    # Shapes whose reference takes under 0.1 ms are timed by the calls' spans on the GPU (CUPTI), each call
-    # on one of 32 copies of the inputs in pages of their own: on tasks whose shapes all take a few µs, the
-    # events' launch part moved from one process to the next, and a µs kernel's own time with where its
-    # inputs lie (BENCHMARKS.md, run AK: l2_norm_triton1's CV of 5 evaluations 1.0-2.5 % by events, 0.3 %
-    # so).
+    # In a task whose shapes take under 0.2 ms all together, those under 0.1 ms are timed by the calls' spans
+    # on the GPU (CUPTI); and each call runs on one of 32 copies of the inputs in pages of their own. On such
+    # tasks the events' launch part moved from one process to the next, and a µs kernel's own time with where
+    # its inputs lie (BENCHMARKS.md, run AK: l2_norm_triton1's CV of 5 evaluations 1.0-2.5 % by events,
+    # 0.3-0.6 % so).
     "default": Preset("default", warmup=10, rep=100, unit="iters", stat="median", rounds=1, max_ms=40.0,
                       ahead_us=150.0, recheck=1.2, retries=2, tune_warmup=5.0, tune_rep=20.0,
-                      placements=32, timer="span"),
+                      placements=32, timer="span", span_task_ms=0.2),
     # What TritonBench, GEAK-eval and the KernelBand release do: do_bench(warmup=100 ms, rep=1000 ms).
     "tritonbench": Preset("tritonbench", warmup=100, rep=1000, unit="ms", stat="median", rounds=1),
 }
