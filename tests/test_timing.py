@@ -166,6 +166,31 @@ def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_si
         monkeypatch.setattr(ev, "_ask", lambda worker, message, *a: reply("cand", message))
         ev._timing(SimpleNamespace(key="t"), None, None, shapes, longer, 0, result, by_index)
     assert not any(span for _, _, span in asked) and {s.timer for s in by_index.values()} == {"events"}
+    assert ev._short_tasks == {("t", "longer"): False}
+
+
+def test_a_candidate_of_a_task_found_short_starts_cupti_while_it_loads(monkeypatch):
+    """Once a task's timing has found it short (spans), its next candidates' `load` asks the worker to start
+    CUPTI before the module runs, so that the first span measurement does not pay for it in the GPU's
+    exclusive hold; other tasks' candidates do not ask."""
+    from kernelband.evaluation.evaluator import Evaluator
+    from kernelband.tasks import load_task
+
+    task = load_task("examples:vector_add")
+    with Evaluator(mode="interpreter", warm=1, use_ncu=False) as ev:
+        loads = []
+        ask = ev._ask
+
+        def recording(worker, message, *args):
+            if message.get("op") == "load":
+                loads.append(message["profiler"])
+            return ask(worker, message, *args)
+
+        monkeypatch.setattr(ev, "_ask", recording)
+        assert ev.evaluate(task).ok
+        ev._short_tasks[task.key, "default"] = True
+        assert ev.evaluate(task).ok
+    assert loads == [False, True]
 
 
 def test_a_replaced_profiler_is_tampering():

@@ -205,6 +205,8 @@ class Evaluator:
         self._setup_locks: dict[str, threading.Lock] = {}
         # The reference's recent times per task, preset and shape: a time far off them is measured again.
         self._ref_history = interleave.RefHistory()
+        # (task key, preset name) -> whether its short shapes are timed by spans (`_short_task`)
+        self._short_tasks: dict[tuple[str, str], bool] = {}
         self.recheck_timings = self.mode == "gpu"  # interpreter timings measure Python: noisy by nature
         # Correctness limits relative to the reference's own time (Limits.run_factor); not in the interpreter,
         # whose times follow Python's work per program, not the kernel's (a smaller block is far slower there).
@@ -538,7 +540,9 @@ class Evaluator:
         t0 = time.perf_counter()
         with self.pool.busy("compile"):
             reply = self._ask(cand, {"op": "load", "role": "cand", "task": task.wire(), "module_source": source,
-                                     "tune": self.preset.tune()}, self.limits.load_s, "compile")
+                                     "tune": self.preset.tune(),
+                                     "profiler": self._short_tasks.get((task.key, preset.name), False)},
+                              self.limits.load_s, "compile")
             cand_info = TaskInfo.from_wire(reply["info"])
             if [s.label for s in cand_info.shapes] != [s.label for s in info.shapes]:
                 raise _Stop(Outcome.SUSPICIOUS, "compile", "the candidate changed the task's shapes",
@@ -947,7 +951,13 @@ class Evaluator:
     def _short_task(self, task, ref, shapes, preset, seed, result, by_index) -> bool:
         """Whether the reference takes under `preset.span_task_ms` over the shapes to time, by events (its
         usual times in this evaluator; a shape's first measured now, as the timing would): only then are the
-        short shapes timed by spans (Preset.timer)."""
+        short shapes timed by spans (Preset.timer). Remembered, so that the task's next candidates start
+        CUPTI while they load, not in their first timing (worker `load`, "profiler")."""
+        short = self._task_under(task, ref, shapes, preset, seed, result, by_index)
+        self._short_tasks[task.key, preset.name] = short
+        return short
+
+    def _task_under(self, task, ref, shapes, preset, seed, result, by_index) -> bool:
         if preset.span_task_ms is None:
             return True
         total = 0.0

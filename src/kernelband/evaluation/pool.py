@@ -318,13 +318,12 @@ class Worker:
     def wait_ready(self, timeout: float, gpu=nullcontext) -> ReadyInfo:
         """Wait for the worker to import its libraries, then let it initialise CUDA, and then run its first
         kernel, each in a hold of `gpu()` of its own (the pool's GPU lock, shared: never during a timing; a
-        timing that asks meanwhile goes between the two, and waits for one part of the start, not both); then
-        let it finish its start (CUPTI, guards, sandbox) with no hold: that part does no GPU work."""
+        timing that asks meanwhile goes between the two, and waits for one part of the start, not both)."""
         msg = self._recv(timeout, "start")
-        for step, answer in (("loaded", "start"), ("context", "go"), ("kernel", "finish")):
+        for step, answer in (("loaded", "start"), ("context", "go")):
             if msg.get("op") != step:
                 break
-            with gpu() if answer != "finish" else nullcontext():
+            with gpu():
                 try:
                     protocol.send(self.sock, {"op": answer})
                 except OSError:

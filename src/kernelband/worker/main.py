@@ -111,25 +111,16 @@ class Worker:
             cpu_shim.install()
         self.phases = {"context": time.perf_counter() - t}
 
-    def first_kernel(self) -> None:
-        """The rest of the start that uses the GPU: Triton's driver and a first kernel (a hold of its own)."""
-        t = time.perf_counter()
-        from kernelband.worker import warmup_kernel
-        warmup_kernel.run(self.device)
-        self.phases["first_kernel"] = time.perf_counter() - t
-
     def start(self) -> dict:
-        """The start's part off the GPU lock: CUPTI started for the span timer (seconds of CPU: BENCHMARKS.md,
-        run AK), then the guards and the sandbox: the worker is ready. A worker that another tool injects
-        itself into (ncu: CUDA_INJECTION64_PATH) leaves CUPTI alone."""
+        """The rest of the start that uses the GPU (Triton's driver, a first kernel), then the guards and the
+        sandbox: the worker is ready."""
         import torch
         import triton
 
         phases, t = self.phases, time.perf_counter()
-        from kernelband.worker import guards
-        if self.gpu and not os.environ.get("CUDA_INJECTION64_PATH"):
-            from kernelband.worker.timing import warm_profiler
-            phases["profiler"], t = warm_profiler(), time.perf_counter()
+        from kernelband.worker import guards, warmup_kernel
+        warmup_kernel.run(self.device)
+        phases["first_kernel"], t = time.perf_counter() - t, time.perf_counter()
         guards.install_launch_hooks()
         self.guard = guards.TamperGuard()
         self.log = guards.LOG
@@ -188,6 +179,12 @@ class Worker:
         role = request["role"]
         source = request["module_source"]
         module_name = "kb_reference" if role == "ref" else "kb_candidate"
+        profiler_s = None
+        if self.gpu and request.get("profiler") and not os.environ.get("CUDA_INJECTION64_PATH"):
+            # CUPTI started for the span timer before any of the module runs (seconds of CPU a process:
+            # BENCHMARKS.md, run AK), not under another tool's injection (ncu)
+            from kernelband.worker.timing import warm_profiler
+            profiler_s = warm_profiler()
         if self.gpu and request.get("tune"):
             import triton
 
@@ -215,7 +212,8 @@ class Worker:
         if not callable(getattr(module, info["entry"], None)):
             return {"ok": False, "outcome": "compile_error",
                     "error": f"the module defines no callable {info['entry']!r} (the task's entry point)"}
-        return {"ok": True, "info": info, "load_s": time.perf_counter() - t0, "tampered": self._tamper()}
+        return {"ok": True, "info": info, "load_s": time.perf_counter() - t0, "profiler_s": profiler_s,
+                "tampered": self._tamper()}
 
     def op_precompile(self, request: dict) -> dict:
         """Compile the module's kernels for the given shapes (and the task's own test cases, with `tests`)
@@ -541,10 +539,6 @@ def main() -> None:
         worker.start_context()
         protocol.send(sock, {"op": "context"})
         if protocol.recv(sock).get("op") != "go":
-            return
-        worker.first_kernel()
-        protocol.send(sock, {"op": "kernel"})
-        if protocol.recv(sock).get("op") != "finish":
             return
         ready = worker.start()
     except (protocol.ProtocolError, OSError):

@@ -166,9 +166,10 @@ def _timed_spans(do_bench, fn, warmup: float, rep: float, guard, waits: list) ->
 
 
 def warm_profiler() -> float:
-    """Start CUPTI once in this process, off the critical path (the worker's start): seconds taken. A
-    process's first profiled do_bench otherwise pays it (BENCHMARKS.md, run AK). Nothing is raised: where
-    the profiler cannot run, the span timer says so itself."""
+    """Start CUPTI in this process (an empty profiler session): seconds taken, 4.8-5.5 s on the GPU machine
+    (BENCHMARKS.md, run AK), which a process's first profiled do_bench otherwise pays inside the GPU's
+    exclusive hold. The worker does it when a candidate of a task timed by spans loads (`op_load`). Nothing is
+    raised: where the profiler cannot run, the span timer says so itself."""
     t0 = time.perf_counter()
     try:
         import torch
