@@ -13,7 +13,8 @@ S=${KB_STATE:-kernelband-runs/gpu}
 mkdir -p "$S"
 exec >> "$S/session.log" 2>&1
 rm -f "$S/done"
-export KERNELBAND_TRITONBENCH=.data/tritonbench_g_tasks.json PYTHONPATH=src PYTHONUNBUFFERED=1
+# absolute: GPU1_CMD may change directory (run AK: `cd benchmarks` lost `src` and the script failed to import)
+export KERNELBAND_TRITONBENCH=$PWD/.data/tritonbench_g_tasks.json PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 python3 -m pip install --no-index --no-deps -q .wheels/*.whl
 N=$(nvidia-smi -L | wc -l)
 echo "== $(date -u +%FT%TZ) split session on $N GPUs"; nvidia-smi --query-gpu=index,name --format=csv,noheader
