@@ -137,16 +137,22 @@ def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_si
                 "timer": "span" if readable else "events",
                 **({"span_error": "4 wait kernels for 5 waits queued"} if span and not readable else {})}
 
-    preset = dataclasses.replace(PRESETS["default"], name="span", timer="span")
     shapes = [SimpleNamespace(index=i, label=f"s{i}", held_out=False) for i in (0, 1)]
-    by_index = {i: ShapeResult(i, f"s{i}", False, correct=True) for i in (0, 1)}
-    result = EvalResult(task="t", outcome=Outcome.OK)
-    with Evaluator(mode="interpreter", warm=0, use_ncu=False) as ev:
-        monkeypatch.setattr(ev, "mode", "gpu")
-        monkeypatch.setattr(ev, "recheck_timings", True)
-        monkeypatch.setattr(ev, "_ask_ref", lambda task, worker, message, *a: reply("ref", message))
-        monkeypatch.setattr(ev, "_ask", lambda worker, message, *a: reply("cand", message))
-        ev._timing(SimpleNamespace(key="t"), None, None, shapes, preset, 0, result, by_index)
+
+    def timing(preset):
+        """`_timing` on a GPU evaluator of stand-ins: the shapes' results, the result and the evaluator."""
+        by_index = {i: ShapeResult(i, f"s{i}", False, correct=True) for i in (0, 1)}
+        result = EvalResult(task="t", outcome=Outcome.OK)
+        with Evaluator(mode="interpreter", warm=0, use_ncu=False) as ev:
+            monkeypatch.setattr(ev, "mode", "gpu")
+            monkeypatch.setattr(ev, "recheck_timings", True)
+            monkeypatch.setattr(ev, "_ask_ref", lambda task, worker, message, *a: reply("ref", message))
+            monkeypatch.setattr(ev, "_ask", lambda worker, message, *a: reply("cand", message))
+            ev._timing(SimpleNamespace(key="t"), None, None, shapes, preset, 0, result, by_index)
+        return by_index, result, ev
+
+    preset = dataclasses.replace(PRESETS["default"], name="span", timer="span")
+    by_index, result, _ = timing(preset)
     assert asked == [("ref", 0, False), ("ref", 1, False),  # the task's time learnt by events: 0.01 ms
                      ("ref", 0, True), ("cand", 0, True),  # so its short shapes by spans
                      ("cand", 1, True), ("ref", 1, True),  # the candidate's unreadable
@@ -157,14 +163,7 @@ def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_si
 
     # a task that takes longer in all than `span_task_ms`: its short shapes stay with the events
     asked.clear()
-    longer = dataclasses.replace(preset, name="longer", span_task_ms=0.008)
-    by_index = {i: ShapeResult(i, f"s{i}", False, correct=True) for i in (0, 1)}
-    with Evaluator(mode="interpreter", warm=0, use_ncu=False) as ev:
-        monkeypatch.setattr(ev, "mode", "gpu")
-        monkeypatch.setattr(ev, "recheck_timings", True)
-        monkeypatch.setattr(ev, "_ask_ref", lambda task, worker, message, *a: reply("ref", message))
-        monkeypatch.setattr(ev, "_ask", lambda worker, message, *a: reply("cand", message))
-        ev._timing(SimpleNamespace(key="t"), None, None, shapes, longer, 0, result, by_index)
+    by_index, _, ev = timing(dataclasses.replace(preset, name="longer", span_task_ms=0.008))
     assert not any(span for _, _, span in asked) and {s.timer for s in by_index.values()} == {"events"}
     assert ev._short_tasks == {("t", "longer"): False}
 
