@@ -166,6 +166,11 @@ def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_si
     by_index, _, ev = timing(dataclasses.replace(preset, name="longer", span_task_ms=0.008))
     assert not any(span for _, _, span in asked) and {s.timer for s in by_index.values()} == {"events"}
     assert ev._short_tasks == {("t", "longer"): False}
+    # the held-out shapes do not count: without shape 1 the task is short again
+    asked.clear()
+    shapes[1].held_out = True
+    _, _, ev = timing(dataclasses.replace(preset, name="longer", span_task_ms=0.008))
+    assert ("cand", 0, True) in asked and ev._short_tasks == {("t", "longer"): True}
 
 
 def test_a_candidate_of_a_task_found_short_starts_cupti_while_it_loads(monkeypatch):

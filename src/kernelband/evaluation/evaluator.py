@@ -543,6 +543,8 @@ class Evaluator:
                                      "tune": self.preset.tune(),
                                      "profiler": self._short_tasks.get((task.key, preset.name), False)},
                               self.limits.load_s, "compile")
+            if reply.get("profiler_s") is not None:  # CUPTI started for the span timer (worker `load`)
+                result.seconds["profiler"] = reply["profiler_s"]
             cand_info = TaskInfo.from_wire(reply["info"])
             if [s.label for s in cand_info.shapes] != [s.label for s in info.shapes]:
                 raise _Stop(Outcome.SUSPICIOUS, "compile", "the candidate changed the task's shapes",
@@ -949,8 +951,9 @@ class Evaluator:
             result.held_out_speedup = sum(x.ref_ms for x in held) / sum(x.cand_ms for x in held)
 
     def _short_task(self, task, ref, shapes, preset, seed, result, by_index) -> bool:
-        """Whether the reference takes under `preset.span_task_ms` over the shapes to time, by events (its
-        usual times in this evaluator; a shape's first measured now, as the timing would): only then are the
+        """Whether the reference takes under `preset.span_task_ms` over the search shapes to time, by events
+        (its usual times in this evaluator; a shape's first measured now, as the timing would; the held-out
+        shapes left out, so that an evaluation with them decides as one without): only then are the
         short shapes timed by spans (Preset.timer). Remembered, so that the task's next candidates start
         CUPTI while they load, not in their first timing (worker `load`, "profiler")."""
         short = self._task_under(task, ref, shapes, preset, seed, result, by_index)
@@ -962,7 +965,7 @@ class Evaluator:
             return True
         total = 0.0
         for shape in shapes:
-            if by_index[shape.index].correct is not True:
+            if shape.held_out or by_index[shape.index].correct is not True:
                 continue
             key = (task.key, preset.name, shape.index)
             expected = self._ref_history.expected(key)

@@ -400,7 +400,7 @@ class Worker:
         try:
             t0 = time.perf_counter()
             self._seed(seed)
-            copies = self._placements(index, seed, preset)
+            copies = self._placements(index, preset)
             made = time.perf_counter() - t0
             turn = itertools.cycle(copies)
 
@@ -416,7 +416,7 @@ class Worker:
         return {"ok": True, "times": times, "gpu_waits": waits, "placements": len(copies), **info,
                 "tampered": self._tamper()}
 
-    def _placements(self, index: int, seed: int, preset: dict) -> list:
+    def _placements(self, index: int, preset: dict) -> list:
         """The shape's inputs, or as many copies of them (the same values, other addresses) as
         `preset["placements"]` asks and `preset["placement_mib"]` holds. With more than one, each copy's tensors
         lie in allocations of their own (`harness.in_own_pages`): other physical pages, not only other
