@@ -136,6 +136,11 @@ def _seed(seed: int, index: int, salt: int = 0) -> int:
     return (seed * 1_000_003 + index * 7919 + salt * 104_729) % (2**31 - 1)
 
 
+def _time_message(index: int, seed: int, wire: dict) -> dict:
+    """A worker's `time` request for one shape, its timing inputs made from `seed`, timed by events."""
+    return {"op": "time", "shape": index, "seed": _seed(seed, index, 2), "preset": wire, "span": False}
+
+
 class _Stop(Exception):
     def __init__(self, outcome: Outcome, stage: str, detail: str, error: str = "", check: str | None = None):
         super().__init__(detail)
@@ -851,16 +856,15 @@ class Evaluator:
         span_errors: list[str] = []
         checked = preset.recheck and self.recheck_timings
         spans = checked and preset.timer == "span" and self.mode != "interpreter" \
-            and self._short_task(task, ref, shapes, preset, seed, result, by_index)
+            and self._short_task(task, ref, shapes, preset, wire, seed, result, by_index)
         for shape in shapes:
             sr = by_index[shape.index]
             if sr.correct is not True:
                 continue
-            s = _seed(seed, shape.index, 2)
             rounds = 1 if self.mode == "interpreter" else max(1, preset.rounds)
             sr.timed_first = "ref" if timed % 2 == 0 else "cand"
             timed += 1
-            msg = {"op": "time", "shape": shape.index, "seed": s, "preset": wire, "span": False}
+            msg = _time_message(shape.index, seed, wire)
             syncs: set[str] = set()
             timers: set[str] = set()  # the timer each measurement used (worker/timing.py, `span`)
             during: list[dict] = []  # the off-lock work in flight at each measurement
@@ -950,17 +954,17 @@ class Evaluator:
         if held:
             result.held_out_speedup = sum(x.ref_ms for x in held) / sum(x.cand_ms for x in held)
 
-    def _short_task(self, task, ref, shapes, preset, seed, result, by_index) -> bool:
+    def _short_task(self, task, ref, shapes, preset, wire, seed, result, by_index) -> bool:
         """Whether the reference takes under `preset.span_task_ms` over the search shapes to time, by events
         (its usual times in this evaluator; a shape's first measured now, as the timing would; the held-out
         shapes left out, so that an evaluation with them decides as one without): only then are the
         short shapes timed by spans (Preset.timer). Remembered, so that the task's next candidates start
         CUPTI while they load, not in their first timing (worker `load`, "profiler")."""
-        short = self._task_under(task, ref, shapes, preset, seed, result, by_index)
+        short = self._task_under(task, ref, shapes, preset, wire, seed, result, by_index)
         self._short_tasks[task.key, preset.name] = short
         return short
 
-    def _task_under(self, task, ref, shapes, preset, seed, result, by_index) -> bool:
+    def _task_under(self, task, ref, shapes, preset, wire, seed, result, by_index) -> bool:
         if preset.span_task_ms is None:
             return True
         total = 0.0
@@ -970,8 +974,7 @@ class Evaluator:
             key = (task.key, preset.name, shape.index)
             expected = self._ref_history.expected(key)
             if expected is None:
-                msg = {"op": "time", "shape": shape.index, "seed": _seed(seed, shape.index, 2),
-                       "preset": preset.wire(), "span": False}
+                msg = _time_message(shape.index, seed, wire)
                 asked = time.perf_counter()
                 reply = self._ask_ref(task, ref, msg, self.limits.time_s, f"timing {shape.label}")
                 _add_phases(result.seconds, reply, time.perf_counter() - asked)
@@ -1002,7 +1005,7 @@ class Evaluator:
                 key = (task.key, preset.name, shape.index)
                 if self._ref_history.expected(key) is not None:
                     continue
-                msg = {"op": "time", "shape": shape.index, "seed": _seed(0, shape.index, 2), "preset": preset.wire()}
+                msg = _time_message(shape.index, 0, preset.wire())
                 with self.pool.gpu_lock.doing("reference timing"), self.pool.gpu_lock.exclusive():
                     reply = self._ask_ref(task, ref, msg, self.limits.time_s, f"timing {shape.label}")
                 if reply.get("ok"):

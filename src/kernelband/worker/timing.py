@@ -177,7 +177,7 @@ def warm_profiler() -> float:
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:  # no GPU work: it runs off the GPU lock
             torch.cuda.synchronize()
-        _activities(prof)
+        _activities(prof)  # and the reading of its record
     except Exception:  # noqa: BLE001, S110 - no CUPTI: the span timer falls back to events and says why
         pass
     return time.perf_counter() - t0
