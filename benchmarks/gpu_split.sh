@@ -4,10 +4,15 @@
 #   setsid nohup bash benchmarks/gpu_split.sh > /dev/null 2>&1 < /dev/null &
 #   bash benchmarks/gpu_collect.sh 575     # in a later call: wait, then copy the logs to $OUT
 #
-# GPU 0: calibration, then eval_throughput's POOL_PARTS (default pool-noncu@8,peers) over the 29 tasks, the
-# peers on PEER_TASKS. GPU 1: the GPU tests, then GPU1_CMD (default: nothing). GPUs 2 and up: the repeat part
-# (REPEAT_TASKS, default all; REPEAT_PRESETS, default `default`), its pairs split between them. Four GPUs at
-# least. Logs and JSON in kernelband-runs/gpu, `done` written when every part has ended.
+# Parts: calibration, then eval_throughput's POOL_PARTS (default pool-noncu@8,peers; empty: none) over the 29
+# tasks, the peers on PEER_TASKS, on GPU 0; the GPU tests (GPU_TESTS=0: none), then GPU1_CMD (default: nothing);
+# the repeat part (REPEAT_TASKS, default all; REPEAT_PRESETS, default `default`; REPEAT=0: none).
+#   4 GPUs or more: pool on 0, tests on 1, a repeat lane on each of 2 and up.
+#   2 or 3 GPUs: pool then a repeat lane on 0, tests then a repeat lane on 1 (and a lane on 2).
+#   1 GPU: one after the other, each part alone on the GPU: pool, tests, repeat.
+# REPEAT_SHARDS=I/N gives this machine's lanes the I-th of N shares of the repeat part, so that N machines in
+# turn split it (run AL: two one-GPU machines). Logs and JSON in kernelband-runs/gpu, `done` written when every
+# part has ended.
 set -u
 S=${KB_STATE:-kernelband-runs/gpu}
 mkdir -p "$S"
@@ -18,23 +23,45 @@ export KERNELBAND_TRITONBENCH=$PWD/.data/tritonbench_g_tasks.json PYTHONPATH=$PW
 python3 -m pip install --no-index --no-deps -q .wheels/*.whl
 N=$(nvidia-smi -L | wc -l)
 echo "== $(date -u +%FT%TZ) split session on $N GPUs"; nvidia-smi --query-gpu=index,name --format=csv,noheader
-[ "$N" -ge 4 ] || { echo "needs 4 GPUs"; touch "$S/done"; exit 2; }
-CUDA_VISIBLE_DEVICES=0 timeout 300 python3 -m kernelband calibrate > "$S/calibrate.log" 2>&1
 PEERS=${PEER_TASKS:-add_value,softmax_triton1,rmsnorm_triton,kldiv_compute,cosine_compute,matrix_transpose}
-( CUDA_VISIBLE_DEVICES=0 timeout "${EVAL_TIMEOUT_S:-900}" python3 benchmarks/eval_throughput.py \
-    --parts "${POOL_PARTS:-pool-noncu@8,peers}" --peer-tasks "$PEERS" --threads "${POOL_THREADS:-4}" --park-profilers \
-    --out "$S/eval_throughput.json" > "$S/eval_throughput.log" 2>&1; echo "pool rc=$?" ) &
-( export CUDA_VISIBLE_DEVICES=1
-  timeout 480 python3 -m pytest -m gpu tests/test_hostile.py tests/test_kernels.py -q -p no:cacheprovider \
-    > "$S/gpu_tests.log" 2>&1; echo "gpu tests rc=$?"
-  [ -n "${GPU1_CMD:-}" ] && bash -c "$GPU1_CMD" > "$S/gpu1.log" 2>&1 ) &
-LANES=$((N - 2))
-for lane in $(seq 0 $((LANES - 1))); do
-  ( CUDA_VISIBLE_DEVICES=$((lane + 2)) timeout "${EVAL_TIMEOUT_S:-900}" python3 benchmarks/eval_throughput.py \
-      --parts repeat --repeat-tasks "${REPEAT_TASKS:-all}" --repeat-presets "${REPEAT_PRESETS:-default}" \
-      --shard "$lane/$LANES" --out "$S/eval_throughput-r$lane.json" > "$S/eval_throughput-r$lane.log" 2>&1
-    echo "repeat lane $lane rc=$?" ) &
-done
+POOL=${POOL_PARTS-pool-noncu@8,peers}
+# this machine's lanes: LANES of them, the machine's share I of N (REPEAT_SHARDS) cut into LANES
+IFS=/ read -r MINE OF <<< "${REPEAT_SHARDS:-0/1}"
+LANES=$(( N >= 4 ? N - 2 : N ))
+
+pool() {  # $1: GPU
+  CUDA_VISIBLE_DEVICES=$1 timeout 300 python3 -m kernelband calibrate > "$S/calibrate.log" 2>&1
+  [ -n "$POOL" ] || return 0
+  CUDA_VISIBLE_DEVICES=$1 timeout "${EVAL_TIMEOUT_S:-900}" python3 benchmarks/eval_throughput.py \
+    --parts "$POOL" --peer-tasks "$PEERS" --threads "${POOL_THREADS:-4}" --park-profilers \
+    --out "$S/eval_throughput.json" > "$S/eval_throughput.log" 2>&1
+  echo "$(date -u +%T) pool rc=$?"
+}
+tests() {  # $1: GPU
+  [ "${GPU_TESTS:-1}" = 0 ] && return 0
+  CUDA_VISIBLE_DEVICES=$1 timeout 480 python3 -m pytest -m gpu tests/test_hostile.py tests/test_kernels.py -q \
+    -p no:cacheprovider > "$S/gpu_tests.log" 2>&1
+  echo "$(date -u +%T) gpu tests rc=$?"
+  [ -n "${GPU1_CMD:-}" ] && CUDA_VISIBLE_DEVICES=$1 bash -c "$GPU1_CMD" > "$S/gpu1.log" 2>&1
+  return 0
+}
+lane() {  # $1: GPU, $2: lane index on this machine
+  [ "${REPEAT:-1}" = 0 ] && return 0
+  CUDA_VISIBLE_DEVICES=$1 timeout "${REPEAT_TIMEOUT_S:-1500}" python3 benchmarks/eval_throughput.py \
+    --parts repeat --repeat-tasks "${REPEAT_TASKS:-all}" --repeat-presets "${REPEAT_PRESETS:-default}" \
+    --shard "$((MINE * LANES + $2))/$((OF * LANES))" --out "$S/eval_throughput-r$2.json" > "$S/eval_throughput-r$2.log" 2>&1
+  echo "$(date -u +%T) repeat lane $2 rc=$?"
+}
+
+if [ "$N" -ge 4 ]; then
+  pool 0 & tests 1 &
+  for l in $(seq 0 $((LANES - 1))); do lane $((l + 2)) "$l" & done
+elif [ "$N" -ge 2 ]; then
+  { pool 0; lane 0 0; } & { tests 1; lane 1 1; } &
+  [ "$N" -eq 3 ] && lane 2 2 &
+else
+  pool 0; tests 0; lane 0 0
+fi
 wait
 echo "== $(date -u +%FT%TZ) split session end"
 touch "$S/done"
