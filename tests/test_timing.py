@@ -623,3 +623,47 @@ def test_an_evaluation_says_where_its_timing_went(evaluator, vector_add):
     s = result.seconds
     assert result.ok and s["timing_inputs"] > 0 and s["timing_bench"] > 0
     assert s["timing_inputs"] + s["timing_bench"] <= s["timing_requests"] <= s["timing"]
+
+
+def test_priming_a_short_task_lets_its_first_candidate_start_cupti_while_it_loads(monkeypatch):
+    """`prime_timing` (a task's set-up: the reference's usual time on each shape) also tells whether the task is
+    short enough for spans, so that even its first candidate starts CUPTI while it loads instead of in the GPU's
+    exclusive hold; a task longer in all than `span_task_ms` is remembered as not short, and an events preset
+    decides nothing."""
+    import dataclasses
+
+    from kernelband.evaluation.evaluator import Evaluator
+    from kernelband.tasks import load_task
+
+    task = load_task("examples:vector_add")
+    span = dataclasses.replace(PRESETS["default"], name="span", timer="span", span_task_ms=0.2)
+    with Evaluator(mode="interpreter", warm=1, use_ncu=False) as ev:
+        monkeypatch.setattr(ev, "recheck_timings", True)
+        per_shape = {"ms": 0.01}
+        ask_ref = ev._ask_ref
+
+        def ref_times(t, worker, message, *args):
+            if message.get("op") != "time":
+                return ask_ref(t, worker, message, *args)
+            return {"ok": True, "times": [per_shape["ms"]] * 5}
+
+        monkeypatch.setattr(ev, "_ask_ref", ref_times)
+        assert ev.prime_timing(task, span) > 0
+        assert ev._short_tasks == {(task.key, "span"): True}
+        per_shape["ms"] = 1.0
+        longer = dataclasses.replace(span, name="longer")
+        assert ev.prime_timing(task, longer) > 0 and ev._short_tasks[task.key, "longer"] is False
+        assert ev.prime_timing(task, "paper") > 0 and (task.key, "paper") not in ev._short_tasks
+        monkeypatch.undo()
+
+        loads = []
+        ask = ev._ask
+
+        def recording(worker, message, *args):
+            if message.get("op") == "load":
+                loads.append(message["profiler"])
+            return ask(worker, message, *args)
+
+        monkeypatch.setattr(ev, "_ask", recording)
+        assert ev.evaluate(task, preset=span).ok
+    assert loads == [True]
