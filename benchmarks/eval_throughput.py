@@ -36,7 +36,9 @@ Parts (run them in one call or split them across calls):
            process per candidate that imports the module, runs the instance tests and times every
            shape with do_bench(warmup=100 ms, rep=1000 ms).
 
-A pool part may name its own number of threads: `pool@4,pool@8` (default --threads).
+A pool part may name its own number of threads: `pool@4,pool@8` (default --threads). The speed and pool
+parts evaluate under --preset (default `default`), which may be a variant: `--preset default+max_ms=25` measures
+what a cheaper timing would give the pool, before it is made a rule.
 
     python benchmarks/eval_throughput.py --parts speed,pool --out results.json
 """
@@ -190,6 +192,7 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
                    # out of memory beside other checks, so evaluated again alone (Evaluator.evaluate)
                    "evaluated_again": sorted(t.name for t, r in evaluated if "first_attempt" in r.seconds),
                    "outcomes": {t.name: r.outcome.value for t, r in evaluated},
+                   "presets": sorted({r.preset for r in done}),
                    "phi": {t.name: r.features.phi for t, r in evaluated}, "not_ok": not_ok, "no_result": failed,
                    # φ from Nsight Compute, or from the compiler and the timing only (a profile that failed:
                    # its note says why). A candidate whose profile failed spent no time in the profiled run,
@@ -440,6 +443,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="speed,pool,repeat,peers")
     ap.add_argument("--tasks", default="", help="comma-separated; default: the 29 level-1/2 tasks")
+    ap.add_argument("--preset", default="default",
+                    help="the speed and pool parts' preset, or a variant of one: default+max_ms=25 (the repeat part "
+                         "takes --repeat-presets)")
     ap.add_argument("--repeat-tasks", default="add_value,softmax_triton1,matmul_kernel",
                     help="comma-separated, or 'all' for the 29 level-1/2 tasks")
     ap.add_argument("--repeat-presets", default="default,paper",
@@ -469,11 +475,12 @@ def main() -> None:
     unknown = [p for p in parts if p.split("@")[0] not in known or not _threads_ok(p)]
     if unknown:
         raise UserError(f"unknown part {unknown[0]!r}: use {', '.join(known)}")
+    preset = preset_of(args.preset)  # a bad one stops the run before any GPU work
     names = [n for n in args.tasks.split(",") if n] or tritonbench.level12()
     jobs = repeat_jobs(names if args.repeat_tasks == "all" else args.repeat_tasks.split(","),
                        args.repeat_presets.split(","), args.repeat_extra, args.shard) if "repeat" in parts else []
     report: dict = {"date": time.strftime("%Y-%m-%d"), "tasks": names, "warm_profilers": args.warm_profilers,
-                    "profile_lock": args.profile_lock}
+                    "profile_lock": args.profile_lock, "preset": preset.name}
 
     def save() -> None:
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))
@@ -492,6 +499,7 @@ def main() -> None:
                                park_profilers=args.park_profilers,
                                memory_share=None if args.memory_share == "none" else float(args.memory_share))
                 report["device"] = ev.pool.mode
+                ev.preset = preset  # the speed and pool parts' evaluations, and the references' priming
                 # `kill -USR1` writes who holds and waits for the GPU lock, then every thread's stack, to stderr
                 stacks.dump_on(signal.SIGUSR1, functools.partial(lock_state, ev))
             if part == "speed":

@@ -164,6 +164,7 @@ def test_eval_of_the_starting_kernel_is_ok_with_the_full_record():
     ("eval_throughput.py", ["--parts", "pool", "--out", "out.json"]),
     ("eval_throughput.py", ["--parts", "pool,nope", "--out", "out.json"]),
     ("eval_throughput.py", ["--parts", "pool@4,pool@0", "--out", "out.json"]),
+    ("eval_throughput.py", ["--parts", "pool", "--preset", "default+max_ms=x", "--out", "out.json"]),
     ("search_quality.py", ["--parts", "bench", "--db", "runs.db"]),
     ("rewrite_correctness.py", ["rows"]),
     ("interpreter_times.py", ["--out", "out.json"])])
@@ -175,8 +176,9 @@ def test_a_benchmark_script_given_bad_input_says_so_in_one_line_and_exits_2(tmp_
                           text=True, timeout=300)
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
-    said = {"pool,nope": "unknown part 'nope'", "pool@4,pool@0": "unknown part 'pool@0'"}
-    assert said.get(args[1] if len(args) > 1 else "", str(tmp_path / "missing.json")) in done.stderr
+    said = {"pool,nope": "unknown part 'nope'", "pool@4,pool@0": "unknown part 'pool@0'",
+            "pool --preset default+max_ms=x": "bad value in 'max_ms=x'"}
+    assert said.get(" ".join(args[1:-2]), str(tmp_path / "missing.json")) in done.stderr
 
 
 @needs_tb
@@ -186,10 +188,12 @@ def test_the_throughput_pool_part_says_where_each_candidates_time_went_and_where
     script = ROOT / "benchmarks" / "eval_throughput.py"
     env = {**os.environ, "KERNELBAND_MODE": "interpreter", "KERNELBAND_TRITONBENCH": str(TB_JSON)}
     done = subprocess.run([sys.executable, str(script), "--parts", "pool@2", "--tasks", "add_value,softmax_triton1",
-                           "--out", "out.json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                           "--preset", "default+max_ms=25", "--out", "out.json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     pool = json.loads((tmp_path / "out.json").read_text())["pool@2"]
     assert pool["outcomes"] == {"add_value": "ok", "softmax_triton1": "ok"}
+    assert pool["presets"] == ["default+max_ms=25"]  # --preset: the variant evaluated the candidates
     assert sorted(pool["seconds_by_task"]) == ["add_value", "softmax_triton1"]
     for seconds in pool["seconds_by_task"].values():
         assert 0 < seconds["timing_bench"] <= seconds["timing_requests"] <= seconds["timing"] < seconds["total"]
