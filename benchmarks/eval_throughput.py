@@ -364,11 +364,13 @@ def part_repeat(ev: Evaluator, jobs: list[tuple[str, str]], report: dict, save, 
     """Each (task, preset) evaluated `n` times, the starting kernel against itself: the CV over the evaluations
     of the candidate's runtime-weighted time and of the speedup. Each evaluation's per-shape times are kept
     (`shapes_ms`: [[ref ms...], [cand ms...]]), so that the noise can be split afterwards into what varies
-    shape by shape and what moves every shape of an evaluation together."""
+    shape by shape and what moves every shape of an evaluation together; and the CV of each measurement's
+    iterations (`shapes_iter_cv`, alike), which tells a shape whose iterations spread, so that their median
+    moves from one measurement to the next, from one whose measurements are tight and still disagree."""
     rows = []
     for name, spec in jobs:
         task, preset = load_task(f"tritonbench:{name}"), preset_of(spec)
-        totals, ref_totals, speedups, secs, failed, shapes_ms = [], [], [], [], [], []
+        totals, ref_totals, speedups, secs, failed, shapes_ms, iter_cv = [], [], [], [], [], [], []
         drift = {"ref": [], "cand": [], "first": [], "second": []}
         for _ in range(n):
             t0 = time.perf_counter()
@@ -381,6 +383,8 @@ def part_repeat(ev: Evaluator, jobs: list[tuple[str, str]], report: dict, save, 
             totals.append(sum(s.cand_ms for s in timed))
             ref_totals.append(sum(s.ref_ms for s in timed))
             shapes_ms.append([[round(s.ref_ms, 6) for s in timed], [round(s.cand_ms, 6) for s in timed]])
+            iter_cv.append([[None if s.ref_cv is None else round(s.ref_cv, 5) for s in timed],
+                            [None if s.cand_cv is None else round(s.cand_cv, 5) for s in timed]])
             speedups.append(r.speedup)
             # a side's first round over its last, summed over the shapes (> 1: its first measurement is
             # slow), by side and by who measured first on the shape
@@ -396,7 +400,7 @@ def part_repeat(ev: Evaluator, jobs: list[tuple[str, str]], report: dict, save, 
                     drift[k].append(sum(a for a, _ in v) / sum(b for _, b in v))
         row = {"task": name, "preset": spec, "n": len(speedups), "seconds_each": statistics.median(secs),
                "cv_time": _cv(totals), "cv_ref_time": _cv(ref_totals), "cv_speedup": _cv(speedups),
-               "speedups": speedups, "failed": failed, "shapes_ms": shapes_ms,
+               "speedups": speedups, "failed": failed, "shapes_ms": shapes_ms, "shapes_iter_cv": iter_cv,
                **{f"{k}_first_over_last": statistics.median(v) if v else None for k, v in drift.items()}}
         rows.append(row)
         cv = " ".join(f"{k}={100 * row[k]:.2f}%" for k in ("cv_time", "cv_speedup") if row[k] is not None)

@@ -211,6 +211,24 @@ def test_the_throughput_pool_part_says_where_each_candidates_time_went_and_where
     assert "candidate workers' start on the GPU, medians: context" in done.stdout
 
 
+@needs_tb
+def test_the_throughput_repeat_part_keeps_each_shapes_times_and_the_spread_of_its_iterations(tmp_path):
+    """benchmarks/eval_throughput.py's repeat part on the interpreter: per evaluation, each search shape's time
+    on both sides and, aligned with them, the CV of the measurement's iterations (None where one iteration ran,
+    as on the interpreter)."""
+    script = ROOT / "benchmarks" / "eval_throughput.py"
+    env = {**os.environ, "KERNELBAND_MODE": "interpreter", "KERNELBAND_TRITONBENCH": str(TB_JSON)}
+    done = subprocess.run([sys.executable, str(script), "--parts", "repeat", "--repeat-tasks", "add_value",
+                           "--repeat-presets", "default", "--repeats", "2", "--out", "out.json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = json.loads((tmp_path / "out.json").read_text())["repeat"]
+    assert row["n"] == 2 and len(row["shapes_ms"]) == len(row["shapes_iter_cv"]) == 2
+    for times, spread in zip(row["shapes_ms"], row["shapes_iter_cv"]):
+        assert [len(side) for side in spread] == [len(side) for side in times] and times[0]
+        assert all(cv is None or cv >= 0 for side in spread for cv in side)
+
+
 @pytest.mark.parametrize("given, said", [("missing.db", "no database at missing.db"),
                                          ("bench.db.xz", "is not a KernelBand run database")])
 def test_the_priors_script_given_no_database_says_so_in_one_line_and_exits_2(tmp_path, given, said):
