@@ -173,6 +173,19 @@ def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_si
     assert ("cand", 0, True) in asked and ev._short_tasks == {("t", "longer"): True}
 
 
+def _record_loads(ev, monkeypatch) -> list:
+    """Whether each `load` the evaluator sends asks its worker to start CUPTI ("profiler"), in order."""
+    loads, ask = [], ev._ask
+
+    def recording(worker, message, *args):
+        if message.get("op") == "load":
+            loads.append(message["profiler"])
+        return ask(worker, message, *args)
+
+    monkeypatch.setattr(ev, "_ask", recording)
+    return loads
+
+
 def test_a_candidate_of_a_task_found_short_starts_cupti_while_it_loads(monkeypatch):
     """Once a task's timing has found it short (spans), its next candidates' `load` asks the worker to start
     CUPTI before the module runs, so that the first span measurement does not pay for it in the GPU's
@@ -182,15 +195,7 @@ def test_a_candidate_of_a_task_found_short_starts_cupti_while_it_loads(monkeypat
 
     task = load_task("examples:vector_add")
     with Evaluator(mode="interpreter", warm=1, use_ncu=False) as ev:
-        loads = []
-        ask = ev._ask
-
-        def recording(worker, message, *args):
-            if message.get("op") == "load":
-                loads.append(message["profiler"])
-            return ask(worker, message, *args)
-
-        monkeypatch.setattr(ev, "_ask", recording)
+        loads = _record_loads(ev, monkeypatch)
         assert ev.evaluate(task).ok
         ev._short_tasks[task.key, "default"] = True
         assert ev.evaluate(task).ok
@@ -655,15 +660,6 @@ def test_priming_a_short_task_lets_its_first_candidate_start_cupti_while_it_load
         assert ev.prime_timing(task, longer) > 0 and ev._short_tasks[task.key, "longer"] is False
         assert ev.prime_timing(task, "paper") > 0 and (task.key, "paper") not in ev._short_tasks
         monkeypatch.undo()
-
-        loads = []
-        ask = ev._ask
-
-        def recording(worker, message, *args):
-            if message.get("op") == "load":
-                loads.append(message["profiler"])
-            return ask(worker, message, *args)
-
-        monkeypatch.setattr(ev, "_ask", recording)
+        loads = _record_loads(ev, monkeypatch)
         assert ev.evaluate(task, preset=span).ok
     assert loads == [True]
