@@ -5,8 +5,9 @@
 #   bash benchmarks/gpu_collect.sh 575     # in a later call: wait, then copy the logs to $OUT
 #
 # Parts: calibration, then eval_throughput's POOL_PARTS (default pool-noncu@8,peers; empty: none) over the 29
-# tasks under POOL_PRESET (default `default`), the peers on PEER_TASKS, on GPU 0; the GPU tests (GPU_TESTS=0: none), then GPU1_CMD (default: nothing);
-# the repeat part (REPEAT_TASKS, default all; REPEAT_PRESETS, default `default`; REPEAT=0: none).
+# tasks under POOL_PRESET (default `default`), the peers on PEER_TASKS; the GPU tests (GPU_TESTS=0: none), then
+# GPU1_CMD (default: nothing); the repeat part (REPEAT_TASKS, default all; REPEAT_PRESETS, default `default`;
+# REPEAT=0: none).
 #   4 GPUs or more: pool on 0, tests on 1, a repeat lane on each of 2 and up.
 #   2 or 3 GPUs: pool then a repeat lane on 0, tests then a repeat lane on 1 (and a lane on 2).
 #   1 GPU: one after the other, each part alone on the GPU: pool, tests, repeat.
@@ -33,8 +34,8 @@ pool() {  # $1: GPU
   CUDA_VISIBLE_DEVICES=$1 timeout 300 python3 -m kernelband calibrate > "$S/calibrate.log" 2>&1
   [ -n "$POOL" ] || return 0
   CUDA_VISIBLE_DEVICES=$1 timeout "${EVAL_TIMEOUT_S:-900}" python3 benchmarks/eval_throughput.py \
-    --parts "$POOL" --peer-tasks "$PEERS" --threads "${POOL_THREADS:-4}" --park-profilers --preset "${POOL_PRESET:-default}" \
-    --out "$S/eval_throughput.json" > "$S/eval_throughput.log" 2>&1
+    --parts "$POOL" --peer-tasks "$PEERS" --threads "${POOL_THREADS:-4}" --park-profilers \
+    --preset "${POOL_PRESET:-default}" --out "$S/eval_throughput.json" > "$S/eval_throughput.log" 2>&1
   echo "$(date -u +%T) pool rc=$?"
 }
 tests() {  # $1: GPU
@@ -49,7 +50,8 @@ lane() {  # $1: GPU, $2: lane index on this machine
   [ "${REPEAT:-1}" = 0 ] && return 0
   CUDA_VISIBLE_DEVICES=$1 timeout "${REPEAT_TIMEOUT_S:-1500}" python3 benchmarks/eval_throughput.py \
     --parts repeat --repeat-tasks "${REPEAT_TASKS:-all}" --repeat-presets "${REPEAT_PRESETS:-default}" \
-    --shard "$((MINE * LANES + $2))/$((OF * LANES))" --out "$S/eval_throughput-r$2.json" > "$S/eval_throughput-r$2.log" 2>&1
+    --shard "$((MINE * LANES + $2))/$((OF * LANES))" --out "$S/eval_throughput-r$2.json" \
+    > "$S/eval_throughput-r$2.log" 2>&1
   echo "$(date -u +%T) repeat lane $2 rc=$?"
 }
 
