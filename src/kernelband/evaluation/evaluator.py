@@ -136,6 +136,12 @@ def _seed(seed: int, index: int, salt: int = 0) -> int:
     return (seed * 1_000_003 + index * 7919 + salt * 104_729) % (2**31 - 1)
 
 
+def _short_so_far(total_ms: float, preset: Preset) -> bool:
+    """A task whose reference takes `total_ms` over its search shapes is short enough for spans
+    (Preset.span_task_ms; None: any task)."""
+    return preset.span_task_ms is None or total_ms < preset.span_task_ms
+
+
 def _time_message(index: int, seed: int, wire: dict) -> dict:
     """A worker's `time` request for one shape, its timing inputs made from `seed`, timed by events."""
     return {"op": "time", "shape": index, "seed": _seed(seed, index, 2), "preset": wire, "span": False}
@@ -980,7 +986,7 @@ class Evaluator:
                 _add_phases(result.seconds, reply, time.perf_counter() - asked)
                 expected = self._learn_ref_time(key, reply["times"], preset)
             total += expected or 0.0
-            if total >= preset.span_task_ms:
+            if not _short_so_far(total, preset):
                 return False
         return True
 
@@ -999,14 +1005,14 @@ class Evaluator:
         preset = self.preset if preset is None else (PRESETS[preset] if isinstance(preset, str) else preset)
         if not (preset.recheck and self.recheck_timings):
             return 0
-        measured = 0
+        measured, wire = 0, preset.wire()
         with self._reference(task) as ref:
             shapes = select_shapes(ref.info, self.mode, which, ref.valid)
             for shape in shapes:
                 key = (task.key, preset.name, shape.index)
                 if self._ref_history.expected(key) is not None:
                     continue
-                msg = _time_message(shape.index, 0, preset.wire())
+                msg = _time_message(shape.index, 0, wire)
                 with self.pool.gpu_lock.doing("reference timing"), self.pool.gpu_lock.exclusive():
                     reply = self._ask_ref(task, ref, msg, self.limits.time_s, f"timing {shape.label}")
                 if reply.get("ok"):
@@ -1019,8 +1025,7 @@ class Evaluator:
             usual = [self._ref_history.expected((task.key, preset.name, s.index)) for s in shapes
                      if not s.held_out]
             if usual and None not in usual:
-                self._short_tasks[task.key, preset.name] = (preset.span_task_ms is None
-                                                            or sum(usual) < preset.span_task_ms)
+                self._short_tasks[task.key, preset.name] = _short_so_far(sum(usual), preset)
         return measured
 
     def _speed_of_light(self, shapes, result, by_index, io_bytes, peaks, overcounted: str = "") -> None:
