@@ -266,7 +266,7 @@ def test_a_stored_out_of_memory_error_is_reused_only_if_it_came_with_the_gpu_alo
                            bench_id=bench.bench_id)
     error = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB"
     sources = {}
-    for i, notes in enumerate(([], [ALONE_NOTE.format(first=error)]), 1):
+    for i, notes in enumerate(([], [ALONE_NOTE.format(first=error, closed=0)]), 1):
         child = task.module_source + f"\n# child {i}\n"
         sources[i] = source_hash(child)
         store.add_candidate(run, i, child, sources[i], 0, "tiling", 1, 0)

@@ -713,17 +713,30 @@ OUT_OF_MEMORY = GOOD.replace("    out = torch.empty_like(x)\n",
 def test_out_of_memory_beside_other_steps_is_evaluated_again_with_the_gpu_alone(evaluator, vector_add):
     """An out-of-memory error in a check that shared the GPU may be the other evaluations' doing: the
     candidate is evaluated again (other inputs) with its checks alone on the GPU, and only that verdict
-    counts. A candidate that runs out of memory alone too is a runtime error, with both attempts said."""
+    counts; before it, other tasks' idle references are closed, since the memory they hold stays taken with
+    the GPU alone (run AM). A candidate that runs out of memory alone too is a runtime error, with both
+    attempts said."""
     from kernelband.evaluation.evaluator import COMPARE_BYTES, RUN_BYTES
+    from kernelband.tasks import load_task
 
     assert OUT_OF_MEMORY != GOOD
     lock = evaluator.pool.gpu_lock
+    other = load_task("examples:dropout")
+    evaluator.info(other)  # set up, then idle: kept
     evaluator.info(vector_add)
+    kept = evaluator.pool.reference(other.key)
+    assert kept is not None
+    evaluator.pool.release_reference(kept)
     try:
         evaluator.pool.gpu_lock = rec = _Recording()
         result = evaluator.evaluate(vector_add, OUT_OF_MEMORY, seed=7)
         assert result.outcome.value == "runtime_error" and "out of memory" in result.detail, result.detail
-        assert any(n.startswith("out of GPU memory beside other evaluations' steps") for n in result.notes)
+        assert any(n.startswith("out of GPU memory beside other evaluations' steps") and
+                   "idle references of other tasks closed first" in n for n in result.notes), result.notes
+        assert evaluator.pool.reference(other.key) is None and not kept.alive()
+        mine = evaluator.pool.reference(vector_add.key)  # its own reference is kept
+        assert mine is not None
+        evaluator.pool.release_reference(mine)
         assert result.seed != 7 and result.seconds["first_attempt"] > 0
         # the first attempt's check shared the GPU; the second one's had it alone
         assert rec.held[:2] == ["shared", "exclusive"], rec.held
@@ -874,3 +887,34 @@ def test_the_parent_reads_the_outputs_before_it_takes_the_gpu_to_compare_them(mo
     assert steps and "compare" not in steps
     compares = [st for st in lock.stats()["steps"] if st["step"] == "compare"]
     assert compares and compares[0]["holds"] >= 2  # the comparisons still hold the GPU, one per shape
+
+
+def test_room_for_a_second_attempt_closes_idle_references_oldest_first_until_enough():
+    """`close_idle_references`: only references no evaluation is using, never the task's own, the least
+    recently used first, and no more than it takes for `enough()` to hold."""
+    from kernelband.evaluation.pool import WorkerPool
+
+    free = [0]
+
+    class Kept:  # a kept reference: closing it gives its 1 GiB back
+        def __init__(self, users: int = 0):
+            self.users, self.closed = users, False
+
+        def alive(self) -> bool:
+            return not self.closed
+
+        def close(self) -> None:
+            self.closed = True
+            free[0] += 1 << 30
+
+    pool = WorkerPool("interpreter", warm=0, max_references=10)
+    try:
+        kept = {k: Kept(users=1 if k == "busy" else 0) for k in ("a", "busy", "b", "mine", "c")}
+        pool._references.update(kept)  # oldest first
+        assert pool.close_idle_references("mine", lambda: free[0] >= 2 << 30) == 2
+        assert [k for k, w in kept.items() if w.closed] == ["a", "b"]  # oldest idle first; "busy" is in use
+        assert pool.close_idle_references("mine") == 1 and kept["c"].closed
+        assert sorted(pool._references) == ["busy", "mine"] and not kept["busy"].closed
+    finally:
+        pool._references.clear()
+        pool.close()

@@ -445,8 +445,15 @@ class Evaluator:
                 # Memory the other evaluations' steps held, or the candidate's own need? Its checks again with
                 # the GPU alone say which (fresh inputs: another seed); a second failure is the candidate's.
                 first_s = time.perf_counter() - t_start
+                # With the GPU alone, the memory that idle processes hold is still taken: the parent's cache
+                # gives its free blocks back, and other tasks' kept references theirs, until the largest
+                # shape's run fits (without a GPU's count of free memory: all of them).
+                self._release_compare_memory()
+                need = RUN_BYTES * max((s.nbytes for s in ref.info.shapes), default=0)
+                free = self._free_memory
+                closed = self.pool.close_idle_references(task.key, None if free is None else lambda: free() >= need)
                 result = self._evaluate(task, ref, source, preset, which, _seed(seed, 0, 9), profile, alone=True)
-                result.notes.append(ALONE_NOTE.format(first=_first_line(first)[:200]))
+                result.notes.append(ALONE_NOTE.format(first=_first_line(first)[:200], closed=closed))
                 result.seconds["first_attempt"] = first_s
         result.seconds["reference"] = got_ref
         result.seconds["total"] = time.perf_counter() - t_start

@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, OrderedDict, deque
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
@@ -681,6 +682,23 @@ class WorkerPool:
         """Keep at least `n` idle task references from now on (raises the limit, never lowers it)."""
         with self._cond:
             self._max_references = max(self._max_references, n)
+
+    def close_idle_references(self, keep: str, enough: Callable[[], bool] | None = None) -> int:
+        """Close kept references that no evaluation is using, except task `keep`'s, the least recently used
+        first, until `enough()` says the GPU has room (None: all of them); returns how many. Each holds a CUDA
+        context and whatever its module keeps on the GPU: room for an evaluation that ran out of memory (run
+        AM: fused_activation's 1 GiB inputs found 336 MiB free, with 29 references kept and the GPU held
+        alone). A task whose reference was closed sets it up again when next evaluated."""
+        closed = 0
+        while enough is None or not enough():
+            with self._cond:
+                idle = [k for k, w in self._references.items() if w.users == 0 and k != keep]  # oldest first
+                old = self._references.pop(idle[0]) if idle else None
+            if old is None:
+                break
+            old.close()
+            closed += 1
+        return closed
 
     def drop_reference(self, key: str) -> None:
         with self._cond:

@@ -87,7 +87,7 @@ NCU_SKIPPED = "ncu: not run (the search's policy and proposer do not use φ)"
 # An evaluation that ran out of GPU memory while other evaluations' steps shared the GPU is evaluated again,
 # its checks with the GPU alone (Evaluator.evaluate); its note:
 ALONE_NOTE = ("out of GPU memory beside other evaluations' steps ({first}): evaluated again, its checks with "
-              "the GPU alone")
+              "the GPU alone ({closed} idle references of other tasks closed first)")
 _OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError")
 
 
