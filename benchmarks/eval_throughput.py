@@ -19,6 +19,10 @@ Parts (run them in one call or split them across calls):
   pool-noncu  the same, with no Nsight Compute profile (φ from the compiler and the timing only): the
            like-for-like figure against the peers, who collect no hardware profile. Right after `pool`
            it reuses its references.
+  pool-freestart  the same as `pool-noncu`, with the candidate workers' start (CUDA's context, the first
+           kernel) off the GPU lock: a timing may run beside a worker starting. Run
+           `pool-noncu,pool-freestart,pool-noncu` to see what the start's holds cost the pool (run AM: they kept
+           timings waiting 53 s of 138 s), and `self_speedups` for what starts beside a timing do to it.
   pool-parked  the same as `pool`, with the warm profiling workers' ncu front ends stopped (SIGSTOP) until used:
            an idle one's ncu front end kept a CPU core busy (run W). Run `pool,pool-parked,pool` to see drift.
   pool-unwarmed  the same as `pool`, with the profiler's inputs and first call in the hold of the GPU alone
@@ -49,6 +53,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import math
 import os
 import signal
 import statistics
@@ -192,6 +197,10 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
                    # out of memory beside other checks, so evaluated again alone (Evaluator.evaluate)
                    "evaluated_again": sorted(t.name for t, r in evaluated if "first_attempt" in r.seconds),
                    "outcomes": {t.name: r.outcome.value for t, r in evaluated},
+                   # each candidate is the task's starting kernel: its speedup over the reference says what
+                   # the others' work beside the timing (and drift) did to it; 1.0 is right
+                   "self_speedups": {t.name: r.speedup for t, r in evaluated
+                                     if sources is None and r.ok and r.speedup},
                    "presets": sorted({r.preset for r in done}),
                    "phi": {t.name: r.features.phi for t, r in evaluated}, "not_ok": not_ok, "no_result": failed,
                    # φ from Nsight Compute, or from the compiler and the timing only (a profile that failed:
@@ -242,7 +251,19 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
           "running out of memory; "
           "median s per stage: "
           + ", ".join(f"{k} {v['median']:.2f}" for k, v in stage_s.items()), flush=True)
+    if selfs := list(report[key]["self_speedups"].values()):
+        print(f"{key}: the starting kernels against themselves: {self_spread(selfs)}", flush=True)
     save()
+
+
+def self_spread(speedups: list[float]) -> str:
+    """The geometric mean of the speedups of kernels timed against themselves, their median distance from
+    1.0, the largest, and how many are off by more than 2 %."""
+    logs = [math.log(x) for x in speedups]
+    off = sorted(abs(v) for v in logs)
+    return (f"geomean {math.exp(statistics.fmean(logs)):.4f}, median |off| {100 * (math.exp(statistics.median(off)) - 1):.2f} %, "
+            f"largest {100 * (math.exp(off[-1]) - 1):.2f} %, {sum(v > math.log(1.02) for v in off)} of {len(off)} off by "
+            "more than 2 %")
 
 
 def _medians(rows: list[dict]) -> dict:
@@ -474,7 +495,8 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", ".") + "/eval_throughput.json")
     args = ap.parse_args()
     parts = args.parts.split(",")
-    known = ("speed", "pool", "pool-shared", "pool-apart", "pool-noncu", "pool-parked", "pool-unwarmed",
+    known = ("speed", "pool", "pool-shared", "pool-apart", "pool-noncu", "pool-freestart", "pool-parked",
+             "pool-unwarmed",
              "pool-autotune", "pool-autotune-alone", "repeat", "peers")
     unknown = [p for p in parts if p.split("@")[0] not in known or not _threads_ok(p)]
     if unknown:
@@ -513,7 +535,8 @@ def main() -> None:
                 threads = int(n) if n else args.threads
                 profiles, lock, tune, warmed = ev.use_ncu, ev.profile_lock, ev.tune_alone, ev.profile_warm
                 ev.profile_warm = warmed and part != "pool-unwarmed"
-                ev.use_ncu = profiles and part != "pool-noncu"
+                ev.use_ncu = profiles and part not in ("pool-noncu", "pool-freestart")
+                ev.pool.start_holds_gpu = part != "pool-freestart"
                 ev.profile_lock = {"pool-shared": "shared", "pool-apart": "apart"}.get(part, lock)
                 ev.tune_alone = part != "pool-autotune"  # that part: the whole check with the GPU alone
                 parked = ev.pool.park_profilers
@@ -525,6 +548,7 @@ def main() -> None:
                 finally:
                     ev.use_ncu, ev.profile_lock, ev.tune_alone, ev.profile_warm = profiles, lock, tune, warmed
                     ev.pool.set_park_profilers(parked)
+                    ev.pool.start_holds_gpu = True
                 if not (parts[i + 1:i + 2] and (parts[i + 1].startswith("pool") or parts[i + 1] == "speed")):
                     ev.pool.keep_at_most(4)  # as an evaluator does by default: 29 references fill an 80 GB GPU
             else:

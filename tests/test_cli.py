@@ -209,6 +209,26 @@ def test_the_throughput_pool_part_says_where_each_candidates_time_went_and_where
     assert {"context", "first_kernel", "guards_sandbox"} <= set(pool["worker_start_phases"])
     assert pool["worker_start_phases"]["first_kernel"]["n"] == 2  # one worker per candidate
     assert "candidate workers' start on the GPU, medians: context" in done.stdout
+    # the starting kernels timed against themselves: what the pool's concurrency did to their timing
+    assert sorted(pool["self_speedups"]) == ["add_value", "softmax_triton1"]
+    assert all(v > 0 for v in pool["self_speedups"].values())
+    assert "pool@2: the starting kernels against themselves: geomean " in done.stdout
+
+
+@needs_tb
+def test_the_throughput_freestart_part_starts_workers_off_the_gpu_lock(tmp_path):
+    """benchmarks/eval_throughput.py's pool-freestart part: the pool without ncu, its workers' start (CUDA's
+    context, the first kernel) holding no part of the GPU lock, the holds of its checks and timings as before."""
+    script = ROOT / "benchmarks" / "eval_throughput.py"
+    env = {**os.environ, "KERNELBAND_MODE": "interpreter", "KERNELBAND_TRITONBENCH": str(TB_JSON)}
+    done = subprocess.run([sys.executable, str(script), "--parts", "pool-freestart@2", "--tasks", "add_value",
+                           "--out", "out.json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    pool = json.loads((tmp_path / "out.json").read_text())["pool-freestart@2"]
+    assert pool["outcomes"] == {"add_value": "ok"} and pool["ncu"] is False
+    steps = {(r["mode"], r["step"]) for r in pool["gpu_lock"]["steps"]}
+    assert ("exclusive", "timing") in steps and not any(step == "worker start" for _, step in steps), steps
+    assert pool["worker_start_phases"]["context"]["n"] == 1
 
 
 @needs_tb

@@ -506,6 +506,9 @@ class WorkerPool:
         # each, BENCHMARKS.md run W). Parked, a ready one's front end is stopped (SIGSTOP) until it is handed
         # out; its Python worker, which is idle, is not (`Worker.pause`).
         self.park_profilers = park_profilers
+        # A worker's start (CUDA's context, its first kernel) shares the GPU lock, so that no timing runs beside
+        # it. Off (eval_throughput's pool-freestart part): the A/B of what that costs the pool and the timings.
+        self.start_holds_gpu = True
         self._watchdog = threading.Thread(target=self._watch, name="kernelband-memory-watchdog", daemon=True)
         self._watchdog.start()
         self._fill()
@@ -541,7 +544,7 @@ class WorkerPool:
             with self._cond:
                 self._all.append(worker)
             with self.gpu_lock.doing("worker start"):
-                worker.wait_ready(self.start_timeout, self.gpu_lock.shared)
+                worker.wait_ready(self.start_timeout, self.gpu_lock.shared if self.start_holds_gpu else nullcontext)
             self.startup_times.append(worker.ready.startup_s)
         except (WorkerGone, OSError) as exc:
             with self._cond:
