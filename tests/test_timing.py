@@ -19,6 +19,25 @@ def test_rounds_are_combined_and_kept_in_order():
     assert cv is not None and cv > 0
 
 
+def test_the_trimmed_mean_sets_the_extremes_aside_and_averages_two_groups():
+    """`stat="trimmed"`: a disturbed iteration moves it no more than the median; iterations in two groups
+    move it by their shares, not in a jump from one group to the other as the median does."""
+    from kernelband.evaluation.interleave import trimmed_mean
+    from kernelband.evaluation.records import Preset
+
+    steady = [1.0] * 18 + [1.02, 50.0]  # one disturbed iteration in 20: set aside
+    assert _summarise([steady], "trimmed")[0] == pytest.approx(1.0)  # 2 of 20 set aside at each end
+    assert _summarise([steady], "mean")[0] > 3.0
+    two = [[0.74] * (10 + d) + [0.78] * (10 - d) for d in (-1, 1)]  # the shares move by 1 in 20
+    medians = [_summarise([r], "median")[0] for r in two]
+    trimmed = [trimmed_mean(r) for r in two]
+    assert medians[0] - medians[1] == pytest.approx(0.04)  # the median jumps from one group to the other
+    assert 0 < trimmed[0] - trimmed[1] < 0.01
+    assert trimmed_mean([2.0, 1.0, 3.0]) == pytest.approx(2.0)  # too few to set any aside: the mean
+    with pytest.raises(ValueError, match="stat is"):
+        Preset("x", warmup=1, rep=1, unit="iters", stat="mode", rounds=1)
+
+
 def _call(start: float, *kernels: float) -> list:
     """A flushed call as CUPTI lists it: the flush, the GPU-ahead wait's kernel, then kernels of the given
     lengths back to back, 1 µs apart (µs)."""

@@ -20,12 +20,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
+def trimmed_mean(times: list[float], cut: float = 0.1) -> float:
+    """The mean of the iterations left after the fastest and the slowest `cut` of them are set aside: as
+    steady as the mean where the iterations fall in two groups (the median jumps between them as their
+    shares move), and as deaf as the median to a few disturbed ones."""
+    ordered = sorted(times)
+    k = int(len(ordered) * cut)
+    return statistics.fmean(ordered[k:len(ordered) - k])
+
+
+STATS = {"mean": statistics.fmean, "median": statistics.median, "trimmed": trimmed_mean}
+
+
 def summarise(rounds: list[list[float]], stat: str) -> tuple[float | None, float | None, list[float]]:
-    """The mean over the rounds of each round's `stat`, the iterations' CV, and each round's `stat`."""
+    """The mean over the rounds of each round's `stat` (STATS), the iterations' CV, and each round's `stat`."""
     rounds = [r for r in rounds if r]
     if not rounds:
         return None, None, []
-    per_round = [statistics.fmean(r) if stat == "mean" else statistics.median(r) for r in rounds]
+    per_round = [STATS[stat](r) for r in rounds]
     flat = [t for r in rounds for t in r]
     mean = statistics.fmean(flat)
     cv = statistics.pstdev(flat) / mean if len(flat) > 1 and mean > 0 else None
