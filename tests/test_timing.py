@@ -600,10 +600,14 @@ def test_an_evaluation_says_how_long_it_waited_for_its_reference_and_its_worker(
     assert 0 <= kept.seconds["worker"] < kept.seconds["total"]
 
 
+def _exclusive_holds(ev) -> int:
+    return sum(r["holds"] for r in ev.pool.gpu_lock.stats()["steps"] if r["mode"] == "exclusive")
+
+
 def test_priming_measures_the_reference_once_per_shape_and_spares_the_first_candidate_that_measurement():
-    """`prime_timing`: the task's set-up measures the reference's usual time on each search shape, so the
-    first evaluation's timing asks the reference once per shape, as every later one does; priming again
-    measures nothing."""
+    """`prime_timing`: the task's set-up measures the reference's usual time on each search shape, all in one
+    hold of the GPU alone, so the first evaluation's timing asks the reference once per shape, as every later
+    one does; priming again measures nothing."""
     from kernelband.evaluation.evaluator import Evaluator
     from kernelband.tasks import load_task
 
@@ -624,10 +628,14 @@ def test_priming_measures_the_reference_once_per_shape_and_spares_the_first_cand
     with Evaluator(mode="interpreter", warm=1) as ev:
         ev.recheck_timings = True  # off in the interpreter by default: its timings measure Python
         asked = reference_timings(ev)
+        ev.info(task)  # set up first: its checks' holds are not the priming's
+        before = _exclusive_holds(ev)
         primed = ev.prime_timing(task)
         shapes = list(asked)
-        assert primed == len(shapes) > 0 and len(set(shapes)) == len(shapes)
+        assert primed == len(shapes) > 1 and len(set(shapes)) == len(shapes)
+        assert _exclusive_holds(ev) - before == 1  # every shape in one hold of the GPU alone
         assert ev.prime_timing(task) == 0 and len(asked) == primed
+        assert _exclusive_holds(ev) - before == 1  # nothing to measure: no hold
         del asked[:]
         result = ev.evaluate(task)
         assert result.ok

@@ -1015,16 +1015,18 @@ class Evaluator:
         measured, wire = 0, preset.wire()
         with self._reference(task) as ref:
             shapes = select_shapes(ref.info, self.mode, which, ref.valid)
-            for shape in shapes:
-                key = (task.key, preset.name, shape.index)
-                if self._ref_history.expected(key) is not None:
-                    continue
-                msg = _time_message(shape.index, 0, wire)
-                with self.pool.gpu_lock.doing("reference timing"), self.pool.gpu_lock.exclusive():
+            todo = [s for s in shapes if self._ref_history.expected((task.key, preset.name, s.index)) is None]
+            # Every shape in one hold of the GPU alone, as a candidate's timing: each hold first waits for the
+            # steps sharing the GPU to end, and a hold per shape made as many waits (run AM: the 29 tasks'
+            # set-up, 8 at a time, took about 7 minutes)
+            with self.pool.gpu_lock.doing("reference timing"), \
+                    (self.pool.gpu_lock.exclusive() if todo else nullcontext()):
+                for shape in todo:
+                    msg = _time_message(shape.index, 0, wire)
                     reply = self._ask_ref(task, ref, msg, self.limits.time_s, f"timing {shape.label}")
-                if reply.get("ok"):
-                    self._learn_ref_time(key, reply["times"], preset)
-                    measured += 1
+                    if reply.get("ok"):
+                        self._learn_ref_time((task.key, preset.name, shape.index), reply["times"], preset)
+                        measured += 1
         if preset.timer == "span":
             # the task's length known from these times: its first candidate starts CUPTI while it loads, not
             # in the GPU's exclusive hold (run AL: 4-6 s more in the hold for each tiny task's first candidate).
