@@ -261,9 +261,12 @@ def self_spread(speedups: list[float]) -> str:
     1.0, the largest, and how many are off by more than 2 %."""
     logs = [math.log(x) for x in speedups]
     off = sorted(abs(v) for v in logs)
-    return (f"geomean {math.exp(statistics.fmean(logs)):.4f}, median |off| {100 * (math.exp(statistics.median(off)) - 1):.2f} %, "
-            f"largest {100 * (math.exp(off[-1]) - 1):.2f} %, {sum(v > math.log(1.02) for v in off)} of {len(off)} off by "
-            "more than 2 %")
+
+    def pct(v: float) -> str:
+        return f"{100 * (math.exp(v) - 1):.2f} %"
+
+    return (f"geomean {math.exp(statistics.fmean(logs)):.4f}, median |off| {pct(statistics.median(off))}, "
+            f"largest {pct(off[-1])}, {sum(v > math.log(1.02) for v in off)} of {len(off)} off by more than 2 %")
 
 
 def _medians(rows: list[dict]) -> dict:
@@ -496,8 +499,7 @@ def main() -> None:
     args = ap.parse_args()
     parts = args.parts.split(",")
     known = ("speed", "pool", "pool-shared", "pool-apart", "pool-noncu", "pool-freestart", "pool-parked",
-             "pool-unwarmed",
-             "pool-autotune", "pool-autotune-alone", "repeat", "peers")
+             "pool-unwarmed", "pool-autotune", "pool-autotune-alone", "repeat", "peers")
     unknown = [p for p in parts if p.split("@")[0] not in known or not _threads_ok(p)]
     if unknown:
         raise UserError(f"unknown part {unknown[0]!r}: use {', '.join(known)}")

@@ -6,6 +6,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
+from kernelband.evaluation.interleave import STATS
+
 
 class Outcome(str, Enum):
     OK = "ok"
@@ -25,7 +27,7 @@ class Preset:
     warmup: float
     rep: float
     unit: str  # "iters" | "ms"
-    stat: str  # "mean" | "median" | "trimmed" (the mean of the middle 80 % of the iterations): interleave.STATS
+    stat: str  # a name in interleave.STATS: "mean", "median", "trimmed" (the mean of the middle 80 %)
     rounds: int  # reference and candidate measured in turn, ABBA..., this many times each
     max_ms: float | None = None  # cap on one measurement
     # GPU time (µs) queued after each L2 flush, before the timed call: the CPU enqueues the call while the
@@ -60,8 +62,8 @@ class Preset:
     def __post_init__(self) -> None:
         if self.timer not in ("events", "span"):
             raise ValueError(f"timer is 'events' or 'span', not {self.timer!r}")
-        if self.stat not in ("mean", "median", "trimmed"):
-            raise ValueError(f"stat is 'mean', 'median' or 'trimmed', not {self.stat!r}")
+        if self.stat not in STATS:
+            raise ValueError(f"stat is one of {', '.join(STATS)}, not {self.stat!r}")
 
     def wire(self) -> dict:
         return asdict(self)
