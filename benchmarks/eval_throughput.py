@@ -23,6 +23,7 @@ Parts (run them in one call or split them across calls):
            kernel) off the GPU lock: a timing may run beside a worker starting. Run
            `pool-noncu,pool-freestart,pool-noncu` to see what the start's holds cost the pool (run AM: they kept
            timings waiting 53 s of 138 s), and `self_speedups` for what starts beside a timing do to it.
+  pool-freecontext  the same with only CUDA's context off the GPU lock (the first kernel still holds it).
   pool-parked  the same as `pool`, with the warm profiling workers' ncu front ends stopped (SIGSTOP) until used:
            an idle one's ncu front end kept a CPU core busy (run W). Run `pool,pool-parked,pool` to see drift.
   pool-unwarmed  the same as `pool`, with the profiler's inputs and first call in the hold of the GPU alone
@@ -498,8 +499,8 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", ".") + "/eval_throughput.json")
     args = ap.parse_args()
     parts = args.parts.split(",")
-    known = ("speed", "pool", "pool-shared", "pool-apart", "pool-noncu", "pool-freestart", "pool-parked",
-             "pool-unwarmed", "pool-autotune", "pool-autotune-alone", "repeat", "peers")
+    known = ("speed", "pool", "pool-shared", "pool-apart", "pool-noncu", "pool-freestart", "pool-freecontext",
+             "pool-parked", "pool-unwarmed", "pool-autotune", "pool-autotune-alone", "repeat", "peers")
     unknown = [p for p in parts if p.split("@")[0] not in known or not _threads_ok(p)]
     if unknown:
         raise UserError(f"unknown part {unknown[0]!r}: use {', '.join(known)}")
@@ -537,8 +538,10 @@ def main() -> None:
                 threads = int(n) if n else args.threads
                 profiles, lock, tune, warmed = ev.use_ncu, ev.profile_lock, ev.tune_alone, ev.profile_warm
                 ev.profile_warm = warmed and part != "pool-unwarmed"
-                ev.use_ncu = profiles and part not in ("pool-noncu", "pool-freestart")
-                ev.pool.start_holds_gpu = part != "pool-freestart"
+                ev.use_ncu = profiles and part not in ("pool-noncu", "pool-freestart", "pool-freecontext")
+                holds = ev.pool.start_holds
+                ev.pool.start_holds = {"pool-freestart": frozenset(),
+                                       "pool-freecontext": frozenset({"first_kernel"})}.get(part, holds)
                 ev.profile_lock = {"pool-shared": "shared", "pool-apart": "apart"}.get(part, lock)
                 ev.tune_alone = part != "pool-autotune"  # that part: the whole check with the GPU alone
                 parked = ev.pool.park_profilers
@@ -550,7 +553,7 @@ def main() -> None:
                 finally:
                     ev.use_ncu, ev.profile_lock, ev.tune_alone, ev.profile_warm = profiles, lock, tune, warmed
                     ev.pool.set_park_profilers(parked)
-                    ev.pool.start_holds_gpu = True
+                    ev.pool.start_holds = holds
                 if not (parts[i + 1:i + 2] and (parts[i + 1].startswith("pool") or parts[i + 1] == "speed")):
                     ev.pool.keep_at_most(4)  # as an evaluator does by default: 29 references fill an 80 GB GPU
             else:

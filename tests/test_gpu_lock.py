@@ -856,13 +856,17 @@ def test_a_started_worker_says_where_the_gpu_part_of_its_start_went():
         # CUDA's context and the first kernel each in a hold of their own: a timing waits for one, not both
         starts = [st for st in pool.gpu_lock.stats()["steps"] if st["step"] == "worker start"]
         assert [(st["mode"], st["holds"]) for st in starts] == [("shared", 4)]
-        # eval_throughput's pool-freestart part: the start off the GPU lock, its phases still said
-        pool.start_holds_gpu = False
+        # eval_throughput's pool-freecontext part: the first kernel alone holds the GPU lock; pool-freestart:
+        # no part of the start does; the phases are said either way
+        pool.start_holds = frozenset({"first_kernel"})
         third = pool.acquire()
-        assert set(third.ready.phases) == {"context", "first_kernel", "guards_sandbox"}
+        pool.start_holds = frozenset()
+        fourth = pool.acquire()
+        for worker in (third, fourth):
+            assert set(worker.ready.phases) == {"context", "first_kernel", "guards_sandbox"}
         starts = [st for st in pool.gpu_lock.stats()["steps"] if st["step"] == "worker start"]
-        assert [(st["mode"], st["holds"]) for st in starts] == [("shared", 4)]
-        for worker in (first, second, third):
+        assert [(st["mode"], st["holds"]) for st in starts] == [("shared", 5)]
+        for worker in (first, second, third, fourth):
             pool.release(worker)
     finally:
         pool.close()

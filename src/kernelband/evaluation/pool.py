@@ -316,15 +316,16 @@ class Worker:
         self.users = 0  # evaluations using this worker as their reference (see WorkerPool.reference)
         self._stopped: list[int] = []  # the front end's pids `pause` stopped (WorkerPool.park_profilers)
 
-    def wait_ready(self, timeout: float, gpu=nullcontext) -> ReadyInfo:
-        """Wait for the worker to import its libraries, then let it initialise CUDA, and then run its first
-        kernel, each in a hold of `gpu()` of its own (the pool's GPU lock, shared: never during a timing; a
-        timing that asks meanwhile goes between the two, and waits for one part of the start, not both)."""
+    def wait_ready(self, timeout: float, gpu=lambda step: nullcontext()) -> ReadyInfo:
+        """Wait for the worker to import its libraries, then let it initialise CUDA ("context"), and then run
+        its first kernel ("first_kernel"), each in a hold of `gpu(step)` of its own (the pool's GPU lock,
+        shared: never during a timing; a timing that asks meanwhile goes between the two, and waits for one
+        part of the start, not both)."""
         msg = self._recv(timeout, "start")
-        for step, answer in (("loaded", "start"), ("context", "go")):
+        for step, answer, part in (("loaded", "start", "context"), ("context", "go", "first_kernel")):
             if msg.get("op") != step:
                 break
-            with gpu():
+            with gpu(part):
                 try:
                     protocol.send(self.sock, {"op": answer})
                 except OSError:
@@ -506,9 +507,10 @@ class WorkerPool:
         # each, BENCHMARKS.md run W). Parked, a ready one's front end is stopped (SIGSTOP) until it is handed
         # out; its Python worker, which is idle, is not (`Worker.pause`).
         self.park_profilers = park_profilers
-        # A worker's start (CUDA's context, its first kernel) shares the GPU lock, so that no timing runs beside
-        # it. Off (eval_throughput's pool-freestart part): the A/B of what that costs the pool and the timings.
-        self.start_holds_gpu = True
+        # The parts of a worker's start ("context": CUDA's; "first_kernel") that share the GPU lock, so that no
+        # timing runs beside them. Fewer: eval_throughput's pool-freestart (none) and pool-freecontext (the
+        # first kernel only) parts, the A/B of what the holds cost the pool and the timings.
+        self.start_holds = frozenset({"context", "first_kernel"})
         self._watchdog = threading.Thread(target=self._watch, name="kernelband-memory-watchdog", daemon=True)
         self._watchdog.start()
         self._fill()
@@ -544,7 +546,7 @@ class WorkerPool:
             with self._cond:
                 self._all.append(worker)
             with self.gpu_lock.doing("worker start"):
-                worker.wait_ready(self.start_timeout, self.gpu_lock.shared if self.start_holds_gpu else nullcontext)
+                worker.wait_ready(self.start_timeout, self._start_hold)
             self.startup_times.append(worker.ready.startup_s)
         except (WorkerGone, OSError) as exc:
             with self._cond:
@@ -559,6 +561,9 @@ class WorkerPool:
                 return
             self._spares.append(worker)
             self._cond.notify_all()
+
+    def _start_hold(self, part: str):
+        return self.gpu_lock.shared() if part in self.start_holds else nullcontext()
 
     def _fill(self) -> None:
         with self._cond:
