@@ -257,6 +257,10 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     save()
 
 
+# The pool parts without ncu whose workers' start holds the GPU lock for fewer of its parts (WorkerPool.start_holds)
+START_HOLDS = {"pool-freestart": frozenset(), "pool-freecontext": frozenset({"first_kernel"})}
+
+
 def self_spread(speedups: list[float]) -> str:
     """The geometric mean of the speedups of kernels timed against themselves, their median distance from
     1.0, the largest, and how many are off by more than 2 %."""
@@ -538,10 +542,9 @@ def main() -> None:
                 threads = int(n) if n else args.threads
                 profiles, lock, tune, warmed = ev.use_ncu, ev.profile_lock, ev.tune_alone, ev.profile_warm
                 ev.profile_warm = warmed and part != "pool-unwarmed"
-                ev.use_ncu = profiles and part not in ("pool-noncu", "pool-freestart", "pool-freecontext")
+                ev.use_ncu = profiles and part != "pool-noncu" and part not in START_HOLDS
                 holds = ev.pool.start_holds
-                ev.pool.start_holds = {"pool-freestart": frozenset(),
-                                       "pool-freecontext": frozenset({"first_kernel"})}.get(part, holds)
+                ev.pool.start_holds = START_HOLDS.get(part, holds)
                 ev.profile_lock = {"pool-shared": "shared", "pool-apart": "apart"}.get(part, lock)
                 ev.tune_alone = part != "pool-autotune"  # that part: the whole check with the GPU alone
                 parked = ev.pool.park_profilers
