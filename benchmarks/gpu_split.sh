@@ -7,8 +7,8 @@
 # Parts: calibration, then eval_throughput's POOL_PARTS (default pool-noncu@8,peers; empty: none) over the 29
 # tasks under POOL_PRESET (default `default`), the peers on PEER_TASKS; the GPU tests (GPU_TESTS=0: none), then
 # GPU1_CMD (default: nothing); the repeat part (REPEAT_TASKS, default all; REPEAT_PRESETS, default `default`;
-# REPEAT=0: none).
-#   4 GPUs or more: pool on 0, tests on 1, a repeat lane on each of 2 and up.
+# REPEAT_EXTRA: more TASKS:PRESETS groups, as --repeat-extra; REPEAT=0: none).
+#   4 GPUs or more: pool on 0, tests on 1, a repeat lane on each of 2 and up (GPU_TESTS=0: on each of 1 and up).
 #   2 or 3 GPUs: pool then a repeat lane on 0, tests then a repeat lane on 1 (and a lane on 2).
 #   1 GPU: one after the other, each part alone on the GPU: pool, tests, repeat.
 # REPEAT_SHARDS=I/N gives this machine's lanes the I-th of N shares of the repeat part, so that N machines in
@@ -28,7 +28,8 @@ PEERS=${PEER_TASKS:-add_value,softmax_triton1,rmsnorm_triton,kldiv_compute,cosin
 POOL=${POOL_PARTS-pool-noncu@8,peers}
 # this machine's lanes: LANES of them, the machine's share I of N (REPEAT_SHARDS) cut into LANES
 IFS=/ read -r MINE OF <<< "${REPEAT_SHARDS:-0/1}"
-LANES=$(( N >= 4 ? N - 2 : N ))
+TESTING=$([ "${GPU_TESTS:-1}" = 0 ] && echo 0 || echo 1)
+LANES=$(( N >= 4 ? N - 1 - TESTING : N ))
 
 pool() {  # $1: GPU
   CUDA_VISIBLE_DEVICES=$1 timeout 300 python3 -m kernelband calibrate > "$S/calibrate.log" 2>&1
@@ -50,6 +51,7 @@ lane() {  # $1: GPU, $2: lane index on this machine
   [ "${REPEAT:-1}" = 0 ] && return 0
   CUDA_VISIBLE_DEVICES=$1 timeout "${REPEAT_TIMEOUT_S:-1500}" python3 benchmarks/eval_throughput.py \
     --parts repeat --repeat-tasks "${REPEAT_TASKS:-all}" --repeat-presets "${REPEAT_PRESETS:-default}" \
+    --repeat-extra "${REPEAT_EXTRA:-}" \
     --shard "$((MINE * LANES + $2))/$((OF * LANES))" --out "$S/eval_throughput-r$2.json" \
     > "$S/eval_throughput-r$2.log" 2>&1
   echo "$(date -u +%T) repeat lane $2 rc=$?"
@@ -57,7 +59,7 @@ lane() {  # $1: GPU, $2: lane index on this machine
 
 if [ "$N" -ge 4 ]; then
   pool 0 & tests 1 &
-  for l in $(seq 0 $((LANES - 1))); do lane $((l + 2)) "$l" & done
+  for l in $(seq 0 $((LANES - 1))); do lane $((l + 1 + TESTING)) "$l" & done
 elif [ "$N" -ge 2 ]; then
   { pool 0; lane 0 0; } & { tests 1; lane 1 1; } &
   [ "$N" -eq 3 ] && lane 2 2 &
