@@ -83,8 +83,9 @@ class Preset:
 # time their configs with do_bench(warmup=5, rep=20) instead of Triton's 25/100 (Preset.tune_rep). Rules 4:
 # they time them with the GPU-ahead wait after each flush too (worker/timing.py, `tune_with`). Rules 5: under
 # `default`, each call runs on one of 32 copies of the inputs, and in tasks under 0.2 ms in all, shapes under
-# 0.1 ms are timed by the calls' spans (Preset.placements, Preset.timer, Preset.span_task_ms).
-RULES = 5
+# 0.1 ms are timed by the calls' spans (Preset.placements, Preset.timer, Preset.span_task_ms). Rules 6: under
+# `default`, a measurement is the mean of its middle 80 % of iterations, not their median (Preset.stat).
+RULES = 6
 
 # The note of an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`).
 NCU_SKIPPED = "ncu: not run (the search's policy and proposer do not use φ)"
@@ -109,7 +110,7 @@ PRESETS = {
     # The paper's protocol: do_bench, 100 warm-up and 1000 timed iterations, the mean.
     "paper": Preset("paper", warmup=100, rep=1000, unit="iters", stat="mean", rounds=1, ahead_us=150.0,
                     recheck=1.2, retries=2),
-    # Cheaper: fewer iterations, capped at 40 ms a measurement, the median of each, the reference and the
+    # Cheaper: fewer iterations, capped at 40 ms a measurement, the reference and the
     # candidate measured once each per shape, who goes first alternating from shape to shape. (Two ABBA
     # rounds agreed to a median 0.14 % on an idle H100 once the GPU was kept ahead: BENCHMARKS.md, run J.)
     # Autotuners time each config for 5 + 20 ms instead of Triton's 25 + 100: in bench 2 (H200) the tune
@@ -120,7 +121,11 @@ PRESETS = {
     # tasks the events' launch part moved from one process to the next, and a µs kernel's own time with where
     # its inputs lie (BENCHMARKS.md, run AK: l2_norm_triton1's CV of 5 evaluations 1.0-2.5 % by events,
     # 0.3-0.6 % so).
-    "default": Preset("default", warmup=10, rep=100, unit="iters", stat="median", rounds=1, max_ms=40.0,
+    # A measurement is the mean of its middle 80 % of iterations (`trimmed`): where a shape's iterations fall in
+    # two groups, the median jumps between them from one measurement to the next (BENCHMARKS.md, run AN:
+    # cosine_compute's CV of 5 evaluations 1.16 % by the median, 0.62 % so, on one H200 in one session; all
+    # 29 tasks at or below 0.62 %).
+    "default": Preset("default", warmup=10, rep=100, unit="iters", stat="trimmed", rounds=1, max_ms=40.0,
                       ahead_us=150.0, recheck=1.2, retries=2, tune_warmup=5.0, tune_rep=20.0,
                       placements=32, timer="span", span_task_ms=0.2),
     # What TritonBench, GEAK-eval and the KernelBand release do: do_bench(warmup=100 ms, rep=1000 ms).
