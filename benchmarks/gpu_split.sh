@@ -21,6 +21,11 @@ exec >> "$S/session.log" 2>&1
 rm -f "$S/done"
 # absolute: GPU1_CMD may change directory (run AK: `cd benchmarks` lost `src` and the script failed to import)
 export KERNELBAND_TRITONBENCH=$PWD/.data/tritonbench_g_tasks.json PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+# run AN's second machine lost a call to a `run` without `carry`: every part failed on the missing data
+if ! ls .wheels/*.whl "$KERNELBAND_TRITONBENCH" > /dev/null 2>&1; then
+  echo "no .wheels or .data here: run benchmarks/carry.sh, and give the call carry [\".wheels\", \".data\"]"
+  touch "$S/done"; exit 2
+fi
 python3 -m pip install --no-index --no-deps -q .wheels/*.whl
 N=$(nvidia-smi -L | wc -l)
 echo "== $(date -u +%FT%TZ) split session on $N GPUs"; nvidia-smi --query-gpu=index,name --format=csv,noheader
