@@ -24,6 +24,10 @@ Parts (run them in one call or split them across calls):
            `pool-noncu,pool-freestart,pool-noncu` to see what the start's holds cost the pool (run AM: they kept
            timings waiting 53 s of 138 s), and `self_speedups` for what starts beside a timing do to it.
   pool-freecontext  the same with only CUDA's context off the GPU lock (the first kernel still holds it).
+           Run AN (H200): neither paid, 4.10-4.38 s a candidate against `pool-noncu`'s 4.25.
+  pool-gather  the same as `pool-noncu`, with each timing that comes while checks run letting them go on for up
+           to --gather-s seconds until a second timing comes (GpuLock.gather_s): two timings, one drain of
+           the GPU (run AN: draining was 36 s of `pool-noncu`'s 123 s). Run `pool-noncu,pool-gather,pool-noncu`.
   pool-parked  the same as `pool`, with the warm profiling workers' ncu front ends stopped (SIGSTOP) until used:
            an idle one's ncu front end kept a CPU core busy (run W). Run `pool,pool-parked,pool` to see drift.
   pool-unwarmed  the same as `pool`, with the profiler's inputs and first call in the hold of the GPU alone
@@ -242,7 +246,8 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     print(f"{key}: GPU lock, seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(lock["seconds"].items()))
           + "; steps by seconds held (holds, longest, seconds that kept a holder alone waiting): "
           + "; ".join(f"{r['mode']} {r['step']} {r['seconds']:.1f} ({r['holds']}, {r['longest']:.2f}, "
-                      f"{r['draining']:.1f})" for r in lock["steps"][:8]), flush=True)
+                      f"{r['draining']:.1f})" for r in lock["steps"][:8])
+          + (f"; timings gathered: {lock['gathered']}" if "gathered" in lock else ""), flush=True)
     steady = report[key]["steady_per_minute"]
     steady = f"{steady:.1f}/min" if steady else f"none: fewer than {2 * threads + 2} results"
     again = report[key]["evaluated_again"]
@@ -259,6 +264,9 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
 
 # The pool parts without ncu whose workers' start holds the GPU lock for fewer of its parts (WorkerPool.start_holds)
 START_HOLDS = {"pool-freestart": frozenset(), "pool-freecontext": frozenset({"first_kernel"})}
+# The pool part without ncu whose timings gather in pairs before the GPU drains for them (GpuLock.gather_s)
+GATHER_PART = "pool-gather"
+NONCU_PARTS = {"pool-noncu", GATHER_PART, *START_HOLDS}
 
 
 def self_spread(speedups: list[float]) -> str:
@@ -490,6 +498,8 @@ def main() -> None:
     ap.add_argument("--peer-tasks", default="add_value,softmax_triton1,rmsnorm_triton,dropout_triton,"
                                             "matmul_kernel,kldiv_compute")
     ap.add_argument("--threads", type=int, default=3)
+    ap.add_argument("--gather-s", type=float, default=3.0,
+                    help=f"the {GATHER_PART} part's GpuLock.gather_s: how long a timing waits for a second one")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warm-profilers", type=int, default=None,
                     help="workers kept started under ncu (default: threads + 3)")
@@ -542,9 +552,10 @@ def main() -> None:
                 threads = int(n) if n else args.threads
                 profiles, lock, tune, warmed = ev.use_ncu, ev.profile_lock, ev.tune_alone, ev.profile_warm
                 ev.profile_warm = warmed and part != "pool-unwarmed"
-                ev.use_ncu = profiles and part != "pool-noncu" and part not in START_HOLDS
-                holds = ev.pool.start_holds
+                ev.use_ncu = profiles and part not in NONCU_PARTS
+                holds, gather = ev.pool.start_holds, ev.pool.gpu_lock.gather_s
                 ev.pool.start_holds = START_HOLDS.get(part, holds)
+                ev.pool.gpu_lock.gather_s = args.gather_s if part == GATHER_PART else gather
                 ev.profile_lock = {"pool-shared": "shared", "pool-apart": "apart"}.get(part, lock)
                 ev.tune_alone = part != "pool-autotune"  # that part: the whole check with the GPU alone
                 parked = ev.pool.park_profilers
@@ -556,7 +567,7 @@ def main() -> None:
                 finally:
                     ev.use_ncu, ev.profile_lock, ev.tune_alone, ev.profile_warm = profiles, lock, tune, warmed
                     ev.pool.set_park_profilers(parked)
-                    ev.pool.start_holds = holds
+                    ev.pool.start_holds, ev.pool.gpu_lock.gather_s = holds, gather
                 if not (parts[i + 1:i + 2] and (parts[i + 1].startswith("pool") or parts[i + 1] == "speed")):
                     ev.pool.keep_at_most(4)  # as an evaluator does by default: 29 references fill an 80 GB GPU
             else:

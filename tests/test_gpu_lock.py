@@ -52,6 +52,73 @@ def test_shared_holders_overlap_and_exclusive_waits_for_them():
         t.join(5)
 
 
+def _until(lock: GpuLock, text: str) -> None:
+    deadline = time.monotonic() + 5
+    while not any(text in h for h in lock.state()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert any(text in h for h in lock.state()), lock.state()
+
+
+def test_two_timings_gather_so_that_the_gpu_drains_once_for_both():
+    """GpuLock.gather_s: a timing that comes while a check runs lets checks go on until a second timing comes;
+    then both wait for the checks in progress and go one after the other, no check between them."""
+    lock = GpuLock()
+    lock.gather_s = 10.0
+    ev = {k: (threading.Event(), threading.Event()) for k in ("a", "b", "c", "x1", "x2")}
+    a = _holder(lock, "shared", *ev["a"])
+    assert ev["a"][0].wait(5)
+    x1 = _holder(lock, "exclusive", *ev["x1"])
+    _until(lock, f"{x1.name}: gathering")
+    b = _holder(lock, "shared", *ev["b"])
+    assert ev["b"][0].wait(5), "a check could not start while a lone timing gathered"
+    x2 = _holder(lock, "exclusive", *ev["x2"])
+    _until(lock, f"{x2.name}: waiting")
+    c = _holder(lock, "shared", *ev["c"])
+    assert not ev["c"][0].wait(0.3), "a check started once two timings waited"
+    assert not (ev["x1"][0].is_set() or ev["x2"][0].is_set())
+    ev["a"][1].set()
+    ev["b"][1].set()
+    deadline = time.monotonic() + 5
+    while not (ev["x1"][0].is_set() or ev["x2"][0].is_set()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    first, second = ("x1", "x2") if ev["x1"][0].is_set() else ("x2", "x1")
+    assert not ev[second][0].is_set(), "two timings had the GPU at once"
+    ev[first][1].set()
+    assert ev[second][0].wait(5)
+    assert not ev["c"][0].is_set(), "a check ran between the two gathered timings"
+    ev[second][1].set()
+    assert ev["c"][0].wait(5)
+    ev["c"][1].set()
+    for t in (a, b, c, x1, x2):
+        t.join(5)
+    assert lock.stats()["gathered"] == {"paired": 2}
+
+
+def test_a_lone_timing_gathers_no_longer_than_gather_s_nor_once_the_gpu_is_free():
+    lock = GpuLock()
+    lock.gather_s = 0.3
+    ev = {k: (threading.Event(), threading.Event()) for k in ("a", "c", "x", "y")}
+    a = _holder(lock, "shared", *ev["a"])
+    assert ev["a"][0].wait(5)
+    x = _holder(lock, "exclusive", *ev["x"])
+    _until(lock, f"{x.name}: waiting")  # gave up gathering after 0.3 s: the GPU drains for it alone
+    c = _holder(lock, "shared", *ev["c"])
+    assert not ev["c"][0].wait(0.3)
+    ev["a"][1].set()
+    assert ev["x"][0].wait(5)
+    ev["x"][1].set()
+    assert ev["c"][0].wait(5)
+    lock.gather_s = 60.0
+    y = _holder(lock, "exclusive", *ev["y"])
+    _until(lock, f"{y.name}: gathering")
+    ev["c"][1].set()  # the last check ends: the timing goes at once, not after 60 s
+    assert ev["y"][0].wait(5)
+    ev["y"][1].set()
+    for t in (a, c, x, y):
+        t.join(5)
+    assert lock.stats()["gathered"] == {"waited out": 1, "free": 1}
+
+
 def test_shared_steps_fit_in_the_memory_budget_and_wait_in_order_of_arrival():
     """Steps share the GPU while the bytes they declare fit in the budget; one that does not fit waits, and so
     do the steps that come after it, even small ones (it is not starved); a step alone always goes."""
