@@ -248,7 +248,7 @@ class GpuLock:
         self._gathered["free" if not self._sharing else "paired" if paired else "waited out"] += 1
 
     def state(self) -> list[str]:
-        """Per thread: its name, `shared`, `exclusive` or `waiting` (for exclusive), and for how long."""
+        """Per thread: its name, `shared`, `exclusive`, `gathering` or `waiting` (for exclusive), and for how long."""
         now = time.monotonic()
         with self._cond:
             return [f"{name}: {mode} {now - since:.0f}s" for name, mode, since, _ in self._holders.values()]
