@@ -227,6 +227,8 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
                    # the GPU lock's seconds by state (alone, shared, draining: shared steps finishing while a
                    # holder alone waits; free) and per step (GpuLock.stats)
                    "gpu_lock": lock,
+                   # how long a timing let the checks go on for a second timing (GpuLock.gather_s; 0: never)
+                   "gather_s": ev.pool.gpu_lock.gather_s,
                    "cores": cores,
                    # shapes measured again (a disturbed reference) and shapes whose call synchronises, per task
                    "retimed": {t.name: n for t, r in evaluated if (n := sum(s.retimed for s in r.shapes))},
@@ -267,6 +269,9 @@ START_HOLDS = {"pool-freestart": frozenset(), "pool-freecontext": frozenset({"fi
 # The pool part without ncu whose timings gather in pairs before the GPU drains for them (GpuLock.gather_s)
 GATHER_PART = "pool-gather"
 NONCU_PARTS = {"pool-noncu", GATHER_PART, *START_HOLDS}
+# every part --parts takes, in the docstring's order (run AO lost its pool to a part missing from a second list)
+PARTS = ("speed", "pool", "pool-shared", "pool-apart", "pool-noncu", *START_HOLDS, GATHER_PART, "pool-parked",
+         "pool-unwarmed", "pool-autotune", "pool-autotune-alone", "repeat", "peers")
 
 
 def self_spread(speedups: list[float]) -> str:
@@ -513,11 +518,9 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", ".") + "/eval_throughput.json")
     args = ap.parse_args()
     parts = args.parts.split(",")
-    known = ("speed", "pool", "pool-shared", "pool-apart", "pool-noncu", "pool-freestart", "pool-freecontext",
-             "pool-parked", "pool-unwarmed", "pool-autotune", "pool-autotune-alone", "repeat", "peers")
-    unknown = [p for p in parts if p.split("@")[0] not in known or not _threads_ok(p)]
+    unknown = [p for p in parts if p.split("@")[0] not in PARTS or not _threads_ok(p)]
     if unknown:
-        raise UserError(f"unknown part {unknown[0]!r}: use {', '.join(known)}")
+        raise UserError(f"unknown part {unknown[0]!r}: use {', '.join(PARTS)}")
     preset = preset_of(args.preset)  # a bad one stops the run before any GPU work
     names = [n for n in args.tasks.split(",") if n] or tritonbench.level12()
     jobs = repeat_jobs(names if args.repeat_tasks == "all" else args.repeat_tasks.split(","),

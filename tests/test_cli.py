@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -229,6 +230,35 @@ def test_the_throughput_freestart_part_starts_workers_off_the_gpu_lock(tmp_path)
     steps = {(r["mode"], r["step"]) for r in pool["gpu_lock"]["steps"]}
     assert ("exclusive", "timing") in steps and not any(step == "worker start" for _, step in steps), steps
     assert pool["worker_start_phases"]["context"]["n"] == 1
+
+
+def test_every_part_the_throughput_script_describes_is_one_it_takes():
+    """Each part eval_throughput.py's docstring names is in the list --parts checks against (run AO lost its pool
+    to pool-gather, described and handled but missing from that list)."""
+    path = ROOT / "benchmarks" / "eval_throughput.py"
+    spec = importlib.util.spec_from_file_location("eval_throughput", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    described = re.findall(r"^  ([a-z][a-z-]+)  ", module.__doc__, flags=re.M)
+    named = set(module.PARTS)
+    assert "pool-gather" in described and len(described) >= 14, described
+    assert set(described) <= named, set(described) - named
+
+
+@needs_tb
+def test_the_throughput_gather_part_runs_with_its_timings_gathering(tmp_path):
+    """benchmarks/eval_throughput.py's pool-gather part: the pool without ncu, its timings under the GPU lock's
+    gather_s (--gather-s), and the pool-noncu part after it back at none."""
+    script = ROOT / "benchmarks" / "eval_throughput.py"
+    env = {**os.environ, "KERNELBAND_MODE": "interpreter", "KERNELBAND_TRITONBENCH": str(TB_JSON)}
+    done = subprocess.run([sys.executable, str(script), "--parts", "pool-gather@2,pool-noncu@2", "--gather-s", "0.5",
+                           "--tasks", "add_value", "--out", "out.json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "out.json").read_text())
+    gather, noncu = report["pool-gather@2"], report["pool-noncu@2"]
+    assert gather["outcomes"] == noncu["outcomes"] == {"add_value": "ok"}
+    assert gather["ncu"] is False and gather["gather_s"] == 0.5 and noncu["gather_s"] == 0
 
 
 @needs_tb
