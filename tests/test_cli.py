@@ -182,17 +182,22 @@ def test_a_benchmark_script_given_bad_input_says_so_in_one_line_and_exits_2(tmp_
     assert said.get(" ".join(args[1:-2]), str(tmp_path / "missing.json")) in done.stderr
 
 
+def run_throughput(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """benchmarks/eval_throughput.py on the interpreter with `args`: the finished process and its report."""
+    env = {**os.environ, "KERNELBAND_MODE": "interpreter", "KERNELBAND_TRITONBENCH": str(TB_JSON)}
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "eval_throughput.py"), *args, "--out", "out.json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done, json.loads((tmp_path / "out.json").read_text())
+
+
 @needs_tb
 def test_the_throughput_pool_part_says_where_each_candidates_time_went_and_where_its_phi_came_from(tmp_path):
     """benchmarks/eval_throughput.py's pool part on the interpreter: per task, its seconds (the timing's phases
     among them) and whether its φ came from ncu; a rate with ncu off says so."""
-    script = ROOT / "benchmarks" / "eval_throughput.py"
-    env = {**os.environ, "KERNELBAND_MODE": "interpreter", "KERNELBAND_TRITONBENCH": str(TB_JSON)}
-    done = subprocess.run([sys.executable, str(script), "--parts", "pool@2", "--tasks", "add_value,softmax_triton1",
-                           "--preset", "default+max_ms=25", "--out", "out.json"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    pool = json.loads((tmp_path / "out.json").read_text())["pool@2"]
+    done, report = run_throughput(tmp_path, "--parts", "pool@2", "--tasks", "add_value,softmax_triton1",
+                                  "--preset", "default+max_ms=25")
+    pool = report["pool@2"]
     assert pool["outcomes"] == {"add_value": "ok", "softmax_triton1": "ok"}
     assert pool["presets"] == ["default+max_ms=25"]  # --preset: the variant evaluated the candidates
     assert sorted(pool["seconds_by_task"]) == ["add_value", "softmax_triton1"]
@@ -220,12 +225,7 @@ def test_the_throughput_pool_part_says_where_each_candidates_time_went_and_where
 def test_the_throughput_freestart_part_starts_workers_off_the_gpu_lock(tmp_path):
     """benchmarks/eval_throughput.py's pool-freestart part: the pool without ncu, its workers' start (CUDA's
     context, the first kernel) holding no part of the GPU lock, the holds of its checks and timings as before."""
-    script = ROOT / "benchmarks" / "eval_throughput.py"
-    env = {**os.environ, "KERNELBAND_MODE": "interpreter", "KERNELBAND_TRITONBENCH": str(TB_JSON)}
-    done = subprocess.run([sys.executable, str(script), "--parts", "pool-freestart@2", "--tasks", "add_value",
-                           "--out", "out.json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    pool = json.loads((tmp_path / "out.json").read_text())["pool-freestart@2"]
+    pool = run_throughput(tmp_path, "--parts", "pool-freestart@2", "--tasks", "add_value")[1]["pool-freestart@2"]
     assert pool["outcomes"] == {"add_value": "ok"} and pool["ncu"] is False
     steps = {(r["mode"], r["step"]) for r in pool["gpu_lock"]["steps"]}
     assert ("exclusive", "timing") in steps and not any(step == "worker start" for _, step in steps), steps
@@ -246,16 +246,11 @@ def test_every_part_the_throughput_script_describes_is_one_it_takes():
 
 
 @needs_tb
-def test_the_throughput_gather_part_runs_with_its_timings_gathering(tmp_path):
+def test_the_throughput_gather_part_runs_its_timings_under_gather_s(tmp_path):
     """benchmarks/eval_throughput.py's pool-gather part: the pool without ncu, its timings under the GPU lock's
     gather_s (--gather-s), and the pool-noncu part after it back at none."""
-    script = ROOT / "benchmarks" / "eval_throughput.py"
-    env = {**os.environ, "KERNELBAND_MODE": "interpreter", "KERNELBAND_TRITONBENCH": str(TB_JSON)}
-    done = subprocess.run([sys.executable, str(script), "--parts", "pool-gather@2,pool-noncu@2", "--gather-s", "0.5",
-                           "--tasks", "add_value", "--out", "out.json"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads((tmp_path / "out.json").read_text())
+    report = run_throughput(tmp_path, "--parts", "pool-gather@2,pool-noncu@2", "--gather-s", "0.5",
+                            "--tasks", "add_value")[1]
     gather, noncu = report["pool-gather@2"], report["pool-noncu@2"]
     assert gather["outcomes"] == noncu["outcomes"] == {"add_value": "ok"}
     assert gather["ncu"] is False and gather["gather_s"] == 0.5 and noncu["gather_s"] == 0
@@ -266,13 +261,9 @@ def test_the_throughput_repeat_part_keeps_each_shapes_times_and_the_spread_of_it
     """benchmarks/eval_throughput.py's repeat part on the interpreter: per evaluation, each search shape's time
     on both sides and, aligned with them, the CV of the measurement's iterations (None where one iteration ran,
     as on the interpreter)."""
-    script = ROOT / "benchmarks" / "eval_throughput.py"
-    env = {**os.environ, "KERNELBAND_MODE": "interpreter", "KERNELBAND_TRITONBENCH": str(TB_JSON)}
-    done = subprocess.run([sys.executable, str(script), "--parts", "repeat", "--repeat-tasks", "add_value",
-                           "--repeat-presets", "default", "--repeats", "2", "--out", "out.json"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    (row,) = json.loads((tmp_path / "out.json").read_text())["repeat"]
+    report = run_throughput(tmp_path, "--parts", "repeat", "--repeat-tasks", "add_value", "--repeat-presets", "default",
+                            "--repeats", "2")[1]
+    (row,) = report["repeat"]
     assert row["n"] == 2 and len(row["shapes_ms"]) == len(row["shapes_iter_cv"]) == 2
     for times, spread in zip(row["shapes_ms"], row["shapes_iter_cv"]):
         assert [len(side) for side in spread] == [len(side) for side in times] and times[0]
