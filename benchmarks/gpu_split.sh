@@ -5,7 +5,8 @@
 #   bash benchmarks/gpu_collect.sh 575     # in a later call: wait, then copy the logs to $OUT
 #
 # Parts: calibration, then eval_throughput's POOL_PARTS (default pool-noncu@8,peers; empty: none) over the 29
-# tasks under POOL_PRESET (default `default`), the peers on PEER_TASKS; the GPU tests (GPU_TESTS=0: none), then
+# tasks under POOL_PRESET (default `default`), the peers on PEER_TASKS; the GPU tests (GPU_TESTS=0: none; at most
+# TESTS_TIMEOUT_S, default 720), then
 # GPU1_CMD (default: nothing); the repeat part (REPEAT_TASKS, default all; REPEAT_PRESETS, default `default`;
 # REPEAT_EXTRA: more TASKS:PRESETS groups, as --repeat-extra; REPEAT=0: none).
 #   4 GPUs or more: pool on 0, tests on 1, a repeat lane on each of 2 and up (GPU_TESTS=0: on each of 1 and up).
@@ -51,8 +52,8 @@ pool() {  # $1: GPU
 tests() {  # $1: GPU
   [ "${GPU_TESTS:-1}" = 0 ] && return 0
   # run AL: 27 passed in 461 s; run AO's 480 s limit cut the last one off (124 reads as a timeout)
-  CUDA_VISIBLE_DEVICES=$1 timeout "${TESTS_TIMEOUT_S:-720}" python3 -m pytest -m gpu tests/test_hostile.py tests/test_kernels.py -q \
-    -p no:cacheprovider > "$S/gpu_tests.log" 2>&1
+  CUDA_VISIBLE_DEVICES=$1 timeout "${TESTS_TIMEOUT_S:-720}" python3 -m pytest -m gpu tests/test_hostile.py \
+    tests/test_kernels.py -q -p no:cacheprovider > "$S/gpu_tests.log" 2>&1
   ended "gpu tests"
   [ -n "${GPU1_CMD:-}" ] && CUDA_VISIBLE_DEVICES=$1 bash -c "$GPU1_CMD" > "$S/gpu1.log" 2>&1
   return 0
