@@ -6,9 +6,8 @@
 #
 # Parts: calibration, then eval_throughput's POOL_PARTS (default pool-noncu@8,peers; empty: none) over the 29
 # tasks under POOL_PRESET (default `default`), the peers on PEER_TASKS; the GPU tests (GPU_TESTS=0: none; at most
-# TESTS_TIMEOUT_S, default 720), then
-# GPU1_CMD (default: nothing); the repeat part (REPEAT_TASKS, default all; REPEAT_PRESETS, default `default`;
-# REPEAT_EXTRA: more TASKS:PRESETS groups, as --repeat-extra; REPEAT=0: none).
+# TESTS_TIMEOUT_S, default 720), then GPU1_CMD (default: nothing); the repeat part (REPEAT_TASKS, default all;
+# REPEAT_PRESETS, default `default`; REPEAT_EXTRA: more TASKS:PRESETS groups, as --repeat-extra; REPEAT=0: none).
 #   4 GPUs or more: pool on 0, tests on 1, a repeat lane on each of 2 and up (GPU_TESTS=0: on each of 1 and up).
 #   2 or 3 GPUs: pool then a repeat lane on 0, tests then a repeat lane on 1 (and a lane on 2).
 #   1 GPU: one after the other, each part alone on the GPU: pool, tests, repeat.
