@@ -22,6 +22,8 @@ import os
 import shutil
 import threading
 
+from kernelband.evaluation.gone import WorkerGone
+
 # phi key -> (metric, scale to percent or count)
 METRICS: dict[str, tuple[str, float]] = {
     "l2_hit_rate": ("lts__t_sector_hit_rate.pct", 1.0),
@@ -114,8 +116,6 @@ def cache_key(device: str, source: str, shape: int) -> str:
 
 def report_text(worker, wait: float = 120.0) -> str | None:
     """Ask a profiling worker to exit, wait for ncu to write its CSV, and return it (None if it wrote none)."""
-    from kernelband.evaluation.pool import WorkerGone
-
     try:
         worker.request({"op": "exit"}, 5)
     except WorkerGone:
@@ -164,8 +164,6 @@ class Profile:
         return self
 
     def prepare(self) -> None:
-        from kernelband.evaluation.pool import WorkerGone
-
         if self.values is not None:
             return
         try:
@@ -214,8 +212,6 @@ class Profile:
     def _run(self, op: str, failed: str) -> dict | None:
         """One request for the profiled shape to the profiling worker, its reply if it succeeded; a failure
         ends the profile."""
-        from kernelband.evaluation.pool import WorkerGone
-
         worker = self.worker
         if worker is None:
             return None

@@ -93,13 +93,13 @@ NCU_SKIPPED = "ncu: not run (the search's policy and proposer do not use φ)"
 # its checks with the GPU alone (Evaluator.evaluate); its note:
 ALONE_NOTE = ("out of GPU memory beside other evaluations' steps ({first}): evaluated again, its checks with "
               "the GPU alone ({closed} idle references of other tasks closed first)")
+_ALONE_NOTE_HEAD = "out of GPU memory beside other evaluations' steps ("  # what ALONE_NOTE starts with
 _OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError")
 
 
 def evaluated_again_alone(result) -> bool:
-    """The evaluation's verdict is its second attempt, with the GPU alone (its notes carry ALONE_NOTE)."""
-    head = ALONE_NOTE.split("{")[0]
-    return any(n.startswith(head) for n in result.notes)
+    """The evaluation's verdict is its second attempt, with the GPU alone (EvalResult.retried_alone)."""
+    return result.retried_alone
 
 
 def out_of_memory(error: str) -> bool:
@@ -202,6 +202,12 @@ class EvalResult:
     seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     rules: int = RULES  # the evaluator's rules it was judged by
+    # Nsight Compute skipped by choice (`Evaluator.evaluate(profile=False)`): φ is the compiler's and the
+    # timing's, and a later search that reads φ evaluates the candidate again. Its note: NCU_SKIPPED.
+    ncu_skipped: bool = False
+    # The verdict is a second attempt with the GPU alone, after running out of memory beside other
+    # evaluations' steps (`Evaluator.evaluate`). Its note: ALONE_NOTE.
+    retried_alone: bool = False
 
     @property
     def ok(self) -> bool:
@@ -220,4 +226,8 @@ class EvalResult:
                        for s in d.get("shapes", [])]
         d["features"] = Features(**d.get("features", {}))
         d.setdefault("rules", 1)
+        # rows stored before these flags were fields say them in their notes only
+        notes = d.get("notes", [])
+        d.setdefault("ncu_skipped", NCU_SKIPPED in notes)
+        d.setdefault("retried_alone", any(n.startswith(_ALONE_NOTE_HEAD) for n in notes))
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
