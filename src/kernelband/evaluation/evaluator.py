@@ -26,7 +26,7 @@ from contextlib import nullcontext
 from functools import partial
 
 from kernelband.errors import TaskError, UserError
-from kernelband.evaluation import context, ncu, sol
+from kernelband.evaluation import base, context, ncu, sol
 from kernelband.evaluation import features as feature_mod
 from kernelband.evaluation.checks import Checks
 from kernelband.evaluation.context import (
@@ -86,7 +86,7 @@ def _setting(name: str) -> property:
     return property(lambda self: getattr(self.settings, name), lambda self, value: setattr(self.settings, name, value))
 
 
-class Evaluator:
+class Evaluator(base.Evaluator):
     """Evaluates candidates; thread-safe, so several can be in flight (one timing at a time per GPU)."""
 
     limits = _setting("limits")
