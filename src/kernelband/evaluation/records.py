@@ -52,8 +52,8 @@ class Preset:
     # `span_task_ms` over the shapes timed (by events), a shape whose reference takes under `span_below_ms`
     # is timed by the calls' spans on the GPU as CUPTI records them (first kernel's start to last kernel's
     # end), which leave out the launch's start-up: the part of a µs kernel's event time that moves from one
-    # process to the next (worker/timing.py; BENCHMARKS.md, runs AJ and AK). Only there does that part weigh
-    # on the runtime-weighted speedup; elsewhere the spans' profiler would cost time for nothing (run AK).
+    # process to the next (worker/timing.py; BENCHMARKS.md, timing repeatability). Only there does that part
+    # weigh on the runtime-weighted speedup; elsewhere the spans' profiler would cost time for nothing.
     # Needs `recheck`.
     timer: str = "events"
     span_below_ms: float = 0.1
@@ -112,17 +112,19 @@ PRESETS = {
                     recheck=1.2, retries=2),
     # Cheaper: fewer iterations, capped at 40 ms a measurement, the reference and the
     # candidate measured once each per shape, who goes first alternating from shape to shape. (Two ABBA
-    # rounds agreed to a median 0.14 % on an idle H100 once the GPU was kept ahead: BENCHMARKS.md, run J.)
+    # rounds agreed to a median 0.14 % on an idle H100 once the GPU was kept ahead: BENCHMARKS.md, timing
+    # repeatability.)
     # Autotuners time each config for 5 + 20 ms instead of Triton's 25 + 100: in bench 2 (H200) the tune
     # calls of an autotuned candidate, the GPU to itself, took a median 14.1 s, of which do_bench's own
     # 125 ms per config and shape came to at least 11.2 s (2.2 s at 25 ms).
     # In a task whose shapes take under 0.2 ms all together, those under 0.1 ms are timed by the calls' spans
     # on the GPU (CUPTI); and each call runs on one of 32 copies of the inputs in pages of their own. On such
     # tasks the events' launch part moved from one process to the next, and a µs kernel's own time with where
-    # its inputs lie (BENCHMARKS.md, run AK: l2_norm_triton1's CV of 5 evaluations 1.0-2.5 % by events,
+    # its inputs lie (BENCHMARKS.md, timing repeatability: l2_norm_triton1's CV of 5 evaluations 1.0-2.5 % by events,
     # 0.3-0.6 % so).
     # A measurement is the mean of its middle 80 % of iterations (`trimmed`): where a shape's iterations fall in
-    # two groups, the median jumps between them from one measurement to the next (BENCHMARKS.md, run AN:
+    # two groups, the median jumps between them from one measurement to the next (BENCHMARKS.md, timing
+    # repeatability:
     # cosine_compute's CV of 5 evaluations 1.16 % by the median, 0.62 % so, on one H200 in one session; all
     # 29 tasks at or below 0.62 %).
     "default": Preset("default", warmup=10, rep=100, unit="iters", stat="trimmed", rounds=1, max_ms=40.0,

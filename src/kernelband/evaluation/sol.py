@@ -83,7 +83,7 @@ def _terms_ms(nbytes: float | None, flops: float | None, peaks: Peaks) -> tuple[
 # How much faster than its bound a time may be before it is suspicious, by the term that sets the bound.
 # Bandwidth: 5 %, for noise and for a kernel that beats the calibration's copy rate by a little.
 # Compute: 25 %, because the peak is what torch.matmul reached at one size, not the hardware's limit: a
-# Triton matmul reached 718 TFLOP/s against the H200's calibrated 678 (run V, BENCHMARKS.md), and five
+# Triton matmul reached 718 TFLOP/s against the H200's calibrated 678 (BENCHMARKS.md, calibration), and five
 # calibrations of the same H100 model ranged from 686 to 739. A kernel that skips its work is far faster
 # than either margin; its outputs fail the other checks too.
 BANDWIDTH_TOLERANCE = 1.05
