@@ -33,7 +33,6 @@ import numpy as np
 
 from kernelband import stacks
 from kernelband.errors import UserError, run_script
-from kernelband.evaluation.evaluator import PROFILE_LOCKS
 from kernelband.evaluation.records import PHI_KEYS, RHO_KEYS, EvalResult, Features, Outcome, ShapeResult
 from kernelband.report.metrics import faster_verdict
 from kernelband.search.bench import Bench, BenchConfig, measured_elsewhere, suite_tasks
@@ -322,20 +321,11 @@ def main() -> None:
                     help="a sweep log or quality<N>.json of an earlier session's grid: its finished tasks are "
                          "not evaluated again (repeatable)")
     ap.add_argument("--runs-per-gpu", type=int, default=2, help="runs in flight per GPU (compiles overlap timing)")
-    ap.add_argument("--profile-lock", default="exclusive", choices=PROFILE_LOCKS,
-                    help="ncu's profiled run alone on the GPU in the timing's hold, alone in one of its own, or "
-                         "beside other candidates' checks")
     ap.add_argument("--strategies", default=None,
                     help="a strategies file for a new bench (e.g. adding coarsen to tiling)")
     ap.add_argument("--warm-profilers", type=int, default=None,
                     help="workers kept started under ncu per GPU (default runs-per-gpu + 3); each idle one's "
                          "ncu front end takes CPU")
-    ap.add_argument("--park-profilers", action="store_true",
-                    help="stop each warm ncu worker's front end (SIGSTOP) until it is used: an idle one kept a "
-                         "CPU core busy (BENCHMARKS.md, run W)")
-    ap.add_argument("--tune-alone", action=argparse.BooleanOptionalAction, default=True,
-                    help="an autotuned module: one call per shape with the GPU alone, then a shared check "
-                         "(the default); --no-tune-alone: the whole check with the GPU alone")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     report: dict = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
@@ -350,9 +340,7 @@ def main() -> None:
         from kernelband.evaluation.evaluator import Evaluator
 
         store = Store(args.db)
-        evaluators = [Evaluator(device_index=i, warm=args.runs_per_gpu + 1, profile_lock=args.profile_lock,
-                                tune_alone=args.tune_alone, warm_profilers=args.warm_profilers,
-                                park_profilers=args.park_profilers)
+        evaluators = [Evaluator(device_index=i, warm=args.runs_per_gpu + 1, warm_profilers=args.warm_profilers)
                       for i in range(max(1, torch.cuda.device_count()))]
         # `kill -USR1` prints every thread's stack to stderr (benchmarks/gpu_collect.sh does, each call)
         stacks.dump_on(signal.SIGUSR1)

@@ -250,7 +250,7 @@ def test_a_stored_speed_of_light_verdict_that_the_task_now_waives_is_measured_ag
 def test_a_stored_out_of_memory_error_is_reused_only_if_it_came_with_the_gpu_alone(tmp_path: Path):
     """Before the evaluator tried a candidate that ran out of GPU memory again with the GPU alone, such an
     error may have been the other evaluations' doing: that source is evaluated again. One that ran out of
-    memory alone too (the note says so) is the candidate's own verdict and is reused."""
+    memory alone too (`retried_alone`) is the candidate's own verdict and is reused."""
     from kernelband.evaluation.records import ALONE_NOTE, EvalResult, Outcome
     from kernelband.search.core import source_hash
 
@@ -271,7 +271,8 @@ def test_a_stored_out_of_memory_error_is_reused_only_if_it_came_with_the_gpu_alo
         sources[i] = source_hash(child)
         store.add_candidate(run, i, child, sources[i], 0, "tiling", 1, 0)
         store.add_evaluation(run, i, "search", EvalResult(task=task.key, outcome=Outcome.RUNTIME_ERROR,
-                                                          error=error, detail=error, notes=notes))
+                                                          error=error, detail=error, notes=notes,
+                                                          retried_alone=bool(notes)))
     lookup = bench._lookup(task, Fingerprinted())
     assert lookup(sources[1]) is None
     assert lookup(sources[2]).outcome == Outcome.RUNTIME_ERROR

@@ -20,7 +20,7 @@ class _Evaluator:
     def evaluate(self, task, source, preset=None, which="search", seed=None, profile=True):
         self.asked.append((which, profile))
         notes = [] if profile else ["ncu: not run (the search's policy and proposer do not use φ)"]
-        return EvalResult(task="t", outcome=Outcome.OK, speedup=1.0, notes=notes)
+        return EvalResult(task="t", outcome=Outcome.OK, speedup=1.0, notes=notes, ncu_skipped=not profile)
 
 
 class _Store:
@@ -60,7 +60,7 @@ def test_a_search_profiles_only_where_phi_is_read(name, llm, profiled):
 
 def test_an_evaluation_made_without_ncu_is_not_reused_by_a_search_that_reads_phi():
     unprofiled = EvalResult(task="t", outcome=Outcome.OK, speedup=2.0,
-                            notes=["ncu: not run (the search's policy and proposer do not use φ)"])
+                            notes=["ncu: not run (the search's policy and proposer do not use φ)"], ncu_skipped=True)
     needs = _search(policies.make_policy("kernelband", seed=0), _Proposer(False), lookup=lambda h: unprofiled)
     needs._evaluate(1, "src")
     assert needs.evaluator.asked == [("search", True)]  # evaluated again, with ncu

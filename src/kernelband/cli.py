@@ -182,7 +182,8 @@ def calibrate_cmd(
     """Measure this GPU's peak copy bandwidth and matmul throughput (cached per GPU name)."""
     from kernelband.evaluation import sol
     from kernelband.evaluation.evaluator import detect_mode
-    from kernelband.evaluation.pool import WorkerGone, WorkerPool
+    from kernelband.evaluation.gone import WorkerGone
+    from kernelband.evaluation.pool import WorkerPool
     if detect_mode() != "gpu":
         _fail("no GPU: calibration measures a GPU's peaks (the interpreter has no speed of light)")
     with WorkerPool("gpu", warm=0) as pool:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelband.errors import SetupError, UserError
-from kernelband.evaluation.records import NCU_SKIPPED, EvalResult, Outcome
+from kernelband.evaluation.records import EvalResult, Outcome
 from kernelband.search.core import Arm, Attempt, Candidate, Context, Proposal, Proposer, Strategy, source_hash
 from kernelband.search.store import Store
 from kernelband.tasks.model import Task
@@ -378,7 +378,7 @@ class Search:
 
 def profiled(result: EvalResult) -> bool:
     """False for an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`)."""
-    return NCU_SKIPPED not in result.notes
+    return not result.ncu_skipped
 
 
 def _done(value) -> Future:
