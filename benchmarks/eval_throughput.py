@@ -129,7 +129,7 @@ def part_speed(ev: Evaluator, names: list[str], report: dict, save) -> None:
 @functools.cache  # made once for both pool-autotune parts
 def autotuned_sources(names: tuple[str, ...]) -> dict[str, str]:
     """Per task, its starting kernel under the rewriter's first `autotune` variant (tasks without one left out)."""
-    from kernelband.search.rewrite import options
+    from kernelband.proposers.rewriter.proposer import options
     sources = {}
     for name in names:
         found = options(load_task(f"tritonbench:{name}").module_source, ("autotune",))

@@ -16,7 +16,7 @@ from pathlib import Path
 from reference_drift import utc_seconds  # benchmarks/, this script's folder
 
 from kernelband.errors import UserError, run_script
-from kernelband.search.store import Store
+from kernelband.store import Store
 
 
 def utc(text: str) -> float:

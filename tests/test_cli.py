@@ -371,7 +371,7 @@ def test_bad_input_leaves_no_new_database_behind(tmp_path):
                                         (["ok.db", "--since", "yesterday"], "not a UTC time: 'yesterday'"),
                                         (["ok.db", "--bench", "7"], "no bench 7 in")])
 def test_the_quarantine_script_given_bad_input_says_so_in_one_line_and_exits_2(tmp_path, args, said):
-    from kernelband.search.store import Store
+    from kernelband.store import Store
 
     (tmp_path / "bench.db.xz").write_bytes(b"\xfd7zXZ\x00 packed")
     Store(tmp_path / "ok.db").close()

@@ -36,7 +36,7 @@ from kernelband.report.html import write_report
 from kernelband.report.metrics import parse_target, report_data
 from kernelband.search.core import source_hash
 from kernelband.search.loop import Summary
-from kernelband.search.store import Store
+from kernelband.store import Store
 
 pytestmark = pytest.mark.timeout(120)
 

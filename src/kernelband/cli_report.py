@@ -8,7 +8,7 @@ import typer
 
 from kernelband.cli import _fail, app, out
 from kernelband.errors import UserError
-from kernelband.search.store import DEFAULT_DB
+from kernelband.store import DEFAULT_DB
 
 
 @app.command("report")
@@ -22,7 +22,7 @@ def report_cmd(
 ) -> None:
     """Report a bench or a run: speedup and Fast@1 per iteration, per-task results, pool, lineage, diffs."""
     from kernelband.report.metrics import parse_target, report_data
-    from kernelband.search.store import Store
+    from kernelband.store import Store
 
     if fmt not in ("html", "text", "markdown"):
         _fail(f"unknown --format {fmt!r}: use html, text or markdown")

@@ -15,7 +15,7 @@ from rich.table import Table
 from kernelband import stacks
 from kernelband.cli import _fail, _fmt, app, err, out
 from kernelband.errors import UserError
-from kernelband.search.store import DEFAULT_DB
+from kernelband.store import DEFAULT_DB
 
 
 class LiveView:
@@ -69,7 +69,7 @@ class LiveView:
 def _run_store(db: Path):
     """The run database of one command. One the command created is removed again if the command fails with
     nothing stored in it: bad input leaves no empty database behind (and never touches a used one)."""
-    from kernelband.search.store import Store
+    from kernelband.store import Store
 
     new = not db.exists()
     store = Store(db)
@@ -186,7 +186,7 @@ def runs_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """List the runs in a run database."""
-    from kernelband.search.store import Store
+    from kernelband.store import Store
 
     if not db.exists():
         _fail(f"no run database at {db}; `kernelband optimize` creates it (or pass --db)")
@@ -236,10 +236,10 @@ def bench_cmd(
     """Run every task x policy x seed of a suite into one run database, on every visible GPU."""
     from contextlib import ExitStack
 
+    from kernelband.bench import Bench, BenchConfig, parse_seeds
     from kernelband.evaluation.evaluator import Evaluator, detect_mode
     from kernelband.evaluation.records import PRESETS
-    from kernelband.search.bench import Bench, BenchConfig, parse_seeds
-    from kernelband.search.policies import POLICIES
+    from kernelband.policies.base import POLICIES
     from kernelband.search.session import ProposerChoice, make_proposer
 
     try:

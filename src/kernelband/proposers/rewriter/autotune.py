@@ -1,29 +1,15 @@
-"""The rewriter's built-in source transformations, by name. Each takes a parsed module and returns every
-variant it can make of it, in a fixed order, with the reasons it cannot do more.
+"""The autotune rewrite: wrap a kernel in @triton.autotune over block sizes, num_warps and num_stages, or
+add configs to a kernel that is autotuned already."""
 
-    block_size        scale a block-size constexpr (x2, /2, x4, /4) with the grid that follows it
-    vector_width      more elements per thread: a larger 1-D block for the same warps, or fewer warps
-    num_warps         set num_warps at a launch
-    num_stages        set num_stages at a launch of a kernel whose loop loads data
-    autotune          wrap a kernel in @triton.autotune over block sizes, num_warps and num_stages
-                      (or add a config to a kernel that is autotuned already)
-    cache_hints       eviction_policy / cache_modifier on tl.load and tl.store
-    grouped_ordering  visit the tiles of a 2-D tiled launch in groups of GROUP_M rows (L2 swizzle)
-    coarsen           each program does the work of C consecutive programs, one after another (coarsen.py)
-    rows              each program does the work of R consecutive programs side by side (rows.py)
-    fused_absmax      the host's `x.abs().max()` (two passes over x) as one: the infinity norm
-"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import libcst as cst
 
-from kernelband.search import knobs as knobs_mod
-from kernelband.search.coarsen import coarsen
-from kernelband.search.edits import (
+from kernelband.proposers.rewriter import knobs as knobs_mod
+from kernelband.proposers.rewriter.edits import (
     Edit,
     Found,
     Variant,
@@ -31,357 +17,34 @@ from kernelband.search.edits import (
     keyword_arg,
     parenthesized,
     replace_with,
-    set_int,
     set_kwarg,
-    statements,
     without,
 )
-from kernelband.search.kernelsource import (
+from kernelband.proposers.rewriter.knobs import Knob
+from kernelband.proposers.rewriter.launch_options import (
+    DEFAULT_STAGES,
+    DEFAULT_WARPS,
+    STAGES,
+    WARPS,
+    launch_value,
+)
+from kernelband.proposers.rewriter.source import (
     Kernel,
     Launch,
     ModuleSource,
     code,
-    dotted,
     fresh_name,
     int_value,
     loads,
     subnodes,
     tile_terms,
 )
-from kernelband.search.knobs import Knob
-from kernelband.search.rows import rows
 
-WARPS = (1, 2, 4, 8, 16)
-STAGES = (1, 2, 3, 4, 5)
-DEFAULT_WARPS, DEFAULT_STAGES = 4, 3  # Triton's defaults on NVIDIA GPUs
-GROUP_SIZES = (8, 4, 16)
 MAX_CONFIGS = 8
 MAX_NEW_CONFIGS = 12  # configs offered for a kernel that is autotuned already
 LAUNCH_OPTIONS = ("num_warps", "num_stages")
 OTHER_LAUNCH_OPTIONS = ("num_ctas", "maxnreg", "enable_fp_fusion")
 SIZE_WORDS = ("n_", "num", "size", "len", "numel", "elem", "cols", "rows", "dim", "seq", "batch", "head")
-
-
-# -- block sizes --------------------------------------------------------------------------------------------
-def _scaled(knob: Knob, factor: float, rewrite: str, why: str = "") -> Variant | None:
-    if knob.value is None:
-        return _scaled_at_runtime(knob, factor, rewrite, why)
-    new = int(knob.value * factor)
-    if new * 1.0 != knob.value * factor or not knob.allows(new):
-        return None
-    edits = tuple((node, set_int(new)) for node in knob.nodes)
-    if knob.kind == "literal":
-        what = f"{knob.label} {knob.value} -> {new} at the {knob.where}"
-    else:
-        home = knob.launches[0].scope.name if knob.kind != "module" else "module"
-        what = f"{knob.name} {knob.value} -> {new} ({knob.kind} in {home}: {knob.label} of the {knob.where})"
-    return Variant(rewrite, why + what, knob.touches, edits)
-
-
-def _scaled_at_runtime(knob: Knob, factor: float, rewrite: str, why: str) -> Variant | None:
-    if factor not in (2, 0.5):
-        return None
-    op = "* 2" if factor == 2 else "// 2"
-    edits = tuple((node, replace_with(f"{knob.name} {op}", parenthesize=id(node) in knob.grid_nodes))
-                  for node in knob.nodes)
-    what = f"{knob.label} {knob.name} -> {knob.name} {op} at the {knob.where}"
-    return Variant(rewrite, why + what, knob.touches, edits)
-
-
-def block_size(ms: ModuleSource) -> Found:
-    knobs, reasons = knobs_mod.find(ms)
-    variants = [v for knob in knobs for f in (2, 0.5, 4, 0.25) if (v := _scaled(knob, f, "block_size"))]
-    return Found(variants, reasons)
-
-
-def vector_width(ms: ModuleSource) -> Found:
-    """Elements per thread = BLOCK / (32 * num_warps): grow it for wider (vectorised) loads and stores."""
-    knobs, reasons = knobs_mod.find(ms)
-    variants = []
-    for knob in knobs:
-        if knob.kernel.uses_dot:
-            reasons.append(f"{knob.kernel.name} tiles a tl.dot: its block sizes are not a vector width")
-            continue
-        variants.extend(v for f in (2, 4) if (v := _scaled(knob, f, "vector_width", "more elements per thread: ")))
-    for launch in ms.launches:
-        if launch.kernel.uses_dot or launch.kernel.autotune is not None or not _blocked(launch.kernel):
-            continue
-        current, where = _option(launch, "num_warps", DEFAULT_WARPS)
-        if current is not None and current > 1:
-            variants.append(Variant("vector_width", f"more elements per thread: num_warps {current} -> "
-                                    f"{current // 2} at the {launch.where}", _touches(launch),
-                                    ((where, set_kwarg("num_warps", str(current // 2))),)))
-    return Found(variants, reasons)
-
-
-def _blocked(kernel: Kernel) -> bool:
-    return bool(kernel.tiled or kernel.looped)
-
-
-def _touches(launch: Launch) -> frozenset[str]:
-    return frozenset({launch.scope.top or launch.kernel.name})
-
-
-# -- launch options ------------------------------------------------------------------------------------------
-def _option(launch: Launch, name: str, default: int) -> tuple[int | None, cst.Call]:
-    """The value a launch gives an option (None: computed at run time), and the call to edit."""
-    arg = launch.kwarg(name)
-    if arg is None:
-        return default, launch.call
-    if isinstance(arg.value, cst.Integer):
-        return int_value(arg.value), launch.call
-    if isinstance(arg.value, cst.Name):
-        return int_value(launch.scope.value(arg.value.value)), launch.call
-    return None, launch.call
-
-
-def _nearest(choices: tuple[int, ...], current: int | None) -> list[int]:
-    """Choices by distance (in powers of two) from the current value, larger first; all when unknown."""
-    centre = current or DEFAULT_WARPS
-    ordered = sorted(choices, key=lambda v: (abs(math.log2(v) - math.log2(centre)), v < centre))
-    return [v for v in ordered if v != current]
-
-
-def _launch_option(ms: ModuleSource, name: str, default: int, choices: tuple[int, ...],
-                   wanted: Callable[[Kernel], str], scale_computed: bool = False) -> Found:
-    """Variants of a launch option: each choice near the current value, or, with `scale_computed`, a value
-    the launch computes at run time scaled (`_scaled_warps`) rather than overwritten."""
-    variants, reasons = [], []
-    for launch in ms.launches:
-        kernel = launch.kernel
-        if kernel.autotune is not None:
-            reasons.append(f"{kernel.name} is autotuned: its configs set {name}")
-            continue
-        if why := wanted(kernel):
-            reasons.append(why)
-            continue
-        current, call = _option(launch, name, default)
-        if current is None and scale_computed:
-            variants.extend(_scaled_warps(launch, call, choices))
-            continue
-        shown = current if current is not None else code(launch.kwarg(name).value)
-        for value in _nearest(choices, current):
-            variants.append(Variant(name, f"{name} {shown} -> {value} at the {launch.where}", _touches(launch),
-                                    ((call, set_kwarg(name, str(value))),)))
-    return Found(variants, reasons)
-
-
-# A num_warps computed at run time is the kernel author's scaling with the block (softmax_triton1 and
-# square_matrix: 4, 8 or 16 as the row grows; geglu_tanh_triton: from a helper). Overwriting it with a constant
-# throws that scaling away: in bench 2 (H200), softmax_triton1's `num_warps -> 1` put its widest rows on one warp
-# and did not compile in 180 s. So the rewrite scales the computed value, within the choices' range.
-WARP_SCALINGS = (("min({hi}, {w} * 2)", "doubled"), ("max({lo}, {w} // 2)", "halved"),
-                 ("min({hi}, {w} * 4)", "times 4"))
-
-
-def _scaled_warps(launch: Launch, call: cst.Call, choices: tuple[int, ...]) -> list[Variant]:
-    given = launch.kwarg("num_warps").value
-    shown = code(given)
-    w = shown if isinstance(given, cst.Name) else f"({shown})"
-    out = []
-    for template, said in WARP_SCALINGS:
-        expr = template.format(w=w, lo=min(choices), hi=max(choices))
-        out.append(Variant("num_warps", f"num_warps {shown} -> {expr} (the computed value {said}) at the "
-                           f"{launch.where}", _touches(launch), ((call, set_kwarg("num_warps", expr)),)))
-    return out
-
-
-def num_warps(ms: ModuleSource) -> Found:
-    return _launch_option(ms, "num_warps", DEFAULT_WARPS, WARPS, lambda kernel: "", scale_computed=True)
-
-
-def num_stages(ms: ModuleSource) -> Found:
-    def wanted(kernel: Kernel) -> str:
-        return "" if kernel.pipelinable else f"{kernel.name} has no loop that loads: nothing to pipeline"
-    return _launch_option(ms, "num_stages", DEFAULT_STAGES, STAGES, wanted)
-
-
-# -- cache hints ---------------------------------------------------------------------------------------------
-def _lacks(call: cst.Call, keyword: str, positional_max: int) -> bool:
-    positional = sum(1 for a in call.args if a.keyword is None)
-    return positional <= positional_max and all(a.keyword is None or a.keyword.value != keyword for a in call.args)
-
-
-def _reread(kernel: Kernel) -> set[int]:
-    """Loads of a pointer that the kernel loads more than once (several passes over the same data)."""
-    bases = {id(c): kernel.bases(a) if (a := kernel.address(c)) is not None else set() for c in kernel.loads}
-    counts: dict[str, int] = {}
-    for found in bases.values():
-        for base in found:
-            counts[base] = counts.get(base, 0) + 1
-    return {i for i, found in bases.items() if any(counts[b] > 1 for b in found)}
-
-
-# A load or store takes a cache modifier or an eviction policy, never both: PTX writes them in two different
-# forms of ld/st, and Triton 3.6's ptxas stops at the pair ("Internal Triton PTX codegen error"). In run V
-# (BENCHMARKS.md) all 7 candidates with both on one tl.load failed so, and none of the other 335.
-HINTS = ("cache_modifier", "eviction_policy")
-
-
-def cache_hints(ms: ModuleSource) -> Found:
-    variants, reasons = [], []
-    for kernel in ms.kernels.values():
-        again = _reread(kernel)
-        plans = (
-            ("eviction_policy", '"evict_first"', [c for c in kernel.loads if id(c) not in again], "load",
-             "of data read once"),
-            ("eviction_policy", '"evict_last"', [c for c in kernel.loads if id(c) in again], "load",
-             "of data read again"),
-            ("cache_modifier", '".cg"', kernel.loads, "load", "(cached in L2 only)"),
-            ("cache_modifier", '".cs"', kernel.stores, "store", "(streaming, evict first)"),
-        )
-        for keyword, value, calls, noun, what in plans:
-            todo = [c for c in calls if all(_lacks(c, k, 3) for k in HINTS)]  # tl.load(pointer, mask, other, ...)
-            if todo:
-                count = f"{len(todo)} {noun}{'s' if len(todo) > 1 else ''}"
-                variants.append(Variant("cache_hints", f"{keyword}={value} on {count} {what} in {kernel.name}",
-                                        frozenset({kernel.name}), tuple((c, set_kwarg(keyword, value)) for c in todo)))
-        if not kernel.loads and not kernel.stores:
-            reasons.append(f"{kernel.name} has no tl.load or tl.store")
-    if not variants and not reasons:
-        reasons.append("every tl.load and tl.store has a cache hint already")
-    return Found(variants, reasons)
-
-
-# -- fusion (host side) ---------------------------------------------------------------------------------------
-# PyTorch's infinity norm is one reduction pass; `x.abs().max()` is two (abs writes a copy, max reads it),
-# with the same result in the same dtype (max picks one of the values; NaN propagates in both).
-ONE_PASS_ABSMAX = 'torch.linalg.vector_norm({}, float("inf"))'
-
-
-def _abs_of(node: cst.BaseExpression) -> cst.BaseExpression | None:
-    """E for `E.abs()` or `torch.abs(E)`."""
-    if not isinstance(node, cst.Call):
-        return None
-    if isinstance(node.func, cst.Attribute) and node.func.attr.value == "abs" and not node.args:
-        if dotted(node.func) != "torch.abs":
-            return node.func.value
-    if dotted(node.func) == "torch.abs" and len(node.args) == 1 and node.args[0].keyword is None:
-        return node.args[0].value
-    return None
-
-
-def _absmax_of(call: cst.Call) -> cst.BaseExpression | None:
-    """E for `E.abs().max()`, `torch.abs(E).amax()`, `torch.max(E.abs())` and the like, with no other
-    argument (a max over one dimension is another thing)."""
-    if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("max", "amax") and not call.args:
-        if dotted(call.func) not in ("torch.max", "torch.amax"):
-            return _abs_of(call.func.value)
-    if dotted(call.func) in ("torch.max", "torch.amax") and len(call.args) == 1 and call.args[0].keyword is None:
-        return _abs_of(call.args[0].value)
-    return None
-
-
-def fused_absmax(ms: ModuleSource) -> Found:
-    if "torch" not in ms.imported:
-        return Found([], ["the module does not `import torch`"])
-    variants = []
-    for statement in ms.module.body:
-        if not isinstance(statement, cst.FunctionDef) or statement.name.value in ms.kernels:
-            continue
-        for call in subnodes(statement, cst.Call):
-            if (tensor := _absmax_of(call)) is not None:
-                variants.append(Variant(
-                    "fused_absmax", f"{code(call)} in one pass: {ONE_PASS_ABSMAX.format(code(tensor))} in "
-                    f"{statement.name.value}", frozenset({statement.name.value}),
-                    ((call, replace_with(ONE_PASS_ABSMAX.format(code(tensor)))),)))
-    return Found(variants, [] if variants else ["no `x.abs().max()` on the host to do in one pass"])
-
-
-# -- grouped ordering ----------------------------------------------------------------------------------------
-GROUPED = """\
-# Grouped ordering (L2 swizzle): {group} consecutive row tiles share each sweep over the column tiles.
-{group} = {size}
-{setup}{in_group} = {group} * {n}
-{group_id} = {pid} // {in_group}
-{first} = {group_id} * {group}
-{group_size} = tl.minimum({m} - {first}, {group})
-{a} = {first} + ({pid} % {in_group}) % {group_size}
-{b} = ({pid} % {in_group}) // {group_size}
-"""
-
-
-def _tiled_pids(kernel: Kernel) -> set[str]:
-    """Names that multiply a block-size constexpr: `pid_m * BLOCK_M`."""
-    found = set()
-    for op in subnodes(kernel.node.body, cst.BinaryOperation):
-        if isinstance(op.operator, cst.Multiply):
-            pair = (op.left, op.right)
-            if any(isinstance(x, cst.Name) and x.value in kernel.block_params for x in pair):
-                found |= {x.value for x in pair if isinstance(x, cst.Name)}
-    return found
-
-
-def _assignments(kernel: Kernel) -> list[tuple[cst.SimpleStatementLine, str, cst.BaseExpression]]:
-    found = []
-    for statement in kernel.node.body.body:
-        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-            assign = statement.body[0]
-            if (isinstance(assign, cst.Assign) and len(assign.targets) == 1
-                    and isinstance(assign.targets[0].target, cst.Name)):
-                found.append((statement, assign.targets[0].target.value, assign.value))
-    return found
-
-
-def _pid_split(kernel: Kernel) -> dict | None:
-    """`a = pid // n; b = pid % n` (1-D launch) or `a = program_id(0); b = program_id(1)` (2-D)."""
-    tiled = _tiled_pids(kernel)
-    lines = [x for x in _assignments(kernel) if x[1] in tiled]
-    for sa, a, va in lines:
-        for sb, b, vb in lines:
-            if a == b:
-                continue
-            if kernel.program_axis(va) == 0 and kernel.program_axis(vb) == 1:
-                return {"a": a, "b": b, "lines": (sa, sb), "pid": None, "n": None}
-            if (isinstance(va, cst.BinaryOperation) and isinstance(va.operator, cst.FloorDivide)
-                    and isinstance(vb, cst.BinaryOperation) and isinstance(vb.operator, cst.Modulo)
-                    and all(isinstance(x, cst.Name) for x in (va.left, va.right, vb.left, vb.right))
-                    and va.left.value == vb.left.value and va.right.value == vb.right.value
-                    and va.left.value in kernel.pid_names):
-                return {"a": a, "b": b, "lines": (sa, sb), "pid": va.left.value, "n": va.right.value}
-    return None
-
-
-def _grouped_text(kernel: Kernel, split: dict, size: int) -> str:
-    used = set(kernel.names)
-    names = {k: fresh_name(v, used) for k, v in (("group", "GROUP_M"), ("in_group", "num_pid_in_group"),
-                                                 ("group_id", "group_id"), ("first", "first_pid_m"),
-                                                 ("group_size", "group_size_m"), ("m", "num_pid_m"))}
-    tl = kernel.tl_name
-    if split["pid"] is None:
-        n, pid = fresh_name("num_pid_n", used), fresh_name("pid", used)
-        setup = (f"{names['m']} = {tl}.num_programs(axis=0)\n{n} = {tl}.num_programs(axis=1)\n"
-                 f"{pid} = {tl}.program_id(axis=1) * {names['m']} + {tl}.program_id(axis=0)\n")
-    else:
-        n, pid = split["n"], split["pid"]
-        setup = f"{names['m']} = {tl}.num_programs(axis=0) // {n}\n"
-    text = GROUPED.format(size=size, setup=setup, n=n, pid=pid, a=split["a"], b=split["b"], **names)
-    return text.replace("tl.minimum", f"{tl}.minimum")
-
-
-def grouped_ordering(ms: ModuleSource) -> Found:
-    variants, reasons = [], []
-    for kernel in ms.kernels.values():
-        split = _pid_split(kernel)
-        if split is None:
-            reasons.append(f"{kernel.name} has no 2-D tile split (pid // n, pid % n or program_id(0), (1)) "
-                           "feeding its block offsets")
-            continue
-        if any("GROUP" in name.upper() for name in kernel.names):
-            reasons.append(f"{kernel.name} groups its programs already")
-            continue
-        first, second = split["lines"]
-        for size in GROUP_SIZES:
-            block = statements(_grouped_text(kernel, split, size))
-
-            def replace(node, block=block):  # the comments above the replaced line stay above the new ones
-                head = block[0].with_changes(leading_lines=[*node.leading_lines, *block[0].leading_lines])
-                return cst.FlattenSentinel([head, *block[1:]])
-            edits = ((first, replace), (second, lambda _node: cst.RemoveFromParent()))
-            variants.append(Variant("grouped_ordering", f"grouped program order in {kernel.name}: GROUP_M = {size} "
-                                    f"row tiles per column sweep ({split['a']}, {split['b']})",
-                                    frozenset({kernel.name}), edits))
-    return Found(variants, reasons)
 
 
 # -- autotune ------------------------------------------------------------------------------------------------
@@ -453,8 +116,8 @@ def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: lis
         edits.extend(grid)
         edits.append((launch.call, _drop_args(launch, set(tuned))))
         dead |= {n.value for n in loads(launch.call, *launch.region)}
-    warps, _ = _option(launches[0], "num_warps", DEFAULT_WARPS)
-    stages, _ = _option(launches[0], "num_stages", DEFAULT_STAGES)
+    warps, _ = launch_value(launches[0], "num_warps", DEFAULT_WARPS)
+    stages, _ = launch_value(launches[0], "num_stages", DEFAULT_STAGES)
     base = {p: _base(ks, kernel) for p, ks in tuned.items()}
     tiles = [tile_terms(ms, launch, base) for launch in launches]
     tile = max(math.prod(t) for t in tiles) if all(t and all(isinstance(x, int) for x in t) for t in tiles) else None
@@ -721,19 +384,3 @@ def _more_configs(kernel: Kernel, reasons: list[str]) -> list[Variant]:
     if not variants:
         reasons.append(f"the autotune configs of {kernel.name} cover the rewriter's grid already")
     return variants
-
-
-REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
-    "block_size": block_size,
-    "vector_width": vector_width,
-    "num_warps": num_warps,
-    "num_stages": num_stages,
-    "autotune": autotune,
-    "cache_hints": cache_hints,
-    "grouped_ordering": grouped_ordering,
-    "coarsen": coarsen,
-    "rows": rows,
-    "fused_absmax": fused_absmax,
-}
-# Rewrites in no built-in strategy, until a GPU run shows they help: a strategies file can add them (README).
-STRATEGY_FILE_ONLY: frozenset[str] = frozenset()

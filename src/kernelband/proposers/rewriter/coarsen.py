@@ -39,8 +39,8 @@ from functools import partial
 
 import libcst as cst
 
-from kernelband.search.edits import Edit, Found, Variant, statements
-from kernelband.search.kernelsource import (
+from kernelband.proposers.rewriter.edits import Edit, Found, Variant, statements
+from kernelband.proposers.rewriter.source import (
     Kernel,
     Launch,
     ModuleSource,

@@ -30,7 +30,7 @@ from kernelband.errors import SetupError, UserError
 from kernelband.evaluation.records import RULES, EvalResult, Outcome, evaluated_again_alone, out_of_memory
 from kernelband.search.core import Strategy, source_hash
 from kernelband.search.loop import RunConfig
-from kernelband.search.store import Store
+from kernelband.store import Store
 from kernelband.tasks import example_names, load_task
 from kernelband.tasks import tritonbench as tb
 

@@ -39,9 +39,10 @@ from collections import Counter
 
 import libcst as cst
 
-from kernelband.search.coarsen import added_params, first_axis_variants
-from kernelband.search.edits import Edit, Found, statements
-from kernelband.search.kernelsource import (
+from kernelband.proposers.rewriter.coarsen import added_params, first_axis_variants
+from kernelband.proposers.rewriter.edits import Edit, Found, statements
+from kernelband.proposers.rewriter.knobs import MAX_PER_THREAD
+from kernelband.proposers.rewriter.source import (
     Kernel,
     Launch,
     ModuleSource,
@@ -55,7 +56,6 @@ from kernelband.search.kernelsource import (
     subnodes,
     tile_terms,
 )
-from kernelband.search.knobs import MAX_PER_THREAD
 
 FACTORS = (4, 16)
 ELEMENTWISE = frozenset({

@@ -20,7 +20,15 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from kernelband.search.kernelsource import Kernel, Launch, ModuleSource, Scope, code, int_value, subnodes
+from kernelband.proposers.rewriter.source import (
+    Kernel,
+    Launch,
+    ModuleSource,
+    Scope,
+    code,
+    int_value,
+    subnodes,
+)
 
 # Per-dimension bounds; a kernel with tl.dot keeps tiles within what its shared memory holds.
 MIN_BLOCK = 16
