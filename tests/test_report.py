@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kernelband.cli import app
+from kernelband.cli.app import app
 from kernelband.errors import UserError
 from kernelband.evaluation.records import EvalResult, Features, Outcome, ShapeResult
 from kernelband.report.html import write_report
