@@ -58,7 +58,7 @@ def one_thread():
     """scikit-learn's and numpy's OpenMP and BLAS pools held to one thread. On pools this small the work is
     faster in one thread, and its result cannot depend on the thread count. Left to themselves, the pools
     start a thread per core for every call: on a 64-core host busy with a sweep, KernelBand's select + update
-    at a pool of 320 took a median 48 ms (BENCHMARKS.md, run AG) against 4.3 ms in one thread. The limit is
+    at a pool of 320 took a median 48 ms (BENCHMARKS.md, "The bandit's own overhead per iteration") against 4.3 ms in one thread. The limit is
     process-wide, so the policies of concurrent searches take it in turn (the work holds the GIL anyway)."""
     with _THREADS, _controller().limit(limits=1):
         yield

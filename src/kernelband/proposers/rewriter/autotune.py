@@ -159,7 +159,7 @@ def _sized_by(kernel: Kernel, launches: list[Launch]) -> list[tuple[cst.Call, st
     size arguments alone (`head_dim`, `N_SIZE`), their autotuners tuned once, on the first shape a process
     called (a kernel of 4-7 µs, which Triton's autotuner times on the CPU that launches it), and kept that
     draw for shapes up to 100x longer: in bench 3, 10 autotuned finalists re-measured more than 10 % off their
-    search figure, up to 1.04x searched against 0.34x re-checked (BENCHMARKS.md, run AG)."""
+    search figure, up to 1.04x searched against 0.34x re-checked (BENCHMARKS.md, bench 3)."""
     params = kernel.node.params
     if params.star_arg not in (cst.MaybeSentinel.DEFAULT, None) or params.kwonly_params or params.star_kwarg \
             or any(p.default is not None for p in params.params):

@@ -33,8 +33,8 @@ def _reread(kernel: Kernel) -> set[int]:
 
 
 # A load or store takes a cache modifier or an eviction policy, never both: PTX writes them in two different
-# forms of ld/st, and Triton 3.6's ptxas stops at the pair ("Internal Triton PTX codegen error"). In run V
-# (BENCHMARKS.md) all 7 candidates with both on one tl.load failed so, and none of the other 335.
+# forms of ld/st, and Triton 3.6's ptxas stops at the pair ("Internal Triton PTX codegen error"). On a GPU
+# sweep all 7 candidates with both on one tl.load failed so, and none of the other 335 (BENCHMARKS.md).
 HINTS = ("cache_modifier", "eviction_policy")
 
 
