@@ -26,19 +26,10 @@ from kernelband.proposers.rewriter.launch_options import (
     DEFAULT_WARPS,
     STAGES,
     WARPS,
-    launch_value,
+    option_value,
 )
-from kernelband.proposers.rewriter.source import (
-    Kernel,
-    Launch,
-    ModuleSource,
-    code,
-    fresh_name,
-    int_value,
-    loads,
-    subnodes,
-    tile_terms,
-)
+from kernelband.proposers.rewriter.source import Kernel, Launch, ModuleSource, tile_terms
+from kernelband.proposers.rewriter.syntax import code, fresh_name, int_value, loads, subnodes
 
 MAX_CONFIGS = 8
 MAX_NEW_CONFIGS = 12  # configs offered for a kernel that is autotuned already
@@ -116,8 +107,8 @@ def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: lis
         edits.extend(grid)
         edits.append((launch.call, _drop_args(launch, set(tuned))))
         dead |= {n.value for n in loads(launch.call, *launch.region)}
-    warps, _ = launch_value(launches[0], "num_warps", DEFAULT_WARPS)
-    stages, _ = launch_value(launches[0], "num_stages", DEFAULT_STAGES)
+    warps, _ = option_value(launches[0], "num_warps", DEFAULT_WARPS)
+    stages, _ = option_value(launches[0], "num_stages", DEFAULT_STAGES)
     base = {p: _base(ks, kernel) for p, ks in tuned.items()}
     tiles = [tile_terms(ms, launch, base) for launch in launches]
     tile = max(math.prod(t) for t in tiles) if all(t and all(isinstance(x, int) for x in t) for t in tiles) else None

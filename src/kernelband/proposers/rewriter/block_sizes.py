@@ -15,13 +15,10 @@ from kernelband.proposers.rewriter.edits import (
 from kernelband.proposers.rewriter.knobs import Knob
 from kernelband.proposers.rewriter.launch_options import (
     DEFAULT_WARPS,
-    launch_value,
+    option_value,
     touches,
 )
-from kernelband.proposers.rewriter.source import (
-    Kernel,
-    ModuleSource,
-)
+from kernelband.proposers.rewriter.source import Kernel, ModuleSource
 
 
 # -- block sizes --------------------------------------------------------------------------------------------
@@ -68,7 +65,7 @@ def vector_width(ms: ModuleSource) -> Found:
     for launch in ms.launches:
         if launch.kernel.uses_dot or launch.kernel.autotune is not None or not _blocked(launch.kernel):
             continue
-        current, where = launch_value(launch, "num_warps", DEFAULT_WARPS)
+        current, where = option_value(launch, "num_warps", DEFAULT_WARPS)
         if current is not None and current > 1:
             variants.append(Variant("vector_width", f"more elements per thread: num_warps {current} -> "
                                     f"{current // 2} at the {launch.where}", touches(launch),

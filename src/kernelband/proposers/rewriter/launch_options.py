@@ -14,13 +14,8 @@ from kernelband.proposers.rewriter.edits import (
     Variant,
     set_kwarg,
 )
-from kernelband.proposers.rewriter.source import (
-    Kernel,
-    Launch,
-    ModuleSource,
-    code,
-    int_value,
-)
+from kernelband.proposers.rewriter.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.syntax import code, int_value
 
 WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4, 5)
@@ -31,7 +26,7 @@ def touches(launch: Launch) -> frozenset[str]:
     return frozenset({launch.scope.top or launch.kernel.name})
 
 # -- launch options ------------------------------------------------------------------------------------------
-def launch_value(launch: Launch, name: str, default: int) -> tuple[int | None, cst.Call]:
+def option_value(launch: Launch, name: str, default: int) -> tuple[int | None, cst.Call]:
     """The value a launch gives an option (None: computed at run time), and the call to edit."""
     arg = launch.kwarg(name)
     if arg is None:
@@ -63,7 +58,7 @@ def _launch_option(ms: ModuleSource, name: str, default: int, choices: tuple[int
         if why := wanted(kernel):
             reasons.append(why)
             continue
-        current, call = launch_value(launch, name, default)
+        current, call = option_value(launch, name, default)
         if current is None and scale_computed:
             variants.extend(_scaled_warps(launch, call, choices))
             continue

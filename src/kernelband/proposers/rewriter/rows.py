@@ -42,19 +42,15 @@ import libcst as cst
 from kernelband.proposers.rewriter.coarsen import added_params, first_axis_variants
 from kernelband.proposers.rewriter.edits import Edit, Found, statements
 from kernelband.proposers.rewriter.knobs import MAX_PER_THREAD
-from kernelband.proposers.rewriter.source import (
-    Kernel,
-    Launch,
-    ModuleSource,
+from kernelband.proposers.rewriter.source import Kernel, Launch, ModuleSource, launch_value, tile_terms
+from kernelband.proposers.rewriter.syntax import (
     code,
     contains,
     dotted,
     fresh_name,
     int_value,
-    launch_value,
     loads,
     subnodes,
-    tile_terms,
 )
 
 FACTORS = (4, 16)
