@@ -1,5 +1,5 @@
 """Block-size knobs: the values passed to a kernel's BLOCK/TILE constexprs that can be scaled without
-changing what the module computes (see `kernelsource` for the tiled/looped distinction).
+changing what the module computes (see `source` for the tiled/looped distinction).
 
 A knob is found where a launch passes a block-size constexpr
 
