@@ -19,7 +19,7 @@ import statistics
 
 from kernelband.errors import run_script
 from kernelband.evaluation.evaluator import Evaluator
-from kernelband.search.rewrite import options
+from kernelband.proposers.rewriter.proposer import options
 from kernelband.tasks import load_task
 
 KEYED = ', "tune_numel"]'

@@ -14,7 +14,7 @@ import time
 
 from kernelband.errors import run_script
 from kernelband.evaluation.evaluator import Evaluator, Limits
-from kernelband.search.rewrite import options
+from kernelband.proposers.rewriter.proposer import options
 from kernelband.tasks import load_task
 from kernelband.tasks import tritonbench as tb
 

@@ -15,7 +15,7 @@ import difflib
 import sys
 
 from kernelband.errors import UserError
-from kernelband.search.rewrite import options
+from kernelband.proposers.rewriter.proposer import options
 from kernelband.search.strategies import builtin_strategies
 from kernelband.tasks import example_names, load_task
 from kernelband.tasks import tritonbench as tb

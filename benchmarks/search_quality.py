@@ -32,13 +32,13 @@ from pathlib import Path
 import numpy as np
 
 from kernelband import stacks
+from kernelband.bench import Bench, BenchConfig, measured_elsewhere, suite_tasks
 from kernelband.errors import UserError, run_script
 from kernelband.evaluation.records import PHI_KEYS, RHO_KEYS, EvalResult, Features, Outcome, ShapeResult
+from kernelband.policies.base import POLICIES, make_policy
 from kernelband.report.metrics import faster_verdict
-from kernelband.search.bench import Bench, BenchConfig, measured_elsewhere, suite_tasks
 from kernelband.search.core import Candidate, source_hash
-from kernelband.search.policies import POLICIES, make_policy
-from kernelband.search.store import Store
+from kernelband.store import Store
 from kernelband.tasks import load_task
 
 FAST = 1.1
@@ -67,7 +67,7 @@ def part_bench(store: Store, evaluators, tasks: list[str], policies: list[str], 
                tasks_now: list[str] | None = None) -> int:
     """Runs `policies` of a new bench planned for `plan` (default: `policies`), or of bench `bench_id`;
     `tasks_now`: only these of its tasks, in this order."""
-    from kernelband.search.rewrite import RewriteProposer
+    from kernelband.proposers.rewriter.proposer import RewriterProposer
 
     if bench_id is None:
         config = BenchConfig("tritonbench-g-l12", plan or policies, seeds, iterations, 1, "rewrite", "default",
@@ -75,7 +75,7 @@ def part_bench(store: Store, evaluators, tasks: list[str], policies: list[str], 
     else:  # a resumed bench keeps its plan
         config = BenchConfig(**store.bench(bench_id)["config"])
     t0 = time.perf_counter()
-    bench = Bench(store, config, evaluators, RewriteProposer, bench_id=bench_id, deadline=deadline,
+    bench = Bench(store, config, evaluators, RewriterProposer, bench_id=bench_id, deadline=deadline,
                   on_event=lambda e: print(json.dumps(e), flush=True), runs_per_gpu=runs_per_gpu,
                   policies_now=policies, tasks_now=tasks_now)
     bench_id = bench.run()
@@ -231,7 +231,7 @@ GRID_MAX = 12
 def launch_grid(source: str) -> list[str]:
     """What a user tries by hand: each block size, num_warps and num_stages value the rewriter offers for
     the starting kernel, one parameter at a time, at most GRID_MAX variants (in the rewriter's order)."""
-    from kernelband.search.rewrite import options
+    from kernelband.proposers.rewriter.proposer import options
 
     found = options(source, GRID_REWRITES)
     sources = []

@@ -290,7 +290,7 @@ def test_eval_prints_a_readable_table_that_warns_about_interpreter_timings(tmp_p
 
 
 def test_the_features_lines_give_each_value_its_source_and_the_profiles_kernels():
-    from kernelband.cli import feature_lines
+    from kernelband.cli.evaluate import feature_lines
     from kernelband.evaluation.records import Features
 
     f = Features(rho={"log_time": -2.5, "block_dim_x": None}, phi={"l2_hit_rate": 75.96, "dram_bw_pct": None,
@@ -344,24 +344,36 @@ def test_bad_input_leaves_no_new_database_behind(tmp_path):
     assert not db.exists()
 
 
-@pytest.mark.parametrize("args, said", [(["missing.db"], "no database at missing.db"),
+@pytest.mark.parametrize("args, said", [(["missing.db"], "missing.db (unpack docs/results/bench.db.xz"),
                                         (["bench.db.xz"], "cannot open the run database"),
                                         (["ok.db", "--since", "yesterday"], "not a UTC time: 'yesterday'"),
                                         (["ok.db", "--bench", "7"], "no bench 7 in")])
-def test_the_quarantine_script_given_bad_input_says_so_in_one_line_and_exits_2(tmp_path, args, said):
-    from kernelband.search.store import Store
+def test_quarantine_given_bad_input_says_so_in_one_line_and_exits_2(tmp_path, args, said):
+    from kernelband.store import Store
 
     (tmp_path / "bench.db.xz").write_bytes(b"\xfd7zXZ\x00 packed")
     Store(tmp_path / "ok.db").close()
-    script_path = Path(__file__).resolve().parents[1] / "benchmarks" / "quarantine.py"
-    flags = {"--bench": "3", "--since": "2026-11-25T11:08:31", "--reason": "test"}
+    flags = {"--db": str(tmp_path / args[0]), "--bench": "3", "--since": "2026-11-25T11:08:31", "--reason": "test"}
     for i in range(1, len(args), 2):
         flags[args[i]] = args[i + 1]
-    done = subprocess.run([sys.executable, str(script_path), args[0], *[x for kv in flags.items() for x in kv]],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
-    assert done.returncode == 2, done.stderr[-2000:]
-    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+    assert_user_error(kernelband("quarantine", *[x for kv in flags.items() for x in kv]), said)
+
+
+def test_quarantine_moves_the_windows_runs_to_a_quarantined_bench(tmp_path):
+    from kernelband.store import Store
+
+    db = tmp_path / "runs.db"
+    store = Store(db)
+    bench = store.create_bench("examples", {"policies": ["random"]})
+    store.create_run("examples:vector_add", "key", "random", "rewrite", 0, {}, bench_id=bench)
+    store.close()
+    proc = kernelband("quarantine", "--db", str(db), "--bench", str(bench), "--since", "2000-01-01",
+                      "--reason", "a second sweep")
+    assert proc.returncode == 0, proc.stderr
+    assert f"holds the 0 runs of bench {bench}" in proc.stdout  # no evaluation in the window: nothing moves
+    store = Store(db)
+    assert [b["status"] for b in store.benches()].count("quarantined") == 1
+    store.close()
 
 
 def test_a_second_gpu_session_on_a_machine_whose_session_still_runs_does_not_start(tmp_path):

@@ -261,7 +261,7 @@ def test_on_a_gpu_an_autotuned_module_chooses_its_config_in_the_tune_calls():
     """On a GPU, the rewriter's autotuned vector_add is called once per shape with the GPU alone
     (where its autotuner times its configs), then checked and timed, and comes out `ok`."""
     from kernelband.evaluation.evaluator import Evaluator
-    from kernelband.search.rewrite import options
+    from kernelband.proposers.rewriter.proposer import options
 
     task = load_task("examples:vector_add")
     found = options(task.module_source, ("autotune",))

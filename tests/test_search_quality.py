@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from kernelband.evaluation.records import EvalResult, Outcome
-from kernelband.search.store import Store
+from kernelband.store import Store
 from kernelband.tasks import load_task
 
 pytest.importorskip("libcst")

@@ -8,7 +8,7 @@ from pathlib import Path
 from kernelband.errors import UserError
 from kernelband.search.core import Strategy
 from kernelband.search.loop import RunConfig, Search
-from kernelband.search.store import Store
+from kernelband.store import Store
 from kernelband.tasks.model import Task
 
 
@@ -24,7 +24,7 @@ class ProposerChoice:
 
 def make_proposer(choice: ProposerChoice):
     """The LLM when one is configured (or asked for), else the built-in rewriter."""
-    from kernelband.search import llm
+    from kernelband.proposers import llm
 
     overrides = {k: v for k, v in (("model", choice.model), ("base_url", choice.base_url),
                                    ("max_tokens", choice.max_tokens), ("budget_calls", choice.budget_calls),
@@ -39,8 +39,8 @@ def make_proposer(choice: ProposerChoice):
                             "KERNELBAND_LLM_MODEL (or --base-url and --model)")
         return llm.LLMProposer(config)
     if kind == "rewrite":
-        from kernelband.search.rewrite import RewriteProposer
-        return RewriteProposer()
+        from kernelband.proposers.rewriter.proposer import RewriterProposer
+        return RewriterProposer()
     raise UserError(f"unknown proposer {choice.kind!r}: use rewrite or llm")
 
 
@@ -50,7 +50,7 @@ def open_search(task: Task, evaluator, store: Store, policy: str, proposer, seed
                 strategies: list[Strategy] | None = None) -> Search:
     """A new run, or with `resume` the latest unfinished run of the same task, policy, proposer and seed.
     The strategies: `strategies` as given (a bench's), else those of `strategies_file`, else the built-in ones."""
-    from kernelband.search.policies import make_policy
+    from kernelband.policies.base import make_policy
     from kernelband.search.strategies import load_strategies
 
     if strategies is None:
