@@ -198,8 +198,11 @@ def test_ctrl_c_says_the_run_is_kept_and_how_to_resume_it(tmp_path: Path):
                             env=_env(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:  # until the run is in the store
-        if db.exists() and sqlite3.connect(db).execute("SELECT COUNT(*) FROM proposals").fetchone()[0]:
-            break
+        try:
+            if db.exists() and sqlite3.connect(db).execute("SELECT COUNT(*) FROM proposals").fetchone()[0]:
+                break
+        except sqlite3.OperationalError:  # the file exists before its tables do
+            pass
         time.sleep(0.2)
     workers = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
     proc.send_signal(signal.SIGINT)
