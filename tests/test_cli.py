@@ -17,8 +17,9 @@ from kernelband.tasks import tritonbench as tb
 
 ROOT = Path(__file__).resolve().parents[1]
 # KERNELBAND_TRITONBENCH, else shared/tritonbench/... next to or above the checkout
-TB_JSON = tb.find() or Path("<no TritonBench-G data: set KERNELBAND_TRITONBENCH>")
-needs_tb = pytest.mark.skipif(not TB_JSON.is_file(), reason=f"no TritonBench-G JSON at {TB_JSON}")
+TB_JSON = tb.find() or Path("<none>")
+TB_SKIP = tb.missing_reason() or f"{TB_JSON} is not TritonBench-G's JSON file"
+needs_tb = pytest.mark.skipif(not TB_JSON.is_file(), reason=TB_SKIP)
 EXAMPLES = ROOT / "src" / "kernelband" / "tasks" / "examples"
 RESULT_KEYS = {"outcome", "speedup", "shapes", "features", "interpreter", "detail", "seed"}
 SHAPE_KEYS = {"label", "correct", "ref_ms", "cand_ms", "speedup", "sol_fraction", "held_out"}
@@ -389,3 +390,64 @@ def test_a_second_gpu_session_on_a_machine_whose_session_still_runs_does_not_sta
     log = (state / "session.log").read_text()
     assert f"a session is running already (pid {os.getpid()})" in log
     assert "session start" not in log and not (state / "done").exists()
+
+
+# -- first use: help, errors and output a new user meets -------------------------------------------
+def test_version_and_flags_that_take_no_value_in_help():
+    from kernelband import __version__
+
+    proc = kernelband("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"kernelband {__version__}"
+    helped = subprocess.run(kernelband_cmd() + ["optimize", "--help"], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "200"}, timeout=60)
+    assert helped.returncode == 0
+    resume = [ln for ln in helped.stdout.splitlines() if "--resume" in ln]
+    assert resume and "<bool>" not in resume[0], resume
+    # typer's own --help keeps its style; every flag of ours is shown without a value
+    assert not [ln for ln in helped.stdout.splitlines() if "<bool>" in ln and "--help" not in ln]
+    assert re.search(r"--iterations\s+-n\s+<int>", helped.stdout)  # options with a value still show its type
+
+
+def test_iterations_zero_names_the_flag(tmp_path):
+    proc = kernelband("optimize", "examples:vector_add", "--iterations", "0", "--db", str(tmp_path / "x.db"))
+    assert_user_error(proc, "--iterations must be at least 1, not 0")
+    proc = kernelband("optimize", "examples:vector_add", "--batch", "0", "--db", str(tmp_path / "x.db"))
+    assert_user_error(proc, "--batch must be at least 1, not 0")
+
+
+def test_a_failed_candidate_shows_no_feature_lines():
+    """Features are measured after correctness and timing: after a compile error there are none to show, and
+    "ρ: none measured (the interpreter has no counters)" would blame the wrong thing."""
+    from kernelband.cli import app as app_module
+    from kernelband.cli.evaluate import _print_result
+    from kernelband.evaluation.records import EvalResult, Outcome
+
+    failed = EvalResult(task="examples:vector_add", outcome=Outcome.COMPILE_ERROR, preset="default",
+                        interpreter=True, detail="compile: SyntaxError: invalid syntax (line 3)")
+    with app_module.out.capture() as captured:
+        _print_result(failed)
+    text = captured.get()
+    assert "compile_error" in text and "(line 3)" in text
+    assert "ρ:" not in text and "φ:" not in text and "none measured" not in text
+    ok = EvalResult(task="examples:vector_add", outcome=Outcome.OK, preset="default", interpreter=True)
+    with app_module.out.capture() as captured:
+        _print_result(ok)
+    assert "ρ: none measured" in captured.get()
+
+
+def test_tables_into_a_pipe_are_not_cut_to_80_columns(tmp_path):
+    from kernelband.store import Store
+
+    db = tmp_path / "x.db"
+    name = "tritonbench:a_task_with_a_name_long_enough_to_be_cut_in_eighty_columns"
+    Store(db).create_run(name, "key", "kernelband-masked", "rewrite", 12345, {})
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = subprocess.run(kernelband_cmd() + ["runs", "--db", str(db)], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert name in proc.stdout and "kernelband-masked" in proc.stdout and "…" not in proc.stdout
+
+
+def kernelband_cmd() -> list[str]:
+    exe = Path(sys.executable).with_name("kernelband")
+    return [str(exe)] if exe.exists() else [sys.executable, "-c", "from kernelband.cli import main; main()"]

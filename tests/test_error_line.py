@@ -33,3 +33,17 @@ def test_the_last_exception_of_a_chain():
 def test_text_without_an_exception_line_gives_its_last_line():
     assert error_line("compiling\nptxas fatal: out of registers\n") == "ptxas fatal: out of registers"
     assert error_line("") == "(no message)"
+
+
+SYNTAX = """Traceback (most recent call last):
+  File "/work/src/kernelband/worker/main.py", line 199, in op_load
+    module = harness_mod.import_file(module_name, path)
+  File "/tmp/w-1/kb_reference.py", line 11
+    mask = offsets < n)
+                      ^
+SyntaxError: unmatched ')'
+"""
+
+
+def test_a_syntax_error_names_its_line():
+    assert error_line(SYNTAX) == "SyntaxError: unmatched ')' (line 11)"

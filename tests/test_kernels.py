@@ -13,7 +13,8 @@ from kernelband.tasks import tritonbench as tb
 
 ROOT = Path(__file__).resolve().parents[1]
 # KERNELBAND_TRITONBENCH, else shared/tritonbench/... next to or above the checkout
-TB_JSON = tb.find() or Path("<no TritonBench-G data: set KERNELBAND_TRITONBENCH>")
+TB_JSON = tb.find() or Path("<none>")
+TB_MISSING = tb.missing_reason() or f"{TB_JSON} is not TritonBench-G's JSON file"
 
 # On a 2-core CPU each example takes 2-13 s, dropout about 25 s (a random mask per element, held-out
 # shape included).
@@ -63,7 +64,7 @@ def test_example_starting_kernel_evaluates_ok_against_itself(name, evaluator):
 @pytest.mark.parametrize("name", TB_TASKS)
 def test_tritonbench_starting_kernel_evaluates_ok_against_itself(name, request):
     if not TB_JSON.is_file():
-        pytest.skip(f"no TritonBench-G JSON at {TB_JSON}")
+        pytest.skip(TB_MISSING)
     slow = request.node.get_closest_marker("slow") is not None
     evaluator = request.getfixturevalue("patient_evaluator" if slow else "evaluator")
     task = load_task(f"tritonbench:{name}", str(TB_JSON))
@@ -87,7 +88,7 @@ def test_a_mutated_example_kernel_is_a_wrong_output_naming_the_shape(evaluator, 
 
 def test_a_mutated_tritonbench_kernel_is_a_wrong_output(evaluator):
     if not TB_JSON.is_file():
-        pytest.skip(f"no TritonBench-G JSON at {TB_JSON}")
+        pytest.skip(TB_MISSING)
     task = load_task("tritonbench:add_value", str(TB_JSON))
     mutated = task.module_source.replace("output = x + value", "output = x * value")
     assert mutated != task.module_source
@@ -118,7 +119,7 @@ def test_the_first_failing_shape_decides_even_when_checks_overlap_the_next_run(e
 
 def test_gpu_sized_rows_are_reduced_only_under_the_interpreter(evaluator):
     if not TB_JSON.is_file():
-        pytest.skip(f"no TritonBench-G JSON at {TB_JSON}")
+        pytest.skip(TB_MISSING)
     task = load_task("tritonbench:softmax_triton1", str(TB_JSON))
     assert task.wire()["interpreter_fixes"] == [["M = 4096", "M = 64"]]
     assert "M = 4096" in task.harness_source  # the GPU keeps the script's own sizes
@@ -165,7 +166,7 @@ def test_tritonbench_test_outputs_the_reference_does_not_reproduce_are_left_out(
     from kernelband.evaluation.evaluator import Evaluator
 
     if not TB_JSON.is_file():
-        pytest.skip(f"no TritonBench-G JSON at {TB_JSON}")
+        pytest.skip(TB_MISSING)
     task = load_task(f"tritonbench:{name}", str(TB_JSON))
     with Evaluator(mode="gpu", warm=1) as ev:
         for seed in (8, 9):
@@ -182,7 +183,7 @@ def test_test_outputs_the_reference_does_not_reproduce_are_left_out_in_the_inter
     from kernelband.evaluation.evaluator import Evaluator, Limits
 
     if not TB_JSON.is_file():
-        pytest.skip(f"no TritonBench-G JSON at {TB_JSON}")
+        pytest.skip(TB_MISSING)
     task = load_task("tritonbench:geglu_tanh_triton", str(TB_JSON))
     with Evaluator(mode="interpreter", warm=1, limits=Limits(load_s=120, run_s=120, time_s=300)) as ev:
         ev.task_tests = True
@@ -283,7 +284,7 @@ def test_on_a_gpu_compiling_covers_the_tasks_own_test_cases():
     from kernelband.evaluation.pool import WorkerPool
 
     if not TB_JSON.is_file():
-        pytest.skip(f"no TritonBench-G JSON at {TB_JSON}")
+        pytest.skip(TB_MISSING)
     task = load_task("tritonbench:vector_addition_custom", str(TB_JSON))
 
     def cached(worker) -> int:

@@ -19,8 +19,9 @@ from kernelband.worker.harness import MIN_SEARCH_SHAPES, PyFileHarness
 
 ROOT = Path(__file__).resolve().parents[1]
 # KERNELBAND_TRITONBENCH, else shared/tritonbench/... next to or above the checkout
-TB_JSON = tb.find() or Path("<no TritonBench-G data: set KERNELBAND_TRITONBENCH>")
-needs_tb = pytest.mark.skipif(not TB_JSON.is_file(), reason=f"no TritonBench-G JSON at {TB_JSON}")
+TB_JSON = tb.find() or Path("<none>")
+TB_SKIP = tb.missing_reason() or f"{TB_JSON} is not TritonBench-G's JSON file"
+needs_tb = pytest.mark.skipif(not TB_JSON.is_file(), reason=TB_SKIP)
 
 KERNEL = '''"""A tiny task for tests."""
 import torch
@@ -116,7 +117,7 @@ def test_missing_task_file_is_a_user_error(tmp_path):
 @pytest.mark.parametrize("ref", ["no_such_task", "examples:no_such_example", "tritonbench:no_such_task"])
 def test_unknown_task_is_a_user_error(ref):
     if ref.startswith("tritonbench:") and not TB_JSON.is_file():
-        pytest.skip("no TritonBench-G JSON")
+        pytest.skip(TB_SKIP)
     with pytest.raises(UserError) as info:
         load_task(ref, str(TB_JSON))
     assert "\n" not in str(info.value) and "no_such" in str(info.value)
@@ -286,7 +287,7 @@ ENUMERATE = """
 @pytest.fixture(scope="module")
 def tb_shape_counts():
     if not TB_JSON.is_file():
-        pytest.skip("no TritonBench-G JSON")
+        pytest.skip(TB_SKIP)
     return run_tb_script(ENUMERATE)
 
 
@@ -407,3 +408,21 @@ def test_a_shapes_inputs_are_not_kept_by_the_harness():
     counts = run_tb_script(KEEPS_NOTHING, "add_value,softmax_triton1,matrix_transpose")
     assert all(c["tensors"] >= 1 for c in counts.values()), counts
     assert all(c["alive"] == 0 for c in counts.values()), counts
+
+
+def test_the_reason_for_missing_tritonbench_data_says_what_to_set(monkeypatch, tmp_path):
+    """A skipped test's reason, as `pytest -rs` shows it: what is missing and how to provide it."""
+    monkeypatch.setenv("KERNELBAND_TRITONBENCH", str(tmp_path / "nowhere.json"))
+    reason = tb.missing_reason()
+    assert reason == f"TritonBench data not found at {tmp_path / 'nowhere.json'} (set by KERNELBAND_TRITONBENCH)"
+    data = tmp_path / "tritonbench_g_tasks.json"
+    data.write_text('{"tasks": []}')
+    assert tb.missing_reason(data) is None
+
+
+def test_pytest_shows_the_reasons_of_skipped_tests():
+    """The README says each skipped test says why: pytest prints the reasons only with -rs."""
+    import tomllib
+
+    config = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert "-rs" in config["tool"]["pytest"]["ini_options"]["addopts"].split()

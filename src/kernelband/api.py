@@ -52,10 +52,12 @@ def evaluate(task: str | Task, candidate: str | Path | None = None, *, preset: s
 
 
 def check_run_config(config: RunConfig) -> None:
+    """Names the first setting that is out of range, as the command line spells it."""
     check_preset(config.preset)
-    if min(config.iterations, config.q, config.finalists) < 1 or (config.evaluations is not None
-                                                                   and config.evaluations < 1):
-        raise UserError("--iterations, --batch, --finalists and --evaluations must be at least 1")
+    for flag, value in (("--iterations", config.iterations), ("--batch", config.q),
+                        ("--finalists", config.finalists), ("--evaluations", config.evaluations)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be at least 1, not {value}")
 
 
 def optimize(task: str | Task, *, policy: str = "kernelband", proposer: str = "auto", iterations: int = 10,

@@ -4,6 +4,7 @@ them, and each registers its commands on `app`."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,8 +18,20 @@ from kernelband.errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Make Triton kernels faster, and prove it.")
-out = Console()
-err = Console(stderr=True)
+# Off a terminal (a file, a pipe) a table's width is what its cells need, up to this: rich's default of 80
+# columns there cuts task names and figures to "…". COLUMNS, where set, still rules.
+PIPE_WIDTH = 250
+
+
+def _console(stderr: bool = False) -> Console:
+    console = Console(stderr=stderr)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.width = PIPE_WIDTH
+    return console
+
+
+out = _console()
+err = _console(stderr=True)
 
 
 def fail(message: str) -> NoReturn:
@@ -48,6 +61,11 @@ def run_store(db: Path) -> Iterator:
         raise
 
 
+def flag(name: str, help: str = "") -> bool:
+    """A boolean option that takes no value (`--json`, not `--json <bool>`); help lists no type for it."""
+    return typer.Option(False, name, help=help, metavar="")
+
+
 def _print_version(value: bool) -> None:
     if value:
         print(f"kernelband {__version__}")
@@ -55,6 +73,6 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, metavar="",
                                        help="print the version and exit")) -> None:
     """Make Triton kernels faster, and prove it."""

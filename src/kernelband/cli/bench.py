@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from kernelband import stacks
-from kernelband.cli.app import app, err, fail, out, run_store
+from kernelband.cli.app import app, err, fail, flag, out, run_store
 from kernelband.errors import UserError
 from kernelband.store import DEFAULT_DB
 
@@ -30,15 +30,15 @@ def bench_cmd(
     finalists: int = typer.Option(3, "--finalists", help="fastest kernels of each run re-measured at the end"),
     db: Path = typer.Option(Path(DEFAULT_DB), "--db", help="the run database"),
     resume: int | None = typer.Option(None, "--resume", help="resume bench N (`kernelband runs` lists them)"),
-    refresh_baselines: bool = typer.Option(False, "--refresh-baselines", help="measure k0 baselines again"),
+    refresh_baselines: bool = flag("--refresh-baselines", "measure k0 baselines again"),
     gpus: str | None = typer.Option(None, "--gpus", help="GPU indices to use (default: all visible)"),
     runs_per_gpu: int = typer.Option(2, "--runs-per-gpu", help="runs in flight per GPU (compiles overlap timing)"),
-    interpreter: bool = typer.Option(False, "--interpreter", help="use the Triton interpreter even with a GPU"),
+    interpreter: bool = flag("--interpreter", "use the Triton interpreter even with a GPU"),
     tritonbench: str | None = typer.Option(None, "--tritonbench", help="TritonBench data (json or checkout)"),
-    no_ncu: bool = typer.Option(False, "--no-ncu", help="do not profile with Nsight Compute"),
+    no_ncu: bool = flag("--no-ncu", "do not profile with Nsight Compute"),
     strategies: str | None = typer.Option(None, "--strategies",
                                           help="strategy config file (.toml or .json), kept with the bench"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = flag("--json"),
 ) -> None:
     """Run every task x policy x seed of a suite into one run database, on every visible GPU."""
     from contextlib import ExitStack

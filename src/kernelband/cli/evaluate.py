@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from kernelband.cli.app import app, fail, fmt, out
+from kernelband.cli.app import app, fail, flag, fmt, out
 from kernelband.errors import UserError
 
 
@@ -20,10 +20,10 @@ def eval_cmd(
     preset: str = typer.Option("default", "--preset", help="timing protocol: default, paper or tritonbench"),
     shapes: str = typer.Option("search", "--shapes", help="search, held-out or all"),
     seed: int | None = typer.Option(None, "--seed", help="input seed (default: a fresh random one)"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
-    interpreter: bool = typer.Option(False, "--interpreter", help="use the Triton interpreter even with a GPU"),
+    as_json: bool = flag("--json", "print one JSON object"),
+    interpreter: bool = flag("--interpreter", "use the Triton interpreter even with a GPU"),
     tritonbench: str | None = typer.Option(None, "--tritonbench", help="TritonBench data (json or checkout)"),
-    no_ncu: bool = typer.Option(False, "--no-ncu", help="do not profile with Nsight Compute"),
+    no_ncu: bool = flag("--no-ncu", "do not profile with Nsight Compute"),
 ) -> None:
     """Evaluate a candidate kernel: correctness on every shape, timing against the reference, features."""
     from kernelband import api
@@ -63,8 +63,9 @@ def _print_result(result) -> None:
         out.print(result.detail, highlight=False, soft_wrap=True)
     if result.interpreter:
         out.print("[yellow]Timings are Triton-interpreter timings on the CPU: they say nothing about GPU speed.[/]")
-    for line in feature_lines(result.features, result.interpreter):
-        out.print(line, highlight=False, soft_wrap=True)
+    if result.ok:  # a candidate that failed never reached the stage that measures features
+        for line in feature_lines(result.features, result.interpreter):
+            out.print(line, highlight=False, soft_wrap=True)
     for note in result.notes:
         out.print(f"note: {note}", highlight=False, soft_wrap=True)
     out.print(f"sandbox: {result.sandbox}   seed: {result.seed}   "
@@ -90,8 +91,8 @@ def feature_lines(features, interpreter: bool) -> list[str]:
 
 @app.command("calibrate")
 def calibrate_cmd(
-    force: bool = typer.Option(False, "--force", help="measure again even if cached"),
-    as_json: bool = typer.Option(False, "--json"),
+    force: bool = flag("--force", "measure again even if cached"),
+    as_json: bool = flag("--json"),
 ) -> None:
     """Measure this GPU's peak copy bandwidth and matmul throughput (cached per GPU name)."""
     from kernelband.evaluation import sol

@@ -10,7 +10,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from kernelband.cli.app import app, err, fail, fmt, out, run_store
+from kernelband.cli.app import app, err, fail, flag, fmt, out, run_store
 from kernelband.errors import UserError
 from kernelband.store import DEFAULT_DB
 
@@ -83,11 +83,11 @@ def optimize_cmd(
                                   "on that re-measurement is handed back"),
     seed: int = typer.Option(0, "--seed"),
     db: Path = typer.Option(Path(DEFAULT_DB), "--db", help="the run database"),
-    resume: bool = typer.Option(False, "--resume", help="resume the unfinished run with these settings"),
-    as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
-    interpreter: bool = typer.Option(False, "--interpreter", help="use the Triton interpreter even with a GPU"),
+    resume: bool = flag("--resume", "resume the unfinished run with these settings"),
+    as_json: bool = flag("--json", "print the summary as one JSON object"),
+    interpreter: bool = flag("--interpreter", "use the Triton interpreter even with a GPU"),
     tritonbench: str | None = typer.Option(None, "--tritonbench", help="TritonBench data (json or checkout)"),
-    no_ncu: bool = typer.Option(False, "--no-ncu", help="do not profile with Nsight Compute"),
+    no_ncu: bool = flag("--no-ncu", "do not profile with Nsight Compute"),
 ) -> None:
     """Search for a faster kernel that gives the same results; the whole search goes into the run store."""
     from kernelband.api import check_run_config

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from kernelband.cli.app import app, fail, fmt, out, run_store
+from kernelband.cli.app import app, fail, flag, fmt, out, run_store
 from kernelband.errors import UserError
 from kernelband.store import DEFAULT_DB
 
@@ -17,7 +17,7 @@ from kernelband.store import DEFAULT_DB
 @app.command("runs")
 def runs_cmd(
     db: Path = typer.Option(Path(DEFAULT_DB), "--db", help="the run database"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = flag("--json"),
 ) -> None:
     """List the runs in a run database."""
     from kernelband.store import Store

@@ -7,7 +7,7 @@ import json
 import typer
 from rich.table import Table
 
-from kernelband.cli.app import app, fail, out
+from kernelband.cli.app import app, fail, flag, out
 from kernelband.errors import UserError
 
 SUITES = ("examples", "tritonbench-g", "tritonbench-g-l12")
@@ -17,7 +17,7 @@ def tasks_cmd(
     levels: list[str] | None = typer.Argument(None, hidden=True),
     suite: str = typer.Option("examples", "--suite", help=f"one of {', '.join(SUITES)}"),
     difficulty: list[int] | None = typer.Option(None, "--difficulty", help="TritonBench levels, e.g. 1 2"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = flag("--json"),
     tritonbench: str | None = typer.Option(None, "--tritonbench"),
 ) -> None:
     """List tasks."""

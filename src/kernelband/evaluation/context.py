@@ -174,13 +174,24 @@ def first_line(text: str) -> str:
 
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
+_FILE_LINE = re.compile(r'^File "[^"]*", line (\d+)')
+# Errors whose traceback ends in the offending source line rather than in a frame that raised: without the
+# line number, "SyntaxError: unmatched ')'" leaves the user to search the whole module.
+_PARSE_ERRORS = ("SyntaxError", "IndentationError", "TabError")
 
 
 def error_line(text: str) -> str:
     """The line of a traceback that says what went wrong: the last `SomeError: ...` line, else the last line.
-    torch's CUDA errors end in advice ("Compile with `TORCH_USE_CUDA_DSA` ..."), not in the error itself."""
+    torch's CUDA errors end in advice ("Compile with `TORCH_USE_CUDA_DSA` ..."), not in the error itself. A
+    syntax error says at which line of its file it is."""
     lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
     if not lines:
         return "(no message)"
-    named = [ln for ln in lines if _EXCEPTION_LINE.match(ln)]
-    return (named or lines)[-1][:300]
+    named = [i for i, ln in enumerate(lines) if _EXCEPTION_LINE.match(ln)]
+    at = named[-1] if named else len(lines) - 1
+    line = lines[at]
+    if line.startswith(_PARSE_ERRORS):
+        where = [m.group(1) for m in map(_FILE_LINE.match, lines[:at]) if m]
+        if where:
+            line = f"{line} (line {where[-1]})"
+    return line[:300]

@@ -129,6 +129,15 @@ def find(path: str | os.PathLike | None = None) -> Path | None:
         return None
 
 
+def missing_reason(path: str | os.PathLike | None = None) -> str | None:
+    """Why there is no TritonBench data (what `locate` says, for a skipped test's reason), None where there is."""
+    try:
+        locate(path)
+    except UserError as exc:
+        return str(exc)
+    return None
+
+
 @lru_cache(maxsize=4)
 def _load_entries(location: str) -> dict[str, Entry]:
     p = Path(location)
