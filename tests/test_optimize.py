@@ -124,6 +124,46 @@ def test_resume_after_sigkill_reevaluates_nothing(tmp_path: Path):
     assert len(store.runs()) == 1
 
 
+def test_two_databases_keep_their_kernels_apart_and_resuming_a_finished_run_prints_its_summary(tmp_path: Path):
+    """--db a.db and then --db b.db in one folder: each run 1 writes its best kernel into a folder named after
+    its database. --resume of the finished run prints its stored summary and exits 0, evaluating nothing."""
+    args = ["optimize", "examples:vector_add", "--iterations", "1", "--policy", "greedy", "--finalists", "1",
+            "--json"]
+    paths = {}
+    for name in ("a", "b"):
+        proc = _cli(*args, "--db", str(tmp_path / f"{name}.db"))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        summary = json.loads(proc.stdout)
+        assert summary["run_id"] == 1
+        paths[name] = Path(summary["best_path"])
+        assert paths[name] == tmp_path / name / "run-1" / "best.py" and paths[name].is_file()
+    assert paths["a"] != paths["b"]
+    store = Store(tmp_path / "a.db")
+    evaluated = store.evaluations(1)
+    again = _cli(*args, "--db", str(tmp_path / "a.db"), "--resume")
+    assert again.returncode == 0, again.stderr[-2000:]
+    summary = json.loads(again.stdout)
+    assert summary["run_id"] == 1 and summary["finished_before"] is True
+    assert summary["best_path"] == str(paths["a"])
+    assert store.evaluations(1) == evaluated and len(store.runs()) == 1
+    text = _cli(*args[:-1], "--db", str(tmp_path / "a.db"), "--resume")
+    assert text.returncode == 0, text.stderr[-2000:]
+    assert "run 1 had finished" in text.stdout and f"best kernel: {paths['a']}" in text.stdout
+
+
+def test_a_starting_kernel_with_a_syntax_error_fails_the_run_naming_the_line(tmp_path: Path):
+    source = (Path(__file__).parent / "data" / "small_add.py").read_text()
+    broken = tmp_path / "broken_add.py"
+    broken.write_text(source.replace("    mask = offsets < n\n", "    mask = offsets < n)\n", 1))
+    line = source.splitlines().index("    mask = offsets < n") + 1
+    db = tmp_path / "x.db"
+    proc = _cli("optimize", str(broken), "--iterations", "1", "--db", str(db))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].endswith(f"SyntaxError: unmatched ')' (line {line})"), proc.stderr
+    [run] = Store(db).runs()
+    assert run.status == "failed" and f"(line {line})" in run.reason
+
+
 def test_resume_with_nothing_to_resume_is_a_user_error(tmp_path: Path):
     proc = _cli("optimize", "examples:vector_add", "--db", str(tmp_path / "x.db"), "--resume")
     assert proc.returncode == 2
@@ -158,7 +198,7 @@ def test_llm_proposer_without_endpoint_is_a_user_error(tmp_path: Path):
 
 def test_an_llm_endpoint_that_cannot_be_reached_is_one_line_and_the_run_is_kept(tmp_path: Path):
     """A wrong --base-url: exit 2 and one line that says so, not ten iterations of `connection failed`; the
-    run stays in the store, unfinished, for --resume once the endpoint is right."""
+    run stays in the store as `failed`, with the reason, for --resume once the endpoint is right."""
     import socket
 
     with socket.socket() as sock:  # a port on this host where nothing listens
@@ -174,7 +214,8 @@ def test_an_llm_endpoint_that_cannot_be_reached_is_one_line_and_the_run_is_kept(
     assert lines[-1].startswith("error: cannot reach the LLM endpoint at http://127.0.0.1:")
     assert "Traceback" not in proc.stderr + proc.stdout
     [run] = Store(db).runs()
-    assert run.status == "running" and run.proposer == "llm"
+    assert run.status == "failed" and run.proposer == "llm"
+    assert run.reason.startswith("cannot reach the LLM endpoint at http://127.0.0.1:")
 
 
 def test_an_unknown_policy_is_a_user_error_that_stores_no_run(tmp_path: Path):
@@ -189,7 +230,8 @@ def test_an_unknown_policy_is_a_user_error_that_stores_no_run(tmp_path: Path):
 
 def test_ctrl_c_says_the_run_is_kept_and_how_to_resume_it(tmp_path: Path):
     """Ctrl-C in the middle of a search: exit 130, no traceback, a line that says the run is kept and how to go
-    on, no worker left behind, and the run unfinished in the store."""
+    on, no worker left behind, and the run `interrupted` in the store: not `failed` (nothing went wrong) and
+    not `done`, so that --resume continues it."""
     import psutil
 
     db = tmp_path / "x.db"
@@ -210,6 +252,6 @@ def test_ctrl_c_says_the_run_is_kept_and_how_to_resume_it(tmp_path: Path):
     assert proc.returncode == 130, stderr[-2000:]
     assert "Traceback" not in stderr
     assert stderr.strip().splitlines()[-1].startswith("interrupted: what was stored is kept in the run database")
-    assert [r.status for r in Store(db).runs()] == ["running"]
+    assert [(r.status, r.reason) for r in Store(db).runs()] == [("interrupted", "interrupted (Ctrl-C)")]
     time.sleep(1)
     assert not [pid for pid in workers if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]

@@ -8,13 +8,16 @@ and evaluations that are already stored are read back instead of being made agai
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
+from urllib.parse import quote
 
 from kernelband.errors import UserError
 from kernelband.evaluation.records import EvalResult
@@ -39,11 +42,12 @@ CREATE TABLE IF NOT EXISTS runs (
     proposer TEXT NOT NULL,
     seed INTEGER NOT NULL,
     config TEXT NOT NULL,          -- JSON: iterations, q, evaluations, preset, model, ...
-    status TEXT NOT NULL,          -- running | done | failed
+    status TEXT NOT NULL,          -- RunStatus: running | done | failed | interrupted
     device TEXT NOT NULL DEFAULT '',
     created REAL NOT NULL,
     finished REAL,
-    summary TEXT                   -- JSON, once done
+    summary TEXT,                  -- JSON, once done
+    reason TEXT NOT NULL DEFAULT '' -- why a failed or interrupted run ended
 );
 CREATE TABLE IF NOT EXISTS candidates (
     run_id INTEGER NOT NULL REFERENCES runs(id),
@@ -125,6 +129,22 @@ CREATE TABLE IF NOT EXISTS grid (
 """
 
 
+# Columns added to a table after databases with the table were made: added to those when they are opened.
+_ADDED_COLUMNS = {"runs": [("reason", "TEXT NOT NULL DEFAULT ''")]}
+
+
+class RunStatus(str, Enum):
+    """Where a run stands. Every status but `done` can be resumed: `running` is a run in progress or one whose
+    process was killed (SIGKILL leaves no chance to say so), `interrupted` one stopped by Ctrl-C, `failed` one
+    that ended with an error (its `reason`), which --resume takes up again once the cause is fixed (an LLM
+    endpoint back, for instance)."""
+
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
 @dataclass
 class RunRow:
     id: int
@@ -140,6 +160,7 @@ class RunRow:
     finished: float | None
     summary: dict | None
     bench_id: int | None
+    reason: str = ""  # why a failed or interrupted run ended
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -170,20 +191,55 @@ def utc_seconds(text: str) -> float:
         raise UserError(f"not a UTC time: {text!r} (e.g. \"2026-11-23 07:24:01\")") from None
 
 
-class Store:
-    """A thread-safe handle on the database (one connection, one lock)."""
+def artifacts_dir(db: str | Path) -> Path:
+    """Where the files of a database's runs go (run-<id>/best.py, best.diff): beside the database, in a folder
+    named after it, so that two databases in one folder do not overwrite each other's run-1."""
+    db = Path(db).expanduser()
+    return db.parent / (db.stem if db.suffix else f"{db.name}.d")
 
-    def __init__(self, path: str | Path = DEFAULT_DB):
+
+def _read_only_uri(path: Path) -> str:
+    """SQLite's URI for reading `path` without writing anything: `mode=ro`, and `immutable=1` where its folder
+    cannot be written (read-only media), as SQLite would otherwise need to create the WAL's index file there."""
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    return uri + ("" if os.access(path.parent, os.W_OK) else "&immutable=1")
+
+
+class Store:
+    """A thread-safe handle on the database (one connection, one lock). `read_only`: for commands that only
+    read (`runs`, `report`): nothing is created or written, so a database on read-only media can be read."""
+
+    def __init__(self, path: str | Path = DEFAULT_DB, read_only: bool = False):
         self.path = Path(path).expanduser()
+        self.read_only = read_only
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(SCHEMA)
+            if read_only:
+                if not self.path.is_file():
+                    raise UserError(f"no run database at {self.path}")
+                self._db = sqlite3.connect(_read_only_uri(self.path), uri=True, check_same_thread=False,
+                                           isolation_level=None)
+                self._db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # not a database: an error now
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.executescript(SCHEMA)
+                self._add_columns()
         except (OSError, sqlite3.DatabaseError) as exc:
             raise UserError(f"cannot open the run database {self.path}: {exc}{_compressed_hint(self.path)}") from exc
         self._lock = threading.RLock()
+
+    @property
+    def artifacts(self) -> Path:
+        return artifacts_dir(self.path)
+
+    def _add_columns(self) -> None:
+        for table, columns in _ADDED_COLUMNS.items():
+            have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            for name, decl in columns:
+                if name not in have:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
 
     def close(self) -> None:
         with self._lock:
@@ -212,8 +268,8 @@ class Store:
         with self._tx() as db:
             cur = db.execute("INSERT INTO runs (bench_id, task, task_key, policy, proposer, seed, config, status,"
                              " device, created) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                             (bench_id, task, task_key, policy, proposer, seed, json.dumps(config), "running",
-                              device, time.time()))
+                             (bench_id, task, task_key, policy, proposer, seed, json.dumps(config),
+                              RunStatus.RUNNING.value, device, time.time()))
             return cur.lastrowid
 
     def run(self, run_id: int) -> RunRow:
@@ -234,13 +290,25 @@ class Store:
         return _run_row(rows[0]) if rows else None
 
     def last_unfinished_run(self) -> RunRow | None:
-        rows = self._rows("SELECT * FROM runs WHERE status = 'running' ORDER BY id DESC LIMIT 1")
+        rows = self._rows("SELECT * FROM runs WHERE status != 'done' ORDER BY id DESC LIMIT 1")
         return _run_row(rows[0]) if rows else None
 
     def finish_run(self, run_id: int, status: str, summary: dict) -> None:
         with self._tx() as db:
-            db.execute("UPDATE runs SET status = ?, finished = ?, summary = ? WHERE id = ?",
-                       (status, time.time(), json.dumps(summary), run_id))
+            db.execute("UPDATE runs SET status = ?, finished = ?, summary = ?, reason = '' WHERE id = ?",
+                       (RunStatus(status).value, time.time(), json.dumps(summary), run_id))
+
+    def end_run(self, run_id: int, status: RunStatus, reason: str) -> None:
+        """A run that ended without finishing: `failed` (an error) or `interrupted` (Ctrl-C), and why."""
+        with self._tx() as db:
+            db.execute("UPDATE runs SET status = ?, finished = ?, reason = ? WHERE id = ?",
+                       (RunStatus(status).value, time.time(), reason, run_id))
+
+    def reopen_run(self, run_id: int) -> None:
+        """A resumed run is running again."""
+        with self._tx() as db:
+            db.execute("UPDATE runs SET status = ?, finished = NULL, reason = '' WHERE id = ?",
+                       (RunStatus.RUNNING.value, run_id))
 
     def set_device(self, run_id: int, device: str) -> None:
         with self._tx() as db:
@@ -384,7 +452,7 @@ class Store:
             raise UserError(f"no run database at {other}")
         if other.resolve() == self.path.resolve():
             raise UserError(f"{other} is the database being merged into: give another one with --db")
-        src = Store(other)
+        src = Store(other, read_only=True)
         try:
             theirs = src.bench(bench_id)
             same = ("suite", "policies", "seeds", "iterations", "q", "proposer", "preset")
@@ -419,10 +487,10 @@ class Store:
         row = src._rows("SELECT * FROM runs WHERE id = ?", (run_id,))[0]
         with self._tx() as db:
             new = db.execute("INSERT INTO runs (bench_id, task, task_key, policy, proposer, seed, config, status, "
-                             "device, created, finished, summary) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                             "device, created, finished, summary, reason) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                              (bench_id, row["task"], row["task_key"], row["policy"], row["proposer"], row["seed"],
                               row["config"], row["status"], row["device"], row["created"], row["finished"],
-                              row["summary"])).lastrowid
+                              row["summary"], row.get("reason") or "")).lastrowid
             for table in ("candidates", "proposals", "evaluations", "iterations", "llm_calls"):
                 for r in src._rows(f"SELECT * FROM {table} WHERE run_id = ?", (run_id,)):
                     r["run_id"] = new
@@ -459,4 +527,5 @@ def _run_row(row: dict) -> RunRow:
     return RunRow(id=row["id"], task=row["task"], task_key=row["task_key"], policy=row["policy"],
                   proposer=row["proposer"], seed=row["seed"], config=json.loads(row["config"]), status=row["status"],
                   device=row["device"], created=row["created"], finished=row["finished"],
-                  summary=json.loads(row["summary"]) if row["summary"] else None, bench_id=row["bench_id"])
+                  summary=json.loads(row["summary"]) if row["summary"] else None, bench_id=row["bench_id"],
+                  reason=row.get("reason") or "")

@@ -125,6 +125,9 @@ def optimize_cmd(
 
 
 def _print_summary(summary, store) -> None:
+    if summary.finished_before:
+        out.print(f"run {summary.run_id} had finished: its stored summary (--resume runs nothing more)",
+                  highlight=False)
     table = Table(title=f"run {summary.run_id}: {summary.task} ({summary.policy}, {summary.proposer})",
                   title_justify="left")
     for col in ("iteration", "best speedup", "this iteration", "pool", "tokens", "seconds"):

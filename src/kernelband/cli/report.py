@@ -32,7 +32,7 @@ def report_cmd(
         fail(f"no run database at {db}; `kernelband optimize` or `kernelband bench` creates it (or pass --db)")
     try:
         parse_target(target)
-        store = Store(db)
+        store = Store(db, read_only=True)  # a database on read-only media can be reported
         data = report_data(store, target)
         if fmt in ("text", "markdown"):
             from kernelband.report import markdown

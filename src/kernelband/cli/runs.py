@@ -25,7 +25,7 @@ def runs_cmd(
     if not db.exists():
         fail(f"no run database at {db}; `kernelband optimize` creates it (or pass --db)")
     try:
-        rows = Store(db).runs()
+        rows = Store(db, read_only=True).runs()  # a database on read-only media can be listed
     except UserError as exc:
         fail(str(exc))
     if as_json:

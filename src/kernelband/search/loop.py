@@ -27,7 +27,7 @@ from kernelband.evaluation.records import EvalResult, Outcome
 from kernelband.policies.base import Policy
 from kernelband.proposers.base import Proposer
 from kernelband.search.core import Arm, Attempt, Candidate, Context, Proposal, Strategy, source_hash
-from kernelband.store import Store
+from kernelband.store import RunStatus, Store
 from kernelband.tasks.model import Task
 
 # How many times one iteration may re-select when the proposer has nothing for the chosen arms.
@@ -77,9 +77,15 @@ class Summary:
     per_iteration: list[dict] = field(default_factory=list)
     # the kernels re-checked at the end: candidate, speedup during the search, outcome, re-measured, held-out
     finalists: list[dict] = field(default_factory=list)
+    # --resume of a run that had finished: this is its stored summary, and nothing ran
+    finished_before: bool = False
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Summary:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 class Search:
@@ -191,6 +197,24 @@ class Search:
         return k0
 
     def run(self) -> Summary:
+        """The search, to its end. A run that had finished gives its stored summary; one that ends with an
+        error is stored as `failed` with the reason, one stopped by Ctrl-C as `interrupted` (both resumable)."""
+        row = self.store.run(self.run_id)
+        if row.status == RunStatus.DONE and row.summary:
+            return Summary.from_dict({**row.summary, "finished_before": True})
+        try:
+            return self._run()
+        except KeyboardInterrupt:
+            self.store.end_run(self.run_id, RunStatus.INTERRUPTED, "interrupted (Ctrl-C)")
+            raise
+        except UserError as exc:  # SetupError too: an LLM endpoint that cannot be reached, for instance
+            self.store.end_run(self.run_id, RunStatus.FAILED, str(exc))
+            raise
+        except Exception as exc:
+            self.store.end_run(self.run_id, RunStatus.FAILED, f"{type(exc).__name__}: {exc}")
+            raise
+
+    def _run(self) -> Summary:
         started = time.perf_counter()
         self.start()
         per_iteration: list[dict] = []

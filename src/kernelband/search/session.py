@@ -8,7 +8,7 @@ from pathlib import Path
 from kernelband.errors import UserError
 from kernelband.search.core import Strategy
 from kernelband.search.loop import RunConfig, Search
-from kernelband.store import Store
+from kernelband.store import RunStatus, Store
 from kernelband.tasks.model import Task
 
 
@@ -48,7 +48,8 @@ def open_search(task: Task, evaluator, store: Store, policy: str, proposer, seed
                 strategies_file: str | None = None, resume: bool = False, bench_id: int | None = None,
                 on_event=None, lookup=None, out_dir: Path | None = None,
                 strategies: list[Strategy] | None = None) -> Search:
-    """A new run, or with `resume` the latest unfinished run of the same task, policy, proposer and seed.
+    """A new run, or with `resume` the latest run of the same task, policy, proposer and seed: an unfinished
+    one (running, interrupted or failed) goes on, a finished one gives its stored summary.
     The strategies: `strategies` as given (a bench's), else those of `strategies_file`, else the built-in ones."""
     from kernelband.policies.base import make_policy
     from kernelband.search.strategies import load_strategies
@@ -57,10 +58,10 @@ def open_search(task: Task, evaluator, store: Store, policy: str, proposer, seed
         strategies = load_strategies(strategies_file)
     bandit = make_policy(policy, seed)  # an unknown policy is an error before any run is stored
     run = store.find_run(task.key, policy, proposer.name, seed, bench_id) if resume else None
-    if resume and bench_id is None and (run is None or run.status != "running"):
-        raise UserError(f"nothing to resume: no unfinished {policy}/{proposer.name} run of {task.ref} with seed "
-                        f"{seed} in {store.path}")
-    if run is not None and run.device:
+    if resume and bench_id is None and run is None:
+        raise UserError(f"nothing to resume: no {policy}/{proposer.name} run of {task.ref} with seed {seed} in "
+                        f"{store.path}")
+    if run is not None and run.device and run.status != RunStatus.DONE:  # a done run is only read
         gpu = evaluator.fingerprint(task)["gpu"]
         if gpu != run.device:  # its stored evaluations would be replayed beside new ones from another GPU
             raise UserError(f"run {run.id} was measured on {run.device} and this machine's GPU is {gpu}: resume it "
@@ -68,9 +69,11 @@ def open_search(task: Task, evaluator, store: Store, policy: str, proposer, seed
     if run is not None:
         config = RunConfig(**{k: v for k, v in run.config.items() if k in RunConfig.__dataclass_fields__})
         run_id = run.id
+        if run.status != RunStatus.DONE:  # failed or interrupted before: running again (a done one is only read)
+            store.reopen_run(run_id)
     else:
         run_id = store.create_run(task.ref, task.key, policy, proposer.name, seed,
                                   {**config.to_dict(), "strategies": [s.name for s in strategies]},
                                   bench_id=bench_id)
     return Search(task, evaluator, proposer, bandit, strategies, store, run_id, seed, config,
-                  out_dir=out_dir if out_dir is not None else store.path.parent, on_event=on_event, lookup=lookup)
+                  out_dir=out_dir if out_dir is not None else store.artifacts, on_event=on_event, lookup=lookup)
