@@ -47,6 +47,9 @@ class Limits:
     # lock, which every timing waits for, for seconds rather than minutes (Settings.relative_limits).
     run_factor: float = 10.0
     run_floor_s: float = 20.0
+    # A candidate whose own code runs this long without returning while it is imported or its kernels are
+    # compiled is stopped as stuck, long before `load_s` (worker/stuck.py tells that from compiling).
+    stuck_s: float = 15.0
 
 
 @dataclass

@@ -243,7 +243,7 @@ class Evaluator(base.Evaluator):
         t0 = time.perf_counter()
         with self.pool.busy("compile"):
             reply = context.ask(ctx.cand, {"op": "load", "role": "cand", "task": task.wire(), "module_source": ctx.source,
-                                   "tune": self.settings.tune,
+                                   "tune": self.settings.tune, "stuck_s": limits.stuck_s,
                                    "profiler": self.timing.by_spans(task, ctx.preset)},
                         limits.load_s, "compile")
             if reply.get("profiler_s") is not None:  # CUPTI started for the span timer (worker `load`)
@@ -253,7 +253,8 @@ class Evaluator(base.Evaluator):
                 raise Stop(Outcome.SUSPICIOUS, "compile", "the candidate changed the task's shapes",
                            check="harness")
             context.ask(ctx.cand, {"op": "precompile", "shapes": [s.index for s in ctx.shapes], "seed": ctx.seed,
-                           "tests": self.task_tests and info.has_tests, "tests_seed": TESTS_SEED},
+                           "tests": self.task_tests and info.has_tests, "tests_seed": TESTS_SEED,
+                           "stuck_s": limits.stuck_s},
                 limits.load_s, "compile")
         if profile is not None:
             # compiled under the profiler too, before the GPU is taken

@@ -18,6 +18,7 @@ import os
 import random
 import socket
 import sys
+import threading
 import time
 import traceback
 
@@ -87,6 +88,8 @@ class Worker:
         self.files = 0
         self.sandbox: dict = {}
         self.phases: dict = {}  # seconds of the start's GPU part, by phase (context, first_kernel, ...)
+        self.send_lock = threading.Lock()  # a reply, or the stuck watch's answer in its place: never both
+        self.stuck = None
 
     # -- start-up -------------------------------------------------------------------------------
     def load_libraries(self) -> None:
@@ -126,6 +129,8 @@ class Worker:
         self.log = guards.LOG
         from kernelband.worker import sandbox
         self.sandbox = sandbox.apply(self.dir)
+        from kernelband.worker.stuck import StuckWatch
+        self.stuck = StuckWatch(self._stuck, self.send_lock)  # its thread is one of the worker's own
         self.guard.accept_current_threads()
         phases["guards_sandbox"] = time.perf_counter() - t
         props = {}
@@ -141,6 +146,21 @@ class Worker:
                 "sandbox": self.sandbox, "device": props,
                 "versions": {"torch": torch.__version__, "triton": triton.__version__,
                              "python": sys.version.split()[0]}}
+
+    def _stuck(self, stuck) -> None:
+        """The module is stuck in its own code (worker/stuck.py): answer the request in its place, and end."""
+        from kernelband import protocol
+
+        try:
+            protocol.send(self.sock, {"ok": False, "outcome": "timeout", "error": stuck.message()})
+        finally:
+            os._exit(4)
+
+    def _watch(self, path: str, request: dict, doing: str):
+        """The stuck watch over the module's own code for a request that carries `stuck_s` (the parent's)."""
+        if self.stuck is None:
+            return contextlib.nullcontext()
+        return self.stuck.watch(path, request.get("stuck_s"), doing)
 
     # -- requests -------------------------------------------------------------------------------
     def handle(self, request: dict) -> dict:
@@ -197,13 +217,15 @@ class Worker:
         from kernelband.worker import harness as harness_mod
         t0 = time.perf_counter()
         try:
-            module = harness_mod.import_file(module_name, path)
+            with self._watch(path, request, "importing it"):
+                module = harness_mod.import_file(module_name, path)
         except BaseException as exc:  # noqa: BLE001 - anything the module raises is its outcome
             return {"ok": False, "outcome": "compile_error", "error": _error_text(exc)}
         self.module = module
         try:
-            self.harness = harness_mod.for_task(task, module, source, self.mode)
-            info = self.harness.describe(self.mode)
+            with self._watch(path, request, "describing the task with it"):
+                self.harness = harness_mod.for_task(task, module, source, self.mode)
+                info = self.harness.describe(self.mode)
         except ImportError as exc:
             # The performance script imports the entry point from the module.
             return {"ok": False, "outcome": "compile_error", "error": _error_text(exc)}
@@ -244,7 +266,9 @@ class Worker:
             for index in request["shapes"]:
                 try:
                     self._seed(request.get("seed", 0))
-                    self.harness.call(self.harness.make_inputs(index, self.device))
+                    inputs = self.harness.make_inputs(index, self.device)
+                    with self._watch(self.module.__file__, request, "compiling its kernels"):
+                        self.harness.call(inputs)
                 except Exception:  # noqa: BLE001 - garbage outputs may upset the wrapper: fine
                     pass
             if request.get("tests") and getattr(self.harness, "has_tests", False):
@@ -558,7 +582,8 @@ def main() -> None:
             return
         except BaseException as exc:  # noqa: BLE001
             reply = {"ok": False, "outcome": "runtime_error", "error": _error_text(exc)}
-        protocol.send(sock, reply)
+        with worker.send_lock:
+            protocol.send(sock, reply)
         if reply.get("outcome") == "crashed":
             # A CUDA fault leaves the context unusable: this worker is done.
             os._exit(3)
