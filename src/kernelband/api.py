@@ -48,6 +48,9 @@ def evaluate(task: str | Task, candidate: str | Path | None = None, *, preset: s
     t = _task(task, tritonbench)
     source = candidate_source(candidate)
     with Evaluator(mode="interpreter" if interpreter else None, warm=1, preset=preset, use_ncu=use_ncu) as ev:
+        # A fresh process knows no usual time of the reference, which the timing needs to tell a disturbed
+        # measurement and measure it again: learnt first, as a search's task set-up does (Timing.prime).
+        ev.prime_timing(t, preset, which)
         return ev.evaluate(t, source, which=which, seed=seed)
 
 

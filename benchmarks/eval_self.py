@@ -1,0 +1,108 @@
+"""How far a one-shot `kernelband eval` of a task's own kernel against itself is from 1.0, per shape.
+
+The starting kernel timed against itself should come out at 1.0 on every shape. Each evaluation here runs in
+a fresh process (`kernelband eval examples:X --json`), as a user's one-shot eval does: no reference history
+from earlier evaluations to tell a disturbed measurement by, only what the eval measures for itself. Per
+built-in example and per shape, the worst deviation of the self-speedup from 1.0 over `--runs` processes;
+passes when every shape of every example stays within `--tolerance` (2 %) and every evaluation is `ok`.
+
+    python benchmarks/eval_self.py [--runs 10] [--tolerance 0.02] [--examples softmax,matmul] [--out rows.json]
+
+Exit status: 0 within the tolerance, 1 outside it (or an evaluation not ok), 2 for bad input. Run it on the
+GPU machine; in the interpreter (KERNELBAND_MODE=interpreter) the figures say nothing about a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def eval_once(example: str, ncu: bool, timeout: float) -> dict:
+    """One `kernelband eval` of the example's own kernel, in a fresh process; its JSON record."""
+    command = [sys.executable, "-c", "from kernelband.cli import main; main()", "eval", f"examples:{example}",
+               "--json"] + ([] if ncu else ["--no-ncu"])
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+    if proc.returncode not in (0, 1) or not proc.stdout.strip():
+        tail = (proc.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
+        return {"outcome": f"failed (exit {proc.returncode}): {tail}", "shapes": [], "device": ""}
+    return json.loads(proc.stdout)
+
+
+def rows(results: dict[str, list[dict]]) -> list[dict]:
+    """Per example and shape: the self-speedups over the processes and the worst deviation from 1.0."""
+    out = []
+    for example, records in results.items():
+        per_shape: dict[str, list[float]] = defaultdict(list)
+        failed = [r["outcome"] for r in records if r["outcome"] != "ok"]
+        for record in records:
+            for shape in record["shapes"]:
+                if shape.get("speedup") is not None:
+                    per_shape[shape["label"]].append(shape["speedup"])
+        for label, speedups in per_shape.items():
+            shown = [round(s, 4) for s in speedups]
+            out.append({"example": example, "shape": label, "speedups": shown,
+                        "worst": round(max(abs(s - 1.0) for s in shown), 4), "failed": failed})
+        if not per_shape:
+            out.append({"example": example, "shape": "-", "speedups": [], "worst": None, "failed": failed})
+    return out
+
+
+def verdict(table: list[dict], tolerance: float) -> bool:
+    """Every shape within the tolerance, every evaluation ok."""
+    return all(r["worst"] is not None and r["worst"] <= tolerance and not r["failed"] for r in table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from kernelband.tasks import example_names
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10, help="fresh processes per example")
+    ap.add_argument("--tolerance", type=float, default=0.02, help="largest |self-speedup - 1| allowed per shape")
+    ap.add_argument("--examples", default="", help="comma-separated built-in examples (default: all)")
+    ap.add_argument("--ncu", action="store_true", help="profile with Nsight Compute as eval does by default")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds one eval may take")
+    ap.add_argument("--out", type=Path, default=None, help="write the per-shape rows here as JSON")
+    args = ap.parse_args(argv)
+    known = list(example_names())
+    chosen = [e for e in args.examples.split(",") if e] or known
+    unknown = [e for e in chosen if e not in known]
+    if unknown:
+        print(f"error: no built-in example {', '.join(unknown)}: use {', '.join(known)}", file=sys.stderr)
+        return 2
+    if args.runs < 1 or args.tolerance < 0:
+        print("error: --runs must be at least 1 and --tolerance at least 0", file=sys.stderr)
+        return 2
+    results: dict[str, list[dict]] = {}
+    devices = set()
+    for example in chosen:
+        results[example] = []
+        for i in range(args.runs):
+            record = eval_once(example, args.ncu, args.timeout)
+            results[example].append(record)
+            devices.add(record.get("device") or "?")
+            print(f"{example} {i + 1}/{args.runs}: {record['outcome']} "
+                  f"{record.get('speedup') if record.get('speedup') is not None else '-'}", file=sys.stderr)
+    table = rows(results)
+    if args.out is not None:
+        args.out.write_text(json.dumps({"devices": sorted(devices), "runs": args.runs, "rows": table}, indent=1))
+    print(f"| example | shape | worst abs(self-speedup - 1) | self-speedups ({', '.join(sorted(devices))}) |")
+    print("|---|---|---|---|")
+    for r in table:
+        worst = "-" if r["worst"] is None else f"{100 * r['worst']:.1f} %"
+        note = f" (not ok: {'; '.join(r['failed'])})" if r["failed"] else ""
+        print(f"| {r['example']} | {r['shape']} | {worst}{note} | {', '.join(f'{s:.3f}' for s in r['speedups'])} |")
+    worst = max((r["worst"] for r in table if r["worst"] is not None), default=None)
+    ok = verdict(table, args.tolerance)
+    print(f"worst per-shape deviation: {'-' if worst is None else f'{100 * worst:.1f} %'} "
+          f"({'within' if ok else 'outside'} {100 * args.tolerance:g} %)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
