@@ -447,3 +447,14 @@ def test_tables_into_a_pipe_are_not_cut_to_80_columns(tmp_path):
 def kernelband_cmd() -> list[str]:
     exe = Path(sys.executable).with_name("kernelband")
     return [str(exe)] if exe.exists() else [sys.executable, "-c", "from kernelband.cli import main; main()"]
+
+
+def test_ci_installs_with_the_readmes_command_and_the_readme_says_how_to_get_the_cpu_build():
+    """A plain PyPI index gives CUDA wheels of several GB for the torch pin: the README names PyTorch's CPU
+    index, and CI runs exactly the README's install command."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Set-up", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    install = [ln.split("#")[0].strip() for ln in block.splitlines() if ln.startswith("pip install")]
+    ci = (ROOT / ".ci" / "run").read_text().split("# --- README: install ---", 1)[1].strip().splitlines()[0]
+    assert install == [ci.strip()], (install, ci)
+    assert "--index-url https://download.pytorch.org/whl/cpu" in readme.split("## Set-up", 1)[1].split("##")[0]
