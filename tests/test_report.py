@@ -27,6 +27,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from kernelband.cli.app import app
@@ -34,6 +35,7 @@ from kernelband.errors import UserError
 from kernelband.evaluation.records import EvalResult, Features, Outcome, ShapeResult
 from kernelband.report.html import write_report
 from kernelband.report.metrics import parse_target, report_data
+from kernelband.report.tables import build as build_tables
 from kernelband.search.core import source_hash
 from kernelband.search.loop import Summary
 from kernelband.store import Store
@@ -345,7 +347,54 @@ def test_run_report(built, tmp_path):
     assert best[-1]["best"]["geomean"] == pytest.approx(built["store"].run(run_id).summary["best_speedup"])
     assert data["shape_sol"] and data["shape_sol"][0]["k0"] == pytest.approx(K0_SOL[0])
     page = write_report(data, tmp_path / "run")
-    assert {"speedup.png", "fast1.png", "sol.png", "pool.png"} <= {p.name for p in page.parent.iterdir()}
+    # one run: its trajectory, not a bench's geomean and Fast@1 over one task (flat at 0 or 100 %)
+    files = {p.name for p in page.parent.iterdir()}
+    assert {"trajectory.png", "sol.png", "pool.png"} <= files and not {"speedup.png", "fast1.png"} & files
+    tables = {t.id: t for t in build_tables(data)}
+    assert not {"iter-current", "iter-best", "iter-best-generated", "tokens"} & set(tables)
+    stored = built["store"].iterations(run_id)
+    assert [r[1][0] for r in tables["trajectory"].rows] == [f"{it['best_speedup']:.3f}" for it in stored]
+    assert all(r[6][0].startswith("#") for r in tables["trajectory"].rows)  # the arms pulled
+    best = data["best_kernels"][0]["candidate"]
+    search = built["store"].evaluation(run_id, best)
+    shapes = tables["shapes"].rows
+    assert [r[0][0] for r in shapes] == [s.label for s in search.shapes]
+    assert shapes[0][4][0] == f"{search.shapes[0].speedup:.3f}" and shapes[0][5][0] == "0.995"  # k0 vs itself
+    html = page.read_text()
+    assert "Trajectory" in html and "Per shape, against the reference" in html and 'id="lineage"' in html
+    assert "Speedup and Fast@1 per iteration" not in html
+    assert not data["warnings"]  # measured on a GPU: no interpreter warning
+
+
+def test_the_report_of_an_interpreter_run_says_first_that_its_speedups_say_nothing_about_a_gpu(tmp_path):
+    from kernelband.report import markdown
+    from kernelband.report.text import print_report
+
+    store = Store(tmp_path / "runs.db")
+    run = store.create_run("examples:vector_add", "key", "greedy", "rewrite", 0, {"iterations": 1},
+                           device="Triton interpreter (CPU)")
+    store.add_candidate(run, 0, K0_SOURCE, source_hash(K0_SOURCE), None, None, 0, 0, "the starting kernel")
+    k0 = _result("examples:vector_add", "ok", 0.98, 0)
+    k0.interpreter, k0.device = True, "Triton interpreter (CPU)"
+    store.add_evaluation(run, 0, "search", k0)
+    child = K0_SOURCE.replace("BLOCK = 128", "BLOCK = 256")
+    store.add_candidate(run, 1, child, source_hash(child), 0, "block_size", 1, 0, "bigger blocks")
+    store.add_evaluation(run, 1, "search", _result("examples:vector_add", "ok", 1.3, 1))
+    store.add_iteration(run, 1, [{"candidate": 0, "strategy": "block_size", "child": 1, "outcome": "ok",
+                                  "speedup": 1.3}], 1.3, 1.3, 2, 0, {}, 2.0)
+    store.finish_run(run, "done", {"best_candidate": 1, "best_speedup": 1.3, "best_outcome": "ok",
+                                   "interpreter": True, "iterations": 1, "evaluations": 1})
+    data = report_data(store, f"run:{run}")
+    assert data["warnings"][0].startswith("interpreter timings:") and "say nothing about a GPU" in data["warnings"][0]
+    assert markdown.render(data).split("\n\n")[1].startswith("**Warning:** interpreter timings:")
+    console = Console(record=True, width=200)
+    print_report(data, console)
+    text = console.export_text()
+    assert text.splitlines()[1].startswith("warning: interpreter timings:")
+    assert "#1 block_size (iteration 1): ok 1.300x <- best" in text  # the lineage
+    assert "+    BLOCK = 256" in text  # the diff of the kernel handed back
+    page = write_report(data, tmp_path / "out").read_text()
+    assert page.index("Warning: interpreter timings") < page.index("<h2>")
 
 
 # -- the command line ------------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 `write_report(data, out_dir)` writes `index.html`, `report.json` (the data it was made from) and the plots:
 
-* `speedup.png`, `fast1.png`: geomean speedup and Fast@1 per iteration, one line per policy, current
+* `speedup.png`, `fast1.png` (a bench): geomean speedup and Fast@1 per iteration, one line per policy, current
   iteration and best so far side by side (the paper's Figures 1-4);
+* `trajectory.png` (a run): its best so far and each iteration's best kernel, per iteration;
 * `tasks.png` (a bench): each task's best speedup per policy (bars: mean over seeds; whiskers: min, max);
 * `sol.png`: speed-of-light fractions (a bench: per task; a run: per shape, k0 against the best kernel);
 * `pool.png`: one run's correct candidates, PCA of the z-normalised rho, coloured by cluster (Figure 5).
@@ -199,10 +200,34 @@ def _pool(data: dict, out: Path) -> str | None:
     return "pool.png"
 
 
+def _trajectory(data: dict, out: Path) -> str | None:
+    rows = data["trajectory"]
+    if not rows:
+        return None
+    fig, (ax,) = _figure(8, 4)
+    xs = [r["iteration"] for r in rows]
+    ax.plot(xs, [r["best_speedup"] for r in rows], marker="o", label="best so far", color=COLOURS[0])
+    ax.plot(xs, [float("nan") if r["iteration_speedup"] is None else r["iteration_speedup"] for r in rows],
+            marker="x", ls=":", label="this iteration's best", color=COLOURS[1])
+    ax.axhline(1.0, color="#999", lw=0.8, ls="--")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(f"run {data['id']}: speedup over the starting kernel", fontsize=10)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("speedup over k0")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.savefig(out / "trajectory.png")
+    return "trajectory.png"
+
+
 def figures(data: dict, out: Path) -> dict[str, str]:
-    """Draws every plot that has data; returns {plot: file name}."""
-    made = {"speedup": _curves(data, out, "geomean", "speedup.png", "geomean speedup over k0"),
-            "fast1": _curves(data, out, "fast1", "fast1.png", f"Fast@1 (% of tasks > {data['fast_threshold']}x)"),
+    """Draws every plot that has data; returns {plot: file name}. One run gets its trajectory, not a bench's
+    geomean and Fast@1 curves (over one task, a step between 0 and 100 %)."""
+    bench = data["kind"] == "bench"
+    made = {"speedup": bench and _curves(data, out, "geomean", "speedup.png", "geomean speedup over k0"),
+            "fast1": bench and _curves(data, out, "fast1", "fast1.png",
+                                       f"Fast@1 (% of tasks > {data['fast_threshold']}x)"),
+            "trajectory": not bench and _trajectory(data, out),
             "tasks": _task_bars(data, out), "sol": _sol_bars(data, out), "pool": _pool(data, out)}
     return {k: v for k, v in made.items() if v}
 
@@ -274,12 +299,19 @@ def render(data: dict, figs: dict[str, str]) -> str:
     parts += ["<h2>Summary</h2>", table_html(tables["summary"])]
     if "summary-common" in tables:
         parts.append(table_html(tables["summary-common"]))
-    parts += ["<h2>Speedup and Fast@1 per iteration</h2>",
-              _img(figs, "speedup", "geomean speedup per iteration"), _img(figs, "fast1", "Fast@1 per iteration"),
-              table_html(tables["iter-current"]), table_html(tables["iter-best"]),
-              table_html(tables["iter-best-generated"]), table_html(tables["tokens"]),
-              "<h2>Held-out shapes</h2>", table_html(tables["held-out"]),
-              "<h2>Per task</h2>", _img(figs, "tasks", "best speedup per task"), table_html(tables["tasks"])]
+    if data["kind"] == "run":
+        parts += ["<h2>Trajectory</h2>", _img(figs, "trajectory", "speedup per iteration"),
+                  table_html(tables["trajectory"])]
+        if "shapes" in tables:
+            parts += ["<h2>Per shape, against the reference</h2>", table_html(tables["shapes"])]
+        parts += ["<h2>The run</h2>", table_html(tables["tasks"]), table_html(tables["held-out"])]
+    else:
+        parts += ["<h2>Speedup and Fast@1 per iteration</h2>",
+                  _img(figs, "speedup", "geomean speedup per iteration"), _img(figs, "fast1", "Fast@1 per iteration"),
+                  table_html(tables["iter-current"]), table_html(tables["iter-best"]),
+                  table_html(tables["iter-best-generated"]), table_html(tables["tokens"]),
+                  "<h2>Held-out shapes</h2>", table_html(tables["held-out"]),
+                  "<h2>Per task</h2>", _img(figs, "tasks", "best speedup per task"), table_html(tables["tasks"])]
     if "task-means" in tables:
         parts.append(table_html(tables["task-means"]))
     if "grid" in tables:

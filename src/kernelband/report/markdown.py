@@ -33,4 +33,12 @@ def render(data: dict) -> str:
     parts = [head]
     parts += [f"**Warning:** {w}" for w in data.get("warnings", [])]
     parts += [table(t) for t in tbl.build(data)]
+    if data["kind"] == "run":
+        lines = tbl.lineage_lines(data["lineage"])
+        if lines:
+            parts.append("### Lineage\n\n```\n" + "\n".join(lines) + "\n```")
+        for k in data["best_kernels"]:
+            if k["candidate"] not in (None, 0) and k["diff"]:
+                parts.append(f"### Best kernel: candidate {k['candidate']} ({k['speedup']:.3f}x)\n\n```diff\n"
+                             + k["diff"].rstrip("\n") + "\n```")
     return "\n\n".join(parts) + "\n"

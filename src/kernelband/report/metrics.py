@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 from kernelband.errors import UserError
 from kernelband.evaluation.records import RHO_KEYS
+from kernelband.report import run as single
 from kernelband.store import RunRow, Store
 
 FAST = 1.1  # Fast@1: a speedup strictly above this
@@ -461,7 +462,10 @@ def report_data(store: Store, bench_or_run) -> dict:
         "tasks": tasks, "task_means": task_means,
         "excluded": [{"run_id": f.row.id, "task": f.row.task, "policy": f.row.policy, "seed": f.row.seed,
                       "reason": f.reason} for f in facts if not f.usable],
-        "warnings": _warnings(bench, summary, facts, common),
+        "warnings": ([single.INTERPRETER_WARNING] if any(single.interpreter_run(f.row) for f in facts) else [])
+                    + _warnings(bench, summary, facts, common),
+        "trajectory": single.trajectory(store, ident) if kind == "run" else [],
+        "shapes": single.shape_table(store, ident, facts[0].best_candidate) if kind == "run" and good else [],
         "focus_run": focus.row.id if focus else None,
         "pool": pool_projection(store, focus) if focus else None,
         "lineage": lineage(store, focus) if focus else None,

@@ -80,7 +80,11 @@ def build(data: dict) -> list[Table]:
         t.note = "Tasks: " + ", ".join(common["tasks"]) + ". Unfinished runs are left out of this table."
         tables.append(t)
 
-    horizon = max((len(iterations[p]) for p in policies), default=0)
+    if data["kind"] == "run":
+        tables += run_tables(data)
+        horizon = 0  # one run: its trajectory, not a geomean and a Fast@1 over one task
+    else:
+        horizon = max((len(iterations[p]) for p in policies), default=0)
     for which, title in (("current", "Current iteration (paper Table 1): speedup / Fast@1"),
                          ("best", "Best so far, k0 included (paper Table 2): speedup / Fast@1"),
                          ("best_generated", "Best generated kernel so far, k0 not counted: speedup / Fast@1")):
@@ -96,7 +100,8 @@ def build(data: dict) -> list[Table]:
         else:
             t.note = ("The paper's Table 2 may mean this one: it equals the current iteration at t=1. "
                       "(a/b) as for the current iteration.")
-        tables.append(t)
+        if horizon:
+            tables.append(t)
 
     t = Table("tokens", "LLM tokens per iteration (mean per task; cumulative in brackets)", ["iteration", *policies])
     for i in range(horizon):
@@ -108,7 +113,8 @@ def build(data: dict) -> list[Table]:
             it = iterations[p][i]
             row.append((f"{it['tokens']:.0f} ({it['tokens_cum']:.0f})", it["tokens"]))
         t.rows.append(row)
-    tables.append(t)
+    if horizon:
+        tables.append(t)
 
     t = Table("held-out", "Held-out shapes (never seen during the search), reported apart",
               ["policy", "tasks with held-out", "held-out geomean", "held-out Fast@1", "failed on held-out",
@@ -149,6 +155,49 @@ def build(data: dict) -> list[Table]:
                            label(r["reason"])])
         tables.append(t)
     return tables
+
+
+def run_tables(data: dict) -> list[Table]:
+    """One run's trajectory and its kernel against the reference, shape by shape (report/run.py)."""
+    t = Table("trajectory", f"Run {data['id']}, iteration by iteration", ["iteration", "best so far",
+              "this iteration", "pool", "tokens", "seconds", "arms pulled: parent x strategy -> child outcome"])
+    for r in data["trajectory"]:
+        t.rows.append([num(r["iteration"], "d"), num(r["best_speedup"]), num(r["iteration_speedup"]),
+                       num(r["pool_size"], "d"), num(r["tokens"], "d"), num(r["seconds"], ".1f"), label(r["arms"])])
+    t.note = "Speedups over the starting kernel; this iteration: the best correct kernel it produced (- if none)."
+    shapes = Table("shapes", "The kernel handed back against the reference, per shape",
+                   ["shape", "held out", "reference ms", "kernel ms", "speedup", "k0 against itself", "SOL k0",
+                    "SOL kernel"])
+    for r in data["shapes"]:
+        correct = "" if r["correct"] is not False else " (wrong)"
+        shapes.rows.append([label(r["label"] + correct), label("yes" if r["held_out"] else ""),
+                            num(r["ref_ms"], ".4g"), num(r["best_ms"], ".4g"), num(r["speedup"]),
+                            num(r["k0_self"]), num(r["k0_sol"], ".2f"), num(r["best_sol"], ".2f")])
+    shapes.note = ("The reference timed beside the kernel in the same evaluation (its final check on fresh inputs "
+                   "where there is one); k0 against itself: the starting kernel's own evaluation, the noise floor "
+                   "of each shape.")
+    return [t, shapes] if data["shapes"] else [t]
+
+
+def lineage_lines(lin: dict | None) -> list[str]:
+    """The lineage tree as indented lines (the terminal and Markdown; the page draws it as a nested list)."""
+    if not lin:
+        return []
+    children: dict[int | None, list[dict]] = {}
+    for n in lin["nodes"]:
+        children.setdefault(n["parent"], []).append(n)
+    lines: list[str] = []
+
+    def walk(n: dict, depth: int) -> None:
+        what = "k0" if n["id"] == 0 else f"#{n['id']} {n['strategy'] or '?'} (iteration {n['iteration']})"
+        speed = f" {n['speedup']:.3f}x" if n["speedup"] is not None else ""
+        lines.append(f"{'  ' * depth}{what}: {n['outcome']}{speed}" + (" <- best" if n["best"] else ""))
+        for kid in children.get(n["id"], []):
+            walk(kid, depth + 1)
+
+    for root in children.get(None, []):
+        walk(root, 0)
+    return lines
 
 
 def grid_tables(grid: dict | None) -> list[Table]:

@@ -50,6 +50,20 @@ def print_report(data: dict, console: Console) -> None:
         if len(t.columns) > 8 and len(t.rows) <= 6:
             t = _turned(t)
         console.print(_rich(t))
+    if data["kind"] == "run":  # one run: its lineage and the diff of the kernel handed back, here
+        lines = tbl.lineage_lines(data["lineage"])
+        if lines:
+            console.print("lineage (parent, then its children indented):", highlight=False)
+            for line in lines:
+                console.print("  " + line, highlight=False, markup=False)
+        for k in data["best_kernels"]:
+            if k["candidate"] in (None, 0):
+                console.print("no generated kernel beat the starting kernel", highlight=False)
+            else:
+                console.print(f"best kernel: candidate {k['candidate']} ({k['speedup']:.3f}x), its diff against "
+                              "the starting kernel:", highlight=False)
+                console.print(k["diff"], highlight=False, markup=False, soft_wrap=True)
+        return
     for k in data["best_kernels"]:
         if k["candidate"] not in (None, 0):
             console.print(f"best for {k['task']}: {k['policy']} seed {k['seed']} run {k['run_id']} candidate "
