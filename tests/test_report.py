@@ -351,7 +351,7 @@ def test_run_report(built, tmp_path):
     files = {p.name for p in page.parent.iterdir()}
     assert {"trajectory.png", "sol.png", "pool.png"} <= files and not {"speedup.png", "fast1.png"} & files
     tables = {t.id: t for t in build_tables(data)}
-    assert not {"iter-current", "iter-best", "iter-best-generated", "tokens"} & set(tables)
+    assert not {"summary", "iter-current", "iter-best", "iter-best-generated", "tokens"} & set(tables)
     stored = built["store"].iterations(run_id)
     assert [r[1][0] for r in tables["trajectory"].rows] == [f"{it['best_speedup']:.3f}" for it in stored]
     assert all(r[6][0].startswith("#") for r in tables["trajectory"].rows)  # the arms pulled

@@ -296,16 +296,16 @@ def render(data: dict, figs: dict[str, str]) -> str:
     if not data["policies"]:
         parts.append('<p class="bad">No run here has a correctly evaluated starting kernel: nothing to report.</p>')
 
-    parts += ["<h2>Summary</h2>", table_html(tables["summary"])]
-    if "summary-common" in tables:
-        parts.append(table_html(tables["summary-common"]))
     if data["kind"] == "run":
-        parts += ["<h2>Trajectory</h2>", _img(figs, "trajectory", "speedup per iteration"),
+        parts += ["<h2>The run</h2>", table_html(tables["tasks"]),
+                  "<h2>Trajectory</h2>", _img(figs, "trajectory", "speedup per iteration"),
                   table_html(tables["trajectory"])]
         if "shapes" in tables:
             parts += ["<h2>Per shape, against the reference</h2>", table_html(tables["shapes"])]
-        parts += ["<h2>The run</h2>", table_html(tables["tasks"]), table_html(tables["held-out"])]
     else:
+        parts += ["<h2>Summary</h2>", table_html(tables["summary"])]
+        if "summary-common" in tables:
+            parts.append(table_html(tables["summary-common"]))
         parts += ["<h2>Speedup and Fast@1 per iteration</h2>",
                   _img(figs, "speedup", "geomean speedup per iteration"), _img(figs, "fast1", "Fast@1 per iteration"),
                   table_html(tables["iter-current"]), table_html(tables["iter-best"]),

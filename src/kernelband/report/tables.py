@@ -64,6 +64,10 @@ def _summary(id: str, title: str, policies: list[str], summary: dict) -> Table:
 
 
 def build(data: dict) -> list[Table]:
+    """The tables of a bench; of one run, its own (run_tables): a summary over one task, per-iteration
+    geomeans and Fast@1 over one task say less than the run itself."""
+    if data["kind"] == "run":
+        return run_tables(data)
     policies = data["policies"]
     summary, iterations = data["summary"], data["iterations"]
     tables = []
@@ -80,11 +84,7 @@ def build(data: dict) -> list[Table]:
         t.note = "Tasks: " + ", ".join(common["tasks"]) + ". Unfinished runs are left out of this table."
         tables.append(t)
 
-    if data["kind"] == "run":
-        tables += run_tables(data)
-        horizon = 0  # one run: its trajectory, not a geomean and a Fast@1 over one task
-    else:
-        horizon = max((len(iterations[p]) for p in policies), default=0)
+    horizon = max((len(iterations[p]) for p in policies), default=0)
     for which, title in (("current", "Current iteration (paper Table 1): speedup / Fast@1"),
                          ("best", "Best so far, k0 included (paper Table 2): speedup / Fast@1"),
                          ("best_generated", "Best generated kernel so far, k0 not counted: speedup / Fast@1")):
@@ -100,8 +100,7 @@ def build(data: dict) -> list[Table]:
         else:
             t.note = ("The paper's Table 2 may mean this one: it equals the current iteration at t=1. "
                       "(a/b) as for the current iteration.")
-        if horizon:
-            tables.append(t)
+        tables.append(t)
 
     t = Table("tokens", "LLM tokens per iteration (mean per task; cumulative in brackets)", ["iteration", *policies])
     for i in range(horizon):
@@ -113,8 +112,7 @@ def build(data: dict) -> list[Table]:
             it = iterations[p][i]
             row.append((f"{it['tokens']:.0f} ({it['tokens_cum']:.0f})", it["tokens"]))
         t.rows.append(row)
-    if horizon:
-        tables.append(t)
+    tables.append(t)
 
     t = Table("held-out", "Held-out shapes (never seen during the search), reported apart",
               ["policy", "tasks with held-out", "held-out geomean", "held-out Fast@1", "failed on held-out",
@@ -127,16 +125,7 @@ def build(data: dict) -> list[Table]:
                         s.get("confirmed_geomean"))])
     tables.append(t)
 
-    t = Table("tasks", "Per task and run (noise floor: k0 timed against itself)", ["task", "policy", "seed", "run", "best speedup", "held-out",
-                                            "best outcome", "SOL", "evaluations", "correct evals", "tokens",
-                                            "noise floor", "status", "re-measured", "faster"])
-    for r in data["tasks"]:
-        t.rows.append([label(r["task"]), label(r["policy"]), num(r["seed"], "d"), num(r["run_id"], "d"),
-                       num(r["best_speedup"]), num(r["held_out"]), label(r["best_outcome"]),
-                       num(r["sol_fraction"], ".2f"), num(r["evaluations"], "d"), num(r["evals_ok"], "d"),
-                       num(r["tokens"], "d"), num(r["k0_self_speedup"]), label(r["status"]),
-                       num(r.get("confirmed")), label({True: "yes", False: "no"}.get(r.get("faster")))])
-    tables.append(t)
+    tables.append(_tasks(data, "Per task and run (noise floor: k0 timed against itself)"))
 
     if any(m["n_seeds"] > 1 for m in data["task_means"]):
         t = Table("task-means", "Per task, averaged over seeds", ["task", "policy", "seeds", "mean best speedup",
@@ -148,13 +137,30 @@ def build(data: dict) -> list[Table]:
 
     tables += grid_tables(data.get("grid"))
 
-    if data["excluded"]:
-        t = Table("excluded", "Runs left out", ["run", "task", "policy", "seed", "reason"])
-        for r in data["excluded"]:
-            t.rows.append([num(r["run_id"], "d"), label(r["task"]), label(r["policy"]), num(r["seed"], "d"),
-                           label(r["reason"])])
-        tables.append(t)
-    return tables
+    return tables + _excluded(data)
+
+
+def _tasks(data: dict, title: str) -> Table:
+    t = Table("tasks", title, ["task", "policy", "seed", "run", "best speedup", "held-out", "best outcome", "SOL",
+                               "evaluations", "correct evals", "tokens", "noise floor", "status", "re-measured",
+                               "faster"])
+    for r in data["tasks"]:
+        t.rows.append([label(r["task"]), label(r["policy"]), num(r["seed"], "d"), num(r["run_id"], "d"),
+                       num(r["best_speedup"]), num(r["held_out"]), label(r["best_outcome"]),
+                       num(r["sol_fraction"], ".2f"), num(r["evaluations"], "d"), num(r["evals_ok"], "d"),
+                       num(r["tokens"], "d"), num(r["k0_self_speedup"]), label(r["status"]),
+                       num(r.get("confirmed")), label({True: "yes", False: "no"}.get(r.get("faster")))])
+    return t
+
+
+def _excluded(data: dict) -> list[Table]:
+    if not data["excluded"]:
+        return []
+    t = Table("excluded", "Runs left out", ["run", "task", "policy", "seed", "reason"])
+    for r in data["excluded"]:
+        t.rows.append([num(r["run_id"], "d"), label(r["task"]), label(r["policy"]), num(r["seed"], "d"),
+                       label(r["reason"])])
+    return [t]
 
 
 def run_tables(data: dict) -> list[Table]:
@@ -176,7 +182,8 @@ def run_tables(data: dict) -> list[Table]:
     shapes.note = ("The reference timed beside the kernel in the same evaluation (its final check on fresh inputs "
                    "where there is one); k0 against itself: the starting kernel's own evaluation, the noise floor "
                    "of each shape.")
-    return [t, shapes] if data["shapes"] else [t]
+    return [t] + ([shapes] if data["shapes"] else []) + [_tasks(data, "The run (noise floor: k0 timed against "
+                                                                 "itself)")] + _excluded(data)
 
 
 def lineage_lines(lin: dict | None) -> list[str]:
