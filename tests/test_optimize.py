@@ -162,6 +162,8 @@ def test_a_starting_kernel_with_a_syntax_error_fails_the_run_naming_the_line(tmp
     assert proc.stderr.strip().splitlines()[-1].endswith(f"SyntaxError: unmatched ')' (line {line})"), proc.stderr
     [run] = Store(db).runs()
     assert run.status == "failed" and f"(line {line})" in run.reason
+    listed = _cli("runs", "--db", str(db))
+    assert listed.returncode == 0 and "failed: " in listed.stdout and f"(line {line})" in listed.stdout
 
 
 def test_resume_with_nothing_to_resume_is_a_user_error(tmp_path: Path):

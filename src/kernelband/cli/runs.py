@@ -36,7 +36,8 @@ def runs_cmd(
         table.add_column(col)
     for r in rows:
         s = r.summary or {}
-        table.add_row(str(r.id), r.task, r.policy, r.proposer, str(r.seed), r.status,
+        status = f"{r.status}: {r.reason}" if r.reason else r.status  # why a failed run ended
+        table.add_row(str(r.id), r.task, r.policy, r.proposer, str(r.seed), status,
                       fmt(s.get("best_speedup"), ".3f"), fmt(s.get("evaluations"), "d"), r.device)
     out.print(table)
 
