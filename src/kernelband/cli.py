@@ -43,7 +43,6 @@ def eval_cmd(
     no_ncu: bool = typer.Option(False, "--no-ncu", help="do not profile with Nsight Compute"),
 ) -> None:
     """Evaluate a candidate kernel: correctness on every shape, timing against the reference, features."""
-    from kernelband.evaluation.evaluator import Evaluator
     from kernelband.evaluation.records import PRESETS
     from kernelband.tasks import load_task
     from kernelband.tasks.pyfile import module_part
@@ -58,6 +57,8 @@ def eval_cmd(
         source = None
         if candidate is not None:
             source = module_part(read_text(candidate, "candidate"))
+        from kernelband.evaluation.evaluator import Evaluator  # torch: after the input is checked
+
         with Evaluator(mode="interpreter" if interpreter else None, warm=1, preset=preset,
                        use_ncu=False if no_ncu else None) as ev:
             result = ev.evaluate(t, source, which=which, seed=seed)

@@ -110,10 +110,9 @@ def optimize_cmd(
     no_ncu: bool = typer.Option(False, "--no-ncu", help="do not profile with Nsight Compute"),
 ) -> None:
     """Search for a faster kernel that gives the same results; the whole search goes into the run store."""
-    from kernelband.evaluation.evaluator import Evaluator
     from kernelband.evaluation.records import PRESETS
-    from kernelband.search.loop import RunConfig
-    from kernelband.search.session import ProposerChoice, make_proposer, open_search
+    from kernelband.search.policies import make_policy
+    from kernelband.search.strategies import load_strategies
     from kernelband.tasks import load_task
 
     try:
@@ -122,24 +121,34 @@ def optimize_cmd(
         if iterations < 1 or batch < 1 or finalists < 1 or (evaluations is not None and evaluations < 1):
             raise UserError("--iterations, --batch, --finalists and --evaluations must be at least 1")
         t = load_task(task, tritonbench)
+        # A bad policy or strategies file is refused before the evaluator is imported (torch: seconds) and
+        # before it starts its workers (seconds each: every one imports torch too).
+        make_policy(policy, seed)
+        loaded = load_strategies(strategies)
+        from kernelband.evaluation.evaluator import Evaluator
+        from kernelband.search.loop import RunConfig
+        from kernelband.search.session import ProposerChoice, make_proposer, open_search, resumable_run
+
         chosen = make_proposer(ProposerChoice(proposer, model, base_url, max_tokens, budget_calls, budget_tokens))
         view = LiveView(t.ref, policy, chosen.name, iterations)
-        with _run_store(db) as store, Evaluator(mode="interpreter" if interpreter else None, warm=2, preset=preset,
-                                                 use_ncu=False if no_ncu else None) as ev:
-            search = open_search(t, ev, store, policy, chosen, seed,
-                                 RunConfig(iterations, batch, evaluations, preset, finalists=finalists),
-                                 strategies, resume,
-                                 on_event=view)
-            if as_json:
-                summary = search.run()
-            else:
-                try:
-                    with Live(view.render(), console=err, refresh_per_second=4, transient=False) as live:
-                        view.live = live
-                        summary = search.run()
-                finally:
-                    if not err.is_terminal:  # off a terminal the last frame ends without a line break
-                        err.line()
+        with _run_store(db) as store:
+            if resume:
+                resumable_run(store, t, policy, chosen.name, seed)  # before the evaluator's workers start
+            with Evaluator(mode="interpreter" if interpreter else None, warm=2, preset=preset,
+                           use_ncu=False if no_ncu else None) as ev:
+                search = open_search(t, ev, store, policy, chosen, seed,
+                                     RunConfig(iterations, batch, evaluations, preset, finalists=finalists),
+                                     resume=resume, on_event=view, strategies=loaded)
+                if as_json:
+                    summary = search.run()
+                else:
+                    try:
+                        with Live(view.render(), console=err, refresh_per_second=4, transient=False) as live:
+                            view.live = live
+                            summary = search.run()
+                    finally:
+                        if not err.is_terminal:  # off a terminal the last frame ends without a line break
+                            err.line()
     except UserError as exc:
         _fail(str(exc))
     if as_json:
@@ -236,9 +245,8 @@ def bench_cmd(
     """Run every task x policy x seed of a suite into one run database, on every visible GPU."""
     from contextlib import ExitStack
 
-    from kernelband.evaluation.evaluator import Evaluator, detect_mode
     from kernelband.evaluation.records import PRESETS
-    from kernelband.search.bench import Bench, BenchConfig, parse_seeds
+    from kernelband.search.bench import Bench, BenchConfig, parse_seeds, planned_jobs
     from kernelband.search.policies import POLICIES
     from kernelband.search.session import ProposerChoice, make_proposer
 
@@ -262,6 +270,11 @@ def bench_cmd(
                 config = BenchConfig(suite, names, parse_seeds(seeds), iterations, batch, kind, preset,
                                      [t.strip() for t in tasks.split(",")] if tasks else [], refresh_baselines,
                                      finalists, BenchConfig.strategies_from(strategies))
+                # an unknown suite or task is refused before the evaluator is imported (torch) and its
+                # workers start
+                planned_jobs(config, tritonbench)
+            from kernelband.evaluation.evaluator import Evaluator, detect_mode
+
             mode = "interpreter" if interpreter else detect_mode()
             indices = _gpu_indices(gpus) if mode == "gpu" else [0]
             with ExitStack() as stack:
