@@ -10,34 +10,9 @@ Parts (run them in one call or split them across calls):
            first): candidates/minute. Each task is set up first, as a bench's run sets its task up
            before its candidates: its reference loaded, checked, and timed once per shape
            (`Evaluator.prime_timing`, which a search pays in its baseline evaluation).
-  pool-shared  the same with ncu's profiled run sharing the GPU with other candidates' checks (the
-           evaluator's `profile_lock="shared"`) instead of having it alone; φ is kept per task, so two
-           parts' φ can be compared.
-  pool-apart  the same as `pool`, with ncu's profiled run in an exclusive hold of its own after the timing
-           (the evaluator's `profile_lock="apart"`, the order before stop 23) instead of in the timing's:
-           run `pool,pool-apart,pool` to see what one wait for the checks in progress less is worth.
   pool-noncu  the same, with no Nsight Compute profile (φ from the compiler and the timing only): the
            like-for-like figure against the peers, who collect no hardware profile. Right after `pool`
            it reuses its references.
-  pool-freestart  the same as `pool-noncu`, with the candidate workers' start (CUDA's context, the first
-           kernel) off the GPU lock: a timing may run beside a worker starting. Run
-           `pool-noncu,pool-freestart,pool-noncu` to see what the start's holds cost the pool (run AM: they kept
-           timings waiting 53 s of 138 s), and `self_speedups` for what starts beside a timing do to it.
-  pool-freecontext  the same with only CUDA's context off the GPU lock (the first kernel still holds it).
-           Run AN (H200): neither paid, 4.10-4.38 s a candidate against `pool-noncu`'s 4.25.
-  pool-gather  the same as `pool-noncu`, with each timing that comes while checks run letting them go on for up
-           to --gather-s seconds until a second timing comes (GpuLock.gather_s): two timings, one drain of
-           the GPU (run AN: draining was 36 s of `pool-noncu`'s 123 s). Run `pool-noncu,pool-gather,pool-noncu`.
-  pool-parked  the same as `pool`, with the warm profiling workers' ncu front ends stopped (SIGSTOP) until used:
-           an idle one's ncu front end kept a CPU core busy (run W). Run `pool,pool-parked,pool` to see drift.
-  pool-unwarmed  the same as `pool`, with the profiler's inputs and first call in the hold of the GPU alone
-           with its profiled run (the evaluator's `profile_warm=False`, the order before stop 24) instead of
-           in a step that shares the GPU.
-  pool-autotune  the pool with other candidates: each task's starting kernel under the rewriter's
-           `autotune` rewrite (tasks it does not apply to are left out), with `tune_alone` off: the
-           whole correctness check with the GPU alone.
-  pool-autotune-alone  the same candidates with the evaluator's `tune_alone` (the default): one call per
-           shape with the GPU alone, where the autotuner chooses, then a check that shares the GPU.
   repeat   5 evaluations of the same kernel per preset (--repeat-presets, default and paper) on the
            --repeat-tasks ('all': the 29): coefficient of variation of the runtime-weighted candidate
            time and of the speedup per task, and their medians over the tasks.
@@ -73,7 +48,8 @@ import psutil
 
 from kernelband import stacks
 from kernelband.errors import UserError, run_script
-from kernelband.evaluation.evaluator import MEMORY_SHARE, PROFILE_LOCKS, Evaluator
+from kernelband.evaluation.context import MEMORY_SHARE
+from kernelband.evaluation.evaluator import Evaluator
 from kernelband.evaluation.records import PRESETS, Preset
 from kernelband.tasks import load_task, tritonbench
 
@@ -126,23 +102,8 @@ def part_speed(ev: Evaluator, names: list[str], report: dict, save) -> None:
     save()
 
 
-@functools.cache  # made once for both pool-autotune parts
-def autotuned_sources(names: tuple[str, ...]) -> dict[str, str]:
-    """Per task, its starting kernel under the rewriter's first `autotune` variant (tasks without one left out)."""
-    from kernelband.search.rewrite import options
-    sources = {}
-    for name in names:
-        found = options(load_task(f"tritonbench:{name}").module_source, ("autotune",))
-        if found.variants:
-            sources[name] = found.variants[0].apply(found.module)
-    return sources
-
-
-def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int, key: str = "pool",
-              sources: dict[str, str] | None = None) -> None:
-    """`sources`: the candidate per task (default: its starting kernel); tasks without one are left out."""
-    if sources is not None:
-        names = [n for n in names if n in sources]
+def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int, key: str = "pool") -> None:
+    """Each task's starting kernel as a candidate, `threads` at a time through the evaluator's one pool."""
     tasks = [load_task(f"tritonbench:{n}") for n in names]
     set_up(ev, tasks, threads)  # references loaded beforehand: this measures candidates, not task set-up
     from kernelband.evaluation import ncu
@@ -157,7 +118,7 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     finished: list[float] = []  # seconds from the start at which each candidate's result came back
 
     def one(t):
-        result = _safe_eval(ev, t, source=(sources or {}).get(t.name))
+        result = _safe_eval(ev, t)
         finished.append(time.perf_counter() - t0)
         return result
 
@@ -193,9 +154,7 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     stages = sorted({k for r in done for k in r.seconds})
     stage_s = {k: {"median": statistics.median(v), "p90": pct(v, 0.9)}
                for k in stages if (v := [r.seconds[k] for r in done if k in r.seconds])}
-    report[key] = {"threads": threads, "ncu": ev.use_ncu, "profile_lock": ev.profile_lock,
-                   "park_profilers": ev.pool.park_profilers,
-                   "tune_alone": ev.tune_alone, "tasks": names, "candidates": len(done),
+    report[key] = {"threads": threads, "ncu": ev.use_ncu, "tasks": names, "candidates": len(done),
                    "seconds": elapsed, "candidates_per_minute": 60 * len(done) / elapsed, "stages": stage_s,
                    "finished_s": finished, "steady_per_minute": steady_rate(finished, threads),
                    "memory_budget": ev.pool.gpu_lock.budget,
@@ -204,8 +163,7 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
                    "outcomes": {t.name: r.outcome.value for t, r in evaluated},
                    # each candidate is the task's starting kernel: its speedup over the reference says what
                    # the others' work beside the timing (and drift) did to it; 1.0 is right
-                   "self_speedups": {t.name: r.speedup for t, r in evaluated
-                                     if sources is None and r.ok and r.speedup},
+                   "self_speedups": {t.name: r.speedup for t, r in evaluated if r.ok and r.speedup},
                    "presets": sorted({r.preset for r in done}),
                    "phi": {t.name: r.features.phi for t, r in evaluated}, "not_ok": not_ok, "no_result": failed,
                    # φ from Nsight Compute, or from the compiler and the timing only (a profile that failed:
@@ -227,8 +185,6 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
                    # the GPU lock's seconds by state (alone, shared, draining: shared steps finishing while a
                    # holder alone waits; free) and per step (GpuLock.stats)
                    "gpu_lock": lock,
-                   # how long a timing let the checks go on for a second timing (GpuLock.gather_s; 0: never)
-                   "gather_s": ev.pool.gpu_lock.gather_s,
                    "cores": cores,
                    # shapes measured again (a disturbed reference) and shapes whose call synchronises, per task
                    "retimed": {t.name: n for t, r in evaluated if (n := sum(s.retimed for s in r.shapes))},
@@ -248,8 +204,7 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     print(f"{key}: GPU lock, seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(lock["seconds"].items()))
           + "; steps by seconds held (holds, longest, seconds that kept a holder alone waiting): "
           + "; ".join(f"{r['mode']} {r['step']} {r['seconds']:.1f} ({r['holds']}, {r['longest']:.2f}, "
-                      f"{r['draining']:.1f})" for r in lock["steps"][:8])
-          + (f"; timings gathered: {lock['gathered']}" if "gathered" in lock else ""), flush=True)
+                      f"{r['draining']:.1f})" for r in lock["steps"][:8]), flush=True)
     steady = report[key]["steady_per_minute"]
     steady = f"{steady:.1f}/min" if steady else f"none: fewer than {2 * threads + 2} results"
     again = report[key]["evaluated_again"]
@@ -264,14 +219,8 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     save()
 
 
-# The pool parts without ncu whose workers' start holds the GPU lock for fewer of its parts (WorkerPool.start_holds)
-START_HOLDS = {"pool-freestart": frozenset(), "pool-freecontext": frozenset({"first_kernel"})}
-# The pool part without ncu whose timings gather in pairs before the GPU drains for them (GpuLock.gather_s)
-GATHER_PART = "pool-gather"
-NONCU_PARTS = {"pool-noncu", GATHER_PART, *START_HOLDS}
-# every part --parts takes, in the docstring's order (run AO lost its pool to a part missing from a second list)
-PARTS = ("speed", "pool", "pool-shared", "pool-apart", "pool-noncu", *START_HOLDS, GATHER_PART, "pool-parked",
-         "pool-unwarmed", "pool-autotune", "pool-autotune-alone", "repeat", "peers")
+# every part --parts takes, in the docstring's order (a part missing here is refused, however well handled)
+PARTS = ("speed", "pool", "pool-noncu", "repeat", "peers")
 
 
 def self_spread(speedups: list[float]) -> str:
@@ -503,16 +452,9 @@ def main() -> None:
     ap.add_argument("--peer-tasks", default="add_value,softmax_triton1,rmsnorm_triton,dropout_triton,"
                                             "matmul_kernel,kldiv_compute")
     ap.add_argument("--threads", type=int, default=3)
-    ap.add_argument("--gather-s", type=float, default=3.0,
-                    help=f"the {GATHER_PART} part's GpuLock.gather_s: how long a timing waits for a second one")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warm-profilers", type=int, default=None,
                     help="workers kept started under ncu (default: threads + 3)")
-    ap.add_argument("--profile-lock", default="exclusive", choices=PROFILE_LOCKS,
-                    help="ncu's profiled run alone on the GPU in the timing's hold, alone in one of its own, or "
-                         "beside other candidates' checks")
-    ap.add_argument("--park-profilers", action="store_true",
-                    help="every part: the warm profiling workers stopped until used (as the pool-parked part)")
     ap.add_argument("--memory-share", default=str(MEMORY_SHARE),
                     help="share of the GPU's memory that the checks sharing it may declare at once, or 'none'")
     ap.add_argument("--out", default=os.environ.get("OUT", ".") + "/eval_throughput.json")
@@ -526,7 +468,7 @@ def main() -> None:
     jobs = repeat_jobs(names if args.repeat_tasks == "all" else args.repeat_tasks.split(","),
                        args.repeat_presets.split(","), args.repeat_extra, args.shard) if "repeat" in parts else []
     report: dict = {"date": time.strftime("%Y-%m-%d"), "tasks": names, "warm_profilers": args.warm_profilers,
-                    "profile_lock": args.profile_lock, "preset": preset.name}
+                    "preset": preset.name}
 
     def save() -> None:
         Path(args.out).write_text(json.dumps(report, indent=1, default=str))
@@ -541,8 +483,7 @@ def main() -> None:
                 # every task's reference kept: the pool part measures candidates, not set-ups
                 most = max([args.threads] + [int(p.partition("@")[2]) for p in parts if "@" in p])
                 ev = Evaluator(warm=most + 1, max_references=max(4, len(names)),
-                               warm_profilers=args.warm_profilers, profile_lock=args.profile_lock,
-                               park_profilers=args.park_profilers,
+                               warm_profilers=args.warm_profilers,
                                memory_share=None if args.memory_share == "none" else float(args.memory_share))
                 report["device"] = ev.pool.mode
                 ev.preset = preset  # the speed and pool parts' evaluations, and the references' priming
@@ -553,24 +494,13 @@ def main() -> None:
             elif part.startswith("pool"):
                 part, _, n = part.partition("@")
                 threads = int(n) if n else args.threads
-                profiles, lock, tune, warmed = ev.use_ncu, ev.profile_lock, ev.tune_alone, ev.profile_warm
-                ev.profile_warm = warmed and part != "pool-unwarmed"
-                ev.use_ncu = profiles and part not in NONCU_PARTS
-                holds, gather = ev.pool.start_holds, ev.pool.gpu_lock.gather_s
-                ev.pool.start_holds = START_HOLDS.get(part, holds)
-                ev.pool.gpu_lock.gather_s = args.gather_s if part == GATHER_PART else gather
-                ev.profile_lock = {"pool-shared": "shared", "pool-apart": "apart"}.get(part, lock)
-                ev.tune_alone = part != "pool-autotune"  # that part: the whole check with the GPU alone
-                parked = ev.pool.park_profilers
-                ev.pool.set_park_profilers(parked or part == "pool-parked")
+                profiles = ev.use_ncu
+                ev.use_ncu = profiles and part != "pool-noncu"
                 try:  # a part run twice keeps both results: pool, pool#2, ...
                     key = parts[i] + (f"#{parts[:i].count(parts[i]) + 1}" if parts[i] in parts[:i] else "")
-                    part_pool(ev, names, report, save, threads, key=key,
-                              sources=autotuned_sources(tuple(names)) if part.startswith("pool-autotune") else None)
+                    part_pool(ev, names, report, save, threads, key=key)
                 finally:
-                    ev.use_ncu, ev.profile_lock, ev.tune_alone, ev.profile_warm = profiles, lock, tune, warmed
-                    ev.pool.set_park_profilers(parked)
-                    ev.pool.start_holds, ev.pool.gpu_lock.gather_s = holds, gather
+                    ev.use_ncu = profiles
                 if not (parts[i + 1:i + 2] and (parts[i + 1].startswith("pool") or parts[i + 1] == "speed")):
                     ev.pool.keep_at_most(4)  # as an evaluator does by default: 29 references fill an 80 GB GPU
             else:

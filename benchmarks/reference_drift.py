@@ -33,7 +33,7 @@ from kernelband.report.metrics import faster_verdict
 
 def utc_seconds(text: str) -> float:
     """UTC seconds of "2026-11-23 07:24:01" or "2026-11-23T07:24:01" (a date alone: its midnight); a ValueError
-    that names the text otherwise. benchmarks/quarantine.py reads its window with it too."""
+    that names the text otherwise."""
     try:
         return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
     except ValueError:

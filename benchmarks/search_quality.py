@@ -32,14 +32,13 @@ from pathlib import Path
 import numpy as np
 
 from kernelband import stacks
+from kernelband.bench import Bench, BenchConfig, measured_elsewhere, suite_tasks
 from kernelband.errors import UserError, run_script
-from kernelband.evaluation.evaluator import PROFILE_LOCKS
 from kernelband.evaluation.records import PHI_KEYS, RHO_KEYS, EvalResult, Features, Outcome, ShapeResult
+from kernelband.policies.base import POLICIES, make_policy
 from kernelband.report.metrics import faster_verdict
-from kernelband.search.bench import Bench, BenchConfig, measured_elsewhere, suite_tasks
 from kernelband.search.core import Candidate, source_hash
-from kernelband.search.policies import POLICIES, make_policy
-from kernelband.search.store import Store
+from kernelband.store import Store
 from kernelband.tasks import load_task
 
 FAST = 1.1
@@ -68,7 +67,7 @@ def part_bench(store: Store, evaluators, tasks: list[str], policies: list[str], 
                tasks_now: list[str] | None = None) -> int:
     """Runs `policies` of a new bench planned for `plan` (default: `policies`), or of bench `bench_id`;
     `tasks_now`: only these of its tasks, in this order."""
-    from kernelband.search.rewrite import RewriteProposer
+    from kernelband.proposers.rewriter.proposer import RewriterProposer
 
     if bench_id is None:
         config = BenchConfig("tritonbench-g-l12", plan or policies, seeds, iterations, 1, "rewrite", "default",
@@ -76,7 +75,7 @@ def part_bench(store: Store, evaluators, tasks: list[str], policies: list[str], 
     else:  # a resumed bench keeps its plan
         config = BenchConfig(**store.bench(bench_id)["config"])
     t0 = time.perf_counter()
-    bench = Bench(store, config, evaluators, RewriteProposer, bench_id=bench_id, deadline=deadline,
+    bench = Bench(store, config, evaluators, RewriterProposer, bench_id=bench_id, deadline=deadline,
                   on_event=lambda e: print(json.dumps(e), flush=True), runs_per_gpu=runs_per_gpu,
                   policies_now=policies, tasks_now=tasks_now)
     bench_id = bench.run()
@@ -232,7 +231,7 @@ GRID_MAX = 12
 def launch_grid(source: str) -> list[str]:
     """What a user tries by hand: each block size, num_warps and num_stages value the rewriter offers for
     the starting kernel, one parameter at a time, at most GRID_MAX variants (in the rewriter's order)."""
-    from kernelband.search.rewrite import options
+    from kernelband.proposers.rewriter.proposer import options
 
     found = options(source, GRID_REWRITES)
     sources = []
@@ -322,20 +321,11 @@ def main() -> None:
                     help="a sweep log or quality<N>.json of an earlier session's grid: its finished tasks are "
                          "not evaluated again (repeatable)")
     ap.add_argument("--runs-per-gpu", type=int, default=2, help="runs in flight per GPU (compiles overlap timing)")
-    ap.add_argument("--profile-lock", default="exclusive", choices=PROFILE_LOCKS,
-                    help="ncu's profiled run alone on the GPU in the timing's hold, alone in one of its own, or "
-                         "beside other candidates' checks")
     ap.add_argument("--strategies", default=None,
                     help="a strategies file for a new bench (e.g. adding coarsen to tiling)")
     ap.add_argument("--warm-profilers", type=int, default=None,
                     help="workers kept started under ncu per GPU (default runs-per-gpu + 3); each idle one's "
                          "ncu front end takes CPU")
-    ap.add_argument("--park-profilers", action="store_true",
-                    help="stop each warm ncu worker's front end (SIGSTOP) until it is used: an idle one kept a "
-                         "CPU core busy (BENCHMARKS.md, run W)")
-    ap.add_argument("--tune-alone", action=argparse.BooleanOptionalAction, default=True,
-                    help="an autotuned module: one call per shape with the GPU alone, then a shared check "
-                         "(the default); --no-tune-alone: the whole check with the GPU alone")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     report: dict = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
@@ -350,9 +340,7 @@ def main() -> None:
         from kernelband.evaluation.evaluator import Evaluator
 
         store = Store(args.db)
-        evaluators = [Evaluator(device_index=i, warm=args.runs_per_gpu + 1, profile_lock=args.profile_lock,
-                                tune_alone=args.tune_alone, warm_profilers=args.warm_profilers,
-                                park_profilers=args.park_profilers)
+        evaluators = [Evaluator(device_index=i, warm=args.runs_per_gpu + 1, warm_profilers=args.warm_profilers)
                       for i in range(max(1, torch.cuda.device_count()))]
         # `kill -USR1` prints every thread's stack to stderr (benchmarks/gpu_collect.sh does, each call)
         stacks.dump_on(signal.SIGUSR1)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelband.search.bench import Bench, BenchConfig, Job, SharedEvaluations, deal
-from kernelband.search.rewrite import RewriteProposer
-from kernelband.search.store import Store
+from kernelband.bench import Bench, BenchConfig, Job, SharedEvaluations, deal
+from kernelband.proposers.rewriter.proposer import RewriterProposer
+from kernelband.store import Store
 from kernelband.tasks import load_task
 
 
@@ -125,7 +125,7 @@ def test_a_resume_of_some_policies_leaves_the_bench_unfinished(tmp_path: Path):
     subset = BenchConfig("examples", ["greedy"], [0], 2, tasks=["examples:vector_add"])
     events = []
     # Its only job is done already, so the evaluator is never used.
-    bench = Bench(store, subset, [Standin()], RewriteProposer, bench_id=bench_id, on_event=events.append)
+    bench = Bench(store, subset, [Standin()], RewriterProposer, bench_id=bench_id, on_event=events.append)
     assert bench.run() == bench_id
     assert [e["kind"] for e in events] == ["job_skipped"]
     assert store.bench(bench_id)["status"] == "running"
@@ -158,7 +158,7 @@ def test_a_bench_is_not_resumed_on_another_gpu_model(tmp_path: Path):
     run = store.create_run("examples:vector_add", key, "greedy", "rewrite", 0, {}, bench_id=bench_id)
     store.set_device(run, "NVIDIA H200")
     store.finish_run(run, "done", {})
-    bench = Bench(store, config, [OtherGpu()], RewriteProposer, bench_id=bench_id)
+    bench = Bench(store, config, [OtherGpu()], RewriterProposer, bench_id=bench_id)
     with pytest.raises(SetupError, match=r"^bench \d+ was measured on NVIDIA H200 and this GPU is NVIDIA H100"):
         bench.run()
     assert [r.policy for r in store.runs(bench_id)] == ["greedy"]
@@ -178,14 +178,14 @@ def test_a_bench_in_phases_keeps_its_whole_plan(tmp_path: Path):
     store.finish_run(store.create_run("examples:vector_add", key, "greedy", "rewrite", 0, {}, bench_id=bench_id),
                      "done", {})
     events = []
-    phase = Bench(store, config, [Standin()], RewriteProposer, bench_id=bench_id, on_event=events.append,
+    phase = Bench(store, config, [Standin()], RewriterProposer, bench_id=bench_id, on_event=events.append,
                   policies_now=["greedy"])
     phase.run()
     assert [(e["kind"], e["policy"]) for e in events] == [("job_skipped", "greedy")]  # bon not started
     assert store.bench(bench_id)["status"] == "running"
     assert store.bench(bench_id)["config"]["policies"] == ["greedy", "bon"]
     with pytest.raises(UserError, match="not among the bench's policies"):
-        Bench(store, config, [Standin()], RewriteProposer, bench_id=bench_id, policies_now=["beam"])
+        Bench(store, config, [Standin()], RewriterProposer, bench_id=bench_id, policies_now=["beam"])
 
 
 def test_a_bench_can_run_some_of_its_tasks_first_in_a_given_order(tmp_path: Path):
@@ -203,12 +203,12 @@ def test_a_bench_can_run_some_of_its_tasks_first_in_a_given_order(tmp_path: Path
         store.finish_run(store.create_run(name, key, "greedy", "rewrite", 0, {}, bench_id=bench_id), "done", {})
     events = []
     # Every job is done already, so the evaluator is never used; the events give the order.
-    Bench(store, config, [Standin()], RewriteProposer, bench_id=bench_id, on_event=events.append,
+    Bench(store, config, [Standin()], RewriterProposer, bench_id=bench_id, on_event=events.append,
           runs_per_gpu=1, tasks_now=["transpose", "examples:vector_add"]).run()
     assert [e["task"] for e in events] == ["examples:transpose", "examples:vector_add"]
     assert store.bench(bench_id)["config"]["tasks"] == names
     with pytest.raises(UserError, match="not among the bench's tasks: examples:matmul"):
-        Bench(store, config, [Standin()], RewriteProposer, bench_id=bench_id, tasks_now=["examples:matmul"])
+        Bench(store, config, [Standin()], RewriterProposer, bench_id=bench_id, tasks_now=["examples:matmul"])
 
 
 def test_a_stored_speed_of_light_verdict_that_the_task_now_waives_is_measured_again(tmp_path: Path):
@@ -225,7 +225,7 @@ def test_a_stored_speed_of_light_verdict_that_the_task_now_waives_is_measured_ag
 
     store = Store(tmp_path / "bench.db")
     config = BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"])
-    bench = Bench(store, config, [Fingerprinted()], RewriteProposer)
+    bench = Bench(store, config, [Fingerprinted()], RewriterProposer)
     task = load_task("examples:vector_add")
     child = task.module_source + "\n# a child\n"
     h = source_hash(child)
@@ -250,7 +250,7 @@ def test_a_stored_speed_of_light_verdict_that_the_task_now_waives_is_measured_ag
 def test_a_stored_out_of_memory_error_is_reused_only_if_it_came_with_the_gpu_alone(tmp_path: Path):
     """Before the evaluator tried a candidate that ran out of GPU memory again with the GPU alone, such an
     error may have been the other evaluations' doing: that source is evaluated again. One that ran out of
-    memory alone too (the note says so) is the candidate's own verdict and is reused."""
+    memory alone too (`retried_alone`) is the candidate's own verdict and is reused."""
     from kernelband.evaluation.records import ALONE_NOTE, EvalResult, Outcome
     from kernelband.search.core import source_hash
 
@@ -260,7 +260,7 @@ def test_a_stored_out_of_memory_error_is_reused_only_if_it_came_with_the_gpu_alo
 
     store = Store(tmp_path / "bench.db")
     bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Fingerprinted()],
-                  RewriteProposer)
+                  RewriterProposer)
     task = load_task("examples:vector_add")
     run = store.create_run("examples:vector_add", task.key, "greedy", "rewrite", 0, {}, device="H100",
                            bench_id=bench.bench_id)
@@ -271,7 +271,8 @@ def test_a_stored_out_of_memory_error_is_reused_only_if_it_came_with_the_gpu_alo
         sources[i] = source_hash(child)
         store.add_candidate(run, i, child, sources[i], 0, "tiling", 1, 0)
         store.add_evaluation(run, i, "search", EvalResult(task=task.key, outcome=Outcome.RUNTIME_ERROR,
-                                                          error=error, detail=error, notes=notes))
+                                                          error=error, detail=error, notes=notes,
+                                                          retried_alone=bool(notes)))
     lookup = bench._lookup(task, Fingerprinted())
     assert lookup(sources[1]) is None
     assert lookup(sources[2]).outcome == Outcome.RUNTIME_ERROR
@@ -295,7 +296,7 @@ def test_evaluations_stored_under_other_evaluator_rules_are_not_reused(tmp_path:
 
     store = Store(tmp_path / "bench.db")
     bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Evaluator()],
-                  RewriteProposer)
+                  RewriterProposer)
     task = load_task("examples:vector_add")
     child = task.module_source + "\n# a child\n"
     run = store.create_run("examples:vector_add", task.key, "greedy", "rewrite", 0, {}, device="H100",
@@ -362,7 +363,7 @@ def test_a_quarantine_sets_aside_what_was_measured_in_the_window_and_the_bench_m
     assert store.find_run(keys[names[0]], "greedy", "rewrite", 0, bench_id).id == before
     for quarantined in (done["bench"], intruder):
         with pytest.raises(UserError, match="is quarantined"):
-            Bench(store, config, [Standin()], RewriteProposer, bench_id=quarantined)
+            Bench(store, config, [Standin()], RewriterProposer, bench_id=quarantined)
     with pytest.raises(UserError, match="is quarantined already"):
         store.quarantine(done["bench"], since, None, "again")
 
@@ -378,7 +379,7 @@ def test_a_bench_keeps_one_reference_per_run_in_flight_and_one_more(tmp_path: Pa
     store.finish_run(store.create_run("examples:vector_add", key, "greedy", "rewrite", 0, {}, bench_id=bench_id),
                      "done", {})
     evaluators = [Standin(), Standin()]
-    Bench(store, config, evaluators, RewriteProposer, bench_id=bench_id, runs_per_gpu=5).run()
+    Bench(store, config, evaluators, RewriterProposer, bench_id=bench_id, runs_per_gpu=5).run()
     assert [ev.kept for ev in evaluators] == [6, 6]
 
 
@@ -455,7 +456,7 @@ def test_a_sweep_deals_each_task_to_the_gpu_with_the_fewest_open_runs_and_takes_
 def test_a_gpu_that_has_run_its_share_takes_runs_from_the_end_of_the_longest_queue(tmp_path: Path):
     store = Store(tmp_path / "b.db")
     bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Standin(), Standin()],
-                  RewriteProposer)
+                  RewriterProposer)
     bench._queues = deal([_jobs("a", "1234"), _jobs("c", "1")], 2, lambda j: True)
     taken = [bench._next(1) for _ in range(3)]
     assert [j.task + j.policy for j in taken] == ["c1", "a4", "a3"]
@@ -478,7 +479,7 @@ def test_runs_of_one_task_that_start_together_measure_its_baseline_once(tmp_path
             return EvalResult(task=task.key, outcome=Outcome.OK, speedup=1.0)
 
     store = Store(tmp_path / "b.db")
-    bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Slow()], RewriteProposer)
+    bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Slow()], RewriterProposer)
     task, ev = load_task("examples:vector_add"), Slow()
     results = []
     runs = [threading.Thread(target=lambda: results.append(bench._baseline(task, ev, ev.fingerprint(task))))

@@ -220,39 +220,17 @@ def test_the_throughput_pool_part_says_where_each_candidates_time_went_and_where
     assert "pool@2: the starting kernels against themselves: geomean " in done.stdout
 
 
-@needs_tb
-def test_the_throughput_freestart_part_starts_workers_off_the_gpu_lock(tmp_path):
-    """benchmarks/eval_throughput.py's pool-freestart part: the pool without ncu, its workers' start (CUDA's
-    context, the first kernel) holding no part of the GPU lock, the holds of its checks and timings as before."""
-    pool = run_throughput(tmp_path, "--parts", "pool-freestart@2", "--tasks", "add_value")[1]["pool-freestart@2"]
-    assert pool["outcomes"] == {"add_value": "ok"} and pool["ncu"] is False
-    steps = {(r["mode"], r["step"]) for r in pool["gpu_lock"]["steps"]}
-    assert ("exclusive", "timing") in steps and not any(step == "worker start" for _, step in steps), steps
-    assert pool["worker_start_phases"]["context"]["n"] == 1
-
-
 def test_every_part_the_throughput_script_describes_is_one_it_takes():
-    """Each part eval_throughput.py's docstring names is in the list --parts checks against (run AO lost its pool
-    to pool-gather, described and handled but missing from that list)."""
+    """Each part eval_throughput.py's docstring names is in the list --parts checks against (a part described
+    and handled but missing from that list once stopped a GPU session's pool at once)."""
     path = ROOT / "benchmarks" / "eval_throughput.py"
     spec = importlib.util.spec_from_file_location("eval_throughput", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     described = re.findall(r"^  ([a-z][a-z-]+)  ", module.__doc__, flags=re.M)
     named = set(module.PARTS)
-    assert "pool-gather" in described and len(described) >= 14, described
+    assert {"speed", "pool", "pool-noncu", "repeat", "peers"} <= set(described), described
     assert set(described) <= named, set(described) - named
-
-
-@needs_tb
-def test_the_throughput_gather_part_runs_its_timings_under_gather_s(tmp_path):
-    """benchmarks/eval_throughput.py's pool-gather part: the pool without ncu, its timings under the GPU lock's
-    gather_s (--gather-s), and the pool-noncu part after it back at none."""
-    report = run_throughput(tmp_path, "--parts", "pool-gather@2,pool-noncu@2", "--gather-s", "0.5",
-                            "--tasks", "add_value")[1]
-    gather, noncu = report["pool-gather@2"], report["pool-noncu@2"]
-    assert gather["outcomes"] == noncu["outcomes"] == {"add_value": "ok"}
-    assert gather["ncu"] is False and gather["gather_s"] == 0.5 and noncu["gather_s"] == 0
 
 
 @needs_tb
@@ -311,7 +289,7 @@ def test_eval_prints_a_readable_table_that_warns_about_interpreter_timings(tmp_p
 
 
 def test_the_features_lines_give_each_value_its_source_and_the_profiles_kernels():
-    from kernelband.cli import feature_lines
+    from kernelband.cli.evaluate import feature_lines
     from kernelband.evaluation.records import Features
 
     f = Features(rho={"log_time": -2.5, "block_dim_x": None}, phi={"l2_hit_rate": 75.96, "dram_bw_pct": None,
@@ -365,24 +343,36 @@ def test_bad_input_leaves_no_new_database_behind(tmp_path):
     assert not db.exists()
 
 
-@pytest.mark.parametrize("args, said", [(["missing.db"], "no database at missing.db"),
+@pytest.mark.parametrize("args, said", [(["missing.db"], "missing.db (unpack docs/results/bench.db.xz"),
                                         (["bench.db.xz"], "cannot open the run database"),
                                         (["ok.db", "--since", "yesterday"], "not a UTC time: 'yesterday'"),
                                         (["ok.db", "--bench", "7"], "no bench 7 in")])
-def test_the_quarantine_script_given_bad_input_says_so_in_one_line_and_exits_2(tmp_path, args, said):
-    from kernelband.search.store import Store
+def test_quarantine_given_bad_input_says_so_in_one_line_and_exits_2(tmp_path, args, said):
+    from kernelband.store import Store
 
     (tmp_path / "bench.db.xz").write_bytes(b"\xfd7zXZ\x00 packed")
     Store(tmp_path / "ok.db").close()
-    script_path = Path(__file__).resolve().parents[1] / "benchmarks" / "quarantine.py"
-    flags = {"--bench": "3", "--since": "2026-11-25T11:08:31", "--reason": "test"}
+    flags = {"--db": str(tmp_path / args[0]), "--bench": "3", "--since": "2026-11-25T11:08:31", "--reason": "test"}
     for i in range(1, len(args), 2):
         flags[args[i]] = args[i + 1]
-    done = subprocess.run([sys.executable, str(script_path), args[0], *[x for kv in flags.items() for x in kv]],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
-    assert done.returncode == 2, done.stderr[-2000:]
-    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+    assert_user_error(kernelband("quarantine", *[x for kv in flags.items() for x in kv]), said)
+
+
+def test_quarantine_moves_the_windows_runs_to_a_quarantined_bench(tmp_path):
+    from kernelband.store import Store
+
+    db = tmp_path / "runs.db"
+    store = Store(db)
+    bench = store.create_bench("examples", {"policies": ["random"]})
+    store.create_run("examples:vector_add", "key", "random", "rewrite", 0, {}, bench_id=bench)
+    store.close()
+    proc = kernelband("quarantine", "--db", str(db), "--bench", str(bench), "--since", "2000-01-01",
+                      "--reason", "a second sweep")
+    assert proc.returncode == 0, proc.stderr
+    assert f"holds the 0 runs of bench {bench}" in proc.stdout  # no evaluation in the window: nothing moves
+    store = Store(db)
+    assert [b["status"] for b in store.benches()].count("quarantined") == 1
+    store.close()
 
 
 def test_a_second_gpu_session_on_a_machine_whose_session_still_runs_does_not_start(tmp_path):

@@ -1,5 +1,5 @@
 """The one line of a worker's traceback that goes into an outcome's detail and a dropped shape's note."""
-from kernelband.evaluation.evaluator import error_line
+from kernelband.evaluation.context import error_line
 
 CUDA_FAULT = """Traceback (most recent call last):
   File "src/kernelband/worker/main.py", line 336, in op_run

@@ -57,7 +57,7 @@ def test_one_finalist_and_k0_fastest():
 
 def test_a_fastest_kernel_failing_its_final_check_counts_even_when_k0_is_handed_back(tmp_path):
     from kernelband.report.metrics import run_facts
-    from kernelband.search.store import Store
+    from kernelband.store import Store
 
     store = Store(tmp_path / "runs.db")
 

@@ -111,7 +111,7 @@ def test_gpu_hostile_candidate_gets_its_outcome_and_the_next_good_one_passes(nam
 
 
 def test_workers_do_not_see_secrets(evaluator):
-    from kernelband.evaluation.pool import worker_env
+    from kernelband.evaluation.env import worker_env
 
     env = worker_env("/tmp/x", "interpreter", None)
     assert "OPENAI_API_KEY" not in env and "GITHUB_TOKEN" not in env

@@ -187,8 +187,8 @@ def test_test_outputs_the_reference_does_not_reproduce_are_left_out_in_the_inter
     with Evaluator(mode="interpreter", warm=1, limits=Limits(load_s=120, run_s=120, time_s=300)) as ev:
         ev.task_tests = True
         asked = []
-        ask_ref = ev._ask_ref
-        ev._ask_ref = lambda task, ref, message, *rest: asked.append(message["op"]) or ask_ref(task, ref, message, *rest)
+        ask_ref = ev.references.ask
+        ev.references.ask = lambda task, ref, message, *rest: asked.append(message["op"]) or ask_ref(task, ref, message, *rest)
         ok = ev.evaluate(task, task.module_source, seed=6)
         assert ok.ok, (ok.outcome, ok.detail)
         assert any(n.startswith("the task's test outputs tests.test_case_3[2]") and "left out" in n
@@ -258,16 +258,16 @@ def test_on_a_gpu_the_span_timer_times_short_shapes_by_their_kernels():
 
 @pytest.mark.gpu
 def test_on_a_gpu_an_autotuned_module_chooses_its_config_in_the_tune_calls():
-    """tune_alone on a GPU: the rewriter's autotuned vector_add is called once per shape with the GPU alone
+    """On a GPU, the rewriter's autotuned vector_add is called once per shape with the GPU alone
     (where its autotuner times its configs), then checked and timed, and comes out `ok`."""
     from kernelband.evaluation.evaluator import Evaluator
-    from kernelband.search.rewrite import options
+    from kernelband.proposers.rewriter.proposer import options
 
     task = load_task("examples:vector_add")
     found = options(task.module_source, ("autotune",))
     assert found.variants, found.reasons
     source = found.variants[0].apply(found.module)
-    with Evaluator(mode="gpu", warm=1, use_ncu=False, tune_alone=True) as ev:
+    with Evaluator(mode="gpu", warm=1, use_ncu=False) as ev:
         result = ev.evaluate(task, source, preset="default")
     assert result.ok, result.detail
     assert result.seconds["tune"] > 0
@@ -279,7 +279,7 @@ def test_on_a_gpu_compiling_covers_the_tasks_own_test_cases():
     shapes (2^12 to 2^27). With `tests` in the precompile request they compile there, off the GPU lock, and
     running the tests afterwards compiles no kernel (a new .cubin in the worker's Triton cache would show it;
     the launcher that Triton builds at a kernel's first real launch is not a kernel)."""
-    from kernelband.evaluation.evaluator import TESTS_SEED
+    from kernelband.evaluation.context import TESTS_SEED
     from kernelband.evaluation.pool import WorkerPool
 
     if not TB_JSON.is_file():

@@ -18,8 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from kernelband.errors import SetupError
+from kernelband.proposers.llm import LLMConfig, LLMProposer, extract_code, phi_summary
 from kernelband.search.core import Attempt, Candidate, Context, Strategy
-from kernelband.search.llm import LLMConfig, LLMProposer, extract_code, phi_summary
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -173,14 +173,13 @@ def test_a_corrupt_calibration_cache_is_ignored_and_replaced(tmp_path):
 
 # -- the evaluator's speed-of-light check ----------------------------------------------------------
 def _judge(cand_ms: float, ref_ms: float, nbytes: float = 1e9, overcounted: str = "", flops: float | None = None):
-    """Run the evaluator's speed-of-light stage on one shape whose bound is nbytes / 1000 GB/s (or
+    """Run the speed-of-light verdict (sol.judge) on one shape whose bound is nbytes / 1000 GB/s (or
     flops / 100 TFLOP/s, if larger)."""
     shape = ShapeInfo(index=0, label="n=1", held_out=False, inputs="", nbytes=int(nbytes), bytes=nbytes, flops=flops)
     result = EvalResult(task="t", outcome=Outcome.OK)
     sr = ShapeResult(0, "n=1", False, correct=True, ref_ms=ref_ms, cand_ms=cand_ms)
     result.shapes = [sr]
-    evaluator = object.__new__(Evaluator)  # the stage needs no workers
-    evaluator._speed_of_light([shape], result, {0: sr}, {0: int(nbytes)}, PEAKS, overcounted)
+    sol.judge([shape], result, {0: sr}, {0: int(nbytes)}, PEAKS, overcounted)
     return result, sr
 
 
@@ -247,7 +246,7 @@ def test_flash_decode2_phi_says_why_its_bytes_are_overcounted():
 
 
 def test_a_dead_profiling_worker_leaves_a_note_with_the_step_and_ncus_own_error(tmp_path):
-    from kernelband.evaluation.pool import WorkerGone
+    from kernelband.evaluation.gone import WorkerGone
 
     exc = WorkerGone("crashed", "worker killed by SIGSEGV\n==PROF== Connected to process 12\n"
                                 "==ERROR== Failed to profile \"kernel\" in process 12\n==PROF== Disconnected")

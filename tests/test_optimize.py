@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelband.search.store import Store
+from kernelband.store import Store
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ import pytest
 
 from kernelband.errors import UserError
 from kernelband.evaluation.records import PHI_KEYS, RHO_KEYS, EvalResult, Features, Outcome
+from kernelband.policies.base import POLICIES, make_policy
 from kernelband.search.core import Arm, Candidate, Strategy
-from kernelband.search.policies import POLICIES, make_policy
 
 STRATEGIES = [Strategy("tile", "tile for L2 reuse", "L2"), Strategy("vec", "vectorise memory access", "DRAM"),
               Strategy("pipe", "pipeline to hide latency", "SM")]
@@ -125,7 +125,7 @@ def test_clustered_policies_hold_the_thread_pools_to_one_thread(name, monkeypatc
     on a busy 64-core host, BENCHMARKS.md run AG), and give the pools their threads back afterwards."""
     from threadpoolctl import ThreadpoolController, threadpool_limits
 
-    from kernelband.search import policies
+    from kernelband.policies import kernelband as policies
     controller = ThreadpoolController()
     seen: list[int] = []
 

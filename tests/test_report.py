@@ -29,14 +29,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kernelband.cli import app
+from kernelband.cli.app import app
 from kernelband.errors import UserError
 from kernelband.evaluation.records import EvalResult, Features, Outcome, ShapeResult
 from kernelband.report.html import write_report
 from kernelband.report.metrics import parse_target, report_data
 from kernelband.search.core import source_hash
 from kernelband.search.loop import Summary
-from kernelband.search.store import Store
+from kernelband.store import Store
 
 pytestmark = pytest.mark.timeout(120)
 

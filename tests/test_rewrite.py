@@ -15,11 +15,11 @@ import pytest
 
 from kernelband.errors import UserError
 from kernelband.evaluation.records import EvalResult, Features, Outcome
+from kernelband.proposers.rewriter.priors import FILE as PRIORS_FILE
+from kernelband.proposers.rewriter.priors import family, load_class
+from kernelband.proposers.rewriter.proposer import RewriterProposer, options
+from kernelband.proposers.rewriter.registry import REWRITES, STRATEGY_FILE_ONLY
 from kernelband.search.core import Candidate, Context, source_hash
-from kernelband.search.priors import FILE as PRIORS_FILE
-from kernelband.search.priors import family, load_class
-from kernelband.search.rewrite import RewriteProposer, options
-from kernelband.search.rewrites import REWRITES, STRATEGY_FILE_ONLY
 from kernelband.search.strategies import builtin_strategies, load_strategies
 
 STRATEGIES = {s.name: s for s in builtin_strategies()}
@@ -134,7 +134,7 @@ def propose(source: str, strategy: str, seed: int = 0, seen: frozenset[str] = fr
     context = Context(task_name="t", entry=entry, seed=seed, seen=seen)
     parent = Candidate(0, source, result=None if compiled is None else
                        EvalResult("t", Outcome.OK, speedup=1.0, features=Features(compile=compiled)))
-    return RewriteProposer().propose(parent, STRATEGIES[strategy], context)
+    return RewriterProposer().propose(parent, STRATEGIES[strategy], context)
 
 
 # -- coarsening ----------------------------------------------------------------------------------------------
@@ -852,7 +852,7 @@ def test_the_priors_are_counted_per_family_and_parent_load(tmp_path):
     """tools/rewrite_priors.py, which wrote priors.json, on a run store with known children."""
     from pathlib import Path
 
-    from kernelband.search.store import Store
+    from kernelband.store import Store
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
     try:
@@ -914,7 +914,7 @@ def test_seen_sources_are_skipped_until_the_variants_are_exhausted():
 
 
 def test_an_inapplicable_strategy_proposes_nothing_and_says_why():
-    proposer = RewriteProposer()
+    proposer = RewriterProposer()
     assert not proposer.applicable(Candidate(0, ADD), STRATEGIES["reordering"])
     proposal = propose(ADD, "reordering")
     assert proposal.source is None and proposal.error.startswith("no reordering rewrite applies to this kernel: ")
@@ -968,7 +968,7 @@ def test_a_json_file_can_replace_all(tmp_path):
         {"name": "warps", "description": "Retune num_warps.", "target": "SM", "rewrites": ["num_warps"]}]}))
     [only] = load_strategies(path)
     assert (only.name, only.rewrites) == ("warps", ("num_warps",))
-    assert RewriteProposer().applicable(Candidate(0, ADD), only)
+    assert RewriterProposer().applicable(Candidate(0, ADD), only)
 
 
 @pytest.mark.parametrize("name, text, says", [
@@ -1008,7 +1008,7 @@ def tritonbench():
 
 
 def applicable(source: str) -> set[str]:
-    return {s.name for s in builtin_strategies() if RewriteProposer().applicable(Candidate(0, source), s)}
+    return {s.name for s in builtin_strategies() if RewriterProposer().applicable(Candidate(0, source), s)}
 
 
 def test_several_strategies_apply_to_most_tritonbench_kernels(tritonbench):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from kernelband.evaluation.records import EvalResult, Outcome
-from kernelband.search.store import Store
+from kernelband.store import Store
 from kernelband.tasks import load_task
 
 pytest.importorskip("libcst")
@@ -242,7 +242,7 @@ def test_a_pool_part_with_no_result_for_a_while_writes_who_holds_the_gpu_lock_an
     import time
     from types import SimpleNamespace
 
-    from kernelband.evaluation.pool import GpuLock
+    from kernelband.evaluation.gpulock import GpuLock
 
     spec = importlib.util.spec_from_file_location(
         "eval_throughput", Path(__file__).resolve().parents[1] / "benchmarks" / "eval_throughput.py")

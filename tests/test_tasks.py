@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernelband.errors import TaskError, UserError
-from kernelband.evaluation.evaluator import INTERPRETER_MAX_BYTES
+from kernelband.evaluation.shapes import INTERPRETER_MAX_BYTES
 from kernelband.tasks import example_names, load_task, pyfile
 from kernelband.tasks import tritonbench as tb
 from kernelband.worker.harness import MIN_SEARCH_SHAPES, PyFileHarness

@@ -6,6 +6,7 @@ import pytest
 import triton
 import triton.language as tl
 
+from kernelband.evaluation import context
 from kernelband.evaluation.interleave import summarise as _summarise
 from kernelband.evaluation.records import PRESETS
 
@@ -139,13 +140,14 @@ def test_the_span_timer_reads_kinetos_raw_record_to_the_nanosecond():
 
 
 def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_sides_cannot_be_read(monkeypatch):
-    """Evaluator._timing under Preset.timer="span" (the worker's replies played by stand-ins): the reference's
+    """Timing.time under Preset.timer="span" (the worker's replies played by stand-ins): the reference's
     first measurements by events decide the task and the shape are short; both sides are then asked for spans. Where the
     candidate's spans cannot be read, the shape is measured again by events on both sides, so a speedup never
     compares one side's spans with the other's events."""
     import dataclasses
     from types import SimpleNamespace
 
+    from kernelband.evaluation.context import EvalContext
     from kernelband.evaluation.evaluator import Evaluator
     from kernelband.evaluation.records import EvalResult, Outcome, ShapeResult
 
@@ -162,16 +164,18 @@ def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_si
     shapes = [SimpleNamespace(index=i, label=f"s{i}", held_out=False) for i in (0, 1)]
 
     def timing(preset):
-        """`_timing` on a GPU evaluator of stand-ins: the shapes' results, the result and the evaluator."""
-        by_index = {i: ShapeResult(i, f"s{i}", False, correct=True) for i in (0, 1)}
+        """`Timing.time` on a GPU evaluator of stand-ins: the shapes' results, the result and the evaluator."""
         result = EvalResult(task="t", outcome=Outcome.OK)
+        result.shapes = [ShapeResult(i, f"s{i}", False, correct=True) for i in (0, 1)]
         with Evaluator(mode="interpreter", warm=0, use_ncu=False) as ev:
-            monkeypatch.setattr(ev, "mode", "gpu")
+            monkeypatch.setattr(ev.settings, "mode", "gpu")
             monkeypatch.setattr(ev, "recheck_timings", True)
-            monkeypatch.setattr(ev, "_ask_ref", lambda task, worker, message, *a: reply("ref", message))
-            monkeypatch.setattr(ev, "_ask", lambda worker, message, *a: reply("cand", message))
-            ev._timing(SimpleNamespace(key="t"), None, None, shapes, preset, 0, result, by_index)
-        return by_index, result, ev
+            monkeypatch.setattr(ev.references, "ask", lambda task, worker, message, *a: reply("ref", message))
+            monkeypatch.setattr(context, "ask", lambda worker, message, *a: reply("cand", message))
+            ctx = EvalContext(SimpleNamespace(key="t"), None, None, None, "", shapes, preset, 0, result,
+                              ev.pool.gpu_lock)
+            ev.timing.time(ctx)
+        return ctx.by_index, result, ev
 
     preset = dataclasses.replace(PRESETS["default"], name="span", timer="span")
     by_index, result, _ = timing(preset)
@@ -187,24 +191,24 @@ def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_si
     asked.clear()
     by_index, _, ev = timing(dataclasses.replace(preset, name="longer", span_task_ms=0.008))
     assert not any(span for _, _, span in asked) and {s.timer for s in by_index.values()} == {"events"}
-    assert ev._short_tasks == {("t", "longer"): False}
+    assert ev.timing._short_tasks == {("t", "longer"): False}
     # the held-out shapes do not count: without shape 1 the task is short again
     asked.clear()
     shapes[1].held_out = True
     _, _, ev = timing(dataclasses.replace(preset, name="longer", span_task_ms=0.008))
-    assert ("cand", 0, True) in asked and ev._short_tasks == {("t", "longer"): True}
+    assert ("cand", 0, True) in asked and ev.timing._short_tasks == {("t", "longer"): True}
 
 
 def _record_loads(ev, monkeypatch) -> list:
     """Whether each `load` the evaluator sends asks its worker to start CUPTI ("profiler"), in order."""
-    loads, ask = [], ev._ask
+    loads, ask = [], context.ask
 
     def recording(worker, message, *args):
         if message.get("op") == "load":
             loads.append(message["profiler"])
         return ask(worker, message, *args)
 
-    monkeypatch.setattr(ev, "_ask", recording)
+    monkeypatch.setattr(context, "ask", recording)
     return loads
 
 
@@ -219,7 +223,7 @@ def test_a_candidate_of_a_task_found_short_starts_cupti_while_it_loads(monkeypat
     with Evaluator(mode="interpreter", warm=1, use_ncu=False) as ev:
         loads = _record_loads(ev, monkeypatch)
         assert ev.evaluate(task).ok
-        ev._short_tasks[task.key, "default"] = True
+        ev.timing._short_tasks[task.key, "default"] = True
         assert ev.evaluate(task).ok
     assert loads == [False, True]
 
@@ -259,7 +263,7 @@ def test_an_evaluation_records_every_measurement(evaluator, vector_add):
 
 def test_who_is_timed_first_alternates_from_shape_to_shape(evaluator, vector_add, monkeypatch):
     calls: list[tuple[str, int]] = []
-    ask, ask_ref = evaluator._ask, evaluator._ask_ref
+    ask, ask_ref = context.ask, evaluator.references.ask
 
     def cand(worker, message, *args):
         if message.get("op") == "time":
@@ -271,8 +275,8 @@ def test_who_is_timed_first_alternates_from_shape_to_shape(evaluator, vector_add
             calls.append(("ref", message["shape"]))
         return ask_ref(task, worker, message, *args)
 
-    monkeypatch.setattr(evaluator, "_ask", cand)
-    monkeypatch.setattr(evaluator, "_ask_ref", ref)
+    monkeypatch.setattr(context, "ask", cand)
+    monkeypatch.setattr(evaluator.references, "ask", ref)
     result = evaluator.evaluate(vector_add)
     timed = [s for s in result.shapes if s.cand_ms]
     assert len(timed) >= 2
@@ -578,14 +582,14 @@ def test_the_presets_set_the_autotuners_budget():
 
 def test_the_candidate_is_loaded_with_the_autotuners_budget(evaluator, vector_add, monkeypatch):
     loads = []
-    ask = evaluator._ask
+    ask = context.ask
 
     def spy(worker, message, *args):
         if message.get("op") == "load":
             loads.append(message)
         return ask(worker, message, *args)
 
-    monkeypatch.setattr(evaluator, "_ask", spy)
+    monkeypatch.setattr(context, "ask", spy)
     assert evaluator.evaluate(vector_add).ok
     assert [m["tune"] for m in loads] == [evaluator.preset.tune()] and loads[0]["tune"] is not None
 
@@ -618,14 +622,14 @@ def test_priming_measures_the_reference_once_per_shape_and_spares_the_first_cand
 
     def reference_timings(ev) -> list[int]:
         asked: list[int] = []
-        ask_ref = ev._ask_ref
+        ask_ref = ev.references.ask
 
         def counting(task, ref, message, timeout, what):
             if message.get("op") == "time":
                 asked.append(message["shape"])
             return ask_ref(task, ref, message, timeout, what)
 
-        ev._ask_ref = counting
+        ev.references.ask = counting
         return asked
 
     with Evaluator(mode="interpreter", warm=1) as ev:
@@ -675,20 +679,20 @@ def test_priming_a_short_task_lets_its_first_candidate_start_cupti_while_it_load
     with Evaluator(mode="interpreter", warm=1, use_ncu=False) as ev:
         monkeypatch.setattr(ev, "recheck_timings", True)
         per_shape = {"ms": 0.01}
-        ask_ref = ev._ask_ref
+        ask_ref = ev.references.ask
 
         def ref_times(t, worker, message, *args):
             if message.get("op") != "time":
                 return ask_ref(t, worker, message, *args)
             return {"ok": True, "times": [per_shape["ms"]] * 5}
 
-        monkeypatch.setattr(ev, "_ask_ref", ref_times)
+        monkeypatch.setattr(ev.references, "ask", ref_times)
         assert ev.prime_timing(task, span) > 0
-        assert ev._short_tasks == {(task.key, "span"): True}
+        assert ev.timing._short_tasks == {(task.key, "span"): True}
         per_shape["ms"] = 1.0
         longer = dataclasses.replace(span, name="longer")
-        assert ev.prime_timing(task, longer) > 0 and ev._short_tasks[task.key, "longer"] is False
-        assert ev.prime_timing(task, "paper") > 0 and (task.key, "paper") not in ev._short_tasks
+        assert ev.prime_timing(task, longer) > 0 and ev.timing._short_tasks[task.key, "longer"] is False
+        assert ev.prime_timing(task, "paper") > 0 and (task.key, "paper") not in ev.timing._short_tasks
         monkeypatch.undo()
         loads = _record_loads(ev, monkeypatch)
         assert ev.evaluate(task, preset=span).ok

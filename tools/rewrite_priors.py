@@ -1,4 +1,4 @@
-"""The rewriter's priors, counted from a run database (`kernelband.search.priors`): per family of variants,
+"""The rewriter's priors, counted from a run database (`kernelband.proposers.rewriter.priors`): per family of variants,
 and per family and load of the parent (light, mid or heavy threads), how many children of the built-in
 rewriter were evaluated and how many came out more than 5 % faster than their parent on the search shapes.
 A child that failed counts as a miss. The tables show the priors these counts give beside the ones the
@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 from kernelband.errors import UserError, run_script
-from kernelband.search.priors import FILE, LOADS, family, load_class, prior
+from kernelband.proposers.rewriter.priors import FILE, LOADS, family, load_class, prior
 
 
 def count(db: str, benches: list[int] | None, win: float) -> dict:

@@ -19,20 +19,14 @@
 # 'kernelband;greedy,random': every task with kernelband first), SWEEP_PARTS (search_quality parts, default
 # bench,grid,overhead), SWEEP_RESUME_H100 / SWEEP_RESUME_H200, SWEEP_POLICIES_H100 / _H200 and SWEEP_PARTS_H100 / _H200 (the same, per GPU
 # model: a bench stays on one), SWEEP_RESUME=part.db.xz:BENCH (continue a committed sweep database, .xz or .gz; BENCH
-# `new`: a new bench in it), SWEEP_WARM_PROFILERS (the sweep's workers kept started under ncu per GPU),
-# SWEEP_PARK_PROFILERS=1 and PARK_PROFILERS=1 (the sweep's, the evaluator parts' warm ncu workers stopped until
-# used; eval_throughput also has the part pool-parked), EVAL=0 (no
+# `new`: a new bench in it), SWEEP_WARM_PROFILERS (the sweep's workers kept started under ncu per GPU), EVAL=0 (no
 # evaluator parts: the sweep takes every GPU), SWEEP=0 (no sweep: the evaluator parts take GPU 0), SIDE_BY_SIDE=0
 # (several GPUs: the evaluator's parts on GPU 0 of an otherwise idle host first, then the sweep on every GPU),
 # EVAL_TASKS (the evaluator parts' tasks, comma-separated; default the 29), REPEAT_TASKS ('all': the 29), REPEAT_PRESETS
 # (presets or variants, e.g. default+placements=8), REPEAT_EXTRA ('T1,T2:P1,P2;T3:P3': more pairs), EVAL_LANES (the
 # evaluator parts on the last EVAL_LANES GPUs: the repeat part's pairs split between them), POOL_THREADS (default 4), WARM_PROFILERS (workers kept started
-# under ncu; default POOL_THREADS + 3), PROFILE_LOCK (exclusive | apart | shared: ncu's profiled run alone on the
-# GPU in the timing's hold, alone in a hold of its own, or beside other candidates' checks; EVAL_PARTS has pool-apart
-# for the A/B), MEMORY_SHARE (the evaluator parts: the share of GPU memory that checks sharing the GPU may
-# declare at once; 'none': no limit), TUNE_ALONE=0 (the sweep's evaluators: an autotuned module's whole check with the
-# GPU alone, instead of its calls per shape in one hold with the GPU alone, then a shared check; EVAL_PARTS has pool-autotune and
-# pool-autotune-alone for the A/B), SWEEP_STRATEGIES (a strategies file for a new bench), GPU_TESTS=0 (skip the GPU fault tests; GPU_TESTS=after:
+# under ncu; default POOL_THREADS + 3), MEMORY_SHARE (the evaluator parts: the share of GPU memory that checks sharing
+# the GPU may declare at once; 'none': no limit), SWEEP_STRATEGIES (a strategies file for a new bench), GPU_TESTS=0 (skip the GPU fault tests; GPU_TESTS=after:
 # run them on GPU 0 once the sweep has ended, so that they take no GPU from it), SMOKE=1 (a tiny
 # version of everything).
 # A/B sweep before the main one, into its own database $S/ab.db (e.g. the built-in strategies with `coarsen`
@@ -122,7 +116,6 @@ evaluator_parts() {
     --repeat-tasks "$REPEAT_TASKS" --repeat-presets "${REPEAT_PRESETS:-default,paper}" --peer-tasks "$PEER_TASKS" \
     --repeat-extra "${REPEAT_EXTRA:-}" --shard "$lane/$lanes" \
     --threads "${POOL_THREADS:-4}" ${WARM_PROFILERS:+--warm-profilers "$WARM_PROFILERS"} \
-    ${PROFILE_LOCK:+--profile-lock "$PROFILE_LOCK"} $([ "${PARK_PROFILERS:-0}" = 1 ] && echo --park-profilers) \
     ${MEMORY_SHARE:+--memory-share "$MEMORY_SHARE"} \
     --out "$S/eval_throughput$suffix.json" > "$S/eval_throughput$suffix.log" 2>&1
   echo "eval_throughput$suffix rc=$?"
@@ -189,9 +182,7 @@ sweep() {
     timeout "$hard" python3 benchmarks/search_quality.py --parts "${SWEEP_PARTS:-bench,grid,overhead}" \
       --db "$S/quality.db" --out "$S/quality$phase.json" --budget-s "$left" \
       --grid-budget-s "${GRID_BUDGET_S:-300}" ${GRID_DONE:+--grid-done "$GRID_DONE"} --runs-per-gpu "${RUNS_PER_GPU:-4}" \
-      ${PROFILE_LOCK:+--profile-lock "$PROFILE_LOCK"} ${SWEEP_WARM_PROFILERS:+--warm-profilers "$SWEEP_WARM_PROFILERS"} \
-      $([ "${SWEEP_PARK_PROFILERS:-0}" = 1 ] && echo --park-profilers) \
-      $([ "${TUNE_ALONE:-1}" = 0 ] && echo --no-tune-alone) ${SWEEP_STRATEGIES:+--strategies "$SWEEP_STRATEGIES"} $resume $SWEEP_ARGS $extra \
+      ${SWEEP_WARM_PROFILERS:+--warm-profilers "$SWEEP_WARM_PROFILERS"} ${SWEEP_STRATEGIES:+--strategies "$SWEEP_STRATEGIES"} $resume $SWEEP_ARGS $extra \
       >> "$S/sweep.log" 2>&1
     echo "sweep phase $phase rc=$?"
     if [ -z "$resume" ]; then  # the first phase created the bench: the next ones continue it

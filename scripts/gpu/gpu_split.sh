@@ -44,7 +44,7 @@ pool() {  # $1: GPU
   CUDA_VISIBLE_DEVICES=$1 timeout 300 python3 -m kernelband calibrate > "$S/calibrate.log" 2>&1
   [ -n "$POOL" ] || return 0
   CUDA_VISIBLE_DEVICES=$1 timeout "${EVAL_TIMEOUT_S:-900}" python3 benchmarks/eval_throughput.py \
-    --parts "$POOL" --peer-tasks "$PEERS" --threads "${POOL_THREADS:-4}" --park-profilers \
+    --parts "$POOL" --peer-tasks "$PEERS" --threads "${POOL_THREADS:-4}" \
     --preset "${POOL_PRESET:-default}" --out "$S/eval_throughput.json" > "$S/eval_throughput.log" 2>&1
   ended pool
 }

@@ -2,7 +2,7 @@
 
 Not `faulthandler.register(..., all_threads=True)`: that walks the other threads' frames from inside
 the C signal handler, without the GIL, while they run. With worker threads starting and ending all
-the time, it read a freed frame and killed an H200 sweep with SIGSEGV (run V, BENCHMARKS.md). This
+the time, it can read a freed frame: it killed an H200 sweep with SIGSEGV (BENCHMARKS.md). This
 handler is a Python one: it runs in the main thread between bytecodes, holding the GIL, so every
 frame it reads is alive.
 """

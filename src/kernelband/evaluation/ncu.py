@@ -7,7 +7,7 @@ compiles the candidate while nothing else waits for it; in a step that shares
 the GPU it runs the representative shape once; then, with the GPU to itself,
 it runs the shape again between cudaProfilerStart and cudaProfilerStop (ncu's
 set-up in the process, 0.6-1.3 s, is paid there: a profiled launch beside
-other processes' work made ncu fail, BENCHMARKS.md run AE), and exits; ncu then
+other processes' work makes ncu fail), and exits; ncu then
 writes one CSV row per kernel. Counters of several kernels are averaged,
 weighted by their durations. Results are cached
 by (GPU, source hash, shape) for the life of the evaluator.
@@ -21,6 +21,8 @@ import io
 import os
 import shutil
 import threading
+
+from kernelband.evaluation.gone import WorkerGone
 
 # phi key -> (metric, scale to percent or count)
 METRICS: dict[str, tuple[str, float]] = {
@@ -94,7 +96,7 @@ def parse(text: str) -> dict[str, float | None] | None:
 def gone_note(exc: Exception, op: str, ncu_log: str | None = None) -> str:
     """The note of a profile whose worker died: the step, how it ended and ncu's own last error line, from the
     worker's log or from ncu's `--log-file` (`ncu_log`), where ncu writes its `==ERROR==` lines beside the CSV
-    (run AE: 15 workers exited with ncu's code 9 and no error line in the worker's log)."""
+    (a worker can exit with ncu's code 9 and no error line in its own log)."""
     outcome = getattr(exc, "outcome", "gone")
     lines = (getattr(exc, "detail", "") or str(exc)).strip().splitlines()
     said = [lines[0]] if lines else []
@@ -114,8 +116,6 @@ def cache_key(device: str, source: str, shape: int) -> str:
 
 def report_text(worker, wait: float = 120.0) -> str | None:
     """Ask a profiling worker to exit, wait for ncu to write its CSV, and return it (None if it wrote none)."""
-    from kernelband.evaluation.pool import WorkerGone
-
     try:
         worker.request({"op": "exit"}, 5)
     except WorkerGone:
@@ -164,8 +164,6 @@ class Profile:
         return self
 
     def prepare(self) -> None:
-        from kernelband.evaluation.pool import WorkerGone
-
         if self.values is not None:
             return
         try:
@@ -214,8 +212,6 @@ class Profile:
     def _run(self, op: str, failed: str) -> dict | None:
         """One request for the profiled shape to the profiling worker, its reply if it succeeded; a failure
         ends the profile."""
-        from kernelband.evaluation.pool import WorkerGone
-
         worker = self.worker
         if worker is None:
             return None

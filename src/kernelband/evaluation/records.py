@@ -52,8 +52,8 @@ class Preset:
     # `span_task_ms` over the shapes timed (by events), a shape whose reference takes under `span_below_ms`
     # is timed by the calls' spans on the GPU as CUPTI records them (first kernel's start to last kernel's
     # end), which leave out the launch's start-up: the part of a µs kernel's event time that moves from one
-    # process to the next (worker/timing.py; BENCHMARKS.md, runs AJ and AK). Only there does that part weigh
-    # on the runtime-weighted speedup; elsewhere the spans' profiler would cost time for nothing (run AK).
+    # process to the next (worker/timing.py; BENCHMARKS.md, timing repeatability). Only there does that part
+    # weigh on the runtime-weighted speedup; elsewhere the spans' profiler would cost time for nothing.
     # Needs `recheck`.
     timer: str = "events"
     span_below_ms: float = 0.1
@@ -93,13 +93,13 @@ NCU_SKIPPED = "ncu: not run (the search's policy and proposer do not use φ)"
 # its checks with the GPU alone (Evaluator.evaluate); its note:
 ALONE_NOTE = ("out of GPU memory beside other evaluations' steps ({first}): evaluated again, its checks with "
               "the GPU alone ({closed} idle references of other tasks closed first)")
+_ALONE_NOTE_HEAD = "out of GPU memory beside other evaluations' steps ("  # what ALONE_NOTE starts with
 _OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError")
 
 
 def evaluated_again_alone(result) -> bool:
-    """The evaluation's verdict is its second attempt, with the GPU alone (its notes carry ALONE_NOTE)."""
-    head = ALONE_NOTE.split("{")[0]
-    return any(n.startswith(head) for n in result.notes)
+    """The evaluation's verdict is its second attempt, with the GPU alone (EvalResult.retried_alone)."""
+    return result.retried_alone
 
 
 def out_of_memory(error: str) -> bool:
@@ -112,17 +112,19 @@ PRESETS = {
                     recheck=1.2, retries=2),
     # Cheaper: fewer iterations, capped at 40 ms a measurement, the reference and the
     # candidate measured once each per shape, who goes first alternating from shape to shape. (Two ABBA
-    # rounds agreed to a median 0.14 % on an idle H100 once the GPU was kept ahead: BENCHMARKS.md, run J.)
+    # rounds agreed to a median 0.14 % on an idle H100 once the GPU was kept ahead: BENCHMARKS.md, timing
+    # repeatability.)
     # Autotuners time each config for 5 + 20 ms instead of Triton's 25 + 100: in bench 2 (H200) the tune
     # calls of an autotuned candidate, the GPU to itself, took a median 14.1 s, of which do_bench's own
     # 125 ms per config and shape came to at least 11.2 s (2.2 s at 25 ms).
     # In a task whose shapes take under 0.2 ms all together, those under 0.1 ms are timed by the calls' spans
     # on the GPU (CUPTI); and each call runs on one of 32 copies of the inputs in pages of their own. On such
     # tasks the events' launch part moved from one process to the next, and a µs kernel's own time with where
-    # its inputs lie (BENCHMARKS.md, run AK: l2_norm_triton1's CV of 5 evaluations 1.0-2.5 % by events,
+    # its inputs lie (BENCHMARKS.md, timing repeatability: l2_norm_triton1's CV of 5 evaluations 1.0-2.5 % by events,
     # 0.3-0.6 % so).
     # A measurement is the mean of its middle 80 % of iterations (`trimmed`): where a shape's iterations fall in
-    # two groups, the median jumps between them from one measurement to the next (BENCHMARKS.md, run AN:
+    # two groups, the median jumps between them from one measurement to the next (BENCHMARKS.md, timing
+    # repeatability:
     # cosine_compute's CV of 5 evaluations 1.16 % by the median, 0.62 % so, on one H200 in one session; all
     # 29 tasks at or below 0.62 %).
     "default": Preset("default", warmup=10, rep=100, unit="iters", stat="trimmed", rounds=1, max_ms=40.0,
@@ -202,6 +204,12 @@ class EvalResult:
     seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     rules: int = RULES  # the evaluator's rules it was judged by
+    # Nsight Compute skipped by choice (`Evaluator.evaluate(profile=False)`): φ is the compiler's and the
+    # timing's, and a later search that reads φ evaluates the candidate again. Its note: NCU_SKIPPED.
+    ncu_skipped: bool = False
+    # The verdict is a second attempt with the GPU alone, after running out of memory beside other
+    # evaluations' steps (`Evaluator.evaluate`). Its note: ALONE_NOTE.
+    retried_alone: bool = False
 
     @property
     def ok(self) -> bool:
@@ -220,4 +228,8 @@ class EvalResult:
                        for s in d.get("shapes", [])]
         d["features"] = Features(**d.get("features", {}))
         d.setdefault("rules", 1)
+        # rows stored before these flags were fields say them in their notes only
+        notes = d.get("notes", [])
+        d.setdefault("ncu_skipped", NCU_SKIPPED in notes)
+        d.setdefault("retried_alone", any(n.startswith(_ALONE_NOTE_HEAD) for n in notes))
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})

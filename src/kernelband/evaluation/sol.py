@@ -12,6 +12,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kernelband.evaluation.records import EvalResult, Outcome
+
 
 @dataclass(frozen=True)
 class Peaks:
@@ -81,7 +83,7 @@ def _terms_ms(nbytes: float | None, flops: float | None, peaks: Peaks) -> tuple[
 # How much faster than its bound a time may be before it is suspicious, by the term that sets the bound.
 # Bandwidth: 5 %, for noise and for a kernel that beats the calibration's copy rate by a little.
 # Compute: 25 %, because the peak is what torch.matmul reached at one size, not the hardware's limit: a
-# Triton matmul reached 718 TFLOP/s against the H200's calibrated 678 (run V, BENCHMARKS.md), and five
+# Triton matmul reached 718 TFLOP/s against the H200's calibrated 678 (BENCHMARKS.md, calibration), and five
 # calibrations of the same H100 model ranged from 686 to 739. A kernel that skips its work is far faster
 # than either margin; its outputs fail the other checks too.
 BANDWIDTH_TOLERANCE = 1.05
@@ -93,3 +95,36 @@ def tolerance(nbytes: float | None, flops: float | None, peaks: Peaks) -> float:
     bytes_ms, flops_ms = _terms_ms(nbytes, flops, peaks)
     compute = flops_ms is not None and (bytes_ms is None or flops_ms > bytes_ms)
     return COMPUTE_TOLERANCE if compute else BANDWIDTH_TOLERANCE
+
+
+def judge(shapes, result: EvalResult, by_index, io_bytes: dict[int, int], peaks: Peaks | None,
+          overcounted: str = "") -> None:
+    """Each timed shape's GB/s, TFLOP/s and fraction of the bound; a candidate faster than the bound is
+    suspicious, unless the reference is too, or the task says its bytes are overcounted."""
+    for shape in shapes:
+        sr = by_index[shape.index]
+        if not sr.cand_ms:
+            continue
+        nbytes = bound_bytes(shape.bytes, io_bytes.get(shape.index))
+        if shape.bytes or nbytes:
+            sr.gbps = (shape.bytes or nbytes) / (sr.cand_ms * 1e-3) / 1e9
+        if shape.flops:
+            sr.tflops = shape.flops / (sr.cand_ms * 1e-3) / 1e12
+        if peaks is None:
+            continue
+        sr.bound_ms = bound_ms(nbytes, shape.flops, peaks)
+        if sr.bound_ms:
+            sr.sol_fraction = sr.bound_ms / sr.cand_ms
+            ref_fraction = sr.bound_ms / sr.ref_ms if sr.ref_ms else 0.0
+            margin = tolerance(nbytes, shape.flops, peaks)
+            if sr.sol_fraction > margin:
+                if ref_fraction > margin:
+                    sr.note = "bound below even the reference's time: the task's byte count is too high"
+                    continue
+                if overcounted:
+                    sr.note = f"faster than the bound, which is no check here: {overcounted}"
+                    continue
+                result.outcome, result.stage = Outcome.SUSPICIOUS, "timing"
+                result.detail = (f"shape {shape.label}: {sr.cand_ms * 1e3:.2f} us is faster than the "
+                                 f"speed-of-light bound {sr.bound_ms * 1e3:.2f} us")
+                result.checks.append("speed_of_light")

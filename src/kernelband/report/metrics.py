@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from kernelband.errors import UserError
 from kernelband.evaluation.records import RHO_KEYS
-from kernelband.search.store import RunRow, Store
+from kernelband.store import RunRow, Store
 
 FAST = 1.1  # Fast@1: a speedup strictly above this
 MARGIN = 0.01  # "faster": re-measured above 1 + max(MARGIN, 2 x the run's noise floor's distance from 1)

@@ -1,5 +1,6 @@
-"""The vocabulary of the search: strategies, candidates, arms, proposals, and the two interfaces that the
-search loop drives, `Proposer` and `Policy`.
+"""The vocabulary of the search: strategies, candidates, arms, proposals and the reward. The two interfaces
+that the search loop drives live with their implementations: `proposers.base.Proposer` and
+`policies.base.Policy`.
 
 Times are relative to the starting kernel k0. Every evaluation times the candidate against k0 in the
 same session (interleaved), so a candidate's `time` is `1 / speedup`: k0 has time 1.0, a kernel twice as
@@ -9,9 +10,7 @@ fast has 0.5. Comparing two candidates through k0 cancels the drift between thei
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from kernelband.evaluation.records import EvalResult, Outcome
 
@@ -110,38 +109,6 @@ class Proposal:
     tokens_out: int = 0
     error: str = ""
     calls: list[dict] = field(default_factory=list)  # LLM calls: tokens in/out, latency_s, outcome, error
-
-
-class Proposer(Protocol):
-    name: str
-
-    def applicable(self, parent: Candidate, strategy: Strategy) -> bool:
-        """False when the strategy cannot possibly change this parent (the rewriter knows; an LLM: True)."""
-        ...
-
-    def propose(self, parent: Candidate, strategy: Strategy, context: Context) -> Proposal: ...
-
-
-class Policy(Protocol):
-    """Chooses arms. Policies are deterministic given their seed and the sequence of updates, which is
-    how a killed run resumes: the loop replays the stored history through a fresh policy."""
-
-    name: str
-
-    def select(self, pool: list[Candidate], strategies: list[Strategy], q: int,
-               applicable: Callable[[Candidate, Strategy], bool]) -> list[Arm]:
-        """Up to q distinct arms over the valid candidates in `pool` (k0 first). `applicable(cand, strat)`
-        says whether the proposer can do anything with an arm; never return an inapplicable arm. An empty
-        list means the policy has nothing left to try."""
-        ...
-
-    def update(self, arm: Arm, parent: Candidate, child: Candidate | None) -> float:
-        """Learn from a pull; returns the reward it used. `child` is None when nothing was proposed."""
-        ...
-
-    def stats(self) -> dict:
-        """JSON-able statistics for the run store (per iteration)."""
-        ...
 
 
 def reward(parent: Candidate, child: Candidate | None) -> float:

@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelband.errors import SetupError, UserError
-from kernelband.evaluation.records import NCU_SKIPPED, EvalResult, Outcome
-from kernelband.search.core import Arm, Attempt, Candidate, Context, Proposal, Proposer, Strategy, source_hash
-from kernelband.search.store import Store
+from kernelband.evaluation.records import EvalResult, Outcome
+from kernelband.policies.base import Policy
+from kernelband.proposers.base import Proposer
+from kernelband.search.core import Arm, Attempt, Candidate, Context, Proposal, Strategy, source_hash
+from kernelband.store import Store
 from kernelband.tasks.model import Task
 
 # How many times one iteration may re-select when the proposer has nothing for the chosen arms.
@@ -81,7 +83,7 @@ class Summary:
 
 
 class Search:
-    def __init__(self, task: Task, evaluator, proposer: Proposer, policy, strategies: list[Strategy],
+    def __init__(self, task: Task, evaluator, proposer: Proposer, policy: Policy, strategies: list[Strategy],
                  store: Store, run_id: int, seed: int, config: RunConfig, out_dir: Path | None = None,
                  on_event: Callable[[dict], None] | None = None,
                  lookup: Callable[[str], EvalResult | None] | None = None):
@@ -99,7 +101,7 @@ class Search:
         # Nsight Compute only where φ is read: by the policy (kernelband's ψ heads, the masked variant's
         # saturation mask) or by the proposer (the LLM's prompt). greedy, random, bon and beam with the
         # rewriter do without it, at about half the time per candidate (BENCHMARKS.md, pool-noncu).
-        self.profile = bool(getattr(policy, "uses_profile", True) or getattr(proposer, "uses_profile", False))
+        self.profile = policy.uses_profile or proposer.uses_profile
 
     # -- the pieces ---------------------------------------------------------------------------
     def _evaluate(self, cid: int, source: str, which: str = "search", shapes: str | None = None) -> EvalResult:
@@ -163,8 +165,7 @@ class Search:
         return tried[-HISTORY:]
 
     def _reflection(self, parent: Candidate) -> str:
-        reflect = getattr(self.policy, "reflection", None)
-        return reflect(parent.id) if callable(reflect) else ""
+        return self.policy.reflection(parent.id)
 
     @property
     def entry(self) -> str:
@@ -200,8 +201,7 @@ class Search:
                 stopped = f"the evaluation budget ({self.config.evaluations}) is spent"
                 iteration -= 1
                 break
-            spent = getattr(self.proposer, "budget_spent", None)
-            reason = spent() if callable(spent) else ""
+            reason = self.proposer.budget_spent()
             if reason:
                 stopped = f"the LLM budget is spent ({reason})"
                 iteration -= 1
@@ -346,7 +346,7 @@ class Search:
         checked = held is not None and held.ok
         unchecked = 1.0 if best.id == 0 else None  # k0 as the best is 1.0 by definition
         fractions = [s.sol_fraction for s in best.result.shapes if s.sol_fraction is not None and not s.held_out]
-        summary = Summary(run_id=self.run_id, task=self.task.ref, policy=getattr(self.policy, "name", "?"),
+        summary = Summary(run_id=self.run_id, task=self.task.ref, policy=self.policy.name,
                           proposer=self.proposer.name, seed=self.seed, iterations=iterations,
                           evaluations=self.evaluations, best_candidate=best.id, best_speedup=best.speedup,
                           best_outcome=(held.outcome.value if held is not None else best.result.outcome.value),
@@ -378,7 +378,7 @@ class Search:
 
 def profiled(result: EvalResult) -> bool:
     """False for an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`)."""
-    return NCU_SKIPPED not in result.notes
+    return not result.ncu_skipped
 
 
 def _done(value) -> Future:

@@ -8,7 +8,7 @@ from pathlib import Path
 from kernelband.errors import UserError
 from kernelband.search.core import Strategy
 from kernelband.search.loop import RunConfig, Search
-from kernelband.search.store import RunRow, Store
+from kernelband.store import RunRow, Store
 from kernelband.tasks.model import Task
 
 
@@ -24,7 +24,7 @@ class ProposerChoice:
 
 def make_proposer(choice: ProposerChoice):
     """The LLM when one is configured (or asked for), else the built-in rewriter."""
-    from kernelband.search import llm
+    from kernelband.proposers import llm
 
     overrides = {k: v for k, v in (("model", choice.model), ("base_url", choice.base_url),
                                    ("max_tokens", choice.max_tokens), ("budget_calls", choice.budget_calls),
@@ -39,9 +39,20 @@ def make_proposer(choice: ProposerChoice):
                             "KERNELBAND_LLM_MODEL (or --base-url and --model)")
         return llm.LLMProposer(config)
     if kind == "rewrite":
-        from kernelband.search.rewrite import RewriteProposer
-        return RewriteProposer()
+        from kernelband.proposers.rewriter.proposer import RewriterProposer
+        return RewriterProposer()
     raise UserError(f"unknown proposer {choice.kind!r}: use rewrite or llm")
+
+
+def check_search(policy: str, seed: int, strategies_file: str | None) -> list[Strategy]:
+    """The strategies of `strategies_file` (None: the built-in ones), once the policy and the file are known
+    good: the command line and the API check them before an evaluator starts its workers (seconds each, every
+    one importing torch)."""
+    from kernelband.policies.base import make_policy
+    from kernelband.search.strategies import load_strategies
+
+    make_policy(policy, seed)
+    return load_strategies(strategies_file)
 
 
 def resumable_run(store: Store, task: Task, policy: str, proposer: str, seed: int,
@@ -61,7 +72,7 @@ def open_search(task: Task, evaluator, store: Store, policy: str, proposer, seed
                 strategies: list[Strategy] | None = None) -> Search:
     """A new run, or with `resume` the latest unfinished run of the same task, policy, proposer and seed.
     The strategies: `strategies` as given (a bench's), else those of `strategies_file`, else the built-in ones."""
-    from kernelband.search.policies import make_policy
+    from kernelband.policies.base import make_policy
     from kernelband.search.strategies import load_strategies
 
     if strategies is None:

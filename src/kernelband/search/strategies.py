@@ -2,7 +2,7 @@
 
 Six built-in strategies, as in the authors' release, each with a description an LLM is prompted with,
 the hardware resource it mainly relieves, and the built-in rewrites that implement it without an LLM
-(`kernelband.search.rewrites`). A user file (TOML or JSON) can add strategies, replace built-in ones by
+(`kernelband.proposers.rewriter.registry`). A user file (TOML or JSON) can add strategies, replace built-in ones by
 name, or (`replace_all = true`) stand alone:
 
     replace_all = false            # optional
@@ -157,7 +157,7 @@ def _top_level(path: Path, data: dict) -> tuple[bool, list[dict]]:
 
 
 def _strategy(path: Path, index: int, entry: dict, base: Strategy | None) -> Strategy:
-    from kernelband.search.rewrites import REWRITES
+    from kernelband.proposers.rewriter.registry import REWRITES
 
     where = f"{path}: strategy #{index}"
     unknown = sorted(set(entry) - set(FIELDS))

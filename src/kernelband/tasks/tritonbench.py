@@ -65,7 +65,7 @@ INPUT_FIXES: dict[str, tuple[tuple[str, str], ...]] = {
 BYTES_OVERCOUNTED: dict[str, str] = {
     # get_gbps counts all 16 blocks of mid_out per row; the kernel reads ceil(seq_len / 32) of them, and
     # seq_len is drawn from 1..511, so about half. A launch change (num_warps 4 -> 2) measured 1.39x faster
-    # than k0 on an H100, under the bound (BENCHMARKS.md, the H100 bench of runs N and O).
+    # than k0 on an H100, under the bound (BENCHMARKS.md, search quality).
     "flash_decode2_phi": "the script counts every block of mid_out; the kernel reads only the blocks within "
                          "each row's sequence length",
 }

@@ -98,8 +98,8 @@ class Worker:
     def start_context(self) -> None:
         """The first part of the start that uses the GPU: CUDA's context. The parent lets it run when no timing
         is on the GPU, and lets the rest (`start`) run in a hold of its own, so that a timing that comes
-        meanwhile waits for one part, not both (BENCHMARKS.md, run AF: a worker's start was the largest cause
-        of timings waiting for shared steps)."""
+        meanwhile waits for one part, not both (a worker's start was the largest cause of timings waiting for
+        shared steps: BENCHMARKS.md, evaluator throughput)."""
         import torch
 
         t = time.perf_counter()
@@ -182,7 +182,7 @@ class Worker:
         profiler_s = None
         if self.gpu and request.get("profiler") and not os.environ.get("CUDA_INJECTION64_PATH"):
             # CUPTI started for the span timer before any of the module runs (seconds of CPU a process:
-            # BENCHMARKS.md, run AK), not under another tool's injection (ncu)
+            # BENCHMARKS.md, timing repeatability), not under another tool's injection (ncu)
             from kernelband.worker.timing import warm_profiler
             profiler_s = warm_profiler()
         if self.gpu and request.get("tune"):

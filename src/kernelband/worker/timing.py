@@ -26,7 +26,7 @@ its times include the CPU's.
 Events time more than the kernel. After the flush and the wait, a kernel of a few µs spends most of its
 event time being started: on an H200, l2_norm_triton1's 11 one-block kernels summed to 49-52 µs by events
 and to 17.3 µs by CUPTI's record of the kernels' execution, and across 9 processes the events' sum moved
-by 1.8 % (CV) while CUPTI's held to 0.2 % (BENCHMARKS.md, run AJ). The per-process part lies in the
+by 1.8 % (CV) while CUPTI's held to 0.2 % (BENCHMARKS.md, timing repeatability). The per-process part lies in the
 launch. So `span` (Preset.timer, for shapes the parent finds short) runs the same do_bench under
 torch.profiler and gives each timed call's span on the GPU instead: from its first kernel's start to its
 last kernel's end, as CUPTI records them. A call of several kernels keeps the gaps between them, so
@@ -62,7 +62,7 @@ def tune_with(driver, do_bench, warmup: float, rep: float, ahead_us: float = 0.0
     """Autotuners that bring no benchmark of their own time each config with do_bench(warmup, rep) (ms)
     instead of Triton's 25 and 100, and with the GPU-ahead wait of `ahead_us` after each flush (`gpu_ahead`),
     as the timing itself does: without it a config of a few µs is timed on the Python that launches it, and
-    the config chosen is a draw (BENCHMARKS.md, run AI: geglu_tanh_triton's autotuned forward kernel came out
+    the config chosen is a draw (geglu_tanh_triton's autotuned forward kernel came out
     at 0.20x in one process and 1.0x in the next). Triton's Autotuner asks the active driver for its
     benchmarker (`driver.active.get_benchmarker()`) when it first tunes, so the worker sets it on the driver
     instance (the class's method is left alone) before the module is imported."""
@@ -76,7 +76,7 @@ def tune_with(driver, do_bench, warmup: float, rep: float, ahead_us: float = 0.0
 
 # The GPU waits queued before the host-time probes of a call. The first is short: a call that enqueues
 # (nearly all) is decided in 3 waits of 0.5 ms; what a probe decides does not depend on its wait, only whether
-# the call kept up with it (run AD: the probes were 0.22 s of a candidate's 1.65 s timing, with 2 ms first).
+# the call kept up with it (the probes were 0.22 s of a candidate's 1.65 s timing with 2 ms first).
 PROBES_US = (500.0, 8000.0, 32000.0)
 MAX_AHEAD_US = 2000.0
 
@@ -134,14 +134,14 @@ def call_spans(activities: list[tuple[str, float, float]], calls: int, waits: in
 def _activities(prof) -> list[tuple[str, float, float]]:
     """The GPU's activities (name, start µs, end µs) from the profiler's raw record (kineto's events), or,
     on a torch without that, from `prof.events()`, which first builds an event tree of everything (0.05 s
-    more a measurement on an H200: BENCHMARKS.md, run AK)."""
+    more a measurement on an H200)."""
     from torch.autograd import DeviceType
 
     raw = getattr(getattr(prof, "profiler", None), "kineto_results", None)
     if raw is not None:
         gpu = [e for e in raw.events() if e.device_type() == DeviceType.CUDA]
         # ns since the epoch, about 1.8e18: subtracted as integers first, since a float of that size in µs
-        # keeps only quarters of a µs (run AK's first reading: every span a multiple of 0.25 µs)
+        # keeps only quarters of a µs (every span came out a multiple of 0.25 µs so)
         base = min((e.start_ns() for e in gpu), default=0)
         return [(e.name(), (e.start_ns() - base) / 1000.0, (e.end_ns() - base) / 1000.0) for e in gpu]
     return [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
@@ -167,7 +167,7 @@ def _timed_spans(do_bench, fn, warmup: float, rep: float, guard, waits: list) ->
 
 def warm_profiler() -> float:
     """Start CUPTI in this process (an empty profiler session): seconds taken, 4.8-5.5 s on the GPU machine
-    (BENCHMARKS.md, run AK), which a process's first profiled do_bench otherwise pays inside the GPU's
+    (BENCHMARKS.md, timing repeatability), which a process's first profiled do_bench otherwise pays inside the GPU's
     exclusive hold. The worker does it when a candidate of a task timed by spans loads (`op_load`). Nothing is
     raised: where the profiler cannot run, the span timer says so itself."""
     t0 = time.perf_counter()

@@ -13,6 +13,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from kernelband.errors import UserError
@@ -158,6 +159,15 @@ def _compressed_hint(path: Path) -> str:
         if head.startswith(magic):
             return f" (it is compressed: `{unpack} {path} > {path.stem}` unpacks it)"
     return ""
+
+
+def utc_seconds(text: str) -> float:
+    """UTC seconds (the store's clock) of "2026-11-23 07:24:01" or "2026-11-23T07:24:01" (a date alone: its
+    midnight)."""
+    try:
+        return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        raise UserError(f"not a UTC time: {text!r} (e.g. \"2026-11-23 07:24:01\")") from None
 
 
 class Store:

@@ -39,16 +39,9 @@ from functools import partial
 
 import libcst as cst
 
-from kernelband.search.edits import Edit, Found, Variant, statements
-from kernelband.search.kernelsource import (
-    Kernel,
-    Launch,
-    ModuleSource,
-    assigned,
-    code,
-    fresh_name,
-    subnodes,
-)
+from kernelband.proposers.rewriter.edits import Edit, Found, Variant, statements
+from kernelband.proposers.rewriter.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.syntax import assigned, code, fresh_name, subnodes
 
 FACTORS = (2, 4, 8)
 

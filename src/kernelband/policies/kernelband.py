@@ -1,24 +1,12 @@
-"""Policies: which arms (parent kernel, strategy) to pull next.
-
-Every policy implements `core.Policy` (select / update / stats) and is deterministic given its seed and
-the sequence of select/update calls: randomness comes only from a `numpy.random.Generator` seeded with
-the run's seed, and scikit-learn models get fixed `random_state`s. No wall clock, no global RNG. This is
-what lets a killed run resume by replaying its stored history through a fresh policy.
-
-- `kernelband`: the paper's Algorithm 1 (hierarchical UCB over runtime clusters x strategies, plus a
-  learned hardware-compatibility prior psi).
-- `kernelband-masked`: the authors' released variant (UCB with c = 2, strategies masked when their target
-  resource is saturated, parent sampled by softmax over headroom).
-- `beam` (GEAK-like beam search with reflection), `bon` (best-of-N from k0), `random`, `greedy`.
-
-`make_policy(name, seed, **options)` builds one; `POLICIES` lists the names.
-"""
+"""The two KernelBand policies: `kernelband` (the paper's Algorithm 1: hierarchical UCB over runtime clusters x
+strategies, plus a learned hardware-compatibility prior psi) and `kernelband-masked` (the authors' released
+variant: UCB with c = 2, strategies masked when their target resource is saturated, parent sampled by softmax
+over headroom), with the parts they share."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import math
 import threading
 import zlib
@@ -35,11 +23,9 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MinMaxScaler, StandardScaler
 from threadpoolctl import ThreadpoolController
 
-from kernelband.errors import UserError
 from kernelband.evaluation.records import PHI_KEYS, RHO_KEYS
+from kernelband.policies.base import Applicable, Arms, PolicyBase, by_time, num
 from kernelband.search.core import Arm, Candidate, Strategy, reward
-
-Applicable = Callable[[Candidate, Strategy], bool]
 
 # The phi counter (percent, 0-100) that says how busy the resource a strategy targets is. The release
 # uses L2 *throughput* for "L2"; our phi has no such counter, so the L2 hit rate stands in for it (a high
@@ -53,11 +39,6 @@ def _matrix(rows: Iterable[dict], keys: tuple[str, ...]) -> np.ndarray:
     """Feature dicts as a float matrix; None (not measured) becomes NaN."""
     return np.array([[np.nan if row.get(k) is None else float(row[k]) for k in keys] for row in rows],
                     dtype=float).reshape(-1, len(keys))
-
-
-def _by_time(cands: Iterable[Candidate]) -> list[Candidate]:
-    """Fastest first (lowest time relative to k0); ties by id."""
-    return sorted(cands, key=lambda c: (c.time if c.time is not None else math.inf, c.id))
 
 
 def _stable_seed(*parts) -> int:
@@ -77,7 +58,7 @@ def one_thread():
     """scikit-learn's and numpy's OpenMP and BLAS pools held to one thread. On pools this small the work is
     faster in one thread, and its result cannot depend on the thread count. Left to themselves, the pools
     start a thread per core for every call: on a 64-core host busy with a sweep, KernelBand's select + update
-    at a pool of 320 took a median 48 ms (BENCHMARKS.md, run AG) against 4.3 ms in one thread. The limit is
+    at a pool of 320 took a median 48 ms (BENCHMARKS.md, "The bandit's own overhead per iteration") against 4.3 ms in one thread. The limit is
     process-wide, so the policies of concurrent searches take it in turn (the work holds the GIL anyway)."""
     with _THREADS, _controller().limit(limits=1):
         yield
@@ -90,69 +71,6 @@ def _one_thread(method):
             return method(*args, **kwargs)
     return wrapper
 
-
-def _num(x: float | None, digits: int = 6) -> float | None:
-    """JSON-safe rounding: infinities and NaN become None."""
-    return None if x is None or not math.isfinite(x) else round(float(x), digits)
-
-
-class _Arms:
-    """One select() call's view of the arms: asks `applicable` at most once per arm and remembers the arms
-    already picked in this batch, which are no longer open."""
-
-    def __init__(self, applicable: Applicable):
-        self._applicable = applicable
-        self._answers: dict[tuple[int, str], bool] = {}
-        self.picked: list[Arm] = []
-        self._picked: set[Arm] = set()
-
-    def open(self, cand: Candidate, strategy: Strategy) -> bool:
-        if Arm(cand.id, strategy.name) in self._picked:
-            return False
-        key = (cand.id, strategy.name)
-        if key not in self._answers:
-            self._answers[key] = bool(self._applicable(cand, strategy))
-        return self._answers[key]
-
-    def take(self, arm: Arm) -> None:
-        self.picked.append(arm)
-        self._picked.add(arm)
-
-
-class _PolicyBase:
-    """Bookkeeping shared by all policies: the seeded generator, the candidates seen, pull/round counters."""
-
-    name = ""
-    uses_profile = False  # reads φ (Nsight Compute's counters): the evaluator profiles only if some part does
-
-    def __init__(self, seed: int):
-        self.seed = seed
-        self.rng = np.random.default_rng(seed)
-        self.candidates: dict[int, Candidate] = {}
-        self.rounds = 0  # select() calls
-        self.pulls = 0  # update() calls
-        self._last: dict = {}
-
-    def _observe(self, pool: list[Candidate]) -> None:
-        self.rounds += 1
-        for cand in pool:
-            self.candidates[cand.id] = cand
-
-    def reward(self, parent: Candidate, child: Candidate | None) -> float:
-        return reward(parent, child)
-
-    def update(self, arm: Arm, parent: Candidate, child: Candidate | None) -> float:
-        r = self.reward(parent, child)
-        self.candidates.setdefault(parent.id, parent)
-        self._learn(arm, parent, child, r)
-        self.pulls += 1
-        return r
-
-    def _learn(self, arm: Arm, parent: Candidate, child: Candidate | None, r: float) -> None:
-        pass
-
-    def stats(self) -> dict:
-        return {"policy": self.name, "rounds": self.rounds, "pulls": self.pulls, **self._last}
 
 
 # -- the parts of KernelBand ------------------------------------------------------------------------------
@@ -293,7 +211,7 @@ class ClusterStats:
             self.add(cluster_of(parent), strategy, r)
 
     def table(self, clusters: int, strategies: list[str]) -> dict:
-        return {str(c): {s: {"mu": _num(self.mean(c, s)), "n": self.n(c, s)} for s in strategies}
+        return {str(c): {s: {"mu": num(self.mean(c, s)), "n": self.n(c, s)} for s in strategies}
                 for c in range(clusters)}
 
 
@@ -385,13 +303,13 @@ class _Option:
 
     def to_dict(self) -> dict:
         return {"cluster": self.cluster, "strategy": self.strategy, "parent": self.parent.id,
-                "mu": _num(self.mu), "n": self.n, "bonus": _num(self.bonus), "psi": _num(self.psi),
-                "score": None if math.isinf(self.bonus) else _num(self.score)}
+                "mu": num(self.mu), "n": self.n, "bonus": num(self.bonus), "psi": num(self.psi),
+                "score": None if math.isinf(self.bonus) else num(self.score)}
 
 
 # -- the policies -----------------------------------------------------------------------------------------
 
-class _ClusteredPolicy(_PolicyBase):
+class _ClusteredPolicy(PolicyBase):
     """What both KernelBand variants share: runtime clusters, (cluster, strategy) statistics and the per-pull
     history they are rebuilt from. Both read φ: the ψ heads, the saturation mask, and achieved occupancy
     in ρ."""
@@ -412,7 +330,7 @@ class _ClusteredPolicy(_PolicyBase):
         if self.clusters.observe(pool, self.rounds):
             self.table.rebuild(self.history, self._cluster_of)
         members: dict[int, list[Candidate]] = defaultdict(list)
-        for cand in _by_time(pool):
+        for cand in by_time(pool):
             members[self.clusters.label(cand)].append(cand)
         return members
 
@@ -493,7 +411,7 @@ class KernelBandPolicy(_ClusteredPolicy):
         self.phi.fit(pool)
         psi = self.psi(self._strategy_names, pool)
 
-        arms, virtual = _Arms(applicable), Counter()
+        arms, virtual = Arms(applicable), Counter()
         picks: list[_Option] = []
         first: list[_Option] = []
         for pick in range(q):
@@ -510,7 +428,7 @@ class KernelBandPolicy(_ClusteredPolicy):
         self._last = self._snapshot(picks, first, psi)
         return arms.picked
 
-    def _option(self, cluster: int, strategy: Strategy, index: int, members: list[Candidate], arms: _Arms,
+    def _option(self, cluster: int, strategy: Strategy, index: int, members: list[Candidate], arms: Arms,
                 virtual: Counter, psi: dict, t: int) -> _Option | None:
         parent = next((m for m in members if arms.open(m, strategy)), None)
         if parent is None:
@@ -532,7 +450,7 @@ class KernelBandPolicy(_ClusteredPolicy):
         last_parent = picks[-1].parent.id if picks else None
         return {
             "last_parent": last_parent,
-            "psi": ({s: _num(v[last_parent]) for s, v in psi.items()} if last_parent is not None else {}),
+            "psi": ({s: num(v[last_parent]) for s, v in psi.items()} if last_parent is not None else {}),
             "picks": [p.to_dict() for p in picks],
             "scores": [o.to_dict() for o in first],
         }
@@ -592,7 +510,7 @@ class MaskedKernelBandPolicy(_ClusteredPolicy):
         members = self._start(pool, strategies)
         masks = {c: self.masked(self.clusters.representative(c, m), strategies) for c, m in members.items()}
 
-        arms, virtual, picks = _Arms(applicable), Counter(), []
+        arms, virtual, picks = Arms(applicable), Counter(), []
         for pick in range(q):
             t = max(self.pulls + pick, 1)
             best = None
@@ -611,7 +529,7 @@ class MaskedKernelBandPolicy(_ClusteredPolicy):
             parent = self._sample([m for m in members[c] if arms.open(m, s)], s)
             arms.take(Arm(parent.id, s.name))
             virtual[c, s.name] += 1
-            picks.append({"cluster": c, "strategy": s.name, "parent": parent.id, "score": _num(score)})
+            picks.append({"cluster": c, "strategy": s.name, "parent": parent.id, "score": num(score)})
         self._last = {
             "masked": {str(c): sorted(m) for c, m in masks.items()},
             "picks": picks,
@@ -625,171 +543,3 @@ class MaskedKernelBandPolicy(_ClusteredPolicy):
         logits = headroom / max(self.temperature, 1e-9)
         p = np.exp(logits - logits.max())
         return members[int(self.rng.choice(len(members), p=p / p.sum()))]
-
-
-
-class _RoundRobin:
-    """A per-candidate pointer into the strategy list: each call hands out the next open strategy."""
-
-    def __init__(self, offset: int = 0):
-        self.offset = offset
-        self._next: dict[int, int] = {}
-
-    def next(self, cand: Candidate, strategies: list[Strategy], arms: _Arms) -> Arm | None:
-        start = self._next.get(cand.id, self.offset)
-        for j in range(len(strategies)):
-            i = (start + j) % len(strategies)
-            if arms.open(cand, strategies[i]):
-                self._next[cand.id] = i + 1
-                arm = Arm(cand.id, strategies[i].name)
-                arms.take(arm)
-                return arm
-        return None
-
-
-class BeamPolicy(_PolicyBase):
-    """GEAK-like beam search: the beam is the `width` fastest candidates that still have an open arm
-    (default 3); each round expands every beam member in turn, fastest first, each with its own next
-    strategy (round-robin per member), and goes round the beam again while fewer than q arms are picked.
-    With q >= width every member is expanded each round.
-
-    `reflection(candidate_id)` returns the last failure on that candidate's lineage (the candidate and its
-    ancestors): which strategy, the outcome, the detail and the tail of the error, or a correct child that
-    was not faster. The loop passes it to the proposer as Context.reflection.
-    """
-
-    name = "beam"
-
-    def __init__(self, seed: int, width: int = 3, trim: int = 1500):
-        super().__init__(seed)
-        self.width, self.trim = width, trim
-        self.turns = _RoundRobin()
-        self.failures: dict[int, tuple[int, str]] = {}  # candidate id -> (pull number, text)
-
-    def select(self, pool: list[Candidate], strategies: list[Strategy], q: int,
-               applicable: Applicable) -> list[Arm]:
-        self._observe(pool)
-        arms = _Arms(applicable)
-        beam = [c for c in _by_time(pool) if any(arms.open(c, s) for s in strategies)][:self.width]
-        progress = True
-        while progress and len(arms.picked) < q:
-            progress = False
-            for member in beam:
-                if len(arms.picked) >= q:
-                    break
-                progress = self.turns.next(member, strategies, arms) is not None or progress
-        self._last = {"beam": [c.id for c in beam]}
-        return arms.picked
-
-    def reflection(self, candidate_id: int) -> str:
-        found: tuple[int, str] | None = None
-        node: int | None = candidate_id
-        while node is not None:
-            failure = self.failures.get(node)
-            if failure is not None and (found is None or failure[0] > found[0]):
-                found = failure
-            cand = self.candidates.get(node)
-            node = cand.parent if cand is not None else None
-        return found[1] if found else ""
-
-    def _learn(self, arm: Arm, parent: Candidate, child: Candidate | None, r: float) -> None:
-        text = self._failure(arm, parent, child)
-        if text:
-            self.failures[parent.id] = (self.pulls, text)
-
-    def _failure(self, arm: Arm, parent: Candidate, child: Candidate | None) -> str:
-        head = f"Candidate {parent.id} with strategy {arm.strategy}: "
-        if child is None:
-            return head + "nothing was proposed."
-        if child.result is None:
-            return head + "the child was not evaluated."
-        if child.valid:
-            if parent.time is not None and child.time >= parent.time:
-                return head + f"correct but not faster ({parent.time / child.time:.3f}x its parent)."
-            return ""
-        res = child.result
-        text = head + f"{res.outcome.value}: {res.detail}".strip()
-        if res.error:
-            room = self.trim - len(text) - 1
-            if room > 0:
-                text += "\n" + res.error.strip()[-room:]
-        return text[: self.trim]
-
-
-class BestOfNPolicy(_PolicyBase):
-    """Best-of-N: every proposal is an independent expansion of k0 (the candidate with the smallest id);
-    strategies go round-robin from a seeded random starting point."""
-
-    name = "bon"
-
-    def __init__(self, seed: int):
-        super().__init__(seed)
-        self.turns: _RoundRobin | None = None
-
-    def select(self, pool: list[Candidate], strategies: list[Strategy], q: int,
-               applicable: Applicable) -> list[Arm]:
-        self._observe(pool)
-        if not pool or not strategies:
-            return []
-        if self.turns is None:
-            self.turns = _RoundRobin(int(self.rng.integers(len(strategies))))
-        k0, arms = min(pool, key=lambda c: c.id), _Arms(applicable)
-        while len(arms.picked) < q and self.turns.next(k0, strategies, arms) is not None:
-            pass
-        return arms.picked
-
-
-class RandomPolicy(_PolicyBase):
-    """Uniformly random distinct (valid candidate, applicable strategy) pairs."""
-
-    name = "random"
-
-    def select(self, pool: list[Candidate], strategies: list[Strategy], q: int,
-               applicable: Applicable) -> list[Arm]:
-        self._observe(pool)
-        arms = _Arms(applicable)
-        pairs = [Arm(c.id, s.name) for c in sorted(pool, key=lambda c: c.id) for s in strategies if arms.open(c, s)]
-        if not pairs or q <= 0:
-            return []
-        chosen = self.rng.choice(len(pairs), size=min(q, len(pairs)), replace=False)
-        return [pairs[int(i)] for i in chosen]
-
-
-class GreedyPolicy(_PolicyBase):
-    """Always the current best (fastest) kernel, strategies round-robin, inapplicable ones skipped; when
-    the best has fewer than q open arms the next-best kernels fill the batch."""
-
-    name = "greedy"
-
-    def __init__(self, seed: int):
-        super().__init__(seed)
-        self.turns = _RoundRobin()
-
-    def select(self, pool: list[Candidate], strategies: list[Strategy], q: int,
-               applicable: Applicable) -> list[Arm]:
-        self._observe(pool)
-        arms = _Arms(applicable)
-        for cand in _by_time(pool):
-            while len(arms.picked) < q and self.turns.next(cand, strategies, arms) is not None:
-                pass
-            if len(arms.picked) >= q:
-                break
-        return arms.picked
-
-
-_CLASSES = {cls.name: cls for cls in (KernelBandPolicy, MaskedKernelBandPolicy, BeamPolicy, BestOfNPolicy,
-                                       RandomPolicy, GreedyPolicy)}
-POLICIES = tuple(_CLASSES)
-
-
-def make_policy(name: str, seed: int, **options):
-    """A fresh policy by name; options are the policy class's keyword arguments."""
-    cls = _CLASSES.get(name)
-    if cls is None:
-        raise UserError(f"unknown policy {name!r}: use one of {', '.join(POLICIES)}")
-    accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "seed")]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise UserError(f"policy {name} has no option {', '.join(unknown)}"
-                        f" (it takes: {', '.join(accepted) or 'none'})")
-    return cls(seed, **options)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from kernelband import pyast
 from kernelband.errors import SetupError, UserError
 from kernelband.evaluation.records import PHI_KEYS
+from kernelband.proposers.base import ProposerBase
 from kernelband.search.core import Attempt, Candidate, Context, Proposal, Strategy
 
 # What each phi feature means, for the prompt: (unit, meaning).
@@ -199,7 +200,7 @@ def judge_reply(text: str, finish_reason: str | None, entry: str) -> tuple[str |
 
 
 # -- the proposer -------------------------------------------------------------------------------------------
-class LLMProposer:
+class LLMProposer(ProposerBase):
     name = "llm"
     uses_profile = True  # the prompt summarises φ
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import typer
 
-from kernelband.cli import _fail, app, out
+from kernelband.cli.app import app, fail, out
 from kernelband.errors import UserError
-from kernelband.search.store import DEFAULT_DB
+from kernelband.store import DEFAULT_DB
 
 
 @app.command("report")
@@ -22,14 +22,14 @@ def report_cmd(
 ) -> None:
     """Report a bench or a run: speedup and Fast@1 per iteration, per-task results, pool, lineage, diffs."""
     from kernelband.report.metrics import parse_target, report_data
-    from kernelband.search.store import Store
+    from kernelband.store import Store
 
     if fmt not in ("html", "text", "markdown"):
-        _fail(f"unknown --format {fmt!r}: use html, text or markdown")
+        fail(f"unknown --format {fmt!r}: use html, text or markdown")
     if fmt == "html" and out_dir is None:
-        _fail("--out DIR is needed for the html report")
+        fail("--out DIR is needed for the html report")
     if not db.exists():
-        _fail(f"no run database at {db}; `kernelband optimize` or `kernelband bench` creates it (or pass --db)")
+        fail(f"no run database at {db}; `kernelband optimize` or `kernelband bench` creates it (or pass --db)")
     try:
         parse_target(target)
         store = Store(db)
@@ -56,10 +56,7 @@ def report_cmd(
 
         page = write_report(data, out_dir)
     except UserError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except OSError as exc:
-        _fail(f"cannot write the report into {out_dir}: {exc.strerror or exc}")
+        fail(f"cannot write the report into {out_dir}: {exc.strerror or exc}")
     out.print(f"report: {page}", highlight=False)
-
-
-__all__ = ["report_cmd"]

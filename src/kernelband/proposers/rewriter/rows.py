@@ -39,23 +39,19 @@ from collections import Counter
 
 import libcst as cst
 
-from kernelband.search.coarsen import added_params, first_axis_variants
-from kernelband.search.edits import Edit, Found, statements
-from kernelband.search.kernelsource import (
-    Kernel,
-    Launch,
-    ModuleSource,
+from kernelband.proposers.rewriter.coarsen import added_params, first_axis_variants
+from kernelband.proposers.rewriter.edits import Edit, Found, statements
+from kernelband.proposers.rewriter.knobs import MAX_PER_THREAD
+from kernelband.proposers.rewriter.source import Kernel, Launch, ModuleSource, launch_value, tile_terms
+from kernelband.proposers.rewriter.syntax import (
     code,
     contains,
     dotted,
     fresh_name,
     int_value,
-    launch_value,
     loads,
     subnodes,
-    tile_terms,
 )
-from kernelband.search.knobs import MAX_PER_THREAD
 
 FACTORS = (4, 16)
 ELEMENTWISE = frozenset({

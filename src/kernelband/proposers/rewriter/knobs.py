@@ -1,5 +1,5 @@
 """Block-size knobs: the values passed to a kernel's BLOCK/TILE constexprs that can be scaled without
-changing what the module computes (see `kernelsource` for the tiled/looped distinction).
+changing what the module computes (see `source` for the tiled/looped distinction).
 
 A knob is found where a launch passes a block-size constexpr
 
@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from kernelband.search.kernelsource import Kernel, Launch, ModuleSource, Scope, code, int_value, subnodes
+from kernelband.proposers.rewriter.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.syntax import Scope, code, int_value, subnodes
 
 # Per-dimension bounds; a kernel with tl.dot keeps tiles within what its shared memory holds.
 MIN_BLOCK = 16

@@ -1,8 +1,8 @@
 """The built-in proposer: deterministic source rewrites, no LLM.
 
 For an arm (parent kernel, strategy) it lists every variant the strategy's rewrites can make of the
-parent (`kernelband.search.rewrites`), in a fixed order. The seed draws one of the strategy's rewrites,
-weighted by how often that rewrite's children beat their parent on a GPU before (`rewrites.PRIOR`), then
+parent (`kernelband.proposers.rewriter.registry`), in a fixed order. The seed draws one of the strategy's rewrites,
+weighted by how often that rewrite's children beat their parent on a GPU before (`priors.json`), then
 one of its variants, skipping sources the run has seen already. A strategy none of whose rewrites applies is inapplicable: `applicable`
 says False and `propose` returns no source, with the reason, so no evaluation is spent on it.
 """
@@ -17,11 +17,12 @@ from functools import lru_cache
 import libcst as cst
 
 from kernelband import pyast
+from kernelband.proposers.base import ProposerBase
+from kernelband.proposers.rewriter.edits import Variant
+from kernelband.proposers.rewriter.priors import family, load_class, prior
+from kernelband.proposers.rewriter.registry import REWRITES
+from kernelband.proposers.rewriter.source import ModuleSource
 from kernelband.search.core import Candidate, Context, Proposal, Strategy, source_hash
-from kernelband.search.edits import Variant
-from kernelband.search.kernelsource import ModuleSource
-from kernelband.search.priors import family, load_class, prior
-from kernelband.search.rewrites import REWRITES
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,7 +68,7 @@ def _defines(source: str, name: str) -> bool:
                for node in tree.body)
 
 
-class RewriteProposer:
+class RewriterProposer(ProposerBase):
     name = "rewrite"
     uses_profile = False  # its rewrites do not depend on φ
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from kernelband.search.kernelsource import ModuleSource, loads, make_scope
+from kernelband.proposers.rewriter.source import ModuleSource
+from kernelband.proposers.rewriter.syntax import loads, make_scope
 
 Edit = Callable[[cst.CSTNode], cst.CSTNode | cst.FlattenSentinel | cst.RemovalSentinel]
 NO_SPACE = cst.SimpleWhitespace("")

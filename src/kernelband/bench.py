@@ -30,7 +30,7 @@ from kernelband.errors import SetupError, UserError
 from kernelband.evaluation.records import RULES, EvalResult, Outcome, evaluated_again_alone, out_of_memory
 from kernelband.search.core import Strategy, source_hash
 from kernelband.search.loop import RunConfig
-from kernelband.search.store import Store
+from kernelband.store import Store
 from kernelband.tasks import example_names, load_task
 from kernelband.tasks import tritonbench as tb
 
@@ -126,8 +126,8 @@ def deal(groups: list[list[Job]], gpus: int, open_: Callable[[Job], bool]) -> li
     """The runs of each GPU, in order. Each task's runs go to one GPU, where its reference worker is set up
     once: the task goes to the GPU with the fewest open runs so far (`open_`: not done yet), in the order
     given. A GPU's queue takes its tasks in turn, one run of each, so its runs in flight belong to different
-    tasks. A task's runs used to run one after another on one thread: run AF left 55 open runs, 8 tasks with
-    5 each, so a sweep could not end sooner than 5 runs in a row."""
+    tasks. Run one after another on one thread, a task's runs would set the sweep's length: 8 tasks with 5 open
+    runs each cannot end sooner than 5 runs in a row."""
     load = [0] * max(1, gpus)
     mine: list[list[list[Job]]] = [[] for _ in load]
     for group in groups:

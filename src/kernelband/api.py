@@ -1,0 +1,85 @@
+"""The library entry points behind `kernelband.evaluate` and `kernelband.optimize`: what `kernelband eval` and
+`kernelband optimize` do, without the terminal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernelband.errors import UserError, read_text
+from kernelband.evaluation.records import PRESETS, EvalResult
+from kernelband.search.loop import RunConfig, Summary
+from kernelband.search.session import ProposerChoice, check_search, make_proposer, open_search, resumable_run
+from kernelband.store import DEFAULT_DB, Store
+from kernelband.tasks import load_task
+from kernelband.tasks.model import Task
+from kernelband.tasks.pyfile import module_part
+
+SHAPES = {"search": "search", "held-out": "held_out", "held_out": "held_out", "all": "all"}
+
+
+def _task(task: str | Task, tritonbench: str | None) -> Task:
+    return task if isinstance(task, Task) else load_task(task, tritonbench)
+
+
+def candidate_source(candidate: str | Path | None) -> str | None:
+    """A candidate given as a file (a Path, or a str without a line break) or as source text; None: k0."""
+    if candidate is None:
+        return None
+    if isinstance(candidate, Path) or "\n" not in candidate:
+        return module_part(read_text(Path(candidate), "candidate"))
+    return module_part(candidate)
+
+
+def check_preset(preset: str) -> None:
+    if preset not in PRESETS:
+        raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
+
+
+def evaluate(task: str | Task, candidate: str | Path | None = None, *, preset: str = "default",
+             shapes: str = "search", seed: int | None = None, interpreter: bool = False,
+             use_ncu: bool | None = None, tritonbench: str | None = None) -> EvalResult:
+    """Evaluate one candidate of a task (None: the task's own starting kernel): correctness on every shape,
+    timing against the reference, features. Bad input raises `kernelband.errors.UserError`."""
+    check_preset(preset)
+    which = SHAPES.get(shapes)
+    if which is None:
+        raise UserError(f"unknown --shapes {shapes!r}: use search, held-out or all")
+    t = _task(task, tritonbench)
+    source = candidate_source(candidate)
+    from kernelband.evaluation.evaluator import Evaluator  # torch: only once the input is checked
+
+    with Evaluator(mode="interpreter" if interpreter else None, warm=1, preset=preset, use_ncu=use_ncu) as ev:
+        return ev.evaluate(t, source, which=which, seed=seed)
+
+
+def check_run_config(config: RunConfig) -> None:
+    check_preset(config.preset)
+    if min(config.iterations, config.q, config.finalists) < 1 or (config.evaluations is not None
+                                                                   and config.evaluations < 1):
+        raise UserError("--iterations, --batch, --finalists and --evaluations must be at least 1")
+
+
+def optimize(task: str | Task, *, policy: str = "kernelband", proposer: str = "auto", iterations: int = 10,
+             batch: int = 1, evaluations: int | None = None, preset: str = "default", finalists: int = 3,
+             seed: int = 0, db: str | Path = DEFAULT_DB, strategies: str | None = None, resume: bool = False,
+             interpreter: bool = False, use_ncu: bool | None = None, tritonbench: str | None = None,
+             on_event=None) -> Summary:
+    """Run one search into the run database `db` and return its summary. `proposer`: "rewrite", "llm" or
+    "auto" (the LLM if one is configured in the environment). Bad input raises `UserError`."""
+    config = RunConfig(iterations, batch, evaluations, preset, finalists=finalists)
+    check_run_config(config)
+    t = _task(task, tritonbench)
+    chosen = make_proposer(ProposerChoice(proposer))
+    loaded = check_search(policy, seed, strategies)
+    store = Store(db)
+    try:
+        if resume:
+            resumable_run(store, t, policy, chosen.name, seed)
+        from kernelband.evaluation.evaluator import Evaluator  # torch: only once the input is checked
+
+        with Evaluator(mode="interpreter" if interpreter else None, warm=2, preset=preset, use_ncu=use_ncu) as ev:
+            search = open_search(t, ev, store, policy, chosen, seed, config, resume=resume, on_event=on_event,
+                                 strategies=loaded)
+            return search.run()
+    finally:
+        store.close()

@@ -1,0 +1,60 @@
+"""The `kernelband` typer app and what its commands share: the out/err consoles, the one-line error, number
+formatting and the run database a command opens. It imports no command module; `kernelband.cli` imports
+them, and each registers its commands on `app`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+
+from kernelband import __version__
+from kernelband.errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Make Triton kernels faster, and prove it.")
+out = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str) -> NoReturn:
+    """Bad input: one line on stderr, exit code 2."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def fmt(value, spec: str = ".3g", none: str = "-") -> str:
+    return none if value is None else format(value, spec)
+
+
+@contextmanager
+def run_store(db: Path) -> Iterator:
+    """The run database of one command. One the command created is removed again if the command fails with
+    nothing stored in it: bad input leaves no empty database behind (and never touches a used one)."""
+    from kernelband.store import Store
+
+    new = not db.exists()
+    store = Store(db)
+    try:
+        yield store
+    except UserError:
+        if new and not store.runs() and not store.benches():
+            store.close()
+            db.unlink(missing_ok=True)
+        raise
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"kernelband {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """Make Triton kernels faster, and prove it."""

@@ -1,0 +1,123 @@
+"""`kernelband bench`: a sweep of a suite x policies x seeds into one run database."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import typer
+
+from kernelband import stacks
+from kernelband.cli.app import app, err, fail, out, run_store
+from kernelband.errors import UserError
+from kernelband.store import DEFAULT_DB
+
+
+@app.command("bench")
+def bench_cmd(
+    suite: str = typer.Option("tritonbench-g-l12", "--suite", help="tritonbench-g-l12, tritonbench-g or examples"),
+    policies: str = typer.Option("kernelband", "--policies", help="comma-separated policies"),
+    iterations: int = typer.Option(10, "--iterations", "-n"),
+    seeds: str = typer.Option("1", "--seeds", help="a count (3: seeds 0,1,2) or a list (0,5,9)"),
+    batch: int = typer.Option(1, "--batch", "-q", help="arms pulled per iteration"),
+    proposer: str = typer.Option("auto", "--proposer", help="rewrite or llm (default: llm if configured)"),
+    tasks: str | None = typer.Option(None, "--tasks", help="comma-separated subset of the suite's tasks"),
+    tasks_now: str | None = typer.Option(None, "--tasks-now",
+                                         help="run only these of the bench's tasks now, in this order (with "
+                                              "--resume: the most telling first; the plan keeps every task)"),
+    preset: str = typer.Option("default", "--preset"),
+    finalists: int = typer.Option(3, "--finalists", help="fastest kernels of each run re-measured at the end"),
+    db: Path = typer.Option(Path(DEFAULT_DB), "--db", help="the run database"),
+    resume: int | None = typer.Option(None, "--resume", help="resume bench N (`kernelband runs` lists them)"),
+    refresh_baselines: bool = typer.Option(False, "--refresh-baselines", help="measure k0 baselines again"),
+    gpus: str | None = typer.Option(None, "--gpus", help="GPU indices to use (default: all visible)"),
+    runs_per_gpu: int = typer.Option(2, "--runs-per-gpu", help="runs in flight per GPU (compiles overlap timing)"),
+    interpreter: bool = typer.Option(False, "--interpreter", help="use the Triton interpreter even with a GPU"),
+    tritonbench: str | None = typer.Option(None, "--tritonbench", help="TritonBench data (json or checkout)"),
+    no_ncu: bool = typer.Option(False, "--no-ncu", help="do not profile with Nsight Compute"),
+    strategies: str | None = typer.Option(None, "--strategies",
+                                          help="strategy config file (.toml or .json), kept with the bench"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Run every task x policy x seed of a suite into one run database, on every visible GPU."""
+    from contextlib import ExitStack
+
+    from kernelband.bench import Bench, BenchConfig, parse_seeds, planned_jobs
+    from kernelband.evaluation.records import PRESETS
+    from kernelband.policies.base import POLICIES
+    from kernelband.search.session import ProposerChoice, make_proposer
+
+    try:
+        with run_store(db) as store:
+            if resume is not None:
+                if strategies is not None:
+                    raise UserError("--strategies with --resume: a bench keeps the strategies it began with")
+                config = BenchConfig(**store.bench(resume)["config"])
+                config.refresh_baselines = refresh_baselines
+            else:
+                names = [p.strip() for p in policies.split(",") if p.strip()]
+                unknown = [p for p in names if p not in POLICIES]
+                if unknown or not names:
+                    raise UserError(f"unknown policies {unknown}: use {', '.join(POLICIES)}")
+                if preset not in PRESETS:
+                    raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
+                if finalists < 1:
+                    raise UserError("--finalists must be at least 1")
+                kind = make_proposer(ProposerChoice(proposer)).name
+                config = BenchConfig(suite, names, parse_seeds(seeds), iterations, batch, kind, preset,
+                                     [t.strip() for t in tasks.split(",")] if tasks else [], refresh_baselines,
+                                     finalists, BenchConfig.strategies_from(strategies))
+                # an unknown suite or task: refused before the evaluator (torch) is imported and its workers start
+                planned_jobs(config, tritonbench)
+            from kernelband.evaluation.evaluator import Evaluator, detect_mode
+
+            mode = "interpreter" if interpreter else detect_mode()
+            indices = _gpu_indices(gpus) if mode == "gpu" else [0]
+            with ExitStack() as stack:
+                evaluators = [stack.enter_context(Evaluator(mode=mode, warm=2, device_index=i, preset=config.preset,
+                                                            use_ncu=False if no_ncu else None)) for i in indices]
+                bench = Bench(store, config, evaluators, lambda: make_proposer(ProposerChoice(config.proposer)),
+                              tritonbench, bench_id=resume, on_event=_bench_event, runs_per_gpu=runs_per_gpu,
+                              tasks_now=[t.strip() for t in tasks_now.split(",") if t.strip()] if tasks_now else None)
+                stacks.dump_on(signal.SIGUSR1)  # a sweep that seems stuck: `kill -USR1 PID` shows where
+                bench_id = bench.run()
+    except UserError as exc:
+        fail(str(exc))
+    runs = store.runs(bench_id)
+    if as_json:
+        print(json.dumps({"bench_id": bench_id, "runs": [r.to_dict() for r in runs], "errors": bench.errors},
+                         default=str))
+        return
+    out.print(f"bench {bench_id}: {len(runs)} runs on {len(indices)} GPU(s) in {store.path}; "
+              f"`kernelband report bench:{bench_id} --db {store.path} --out DIR` shows them", highlight=False)
+    for line in bench.errors:
+        out.print(f"[red]error[/] {line}", highlight=False)
+
+
+def _gpu_indices(text: str | None) -> list[int]:
+    import torch
+
+    count = torch.cuda.device_count()
+    if text is None:
+        return list(range(count))
+    try:
+        wanted = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--gpus {text!r}: give indices like 0,1") from None
+    bad = [i for i in wanted if not 0 <= i < count]
+    if bad or not wanted:
+        raise UserError(f"--gpus {text!r}: this machine has GPUs 0..{count - 1}")
+    return wanted
+
+
+def _bench_event(event: dict) -> None:
+    kind = event["kind"]
+    where = f"{event['task']} {event['policy']} seed {event['seed']}"
+    if kind == "job_done":
+        err.print(f"done    {where}: best {event['best_speedup']:.3f}x, {event['evaluations']} evaluations",
+                  highlight=False)
+    elif kind == "job_skipped":
+        err.print(f"skipped {where}: finished earlier", highlight=False)
+    elif kind == "job_error":
+        err.print(f"[red]error[/]   {where}: {event['error']}", highlight=False)

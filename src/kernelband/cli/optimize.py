@@ -1,0 +1,167 @@
+"""`kernelband optimize`: one search, with its live view and summary."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from kernelband.cli.app import app, err, fail, fmt, out, run_store
+from kernelband.errors import UserError
+from kernelband.store import DEFAULT_DB
+
+
+class LiveView:
+    """The live display of a run: iteration, best speedup, pool and clusters, last arm, tokens."""
+
+    def __init__(self, task: str, policy: str, proposer: str, iterations: int):
+        self.head = f"{task}  policy {policy}  proposer {proposer}"
+        self.iterations = iterations
+        self.state = {"iteration": 0, "best_speedup": 1.0, "pool_size": 1, "clusters": {}, "last": "-",
+                      "tokens": 0, "evaluations": 0}
+        self.lock = threading.Lock()
+        self.live: Live | None = None
+
+    def render(self) -> Table:
+        s = self.state
+        table = Table(title=self.head, title_justify="left", show_header=False)
+        table.add_column(style="bold")
+        table.add_column()
+        clusters = s["clusters"]
+        sizes = {}
+        for cluster in clusters.values():
+            sizes[cluster] = sizes.get(cluster, 0) + 1
+        table.add_row("iteration", f"{s['iteration']} / {self.iterations}")
+        table.add_row("best speedup", f"{s['best_speedup']:.3f}x")
+        table.add_row("pool", f"{s['pool_size']} valid kernels"
+                      + (f", clusters {dict(sorted(sizes.items()))}" if sizes else ""))
+        table.add_row("last arm", s["last"])
+        table.add_row("evaluations", str(s["evaluations"]))
+        table.add_row("tokens", str(s["tokens"]))
+        return table
+
+    def __call__(self, event: dict) -> None:
+        with self.lock:
+            kind = event["kind"]
+            if kind == "pull":
+                speed = f" {event['speedup']:.3f}x" if event.get("speedup") else ""
+                detail = f" ({event['detail'][:80]})" if event["outcome"] != "ok" and event.get("detail") else ""
+                self.state["last"] = (f"candidate {event['candidate']} x {event['strategy']} -> "
+                                      f"{event['outcome']}{speed}{detail}")
+                self.state["best_speedup"] = event["best_speedup"]
+                self.state["tokens"] = event["tokens"]
+                self.state["evaluations"] += event.get("child") is not None
+            elif kind == "iteration":
+                self.state.update(iteration=event["iteration"], pool_size=event["pool_size"],
+                                  clusters=event.get("clusters") or {}, best_speedup=event["best_speedup"])
+            if self.live is not None:
+                self.live.update(self.render())
+
+
+@app.command("optimize")
+def optimize_cmd(
+    task: str = typer.Argument(..., help="examples:<name>, tritonbench:<name> or a task file"),
+    policy: str = typer.Option("kernelband", "--policy", help="kernelband, kernelband-masked, beam, bon, random, "
+                               "greedy"),
+    proposer: str = typer.Option("auto", "--proposer", help="rewrite or llm (default: llm if one is configured, "
+                                 "else the built-in rewriter)"),
+    iterations: int = typer.Option(10, "--iterations", "-n", help="iterations T"),
+    batch: int = typer.Option(1, "--batch", "-q", help="arms pulled per iteration"),
+    evaluations: int | None = typer.Option(None, "--evaluations", help="budget in evaluations"),
+    model: str | None = typer.Option(None, "--model", help="LLM model"),
+    base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint"),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", help="LLM max tokens per reply"),
+    budget_tokens: int | None = typer.Option(None, "--budget-tokens", help="LLM budget: tokens in all"),
+    budget_calls: int | None = typer.Option(None, "--budget-calls", help="LLM budget: calls in all"),
+    strategies: str | None = typer.Option(None, "--strategies", help="strategy config file (.toml or .json)"),
+    preset: str = typer.Option("default", "--preset", help="timing protocol: default or paper"),
+    finalists: int = typer.Option(3, "--finalists", help="fastest kernels re-measured at the end; the fastest "
+                                  "on that re-measurement is handed back"),
+    seed: int = typer.Option(0, "--seed"),
+    db: Path = typer.Option(Path(DEFAULT_DB), "--db", help="the run database"),
+    resume: bool = typer.Option(False, "--resume", help="resume the unfinished run with these settings"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object"),
+    interpreter: bool = typer.Option(False, "--interpreter", help="use the Triton interpreter even with a GPU"),
+    tritonbench: str | None = typer.Option(None, "--tritonbench", help="TritonBench data (json or checkout)"),
+    no_ncu: bool = typer.Option(False, "--no-ncu", help="do not profile with Nsight Compute"),
+) -> None:
+    """Search for a faster kernel that gives the same results; the whole search goes into the run store."""
+    from kernelband.api import check_run_config
+    from kernelband.search.loop import RunConfig
+    from kernelband.search.session import (
+        ProposerChoice,
+        check_search,
+        make_proposer,
+        open_search,
+        resumable_run,
+    )
+    from kernelband.tasks import load_task
+
+    try:
+        config = RunConfig(iterations, batch, evaluations, preset, finalists=finalists)
+        check_run_config(config)
+        t = load_task(task, tritonbench)
+        chosen = make_proposer(ProposerChoice(proposer, model, base_url, max_tokens, budget_calls, budget_tokens))
+        view = LiveView(t.ref, policy, chosen.name, iterations)
+        loaded = check_search(policy, seed, strategies)
+        with run_store(db) as store:
+            if resume:
+                resumable_run(store, t, policy, chosen.name, seed)
+            from kernelband.evaluation.evaluator import Evaluator  # torch: only once the input is checked
+
+            with Evaluator(mode="interpreter" if interpreter else None, warm=2, preset=preset,
+                           use_ncu=False if no_ncu else None) as ev:
+                search = open_search(t, ev, store, policy, chosen, seed, config, resume=resume, on_event=view,
+                                     strategies=loaded)
+                if as_json:
+                    summary = search.run()
+                else:
+                    try:
+                        with Live(view.render(), console=err, refresh_per_second=4, transient=False) as live:
+                            view.live = live
+                            summary = search.run()
+                    finally:
+                        if not err.is_terminal:  # off a terminal the last frame ends without a line break
+                            err.line()
+    except UserError as exc:
+        fail(str(exc))
+    if as_json:
+        print(json.dumps(summary.to_dict(), default=str))
+        return
+    _print_summary(summary, store)
+
+
+def _print_summary(summary, store) -> None:
+    table = Table(title=f"run {summary.run_id}: {summary.task} ({summary.policy}, {summary.proposer})",
+                  title_justify="left")
+    for col in ("iteration", "best speedup", "this iteration", "pool", "tokens", "seconds"):
+        table.add_column(col, justify="right")
+    for row in summary.per_iteration:
+        table.add_row(str(row["iteration"]), fmt(row["best_speedup"], ".3f"), fmt(row["iteration_speedup"], ".3f"),
+                      str(row["pool_size"]), str(row["tokens"]), f"{row['seconds']:.1f}")
+    out.print(table)
+    held = "" if summary.confirmed_speedup is None else f", re-measured {summary.confirmed_speedup:.3f}x"
+    held += "" if summary.held_out_speedup is None else f", held-out {summary.held_out_speedup:.3f}x"
+    out.print(f"best: candidate {summary.best_candidate}, {summary.best_speedup:.3f}x over the starting kernel "
+              f"({summary.best_outcome}{held}); {summary.evaluations} evaluations", highlight=False)
+    if summary.finalists:
+        rows = "; ".join(f"candidate {f['candidate']} {f['speedup']:.3f}x -> "
+                         + (f"{f['confirmed_speedup']:.3f}x" if f["confirmed_speedup"] else f["outcome"])
+                         for f in summary.finalists)
+        out.print(f"finalists, re-measured on fresh inputs (the fastest wins; the starting kernel if none is "
+                  f"faster): {rows}", highlight=False)
+    if summary.k0_self_speedup is not None:
+        out.print(f"noise floor: the starting kernel timed against itself gave {summary.k0_self_speedup:.3f}x",
+                  highlight=False)
+    if summary.interpreter:
+        out.print("[yellow]interpreter timings[/]: the kernels ran in the Triton interpreter on the CPU; these "
+                  "speedups say nothing about GPU speed (run on a GPU machine for real ones)", highlight=False)
+    if summary.stopped:
+        out.print(f"stopped early: {summary.stopped}", highlight=False)
+    if summary.best_path:
+        out.print(f"best kernel: {summary.best_path}\ndiff:        {summary.diff_path}", highlight=False)
+    out.print(f"run store:   {store.path}", highlight=False)

@@ -1,0 +1,45 @@
+"""The rewriter's built-in source transformations, by name. Each takes a parsed module and returns every
+variant it can make of it, in a fixed order, with the reasons it cannot do more.
+
+    block_size        scale a block-size constexpr (x2, /2, x4, /4) with the grid that follows it
+    vector_width      more elements per thread: a larger 1-D block for the same warps, or fewer warps
+    num_warps         set num_warps at a launch
+    num_stages        set num_stages at a launch of a kernel whose loop loads data
+    autotune          wrap a kernel in @triton.autotune over block sizes, num_warps and num_stages
+                      (or add a config to a kernel that is autotuned already)
+    cache_hints       eviction_policy / cache_modifier on tl.load and tl.store
+    grouped_ordering  visit the tiles of a 2-D tiled launch in groups of GROUP_M rows (L2 swizzle)
+    coarsen           each program does the work of C consecutive programs, one after another (coarsen.py)
+    rows              each program does the work of R consecutive programs side by side (rows.py)
+    fused_absmax      the host's `x.abs().max()` (two passes over x) as one: the infinity norm
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kernelband.proposers.rewriter.autotune import autotune
+from kernelband.proposers.rewriter.block_sizes import block_size, vector_width
+from kernelband.proposers.rewriter.cache_hints import cache_hints
+from kernelband.proposers.rewriter.coarsen import coarsen
+from kernelband.proposers.rewriter.edits import Found
+from kernelband.proposers.rewriter.fused_absmax import fused_absmax
+from kernelband.proposers.rewriter.grouped_ordering import grouped_ordering
+from kernelband.proposers.rewriter.launch_options import num_stages, num_warps
+from kernelband.proposers.rewriter.rows import rows
+from kernelband.proposers.rewriter.source import ModuleSource
+
+REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
+    "block_size": block_size,
+    "vector_width": vector_width,
+    "num_warps": num_warps,
+    "num_stages": num_stages,
+    "autotune": autotune,
+    "cache_hints": cache_hints,
+    "grouped_ordering": grouped_ordering,
+    "coarsen": coarsen,
+    "rows": rows,
+    "fused_absmax": fused_absmax,
+}
+# Rewrites in no built-in strategy, until a GPU run shows they help: a strategies file can add them (README).
+STRATEGY_FILE_ONLY: frozenset[str] = frozenset()

@@ -1,0 +1,226 @@
+"""The libcst helpers the rewriter reads source with: node text, dotted names, fresh names, integer literals,
+the names an expression loads, and the scopes (module or function) that assign them."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import libcst as cst
+
+BLOCK_NAME = re.compile(r"BLOCK|TILE|BLK|CHUNK", re.IGNORECASE)
+CDIV_NAMES = ("cdiv",)  # triton.cdiv, tl.cdiv, cdiv
+EMPTY = cst.Module(body=[])
+
+
+def code(node: cst.CSTNode) -> str:
+    return EMPTY.code_for_node(node)
+
+
+def dotted(node: cst.CSTNode) -> str | None:
+    """`triton.language.load` for that attribute chain; None for anything but names and attributes."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def fresh_name(base: str, used: set[str]) -> str:
+    """`base`, or `base_1`, `base_2`, ...: the first not in `used` (which it joins)."""
+    name, i = base, 1
+    while name in used:
+        name, i = f"{base}_{i}", i + 1
+    used.add(name)
+    return name
+
+
+def is_block_name(name: str) -> bool:
+    return bool(BLOCK_NAME.search(name)) and "GROUP" not in name.upper()
+
+
+def int_value(node: cst.CSTNode | None) -> int | None:
+    if isinstance(node, cst.Integer):
+        try:
+            return int(node.evaluated_value)
+        except ValueError:
+            return None
+    return None
+
+
+# -- name loads -------------------------------------------------------------------------------------------
+class _Loads(cst.CSTVisitor):
+    """Names read in a subtree: not attribute names, keyword names, parameter names or assignment targets."""
+
+    def __init__(self) -> None:
+        self.names: list[cst.Name] = []
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.append(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        if not isinstance(node.target, cst.Name):
+            node.target.visit(self)
+        return False
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
+        if node.value is not None:
+            node.value.visit(self)
+        return False
+
+    def visit_Param(self, node: cst.Param) -> bool:
+        if node.default is not None:
+            node.default.visit(self)
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        node.params.visit(self)
+        node.body.visit(self)
+        return False
+
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> bool:
+        return False
+
+
+def loads(*nodes: cst.CSTNode | None) -> list[cst.Name]:
+    visitor = _Loads()
+    for node in nodes:
+        if node is not None:
+            node.visit(visitor)
+    return visitor.names
+
+
+def contains(node: cst.CSTNode, wanted: set[int]) -> bool:
+    """Whether the subtree holds one of the nodes whose ids are in `wanted`."""
+    found = False
+
+    class _Find(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            nonlocal found
+            if id(n) in wanted:
+                found = True
+            return not found
+
+    node.visit(_Find())
+    return found
+
+
+def subnodes(node: cst.CSTNode, kind: type) -> list:
+    found = []
+
+    class _Collect(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            if isinstance(n, kind):
+                found.append(n)
+            return True
+
+    node.visit(_Collect())
+    return found
+
+
+# -- scopes -----------------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class Scope:
+    """A function (or the module) with what is assigned in it: the values a name may take."""
+
+    node: cst.FunctionDef | cst.Module
+    top: str | None  # the module-level function (or class) it belongs to; None for the module
+    assigns: dict[str, list[cst.BaseExpression | None]] = field(default_factory=dict)  # None: opaque
+    params: dict[str, cst.Param] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.node.name.value if isinstance(self.node, cst.FunctionDef) else "<module>"
+
+    def value(self, name: str) -> cst.BaseExpression | None:
+        """The value of a name assigned exactly once (and not a parameter)."""
+        values = self.assigns.get(name, [])
+        return values[0] if len(values) == 1 and name not in self.params else None
+
+    @cached_property
+    def _body_loads(self) -> list[cst.Name]:
+        if isinstance(self.node, cst.FunctionDef):
+            return loads(self.node.body)
+        return loads(*[s for s in self.node.body if not isinstance(s, cst.FunctionDef | cst.ClassDef)])
+
+    def body_loads(self) -> list[cst.Name]:
+        """The names the scope's own code reads (a function's nested functions included)."""
+        return self._body_loads
+
+
+class _Assigns(cst.CSTVisitor):
+    """Assignments of one scope, not of the functions nested in it."""
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+
+    def _add(self, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
+        if isinstance(target, cst.Name):
+            self.scope.assigns.setdefault(target.value, []).append(value)
+        elif isinstance(target, cst.Tuple | cst.List):
+            for element in target.elements:
+                self._add(element.value, None)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._add(target.target, node.value if len(node.targets) == 1 else None)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._add(node.target, node.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._add(node.target, None)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._add(node.target, None)
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self._add(node.name, None)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._add(node.target, None)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.scope.assigns.setdefault(node.name.value, []).append(None)
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
+def assigned(*nodes: cst.CSTNode) -> set[str]:
+    """The names these statements bind (assignments, augmented ones, loop targets, `as` and `:=`)."""
+    scope = Scope(cst.Module(body=[]), None)
+    visitor = _Assigns(scope)
+    for node in nodes:
+        node.visit(visitor)
+    return set(scope.assigns)
+
+
+def make_scope(node: cst.FunctionDef | cst.Module, top: str | None) -> Scope:
+    scope = Scope(node, top)
+    visitor = _Assigns(scope)
+    if isinstance(node, cst.FunctionDef):
+        for param in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params):
+            scope.params[param.name.value] = param
+        node.body.visit(visitor)
+    else:
+        for statement in node.body:
+            if isinstance(statement, cst.FunctionDef | cst.ClassDef):
+                visitor._add(statement.name, None)
+            else:
+                statement.visit(visitor)
+    return scope
