@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kernelband.search.rewrite import options
-from kernelband.search.rewrites import REWRITES
+from kernelband.proposers.rewriter.proposer import options
+from kernelband.proposers.rewriter.registry import REWRITES
 from kernelband.tasks import load_task
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "rewrite_coverage.py"

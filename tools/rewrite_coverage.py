@@ -16,8 +16,8 @@ import difflib
 import sys
 
 from kernelband.errors import UserError, run_script
-from kernelband.search.rewrite import options
-from kernelband.search.rewrites import REWRITES
+from kernelband.proposers.rewriter.proposer import options
+from kernelband.proposers.rewriter.registry import REWRITES
 from kernelband.tasks import example_names, load_task
 from kernelband.tasks import tritonbench as tb
 

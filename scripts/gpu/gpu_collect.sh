@@ -23,10 +23,10 @@ src.backup(dst)
 dst.close()
 PY
 done
-# how steady the reference's timings were so far (benchmarks/reference_drift.py), before zipping the copy: in
+# how steady the reference's timings were so far (tools/reference_drift.py), before zipping the copy: in
 # the bench this session continues, where it knows it (the whole database's figures mixed every bench's)
 bench=$(cat "$S/quality.bench" 2>/dev/null)
-[ -f "$OUT/quality.db" ] && PYTHONPATH=src python3 benchmarks/reference_drift.py "$OUT/quality.db" \
+[ -f "$OUT/quality.db" ] && PYTHONPATH=src python3 tools/reference_drift.py "$OUT/quality.db" \
   ${bench:+--bench "$bench"} 2>/dev/null | head -n 1 | sed "s/^/${bench:+bench $bench: }/"
 # xz, as committed (docs/results/bench.db.xz): near-identical candidate sources compress far better than gzip
 for db in quality ab; do
