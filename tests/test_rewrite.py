@@ -849,10 +849,12 @@ def test_how_much_work_a_thread_holds_sorts_a_parent():
 
 
 def test_the_priors_are_counted_per_family_and_parent_load(tmp_path):
-    """benchmarks/rewrite_priors.py, which wrote priors.json, on a run store with known children."""
+    """tools/rewrite_priors.py, which wrote priors.json, on a run store with known children."""
+    from pathlib import Path
+
     from kernelband.store import Store
 
-    sys.path.insert(0, str(PRIORS_FILE.parents[4] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
     try:
         from rewrite_priors import count
     finally:

@@ -43,8 +43,7 @@ def bench_cmd(
     """Run every task x policy x seed of a suite into one run database, on every visible GPU."""
     from contextlib import ExitStack
 
-    from kernelband.bench import Bench, BenchConfig, parse_seeds
-    from kernelband.evaluation.evaluator import Evaluator, detect_mode
+    from kernelband.bench import Bench, BenchConfig, parse_seeds, planned_jobs
     from kernelband.evaluation.records import PRESETS
     from kernelband.policies.base import POLICIES
     from kernelband.search.session import ProposerChoice, make_proposer
@@ -69,6 +68,10 @@ def bench_cmd(
                 config = BenchConfig(suite, names, parse_seeds(seeds), iterations, batch, kind, preset,
                                      [t.strip() for t in tasks.split(",")] if tasks else [], refresh_baselines,
                                      finalists, BenchConfig.strategies_from(strategies))
+                # an unknown suite or task: refused before the evaluator (torch) is imported and its workers start
+                planned_jobs(config, tritonbench)
+            from kernelband.evaluation.evaluator import Evaluator, detect_mode
+
             mode = "interpreter" if interpreter else detect_mode()
             indices = _gpu_indices(gpus) if mode == "gpu" else [0]
             with ExitStack() as stack:

@@ -91,9 +91,14 @@ def optimize_cmd(
 ) -> None:
     """Search for a faster kernel that gives the same results; the whole search goes into the run store."""
     from kernelband.api import check_run_config
-    from kernelband.evaluation.evaluator import Evaluator
     from kernelband.search.loop import RunConfig
-    from kernelband.search.session import ProposerChoice, make_proposer, open_search
+    from kernelband.search.session import (
+        ProposerChoice,
+        check_search,
+        make_proposer,
+        open_search,
+        resumable_run,
+    )
     from kernelband.tasks import load_task
 
     try:
@@ -102,20 +107,26 @@ def optimize_cmd(
         t = load_task(task, tritonbench)
         chosen = make_proposer(ProposerChoice(proposer, model, base_url, max_tokens, budget_calls, budget_tokens))
         view = LiveView(t.ref, policy, chosen.name, iterations)
-        with run_store(db) as store, Evaluator(mode="interpreter" if interpreter else None, warm=2, preset=preset,
-                                                 use_ncu=False if no_ncu else None) as ev:
-            search = open_search(t, ev, store, policy, chosen, seed,
-                                 config, strategies, resume, on_event=view)
-            if as_json:
-                summary = search.run()
-            else:
-                try:
-                    with Live(view.render(), console=err, refresh_per_second=4, transient=False) as live:
-                        view.live = live
-                        summary = search.run()
-                finally:
-                    if not err.is_terminal:  # off a terminal the last frame ends without a line break
-                        err.line()
+        loaded = check_search(policy, seed, strategies)
+        with run_store(db) as store:
+            if resume:
+                resumable_run(store, t, policy, chosen.name, seed)
+            from kernelband.evaluation.evaluator import Evaluator  # torch: only once the input is checked
+
+            with Evaluator(mode="interpreter" if interpreter else None, warm=2, preset=preset,
+                           use_ncu=False if no_ncu else None) as ev:
+                search = open_search(t, ev, store, policy, chosen, seed, config, resume=resume, on_event=view,
+                                     strategies=loaded)
+                if as_json:
+                    summary = search.run()
+                else:
+                    try:
+                        with Live(view.render(), console=err, refresh_per_second=4, transient=False) as live:
+                            view.live = live
+                            summary = search.run()
+                    finally:
+                        if not err.is_terminal:  # off a terminal the last frame ends without a line break
+                            err.line()
     except UserError as exc:
         fail(str(exc))
     if as_json:

@@ -8,7 +8,7 @@ from pathlib import Path
 from kernelband.errors import UserError
 from kernelband.search.core import Strategy
 from kernelband.search.loop import RunConfig, Search
-from kernelband.store import Store
+from kernelband.store import RunRow, Store
 from kernelband.tasks.model import Task
 
 
@@ -44,6 +44,28 @@ def make_proposer(choice: ProposerChoice):
     raise UserError(f"unknown proposer {choice.kind!r}: use rewrite or llm")
 
 
+def check_search(policy: str, seed: int, strategies_file: str | None) -> list[Strategy]:
+    """The strategies of `strategies_file` (None: the built-in ones), once the policy and the file are known
+    good: the command line and the API check them before an evaluator starts its workers (seconds each, every
+    one importing torch)."""
+    from kernelband.policies.base import make_policy
+    from kernelband.search.strategies import load_strategies
+
+    make_policy(policy, seed)
+    return load_strategies(strategies_file)
+
+
+def resumable_run(store: Store, task: Task, policy: str, proposer: str, seed: int,
+                  bench_id: int | None = None) -> RunRow | None:
+    """The latest run of the same task, policy, proposer and seed, to resume. Outside a bench there must be an
+    unfinished one: the command line checks this before it starts an evaluator's workers."""
+    run = store.find_run(task.key, policy, proposer, seed, bench_id)
+    if bench_id is None and (run is None or run.status != "running"):
+        raise UserError(f"nothing to resume: no unfinished {policy}/{proposer} run of {task.ref} with seed "
+                        f"{seed} in {store.path}")
+    return run
+
+
 def open_search(task: Task, evaluator, store: Store, policy: str, proposer, seed: int, config: RunConfig,
                 strategies_file: str | None = None, resume: bool = False, bench_id: int | None = None,
                 on_event=None, lookup=None, out_dir: Path | None = None,
@@ -56,10 +78,7 @@ def open_search(task: Task, evaluator, store: Store, policy: str, proposer, seed
     if strategies is None:
         strategies = load_strategies(strategies_file)
     bandit = make_policy(policy, seed)  # an unknown policy is an error before any run is stored
-    run = store.find_run(task.key, policy, proposer.name, seed, bench_id) if resume else None
-    if resume and bench_id is None and (run is None or run.status != "running"):
-        raise UserError(f"nothing to resume: no unfinished {policy}/{proposer.name} run of {task.ref} with seed "
-                        f"{seed} in {store.path}")
+    run = resumable_run(store, task, policy, proposer.name, seed, bench_id) if resume else None
     if run is not None and run.device:
         gpu = evaluator.fingerprint(task)["gpu"]
         if gpu != run.device:  # its stored evaluations would be replayed beside new ones from another GPU

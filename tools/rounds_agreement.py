@@ -1,6 +1,6 @@
 """Do a timing's rounds agree? From a run database (no GPU needed):
 
-    python3 benchmarks/rounds_agreement.py sweep.db
+    python3 tools/rounds_agreement.py sweep.db
 
 For every `ok` search evaluation timed with two or more rounds, the runtime-weighted speedup from the
 first round alone against the one from the second round alone. Prints each evaluation and the median

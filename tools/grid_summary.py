@@ -5,7 +5,7 @@ shows them beside the policies. This script is for the rows a session's files ho
 lines in the sweep's log, one as each task ends (a session cut off mid-grid has only these), or the `grid`
 part of `quality<N>.json`, written when the process ends. A task's later row replaces an earlier one:
 
-    python3 benchmarks/grid_summary.py sweep.log quality1.json
+    python3 tools/grid_summary.py sweep.log quality1.json
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from kernelband.report.markdown import table
 from kernelband.report.metrics import grid_data
 from kernelband.report.tables import grid_tables
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # search_quality.py reads the log
 from search_quality import grid_rows  # noqa: E402
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Return within about SECONDS: wait for benchmarks/gpu_session.sh to finish, but at most SECONDS less
+# Return within about SECONDS: wait for scripts/gpu/gpu_session.sh to finish, but at most SECONDS less
 # COLLECT_PACK_S (default 75), then copy what it has so far to $OUT (the sweep database as quality.db.xz, to
 # copy over the committed one):
-#   bash benchmarks/gpu_collect.sh 575
+#   bash scripts/gpu/gpu_collect.sh 575
 # The last COLLECT_PACK_S seconds are for the copy and its packing (xz -9e of a 41 MB database: 27 s on this
 # project's CPU machine): run AE's last call waited 575 s and the device's 600 s limit cut the packing off,
 # losing that call's database. The database is copied through SQLite's backup API, consistent mid-run.
@@ -23,10 +23,10 @@ src.backup(dst)
 dst.close()
 PY
 done
-# how steady the reference's timings were so far (benchmarks/reference_drift.py), before zipping the copy: in
+# how steady the reference's timings were so far (tools/reference_drift.py), before zipping the copy: in
 # the bench this session continues, where it knows it (the whole database's figures mixed every bench's)
 bench=$(cat "$S/quality.bench" 2>/dev/null)
-[ -f "$OUT/quality.db" ] && PYTHONPATH=src python3 benchmarks/reference_drift.py "$OUT/quality.db" \
+[ -f "$OUT/quality.db" ] && PYTHONPATH=src python3 tools/reference_drift.py "$OUT/quality.db" \
   ${bench:+--bench "$bench"} 2>/dev/null | head -n 1 | sed "s/^/${bench:+bench $bench: }/"
 # xz, as committed (docs/results/bench.db.xz): near-identical candidate sources compress far better than gzip
 for db in quality ab; do
@@ -43,6 +43,4 @@ nvidia-smi --query-gpu=index,memory.used --format=csv,noheader 2>/dev/null
 tail -n 25 "$S/session.log"
 grep -h "^{\"kind\": \"job_done\|job_error" "$S/ab.log" "$S/sweep.log" 2>/dev/null | tail -n 5
 grep -h "^{\"kind\": \"heartbeat" "$S/sweep.log" 2>/dev/null | tail -n 1 | cut -c1-1500
-# where the host's CPU went, by kind of worker (idle ncu front ends among them)
-[ -f "$S/sweep.log" ] && python3 benchmarks/heartbeat_cpu.py "$S/sweep.log" 2>/dev/null | head -n 26
 tail -n 3 "$S"/eval_throughput*.log "$S/gpu_tests.log" 2>/dev/null

@@ -3,7 +3,7 @@
 # this tree's src/ ("new") and an older commit's, unpacked under .data/old_src ("old").
 #
 #   here:        mkdir -p .data/old_src && git archive COMMIT src | tar x -C .data/old_src
-#   GPU machine: bash benchmarks/ab_src.sh add_value,destindex_copy,kldiv_compute   (carry .wheels, .data)
+#   GPU machine: bash scripts/gpu/ab_src.sh add_value,destindex_copy,kldiv_compute   (carry .wheels, .data)
 #
 # Writes $OUT/eval_new.json, $OUT/eval_old.json (eval_throughput.py --parts speed) and their logs.
 set -u

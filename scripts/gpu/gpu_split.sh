@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The evaluator's parts split over the GPUs of one machine, detached (run AK: four GPUs, each part on its own):
 #
-#   setsid nohup bash benchmarks/gpu_split.sh > /dev/null 2>&1 < /dev/null &
-#   bash benchmarks/gpu_collect.sh 575     # in a later call: wait, then copy the logs to $OUT
+#   setsid nohup bash scripts/gpu/gpu_split.sh > /dev/null 2>&1 < /dev/null &
+#   bash scripts/gpu/gpu_collect.sh 575     # in a later call: wait, then copy the logs to $OUT
 #
 # Parts: calibration, then eval_throughput's POOL_PARTS (default pool-noncu@8,peers; empty: none) over the 29
 # tasks under POOL_PRESET (default `default`), the peers on PEER_TASKS; the GPU tests (GPU_TESTS=0: none; at most
@@ -19,11 +19,11 @@ S=${KB_STATE:-kernelband-runs/gpu}
 mkdir -p "$S"
 exec >> "$S/session.log" 2>&1
 rm -f "$S/done"
-# absolute: GPU1_CMD may change directory (run AK: `cd benchmarks` lost `src` and the script failed to import)
+# absolute: GPU1_CMD may change directory, and a relative PYTHONPATH would then lose `src`
 export KERNELBAND_TRITONBENCH=$PWD/.data/tritonbench_g_tasks.json PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 # run AN's second machine lost a call to a `run` without `carry`: every part failed on the missing data
 if ! ls .wheels/*.whl "$KERNELBAND_TRITONBENCH" > /dev/null 2>&1; then
-  echo "no .wheels or .data here: run benchmarks/carry.sh, and give the call carry [\".wheels\", \".data\"]"
+  echo "no .wheels or .data here: run scripts/gpu/carry.sh, and give the call carry [\".wheels\", \".data\"]"
   touch "$S/done"; exit 2
 fi
 python3 -m pip install --no-index --no-deps -q .wheels/*.whl

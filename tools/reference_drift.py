@@ -13,7 +13,7 @@ seconds per stage over the search evaluations (`gpu_wait`, the wait for the GPU 
 stages it happened in; `gpu_wait_alone`, from stop 23 on, is the part of it spent waiting to have the GPU
 alone, for the checks in progress to end).
 
-    python benchmarks/reference_drift.py quality.db [--bench 1] [--since "2026-11-23 07:24:01"] [--until ...]
+    python tools/reference_drift.py quality.db [--bench 1] [--since "2026-11-23 07:24:01"] [--until ...]
 
 The stage seconds and the rate count new evaluations only (a reused one repeats another's seconds), within
 `--since` / `--until` (UTC, as the evaluations' times) when given: one machine's share of a bench.

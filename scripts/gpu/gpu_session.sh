@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The GPU machine's benchmark session, detached so that it outlives the device call that starts it:
 #
-#   setsid nohup bash benchmarks/gpu_session.sh > /dev/null 2>&1 < /dev/null &
-#   bash benchmarks/gpu_collect.sh 575     # in each later call: wait, then copy the results to $OUT
+#   setsid nohup bash scripts/gpu/gpu_session.sh > /dev/null 2>&1 < /dev/null &
+#   bash scripts/gpu/gpu_collect.sh 575     # in each later call: wait, then copy the results to $OUT
 #
 # Needs .wheels/ (libcst for the rewriter) and .data/tritonbench_g_tasks.json, carried with the call
-# (`bash benchmarks/carry.sh` makes both in a fresh checkout).
+# (`bash scripts/gpu/carry.sh` makes both in a fresh checkout).
 # With one GPU the parts run one after another; with several, the evaluator's parts (fault tests,
 # throughput, repeatability, peers) take the last GPU and the search sweep the others, side by side.
 # A sweep database carried back in $S (kernelband-runs/gpu) is resumed.

@@ -5,9 +5,9 @@
 #             version installed here;
 #   .data/tritonbench_g_tasks.json  the TritonBench-G tasks, found as `kernelband tasks` finds them (the GPU
 #             machine gets the working tree, not the shared/ folder beside it). Never committed: .gitignore.
-#   bash benchmarks/carry.sh     (the project's .venv is used where there is one, else `python`)
+#   bash scripts/gpu/carry.sh     (the project's .venv is used where there is one, else `python`)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 py=python
 [ -x .venv/bin/python ] && py=.venv/bin/python
 version=$("$py" -c "from importlib.metadata import version; print(version('libcst'))")

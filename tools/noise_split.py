@@ -1,6 +1,6 @@
 """Where the timing noise of the repeat part comes from (no GPU needed):
 
-    python3 benchmarks/noise_split.py eval_throughput.json eval_throughput-1.json ...
+    python3 tools/noise_split.py eval_throughput.json eval_throughput-1.json ...
 
 For each (task, preset) of `eval_throughput.py --parts repeat`, its 5 evaluations of the starting kernel
 against itself, from the per-shape times each kept (`shapes_ms`): the log-ratio ref/cand of shape i in

@@ -4,7 +4,7 @@ rewriter were evaluated and how many came out more than 5 % faster than their pa
 A child that failed counts as a miss. The tables show the priors these counts give beside the ones the
 package has now; `--write` stores the counts as the package's `priors.json`.
 
-    python benchmarks/rewrite_priors.py bench.db [--bench 1 --bench 2] [--win 1.05] [--write PATH]
+    python tools/rewrite_priors.py bench.db [--bench 1 --bench 2] [--win 1.05] [--write PATH]
 
 CPU only: it reads the database, nothing runs.
 """
@@ -87,7 +87,7 @@ def main() -> None:
     total = sum(n for n, _ in counts["families"].values())
     print(f"\n{total} children, {sum(w for _, w in counts['families'].values())} won")
     if args.write:
-        counts = {"counted": f"benchmarks/rewrite_priors.py {Path(args.db).name}"
+        counts = {"counted": f"tools/rewrite_priors.py {Path(args.db).name}"
                              + "".join(f" --bench {b}" for b in args.bench or []) + f" --win {args.win}",
                   **counts}
         args.write.write_text(_dump(counts))
