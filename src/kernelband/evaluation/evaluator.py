@@ -89,6 +89,7 @@ def _setting(name: str) -> property:
 class Evaluator(base.Evaluator):
     """Evaluates candidates; thread-safe, so several can be in flight (one timing at a time per GPU)."""
 
+    mode = _setting("mode")
     limits = _setting("limits")
     task_tests = _setting("task_tests")
     relative_limits = _setting("relative_limits")
@@ -98,12 +99,12 @@ class Evaluator(base.Evaluator):
                  limits: Limits | None = None, memory_limit: int | None = None, use_ncu: bool | None = None,
                  calibration_path: str | None = None, max_references: int = 4, warm_profilers: int | None = None,
                  memory_share: float | None = MEMORY_SHARE):
-        self.mode = mode or detect_mode()
+        mode = mode or detect_mode()
         if preset not in PRESETS:
             raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
         self.preset = PRESETS[preset]
-        gpu = self.mode == "gpu"
-        self.settings = Settings(mode=self.mode, limits=limits or Limits(),
+        gpu = mode == "gpu"
+        self.settings = Settings(mode=mode, limits=limits or Limits(),
                                  # the parent compares on the GPU when there is one (it never runs candidate
                                  # code there)
                                  compare_device=f"cuda:{device_index}" if gpu else "cpu",
@@ -113,7 +114,7 @@ class Evaluator(base.Evaluator):
         if use_ncu is None:
             use_ncu = gpu and ncu.available()
         self.use_ncu = use_ncu
-        self.pool = WorkerPool(self.mode, warm=warm, device_index=device_index, memory_limit=memory_limit,
+        self.pool = WorkerPool(mode, warm=warm, device_index=device_index, memory_limit=memory_limit,
                                profiler=use_ncu, max_references=max_references, warm_profilers=warm_profilers)
         self.references = References(self.settings, self.pool, memory_share,
                                      partial(_free_gpu_memory, device_index) if gpu else None, calibration_path)
