@@ -55,6 +55,7 @@ from kernelband.evaluation.records import (
 from kernelband.evaluation.reference import References
 from kernelband.evaluation.shapes import derive_seed, select_shapes
 from kernelband.evaluation.timing import Timing
+from kernelband.evaluation.work import WorkJudge
 from kernelband.evaluation.workers import Worker
 from kernelband.tasks.model import Task, TaskInfo
 
@@ -120,6 +121,7 @@ class Evaluator(base.Evaluator):
                                      partial(_free_gpu_memory, device_index) if gpu else None, calibration_path)
         self.checks = Checks(self.settings, self.references, IN_FLIGHT)
         self.timing = Timing(self.settings, self.pool, self.references)
+        self.work = WorkJudge(self.references, self.settings.limits.run_s)
         # Each evaluation's profiler prepares (imports and compiles the candidate) on one of these threads.
         self._profiling = ThreadPoolExecutor(max_workers=IN_FLIGHT, thread_name_prefix="kernelband-ncu")
 
@@ -245,7 +247,7 @@ class Evaluator(base.Evaluator):
         with self.pool.busy("compile"):
             reply = context.ask(ctx.cand, {"op": "load", "role": "cand", "task": task.wire(), "module_source": ctx.source,
                                    "tune": self.settings.tune,
-                                   "profiler": self.timing.by_spans(task, ctx.preset)},
+                                   "profiler": True},  # CUPTI: the span timer, the kernels' split (features)
                         limits.load_s, "compile")
             if reply.get("profiler_s") is not None:  # CUPTI started for the span timer (worker `load`)
                 result.seconds["profiler"] = reply["profiler_s"]
@@ -292,6 +294,7 @@ class Evaluator(base.Evaluator):
         with ctx.gpu(lock.exclusive if ctx.alone else lock.shared, COMPARE_BYTES * rep.nbytes, "features"):
             reply = context.ask(ctx.cand, {"op": "features", "shape": rep.index, "seed": derive_seed(ctx.seed, rep.index, 3)},
                         limits.run_s, "features")
+            self.work.judge(ctx, reply.get("work") or {})
         gpu_s = time.perf_counter() - t0 - (result.seconds["gpu_wait"] - waited)
         if profile is not None and not tuned and not ctx.alone:
             # the profiler's inputs and first call, a shared step: only the profiled run needs the GPU alone

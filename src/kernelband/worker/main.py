@@ -82,6 +82,7 @@ class Worker:
         self.gpu = mode == "gpu"
         self.device = "cuda" if self.gpu else "cpu"
         self.module = None
+        self.role = ""
         self.harness = None
         self.kept: list = []
         self.files = 0
@@ -127,6 +128,10 @@ class Worker:
         from kernelband.worker import sandbox
         self.sandbox = sandbox.apply(self.dir)
         self.guard.accept_current_threads()
+        from kernelband.worker import audit
+        audit.block_interpreter_hooks()  # after the sandbox's own audit hook
+        if not self.gpu:
+            audit.count_interpreter_stores()
         phases["guards_sandbox"] = time.perf_counter() - t
         props = {}
         if self.gpu:
@@ -179,6 +184,7 @@ class Worker:
         role = request["role"]
         source = request["module_source"]
         module_name = "kb_reference" if role == "ref" else "kb_candidate"
+        self.role = role
         profiler_s = None
         if self.gpu and request.get("profiler") and not os.environ.get("CUDA_INJECTION64_PATH"):
             # CUPTI started for the span timer before any of the module runs (seconds of CPU a process:
@@ -300,9 +306,11 @@ class Worker:
         """Run the module (or the task's reference) on fresh inputs of one shape."""
         import torch
 
+        from kernelband.worker import audit
         from kernelband.worker.harness import tensors_in
         index, seed = request["shape"], request["seed"]
         use_reference = request.get("use_reference", False) and getattr(self.harness, "has_reference", False)
+        plain = self.role != "ref"  # a candidate's outputs must be plain tensors; the task's own code is trusted
         try:
             self._seed(seed)
             inputs = self.harness.make_inputs(index, self.device)
@@ -310,19 +318,26 @@ class Worker:
             before = [t.clone() for t in in_tensors]
             self.log.reset()
             threads_before = self.guard.new_threads()
+            modes = audit.function_modes()
             t0 = time.perf_counter()
             out = self.harness.reference(inputs) if use_reference else self.harness.call(inputs)
             call_s = time.perf_counter() - t0
+            # Before anything touches the output (worker/audit.py): a lazy subclass or hook of the candidate's
+            # must not get to run first; the values written for the parent are those it returned.
+            problem = audit.output_problem(out, ("cuda", "cpu") if self.gpu else ("cpu",), modes) if plain else ""
+            if problem:
+                return {"ok": False, "outcome": "suspicious", "error": problem, "check": "plain_output",
+                        "tampered": self._tamper()}
+            written = audit.snapshot(out) if plain else out
             out_tensors = tensors_in(out)
-            lazy = False
+            # Work still running on another stream or thread, or a hook filling the outputs later, shows up as
+            # a difference between the copy taken now (on the current stream) and the tensors once everything
+            # has finished, the outputs written included.
+            copies = tensors_in(written) if plain else [t.clone() for t in out_tensors] if self.gpu else []
             if self.gpu:
-                # Work still running on another stream or thread shows up as a difference between a
-                # copy taken now (on the current stream) and the tensors once everything has finished.
-                snapshot = [t.clone() for t in out_tensors]
                 torch.cuda.synchronize()
                 time.sleep(0.002)
                 torch.cuda.synchronize()
-                lazy = any(not _same(a, b) for a, b in zip(snapshot, out_tensors))
             new_threads = [t for t in self.guard.new_threads() if t not in threads_before]
             mutated = [i for i, (a, b) in enumerate(zip(before, in_tensors)) if not _same(a, b)]
         except BaseException as exc:  # noqa: BLE001
@@ -336,12 +351,14 @@ class Worker:
                                    for x in in_tensors)]
         if request.get("keep"):
             self.kept = list(out_tensors)
-        payload = {"result": out}
+        payload = {"result": written}
         # In-place kernels: the inputs the reference modifies are outputs too.
         wanted = mutated if request.get("return_mutated") else request.get("return_inputs", [])
         if wanted:
             payload["inputs"] = {str(i): in_tensors[i] for i in wanted if i < len(in_tensors)}
-        return {"ok": True, **self._write(payload, f"run{index}"), "mutated_inputs": mutated,
+        fields = self._write(payload, f"run{index}")
+        lazy = any(not _same(a, b) for a, b in zip(copies, out_tensors))
+        return {"ok": True, **fields, "mutated_inputs": mutated,
                 "n_inputs": len(in_tensors), "launches": self.log.count, "lazy_output": lazy,
                 "new_threads": new_threads, "aliased": aliased, "tampered": self._tamper(),
                 "call_s": call_s}
@@ -435,6 +452,7 @@ class Worker:
         """Launch configuration, compiled resources and memory footprint on one shape."""
         import torch
 
+        from kernelband.worker import audit
         from kernelband.worker.harness import nbytes
         index, seed = request["shape"], request["seed"]
         try:
@@ -445,17 +463,32 @@ class Worker:
                 base = torch.cuda.memory_allocated()
             inputs = self.harness.make_inputs(index, self.device)
             self.log.reset()
-            out = self.harness.call(inputs)
+            with contextlib.nullcontext() if self.gpu else audit.TorchWork() as counted:
+                out = self.harness.call(inputs)
             if self.gpu:
                 torch.cuda.synchronize()
                 footprint = torch.cuda.max_memory_allocated() - base
             else:
                 footprint = nbytes(inputs) + nbytes(out)
+            launches = list(self.log.recent)
+            work = self._gpu_work(inputs, launches) if self.gpu else _counted_work(counted)
         except BaseException as exc:  # noqa: BLE001
             return self._failed(exc, tampered=False)
         from dataclasses import asdict
-        return {"ok": True, "footprint_bytes": int(footprint), "launches": [asdict(x) for x in self.log.recent],
-                "launch_count": self.log.count, "tampered": self._tamper()}
+        return {"ok": True, "footprint_bytes": int(footprint), "launches": [asdict(x) for x in launches],
+                "launch_count": self.log.count, "work": work, "tampered": self._tamper()}
+
+    def _gpu_work(self, inputs, launches: list) -> dict:
+        """Who does the call's work and whether it ends in the timed region: one more call under CUPTI
+        (worker/audit.py, `call_kernels`). A profiler that cannot run says so in "error"."""
+        from kernelband.worker import audit
+        names = audit.triton_names(self.module) | {launch.kernel for launch in launches}
+        try:
+            work = audit.call_kernels(lambda: self.harness.call(inputs), self.guard.original("torch.profiler:profile"),
+                                      names)
+        except Exception as exc:  # noqa: BLE001 - no CUPTI: nothing measured, and the parent notes why
+            return {"by": "kernel_time", "triton_share": None, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        return {"by": "kernel_time", **work}
 
     def op_profile_prepare(self, request: dict) -> dict:
         """The profiled shape's inputs made and one call (the kernels loaded, warmed up) outside the profiled
@@ -519,6 +552,15 @@ def _same(a, b) -> bool:
         return False
     return bool(torch.equal(a, b)) or (a.dtype.is_floating_point and bool(torch.equal(a.isnan(), b.isnan()))
                                         and bool(torch.equal(a.nan_to_num(), b.nan_to_num())))
+
+
+def _counted_work(counted) -> dict:
+    """The interpreter's count of who wrote the call's elements (worker/audit.py, `TorchWork`)."""
+    top = counted.torch_elements.most_common(1)
+    total = counted.triton + sum(counted.torch_elements.values())
+    return {"by": "elements", "triton_share": counted.share(), "triton_work": counted.triton,
+            "other_work": total - counted.triton, "top_other": top[0][0] if top else "",
+            "top_other_share": top[0][1] / total if top and total else 0.0, "past_end": []}
 
 
 def main() -> None:
