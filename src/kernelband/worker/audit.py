@@ -232,6 +232,15 @@ class TorchWork(TorchFunctionMode):
         total = self.triton + sum(self.torch_elements.values())
         return self.triton / total if total else None
 
+    def summary(self) -> dict:
+        """The count as the worker's `features` reply carries it ("work"; evaluation/work.py reads it)."""
+        top = self.torch_elements.most_common(1)
+        other = sum(self.torch_elements.values())
+        total = self.triton + other
+        return {"by": "elements", "triton_share": self.share(), "triton_work": self.triton, "other_work": other,
+                "top_other": top[0][0] if top else "",
+                "top_other_share": top[0][1] / total if top and total else 0.0, "past_end": []}
+
 
 def _tensors(obj) -> list:
     if isinstance(obj, torch.Tensor):
@@ -355,6 +364,17 @@ def read_kernels(prof) -> list[tuple[str, float, float, int]]:
 # (worker/timing.py, `gpu_ahead`), so kernels the call leaves on another stream are still running when the
 # region's end comes. 2 ms at 2 GHz, the timing's longest wait.
 AHEAD_CYCLES = 4_000_000
+
+
+def gpu_work(fn, profile, module, launches: list) -> dict:
+    """The GPU's record of one more call of `fn` (`call_kernels`) as the worker's `features` reply carries it
+    ("work"), the Triton kernels named by the module's @triton.jit functions and the kernels `launches` (the
+    launch log's records) name. A profiler that cannot run says so in "error"."""
+    names = triton_names(module) | {launch.kernel for launch in launches}
+    try:
+        return {"by": "kernel_time", **call_kernels(fn, profile, names)}
+    except Exception as exc:  # noqa: BLE001 - no CUPTI: nothing measured, and the parent notes why
+        return {"by": "kernel_time", "triton_share": None, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
 
 
 def call_kernels(fn, profile, triton: set[str]) -> dict:

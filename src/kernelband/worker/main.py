@@ -471,24 +471,13 @@ class Worker:
             else:
                 footprint = nbytes(inputs) + nbytes(out)
             launches = list(self.log.recent)
-            work = self._gpu_work(inputs, launches) if self.gpu else _counted_work(counted)
+            work = audit.gpu_work(lambda: self.harness.call(inputs), self.guard.original("torch.profiler:profile"),
+                                  self.module, launches) if self.gpu else counted.summary()
         except BaseException as exc:  # noqa: BLE001
             return self._failed(exc, tampered=False)
         from dataclasses import asdict
         return {"ok": True, "footprint_bytes": int(footprint), "launches": [asdict(x) for x in launches],
                 "launch_count": self.log.count, "work": work, "tampered": self._tamper()}
-
-    def _gpu_work(self, inputs, launches: list) -> dict:
-        """Who does the call's work and whether it ends in the timed region: one more call under CUPTI
-        (worker/audit.py, `call_kernels`). A profiler that cannot run says so in "error"."""
-        from kernelband.worker import audit
-        names = audit.triton_names(self.module) | {launch.kernel for launch in launches}
-        try:
-            work = audit.call_kernels(lambda: self.harness.call(inputs), self.guard.original("torch.profiler:profile"),
-                                      names)
-        except Exception as exc:  # noqa: BLE001 - no CUPTI: nothing measured, and the parent notes why
-            return {"by": "kernel_time", "triton_share": None, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-        return {"by": "kernel_time", **work}
 
     def op_profile_prepare(self, request: dict) -> dict:
         """The profiled shape's inputs made and one call (the kernels loaded, warmed up) outside the profiled
@@ -552,15 +541,6 @@ def _same(a, b) -> bool:
         return False
     return bool(torch.equal(a, b)) or (a.dtype.is_floating_point and bool(torch.equal(a.isnan(), b.isnan()))
                                         and bool(torch.equal(a.nan_to_num(), b.nan_to_num())))
-
-
-def _counted_work(counted) -> dict:
-    """The interpreter's count of who wrote the call's elements (worker/audit.py, `TorchWork`)."""
-    top = counted.torch_elements.most_common(1)
-    total = counted.triton + sum(counted.torch_elements.values())
-    return {"by": "elements", "triton_share": counted.share(), "triton_work": counted.triton,
-            "other_work": total - counted.triton, "top_other": top[0][0] if top else "",
-            "top_other_share": top[0][1] / total if top and total else 0.0, "past_end": []}
 
 
 def main() -> None:
