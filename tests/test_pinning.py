@@ -1,0 +1,211 @@
+"""What a run hands back for an autotuned kernel: the choices its autotuner made, recorded and pinned, and the
+pinned module checked before it goes back (search/pinning.py, search/handback.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernelband.evaluation.records import EvalResult, Outcome, ShapeResult, TunedChoice, TunedConfig
+from kernelband.search.handback import Form, NotPinned, hand_back
+from kernelband.search.pinning import pin
+
+TUNED_VECTOR_ADD_CONFIGS = 6  # the rewriter's autotune over vector_add: BLOCK_SIZE 64-512, num_warps 1-4
+
+
+@pytest.fixture(scope="module")
+def autotuned(vector_add) -> str:
+    """vector_add with the rewriter's @triton.autotune (key: n_elements and the tensors' element count)."""
+    from kernelband.proposers.rewriter.proposer import options
+
+    found = options(vector_add.module_source, ("autotune",))
+    return found.variants[0].apply(found.module)
+
+
+@pytest.fixture(scope="module")
+def tuned_result(evaluator, vector_add, autotuned) -> EvalResult:
+    return evaluator.evaluate(vector_add, autotuned, which="all", seed=3)
+
+
+def test_an_autotuned_candidates_choices_are_recorded_for_every_shape(tuned_result):
+    assert tuned_result.ok, tuned_result.detail
+    shapes = {s.label for s in tuned_result.shapes}
+    tuned = tuned_result.tuned
+    assert {c.shape for c in tuned} == shapes  # each shape's size makes a key of its own, held-out ones too
+    assert any(c.held_out for c in tuned) and any(not c.held_out for c in tuned)
+    for choice in tuned:
+        assert choice.kernel == "add_kernel" and choice.exact
+        n, numel, *dtypes = choice.key
+        assert numel == 3 * n and dtypes == ["torch.float32"] * 3
+        assert set(choice.chosen.kwargs) == {"BLOCK_SIZE"} and choice.chosen.num_warps in (1, 2, 4)
+        # the times of every config the autotuner tried, the chosen one the fastest
+        assert len(choice.timings) == TUNED_VECTOR_ADD_CONFIGS and all(t.ms is not None for t in choice.timings)
+        fastest = min(choice.timings, key=lambda t: t.ms)
+        assert (fastest.kwargs, fastest.num_warps) == (choice.chosen.kwargs, choice.chosen.num_warps)
+    # stored as JSON and read back, typed
+    again = EvalResult.from_dict(json.loads(json.dumps(tuned_result.to_dict())))
+    assert again.tuned == tuned
+
+
+def test_an_evaluation_stored_before_the_choices_were_recorded_loads_with_none():
+    old = EvalResult(task="t", outcome=Outcome.OK).to_dict()
+    del old["tuned"]
+    assert EvalResult.from_dict(old).tuned == []
+
+
+def test_the_pinned_module_gives_the_autotuned_ones_results_on_every_shape(evaluator, vector_add, autotuned,
+                                                                           tuned_result):
+    pinned = pin(autotuned, tuned_result.tuned)
+    assert pinned.source is not None, pinned.reason
+    assert pinned.kernels == ["add_kernel"] and pinned.keys == len(tuned_result.shapes)
+    assert "@triton.autotune" not in pinned.source and "ADD_KERNEL_CONFIGS = {" in pinned.source
+    result = evaluator.evaluate(vector_add, pinned.source, which="all", seed=4)
+    assert result.ok, result.detail
+    assert [(s.label, s.correct) for s in result.shapes] == [(s.label, True) for s in tuned_result.shapes]
+    assert result.tuned == []  # every key met was in the table: the fallback tuner never ran
+
+
+def test_a_key_the_search_never_met_falls_back_to_the_tuner_over_the_winning_configs(evaluator, vector_add,
+                                                                                      autotuned, tuned_result):
+    seen = [c for c in tuned_result.tuned if not c.held_out]
+    # two winners, whatever the interpreter's clock chose (a fallback of one config has nothing to tune)
+    other = next(t for t in seen[0].timings if (t.kwargs, t.num_warps) != (seen[1].chosen.kwargs,
+                                                                           seen[1].chosen.num_warps))
+    seen[0] = TunedChoice(seen[0].kernel, seen[0].key, TunedConfig(other.kwargs, other.num_warps, other.num_stages))
+    pinned = pin(autotuned, seen)
+    result = evaluator.evaluate(vector_add, pinned.source, which="all", seed=5)
+    assert result.ok, result.detail
+    fell_back = result.tuned
+    assert [c.shape for c in fell_back] == [s.label for s in result.shapes if s.held_out]
+    assert {c.kernel for c in fell_back} == {"add_kernel_tuned"}
+    winners = {json.dumps([c.chosen.kwargs, c.chosen.num_warps]) for c in seen}
+    tried = {json.dumps([t.kwargs, t.num_warps]) for c in fell_back for t in c.timings}
+    assert tried == winners  # pruned to the configurations that won somewhere
+
+
+PRUNED = '''
+import triton
+import triton.language as tl
+
+
+def prune(configs, named_args, **kwargs):
+    return configs[:1]
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 128}), triton.Config({"BLOCK": 256})], key=["n"],
+                 prune_configs_by={"early_config_prune": prune})
+@triton.jit
+def k(x_ptr, n, BLOCK: tl.constexpr):
+    pass
+
+
+def f(x):
+    k[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, x.numel())
+    return x
+'''
+
+STARRED = '''
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 128}), triton.Config({"BLOCK": 256})], key=["n"])
+@triton.jit
+def k(x_ptr, n, BLOCK: tl.constexpr):
+    pass
+
+
+def f(x):
+    args = (x, x.numel())
+    k[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](*args)
+    return x
+'''
+
+
+def _choice(kernel: str = "k", key=(1024, "torch.float32"), block: int = 128) -> TunedChoice:
+    return TunedChoice(kernel, list(key), TunedConfig({"BLOCK": block}, num_warps=4, num_stages=3))
+
+
+def _ok(speedup: float, interpreter: bool = False, tuned: list | None = None) -> EvalResult:
+    return EvalResult(task="t", outcome=Outcome.OK, speedup=speedup, held_out_speedup=speedup,
+                      interpreter=interpreter, tuned=tuned or [], shapes=[ShapeResult(0, "n=1", False, cand_ms=0.5)])
+
+
+@pytest.mark.parametrize(("source", "why"), [(PRUNED, "prune_configs_by"), (STARRED, "starred")])
+def test_a_module_the_pinning_cannot_handle_goes_back_autotuned_with_a_note(source, why):
+    assert pin(source, [_choice()]).source is None
+    chosen = hand_back(source, _ok(1.3, tuned=[_choice()]), _ok(1.2),
+                       lambda s: pytest.fail("nothing to evaluate"), noise=1.0)
+    assert chosen.source == source and chosen.check.speedup == 1.2
+    assert chosen.handback.form is Form.AUTOTUNED and chosen.handback.reason is NotPinned.UNSUPPORTED
+    assert why in chosen.handback.detail
+    assert chosen.handback.to_dict()["reason"] == "unsupported"
+
+
+SIMPLE = STARRED.replace("    args = (x, x.numel())\n", "").replace("](*args)", "](x, x.numel())")
+
+
+def test_the_pinned_module_goes_back_with_its_own_figures_unless_it_is_slower_fails_or_misses():
+    choice = _choice()
+    evaluated = []
+
+    def evaluate(result):
+        return lambda source: evaluated.append(source) or result
+
+    chosen = hand_back(SIMPLE, _ok(1.3, tuned=[choice]), _ok(1.2), evaluate(_ok(1.21)), noise=1.005)
+    assert chosen.handback.form is Form.PINNED and chosen.check.speedup == 1.21
+    assert chosen.source == evaluated[0] and chosen.autotuned == SIMPLE
+    assert "K_CONFIGS.get((x.numel(), *tensor_dtypes(x)))" in chosen.source
+    assert chosen.handback.shapes == [{"label": "n=1", "held_out": False, "ms": 0.5}]
+    # slower than the autotuned module by more than the noise floor (2 % here)
+    slower = hand_back(SIMPLE, _ok(1.3, tuned=[choice]), _ok(1.2), evaluate(_ok(1.15)), noise=0.98)
+    assert (slower.handback.form, slower.handback.reason) == (Form.AUTOTUNED, NotPinned.SLOWER)
+    assert slower.source == SIMPLE and slower.check.speedup == 1.2 and slower.handback.pinned_speedup == 1.15
+    within = hand_back(SIMPLE, _ok(1.3, tuned=[choice]), _ok(1.2), evaluate(_ok(1.18)), noise=0.98)
+    assert within.handback.form is Form.PINNED
+    failed = hand_back(SIMPLE, _ok(1.3, tuned=[choice]), _ok(1.2),
+                       evaluate(EvalResult(task="t", outcome=Outcome.WRONG_OUTPUT, detail="shape n=1 differs")),
+                       noise=1.0)
+    assert failed.handback.reason is NotPinned.FAILED and "wrong_output" in failed.handback.detail
+    missed = hand_back(SIMPLE, _ok(1.3, tuned=[choice]), _ok(1.2),
+                       evaluate(_ok(1.2, tuned=[_choice("k_tuned", key=(2048, "torch.float32"))])), noise=1.0)
+    assert missed.handback.reason is NotPinned.TABLE_MISSED
+    # without a finalist's re-check the pinned module would go back unchecked
+    unchecked = hand_back(SIMPLE, _ok(1.3, tuned=[choice]), None, evaluate(_ok(1.2)), noise=1.0)
+    assert unchecked.handback.reason is NotPinned.NOT_CHECKED and unchecked.source == SIMPLE
+    # interpreter timings say nothing about speed: judged on its checks alone
+    slow_cpu = hand_back(SIMPLE, _ok(1.3, tuned=[choice]), _ok(1.2, True), evaluate(_ok(0.5, True)), noise=1.0)
+    assert slow_cpu.handback.form is Form.PINNED
+
+
+def test_a_search_hands_back_the_pinned_module_beside_the_autotuned_one(tmp_path: Path, evaluator, vector_add,
+                                                                       autotuned):
+    from kernelband.proposers.base import ProposerBase
+    from kernelband.search.core import Proposal
+    from kernelband.search.loop import RunConfig
+    from kernelband.search.session import open_search
+    from kernelband.store import Store
+
+    class Autotune(ProposerBase):
+        name = "autotune-once"
+
+        def propose(self, parent, strategy, context):
+            return Proposal(source=autotuned if parent.id == 0 else None, rationale="autotune")
+
+    store = Store(tmp_path / "runs.db")
+    search = open_search(vector_add, evaluator, store, "greedy", Autotune(), 0, RunConfig(iterations=1, finalists=1))
+    summary = search.run()
+    if summary.best_candidate == 0:
+        pytest.skip("the interpreter timed the autotuned add no faster than k0 this time")
+    handback = summary.handback
+    assert handback["form"] == "pinned", handback
+    folder = Path(summary.best_path).parent
+    assert "ADD_KERNEL_CONFIGS" in Path(summary.best_path).read_text()
+    assert (folder / "best.autotune.py").read_text() == autotuned
+    assert "+ADD_KERNEL_CONFIGS = {" in Path(summary.diff_path).read_text()
+    final = store.evaluation(summary.run_id, summary.best_candidate, "handed_back")
+    assert final is not None and final.ok
+    assert summary.confirmed_speedup == final.speedup and summary.held_out_speedup == final.held_out_speedup
+    assert [s["ms"] for s in handback["shapes"]] == [s.cand_ms for s in final.shapes]
