@@ -158,7 +158,8 @@ def test_the_pinned_module_goes_back_with_its_own_figures_unless_it_is_slower_fa
     assert chosen.handback.form is Form.PINNED and chosen.check.speedup == 1.21
     assert chosen.source == evaluated[0] and chosen.autotuned == SIMPLE
     assert "K_CONFIGS.get((x.numel(), *tensor_dtypes(x)))" in chosen.source
-    assert chosen.handback.shapes == [{"label": "n=1", "held_out": False, "ms": 0.5}]
+    assert chosen.handback.shapes == [{"label": "n=1", "held_out": False, "ms": 0.5, "timer": "events",
+                                       "placements": 1}]
     # slower than the autotuned module by more than the noise floor (2 % here)
     slower = hand_back(SIMPLE, _ok(1.3, tuned=[choice]), _ok(1.2), evaluate(_ok(1.15)), noise=0.98)
     assert (slower.handback.form, slower.handback.reason) == (Form.AUTOTUNED, NotPinned.SLOWER)
@@ -209,3 +210,44 @@ def test_a_search_hands_back_the_pinned_module_beside_the_autotuned_one(tmp_path
     assert final is not None and final.ok
     assert summary.confirmed_speedup == final.speedup and summary.held_out_speedup == final.held_out_speedup
     assert [s["ms"] for s in handback["shapes"]] == [s.cand_ms for s in final.shapes]
+
+
+def test_the_gpu_repeat_script_times_a_handed_back_module_in_fresh_processes(tmp_path: Path, autotuned,
+                                                                              tuned_result):
+    """scripts/gpu/handback_repeat.py's plumbing, on the interpreter: it finds the run that handed back a pinned
+    module, times each shape in fresh processes that compile a torch.compile function meanwhile, and sets their
+    median against the summary's time (interpreter times: the verdict itself means nothing here)."""
+    import subprocess
+    import sys
+
+    from kernelband.store import Store
+
+    best = tmp_path / "run-1" / "best.py"
+    best.parent.mkdir()
+    best.write_text(pin(autotuned, tuned_result.tuned).source)
+    store = Store(tmp_path / "runs.db")
+    shapes = [{"label": s.label, "held_out": s.held_out, "ms": s.cand_ms, "timer": "events", "placements": 2}
+              for s in tuned_result.shapes]
+    for form in ("pinned", "as_is"):  # a module without an autotuner in play is not repeated
+        rid = store.create_run("examples:vector_add", "key", "greedy", "rewrite", 0, {"preset": "default"})
+        store.finish_run(rid, "done", {"best_path": str(best), "handback": {"form": form, "shapes": shapes}})
+    store.close()
+    out = tmp_path / "repeat.json"
+    script = Path(__file__).parents[1] / "scripts" / "gpu" / "handback_repeat.py"
+    proc = subprocess.run([sys.executable, str(script), "--db", str(tmp_path / "runs.db"), "--processes", "2",
+                           "--compile-backend", "eager", "--json", str(out)], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["form"] for r in runs] == ["pinned"]
+    run = runs[0]
+    assert run["processes"] == 2 and run["errors"] == []
+    assert all("error" not in c and c["seconds"] > 0 for c in run["compile"])
+    assert [s["label"] for s in run["shapes"]] == [s["label"] for s in shapes]
+    for shape in run["shapes"]:
+        assert len(shape["times_ms"]) == 2 and shape["median_ms"] > 0
+        assert shape["ratio"] == pytest.approx(shape["median_ms"] / shape["summary_ms"])
+    assert "worst shape" in proc.stdout
+    bad = subprocess.run([sys.executable, str(script), "--db", str(tmp_path / "missing.db")], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: no run database")

@@ -51,8 +51,9 @@ class Handback:
     autotuned_speedup: float | None = None  # the autotuned module re-measured (search shapes)
     pinned_speedup: float | None = None  # the pinned module's evaluation (search shapes)
     pinned_held_out_speedup: float | None = None
-    # per shape of the evaluation whose figures the run reports: {"label", "held_out", "ms"} (the handed-back
-    # module's time), the figures a user's process is checked against (scripts/gpu/handback_repeat.py)
+    # per shape of the evaluation whose figures the run reports: {"label", "held_out", "ms" (the handed-back
+    # module's time), "timer", "placements" (how it was timed)}, the figures a user's process is checked against
+    # (scripts/gpu/handback_repeat.py)
     shapes: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -92,7 +93,8 @@ def choices(*results: EvalResult | None) -> list[TunedChoice]:
 def shape_times(result: EvalResult | None) -> list[dict]:
     if result is None:
         return []
-    return [{"label": s.label, "held_out": s.held_out, "ms": s.cand_ms} for s in result.shapes]
+    return [{"label": s.label, "held_out": s.held_out, "ms": s.cand_ms, "timer": s.timer, "placements": s.placements}
+            for s in result.shapes]
 
 
 def hand_back(source: str, search: EvalResult | None, check: EvalResult | None,
