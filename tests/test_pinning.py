@@ -251,3 +251,54 @@ def test_the_gpu_repeat_script_times_a_handed_back_module_in_fresh_processes(tmp
     bad = subprocess.run([sys.executable, str(script), "--db", str(tmp_path / "missing.db")], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("error: no run database")
+
+
+LLM_STYLE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+def _configs():
+    return [triton.Config({"BLOCK_M": m}, num_warps=w) for m in (32, 64) for w in (2, 4)]
+
+
+@triton.autotune(configs=_configs(), key=["M", "N"], reset_to_zero=["out_ptr"])
+@triton.jit
+def rows_kernel(x_ptr, out_ptr, M, N, stride, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pass
+
+
+def rows(x):
+    out = torch.zeros_like(x)
+    M, N = x.shape
+    for _ in range(1):
+        rows_kernel[lambda meta: (triton.cdiv(M, meta["BLOCK_M"]),)](
+            x, out,
+            M, N, x.stride(0),
+            BLOCK_N=triton.next_power_of_2(N),
+        )
+    return out
+'''
+
+
+def test_an_llm_style_module_is_pinned_at_a_nested_multi_line_launch():
+    import ast
+
+    choices = [TunedChoice("rows_kernel", [64, 100, "torch.float16", "torch.float16"],
+                           TunedConfig({"BLOCK_M": 32}, num_warps=2, num_stages=3))]
+    pinned = pin(LLM_STYLE, choices)
+    assert pinned.source is not None, pinned.reason
+    ast.parse(pinned.source)
+    assert "(64, 100, \"torch.float16\", \"torch.float16\"): {\"BLOCK_M\": 32, \"num_warps\": 2, \"num_stages\": 3}" \
+        in pinned.source
+    # the key as Triton computes it: the key arguments passed at the launch, then the other arguments' dtypes
+    # (constexprs and a tensor's numbers have none)
+    assert "ROWS_KERNEL_CONFIGS.get((M, N, *tensor_dtypes(x, out)))" in pinned.source
+    # configs built by a function: the fallback tunes over all of them, with the decorator's other arguments
+    assert "configs=_configs(),\n    key=[\"M\", \"N\"],\n    reset_to_zero=[\"out_ptr\"],\n)(rows_kernel)" \
+        in pinned.source
+    assert any("not a literal list" in n for n in pinned.notes)
+    # kernels no autotuner chose for stay as they were, noted
+    untouched = pin(LLM_STYLE, [])
+    assert untouched.source is None and "chose nothing" in untouched.reason

@@ -161,9 +161,8 @@ class _Pinning:
         rows = "\n".join(f"    ({', '.join(_literal(v) for v in k)}{',' if len(k) == 1 else ''}): {_dict_code(c)},"
                          for k, c in table.items())
         autotune = code(call.func)
-        config_name = autotune.rpartition(".")[0] + ".Config" if "." in autotune else "Config"
-        configs_code = ("[\n" + "".join(f"        {config_name}({_config_args(c)}),\n" for c in pruned) + "    ]"
-                        if pruned is not None else code(configs.value))
+        configs_code = ("[\n" + "".join(f"        {c},\n" for c in pruned) + "    ]" if pruned is not None
+                        else code(configs.value))
         tuner_args = "".join(f"    {a},\n" for a in [f"configs={configs_code}", f"key={code(key.value)}", *rest])
         text = (f"# The configuration the search's autotuner chose for each key it met: the `key` arguments' values,\n"
                 f"# then the tensors' dtypes (how Triton's autotuner keys its choices).\n"
@@ -201,7 +200,9 @@ class _Pinning:
         if clash:
             raise CannotPin(f"the {where} sets {', '.join(clash)} itself")
         key_values = [code(passed[n]) for n in key_names if n in passed]
-        tensors = [code(v) for n, v in passed.items() if n not in key_names and not _is_literal(v)]
+        constexprs = {p.name for p in launch.kernel.params if p.constexpr}
+        tensors = [code(v) for n, v in passed.items()
+                   if n not in key_names and n not in constexprs and not _never_a_tensor(v)]
         parts = [*key_values, *([f"*{helper}({', '.join(tensors)})"] if tensors else [])]
         key = f"({', '.join(parts)}{',' if len(parts) == 1 and not tensors else ''})"
         local = fresh_name("config", self.used)
@@ -209,17 +210,19 @@ class _Pinning:
         pinned = launch.call.with_changes(args=appended(launch.call.args, cst.Arg(cst.Name(local), star="**")))
         text = (f"{local} = {names['table']}.get({key})\n"
                 f"if {local} is None:  # a key the search never met\n"
-                f"    {code(tuned)}\n"
+                f"    {_TUNED}\n"
                 f"else:\n"
-                f"    {code(pinned)}\n")
-        body = list(cst.parse_module(text).body)
+                f"    {_PINNED}\n")
+        # the launches go in as nodes, not text: a launch over several lines keeps its lines' indentation
+        # relative to the block it now stands in
+        body = list(cst.parse_module(text).visit(_Put({_TUNED: tuned, _PINNED: pinned})).body)
         body[0] = body[0].with_changes(leading_lines=statement.leading_lines)
         self.replace[id(statement)] = list(body)
 
     @staticmethod
-    def _winning_configs(configs: cst.BaseExpression, winners: list[dict]) -> list[dict] | None:
-        """The winners, in the order the decorator lists them, when its configs are a literal list that holds
-        every one of them; None otherwise (the fallback then keeps the decorator's own list)."""
+    def _winning_configs(configs: cst.BaseExpression, winners: list[dict]) -> list[str] | None:
+        """The code of the winners as the decorator writes them, in its order, when its configs are a literal
+        list that holds every one of them; None otherwise (the fallback then keeps the decorator's own list)."""
         if not isinstance(configs, cst.List):
             return None
         listed = []
@@ -227,14 +230,24 @@ class _Pinning:
             parsed = _parse_config(element.value)
             if parsed is None:
                 return None
-            listed.append(parsed)
-        kept = [c for c in listed if c in winners]
-        return kept if all(w in listed for w in winners) else None
+            listed.append((parsed, code(element.value)))
+        kept = [text for parsed, text in listed if parsed in winners]
+        return kept if all(any(w == parsed for parsed, _ in listed) for w in winners) else None
 
 
-def _is_literal(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Integer | cst.Float | cst.SimpleString | cst.Imaginary) or (
-        isinstance(node, cst.Name) and node.value in ("None", "True", "False"))
+# Tensor methods that give a number: an argument computed by one has no dtype for the key.
+_NUMBER_METHODS = ("stride", "numel", "size", "element_size", "dim")
+
+
+def _never_a_tensor(node: cst.BaseExpression) -> bool:
+    """A literal, or a tensor method's number (`x.stride(0)`): left out of the key's dtypes, which it never
+    adds to (the table's keys then read like the launch's tensors only)."""
+    if isinstance(node, cst.Integer | cst.Float | cst.SimpleString | cst.Imaginary):
+        return True
+    if isinstance(node, cst.Name):
+        return node.value in ("None", "True", "False")
+    return (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in _NUMBER_METHODS)
 
 
 def _parse_config(node: cst.BaseExpression) -> dict | None:
@@ -254,10 +267,18 @@ def _parse_config(node: cst.BaseExpression) -> dict | None:
                                num_ctas=given.get("num_ctas"), maxnreg=given.get("maxnreg")))
 
 
-def _config_args(values: dict) -> str:
-    constexprs = {k: v for k, v in values.items() if k not in _DEFAULTS}
-    launch = ", ".join(f"{k}={_literal(v)}" for k, v in values.items() if k in _DEFAULTS)
-    return f"{_dict_code(constexprs)}, {launch}"
+_TUNED, _PINNED = "__kernelband_tuned_launch__", "__kernelband_pinned_launch__"
+
+
+class _Put(cst.CSTTransformer):
+    """Puts nodes in place of the placeholder names."""
+
+    def __init__(self, nodes: dict[str, cst.BaseExpression]):
+        super().__init__()
+        self.nodes = nodes
+
+    def leave_Name(self, original_node, updated_node):
+        return self.nodes.get(original_node.value, updated_node)
 
 
 class _Replace(cst.CSTTransformer):
