@@ -145,6 +145,9 @@ class _Pinning:
                                   f"tuner")
                 continue
             table.setdefault(tuple(choice.key), options(choice.chosen))
+        if not table:
+            self.notes.append(f"{kernel.name} stays autotuned: none of its keys can be written in its table")
+            return
         launches = self.ms.launches_of(kernel)
         if not launches:
             raise CannotPin(f"{kernel.name} is never launched as {kernel.name}[grid](...) in the module")
