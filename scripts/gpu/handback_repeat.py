@@ -42,8 +42,9 @@ class _Originals:
         return getattr(importlib.import_module(module), attr)
 
 
-def _compile_meanwhile(backend: str) -> tuple[threading.Thread | None, dict]:
-    """A thread that compiles (and runs once) a small torch.compile function, as a user's program might."""
+def _compile_meanwhile(backend: str, mode: str | None) -> tuple[threading.Thread | None, dict]:
+    """A thread that compiles (and runs once) a small torch.compile function, as a user's program might. The
+    parent turns Inductor's caches off, so that each process compiles for real."""
     done: dict = {}
     if backend == "none":
         return None, done
@@ -57,7 +58,7 @@ def _compile_meanwhile(backend: str) -> tuple[threading.Thread | None, dict]:
             def block(x, w):
                 return torch.nn.functional.gelu(x @ w).softmax(-1) * x.sum(-1, keepdim=True)
 
-            compiled = torch.compile(block, backend=backend, mode="max-autotune" if backend == "inductor" else None)
+            compiled = torch.compile(block, backend=backend, mode=mode if backend == "inductor" else None)
             x, w = torch.randn(256, 256, device=device), torch.randn(256, 256, device=device)
             compiled(x, w)
         except Exception as exc:  # noqa: BLE001 - the timing goes on; the report says the compile failed
@@ -92,7 +93,7 @@ def child(args) -> None:
     preset = PRESETS[args.preset].wire()
     if not interpreter and any(s.get("timer") == "span" for s in shapes):
         warm_profiler()
-    thread, compiled = _compile_meanwhile(args.compile_backend)
+    thread, compiled = _compile_meanwhile(args.compile_backend, args.compile_mode)
     module = harness_mod.import_file("handed_back", args.file)
     harness = harness_mod.for_task(task.wire(), module, Path(args.file).read_text(), mode)
     index = {s["label"]: s["index"] for s in harness.describe(mode)["shapes"]}
@@ -136,14 +137,16 @@ def handed_back(db: str, bench: int | None) -> list[dict]:
     return found
 
 
-def repeat(run: dict, processes: int, tritonbench: str | None, backend: str, timeout: float) -> dict:
+def repeat(run: dict, processes: int, tritonbench: str | None, backend: str, mode: str | None,
+           timeout: float) -> dict:
     command = [sys.executable, __file__, "--child", "--task", run["task"], "--file", run["file"],
                "--preset", run["preset"], "--shapes", json.dumps(run["shapes"]), "--compile-backend", backend]
-    if tritonbench:
-        command += ["--tritonbench", tritonbench]
+    command += ["--tritonbench", tritonbench] if tritonbench else []
+    command += ["--compile-mode", mode] if mode else []
+    env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
     per_process, errors, compiles = [], [], []
     for _ in range(processes):
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
         if proc.returncode != 0 or not lines:
             errors.append(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}")
@@ -171,6 +174,8 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=PROCESSES)
     parser.add_argument("--tolerance", type=float, default=TOLERANCE)
     parser.add_argument("--compile-backend", default="inductor", help="torch.compile's backend (none: no compile)")
+    parser.add_argument("--compile-mode", help="torch.compile's mode (Inductor's: default, max-autotune, ...)")
+    parser.add_argument("--runs", help="only these runs (ids, comma-separated): a sweep's runs over several calls")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one process may take")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -186,18 +191,24 @@ def main() -> int:
         print(f"error: no run database at {args.db!r}: pass --db PATH", file=sys.stderr)
         return 2
     runs = handed_back(args.db, args.bench)
+    if args.runs:
+        wanted = {int(x) for x in args.runs.split(",") if x.strip()}
+        runs = [r for r in runs if r["run"] in wanted]
     results = []
     for run in runs:
         if not Path(run["file"]).is_file():
             results.append({**run, "errors": [f"no file at {run['file']}"], "shapes": [], "worst": None})
             continue
-        result = repeat(run, args.processes, args.tritonbench, args.compile_backend, args.timeout)
+        result = repeat(run, args.processes, args.tritonbench, args.compile_backend, args.compile_mode, args.timeout)
         results.append(result)
+        if args.json:  # as it goes: a call cut short keeps the runs done
+            Path(args.json).write_text(json.dumps({"tolerance": args.tolerance, "runs": results}, indent=1))
         for s in result["shapes"]:
             mark = "ok" if s["ratio"] is not None and abs(s["ratio"] - 1) <= args.tolerance else "OFF"
             median = f"{s['median_ms']:.4f}" if s["median_ms"] is not None else "-"
             print(f"run {result['run']} {result['task']} ({result['form']}) {s['label']}: summary "
-                  f"{s['summary_ms']:.4f} ms, median of {result['processes']} processes {median} ms  {mark}")
+                  f"{s['summary_ms']:.4f} ms, median of {result['processes']} processes {median} ms  {mark}",
+                  flush=True)
         for error in result["errors"]:
             print(f"run {result['run']} {result['task']}: a process failed: {error}")
     ratios = [(r, s) for r in results for s in r["shapes"] if s["ratio"] is not None]
