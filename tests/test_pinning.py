@@ -302,3 +302,19 @@ def test_an_llm_style_module_is_pinned_at_a_nested_multi_line_launch():
     # kernels no autotuner chose for stay as they were, noted
     untouched = pin(LLM_STYLE, [])
     assert untouched.source is None and "chose nothing" in untouched.reason
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_choices_are_recorded_with_times_and_the_pinned_module_meets_every_key(vector_add, autotuned):
+    from kernelband.evaluation.evaluator import Evaluator
+
+    with Evaluator(mode="gpu", warm=1, use_ncu=False) as ev:
+        tuned = ev.evaluate(vector_add, autotuned, which="all")
+        assert tuned.ok, tuned.detail
+        assert {c.shape for c in tuned.tuned} == {s.label for s in tuned.shapes}
+        assert all(t.ms is not None and t.ms > 0 for c in tuned.tuned for t in c.timings)
+        pinned = pin(autotuned, tuned.tuned)
+        assert pinned.source is not None, pinned.reason
+        result = ev.evaluate(vector_add, pinned.source, which="all")
+    assert result.ok, result.detail
+    assert result.tuned == []  # Triton 3.6's key, computed at the launch, found in the table every time
