@@ -318,3 +318,12 @@ def test_on_a_gpu_the_choices_are_recorded_with_times_and_the_pinned_module_meet
         result = ev.evaluate(vector_add, pinned.source, which="all")
     assert result.ok, result.detail
     assert result.tuned == []  # Triton 3.6's key, computed at the launch, found in the table every time
+
+
+def test_the_report_says_how_each_run_handed_its_module_back():
+    from kernelband.report.metrics import _handed_back_as
+
+    assert _handed_back_as({"form": "pinned"}) == "pinned"
+    assert _handed_back_as({"form": "autotuned", "reason": "slower"}) == "autotuned (slower)"
+    assert _handed_back_as({"form": "as_is"}) == "as is"
+    assert _handed_back_as(None) == ""  # a run from before the pinning
