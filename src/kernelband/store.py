@@ -73,10 +73,10 @@ CREATE TABLE IF NOT EXISTS proposals (
 CREATE TABLE IF NOT EXISTS evaluations (
     run_id INTEGER NOT NULL REFERENCES runs(id),
     candidate INTEGER NOT NULL,
-    which TEXT NOT NULL,           -- search | held_out
+    which TEXT NOT NULL,           -- search | held_out | handed_back (the module handed back, pinned)
     outcome TEXT NOT NULL,
     speedup REAL,
-    result TEXT NOT NULL,          -- JSON EvalResult
+    result TEXT NOT NULL,          -- JSON EvalResult (with what its autotuners chose: `tuned`)
     created REAL NOT NULL,
     PRIMARY KEY (run_id, candidate, which)
 );

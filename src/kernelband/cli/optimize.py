@@ -162,6 +162,12 @@ def _print_summary(summary, store) -> None:
                   "speedups say nothing about GPU speed (run on a GPU machine for real ones)", highlight=False)
     if summary.stopped:
         out.print(f"stopped early: {summary.stopped}", highlight=False)
+    handback = summary.handback or {}
+    if handback.get("form") == "pinned":
+        out.print(f"autotuning pinned: {handback['detail']}; the figures above are the pinned module's "
+                  f"(the autotuned one re-measured {fmt(handback.get('autotuned_speedup'), '.3f')}x)", highlight=False)
+    elif handback.get("form") == "autotuned":
+        out.print(f"handed back autotuned ({handback['reason']}): {handback['detail']}", highlight=False)
     if summary.best_path:
         out.print(f"best kernel: {summary.best_path}\ndiff:        {summary.diff_path}", highlight=False)
     out.print(f"run store:   {store.path}", highlight=False)

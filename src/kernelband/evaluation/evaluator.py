@@ -50,6 +50,7 @@ from kernelband.evaluation.records import (
     Outcome,
     Preset,
     ShapeResult,
+    TunedChoice,
     out_of_memory,
 )
 from kernelband.evaluation.reference import References
@@ -279,8 +280,12 @@ class Evaluator(base.Evaluator):
             t0 = time.perf_counter()
             with ctx.gpu(lock.exclusive, what="tune"):  # one wait for the checks in progress, not one per shape
                 for shape in ctx.shapes:
-                    context.ask(ctx.cand, {"op": "tune", "shape": shape.index, "seed": derive_seed(ctx.seed, shape.index, 4)},
-                        limits.run_s, f"correctness (autotuning on shape {shape.label})")
+                    reply = context.ask(ctx.cand, {"op": "tune", "shape": shape.index,
+                                                   "seed": derive_seed(ctx.seed, shape.index, 4)},
+                                        limits.run_s, f"correctness (autotuning on shape {shape.label})")
+                    result.tuned += [TunedChoice.from_dict({**choice, "shape": shape.label,
+                                                            "held_out": shape.held_out})
+                                     for choice in reply.get("tuned", [])]
             result.seconds["tune"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         with ctx.gpu(whole, what="whole check alone"):

@@ -180,6 +180,44 @@ class Features:
     profile: dict = field(default_factory=dict)
 
 
+@dataclass
+class TunedConfig:
+    """One configuration of a `triton.autotune` kernel: its constexprs and launch options, and the time the
+    autotuner measured for it where it keeps one (ms; None for the chosen config's own record)."""
+
+    kwargs: dict = field(default_factory=dict)
+    num_warps: int | None = None
+    num_stages: int | None = None
+    num_ctas: int | None = None
+    maxnreg: int | None = None
+    pre_hook: bool = False  # the config runs a hook of its own before each launch
+    ms: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TunedConfig:
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class TunedChoice:
+    """The configuration an autotuned kernel chose for one key it met (worker/tuners.py)."""
+
+    kernel: str  # the module's name for the autotuned kernel
+    key: list  # the autotuner's key: the `key=[...]` arguments' values, then the tensors' dtypes
+    chosen: TunedConfig
+    exact: bool = True  # every key element is a plain value (a number, a string), so code can say it
+    shape: str = ""  # the label of the shape whose call met the key first
+    held_out: bool = False
+    timings: list[TunedConfig] = field(default_factory=list)  # each config tried for this key, with its time
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TunedChoice:
+        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        d["chosen"] = TunedConfig.from_dict(d.get("chosen", {}))
+        d["timings"] = [TunedConfig.from_dict(t) for t in d.get("timings", [])]
+        return cls(**d)
+
+
 RHO_KEYS = ("log_time", "log_memory_footprint", "arithmetic_intensity", "block_dim_x", "block_dim_y",
             "achieved_occupancy")
 PHI_KEYS = ("l2_hit_rate", "dram_bw_pct", "sm_throughput_pct", "warp_execution_efficiency", "achieved_occupancy",
@@ -215,6 +253,8 @@ class EvalResult:
     # The verdict is a second attempt with the GPU alone, after running out of memory beside other
     # evaluations' steps (`Evaluator.evaluate`). Its note: ALONE_NOTE.
     retried_alone: bool = False
+    # What the candidate's autotuners chose, key by key, on the shapes evaluated (empty without triton.autotune)
+    tuned: list[TunedChoice] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -232,6 +272,7 @@ class EvalResult:
         d["shapes"] = [ShapeResult(**{k: v for k, v in s.items() if k in ShapeResult.__dataclass_fields__})
                        for s in d.get("shapes", [])]
         d["features"] = Features(**d.get("features", {}))
+        d["tuned"] = [TunedChoice.from_dict(t) for t in d.get("tuned", [])]  # none in rows stored before it
         d.setdefault("rules", 1)
         # rows stored before these flags were fields say them in their notes only
         notes = d.get("notes", [])

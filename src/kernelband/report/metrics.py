@@ -576,4 +576,14 @@ def _task_row(f: RunFacts) -> dict:
             "evaluations": f.evaluations,
             "evals_ok": f.evals_ok, "best_generated": f.best_generated, "tokens": f.tokens,
             "k0_self_speedup": (f.row.summary or {}).get("k0_self_speedup"), "faster": f.faster,
-            "iterations": f.last_iteration}
+            "iterations": f.last_iteration, "handed_back_as": _handed_back_as((f.row.summary or {}).get("handback"))}
+
+
+def _handed_back_as(handback: dict | None) -> str:
+    """"pinned", "autotuned (<why not pinned>)", "as is"; "" for runs from before the pinning."""
+    if not handback:
+        return ""
+    form = handback.get("form", "")
+    if form == "autotuned":
+        return f"autotuned ({handback.get('reason')})"
+    return form.replace("_", " ")

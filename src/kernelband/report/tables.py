@@ -123,13 +123,14 @@ def build(data: dict) -> list[Table]:
 
     t = Table("tasks", "Per task and run (noise floor: k0 timed against itself)", ["task", "policy", "seed", "run", "best speedup", "held-out",
                                             "best outcome", "SOL", "evaluations", "correct evals", "tokens",
-                                            "noise floor", "status", "re-measured", "faster"])
+                                            "noise floor", "status", "re-measured", "faster", "handed back as"])
     for r in data["tasks"]:
         t.rows.append([label(r["task"]), label(r["policy"]), num(r["seed"], "d"), num(r["run_id"], "d"),
                        num(r["best_speedup"]), num(r["held_out"]), label(r["best_outcome"]),
                        num(r["sol_fraction"], ".2f"), num(r["evaluations"], "d"), num(r["evals_ok"], "d"),
                        num(r["tokens"], "d"), num(r["k0_self_speedup"]), label(r["status"]),
-                       num(r.get("confirmed")), label({True: "yes", False: "no"}.get(r.get("faster")))])
+                       num(r.get("confirmed")), label({True: "yes", False: "no"}.get(r.get("faster"))),
+                       label(r.get("handed_back_as") or "")])
     tables.append(t)
 
     if any(m["n_seeds"] > 1 for m in data["task_means"]):

@@ -13,7 +13,6 @@ re-evaluated.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import statistics
 import time
@@ -27,6 +26,7 @@ from kernelband.evaluation.records import EvalResult, Outcome
 from kernelband.policies.base import Policy
 from kernelband.proposers.base import Proposer
 from kernelband.search.core import Arm, Attempt, Candidate, Context, Proposal, Strategy, source_hash
+from kernelband.search.handback import hand_back, write_files
 from kernelband.store import Store
 from kernelband.tasks.model import Task
 
@@ -77,6 +77,9 @@ class Summary:
     per_iteration: list[dict] = field(default_factory=list)
     # the kernels re-checked at the end: candidate, speedup during the search, outcome, re-measured, held-out
     finalists: list[dict] = field(default_factory=list)
+    # how the module was handed back: pinned, autotuned (and why not pinned) or as it is (handback.Handback);
+    # the re-measured and held-out figures above are those of the module handed back
+    handback: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -343,6 +346,9 @@ class Search:
 
     def _finish(self, iterations: int, per_iteration: list[dict], stopped: str, seconds: float) -> Summary:
         best, held, finalists = self._choose()
+        chosen = hand_back(best.source, best.result, held, self._evaluate_handed_back(best), self.k0_self_speedup,
+                           starting=best.id == 0)
+        held = chosen.check
         checked = held is not None and held.ok
         unchecked = 1.0 if best.id == 0 else None  # k0 as the best is 1.0 by definition
         fractions = [s.sol_fraction for s in best.result.shapes if s.sol_fraction is not None and not s.held_out]
@@ -357,23 +363,18 @@ class Search:
                           pool_size=sum(c.valid for c in self.candidates), stopped=stopped,
                           device=best.result.device, interpreter=best.result.interpreter,
                           per_iteration=[{k: v for k, v in row.items() if k != "arms"} for row in per_iteration],
-                          finalists=finalists)
+                          finalists=finalists, handback=chosen.handback.to_dict())
         if self.out_dir is not None:
-            summary.best_path, summary.diff_path = self._write_best(best)
+            summary.best_path, summary.diff_path = write_files(self.out_dir / f"run-{self.run_id}", chosen,
+                                                               self.task.module_source, self.task.name)
         self.store.finish_run(self.run_id, "done", summary.to_dict())
         self.on_event({"kind": "done", "seconds": seconds, **summary.to_dict()})
         return summary
 
-    def _write_best(self, best: Candidate) -> tuple[str, str]:
-        folder = self.out_dir / f"run-{self.run_id}"
-        folder.mkdir(parents=True, exist_ok=True)
-        best_path, diff_path = folder / "best.py", folder / "best.diff"
-        best_path.write_text(best.source)
-        diff = difflib.unified_diff(self.task.module_source.splitlines(keepends=True),
-                                    best.source.splitlines(keepends=True), fromfile=f"{self.task.name}/k0.py",
-                                    tofile=f"{self.task.name}/best.py")
-        diff_path.write_text("".join(diff))
-        return str(best_path), str(diff_path)
+    def _evaluate_handed_back(self, best: Candidate) -> Callable[[str], EvalResult]:
+        """Evaluates the module handed back for `best` (its pinned form) on the search and held-out shapes, in a
+        fresh worker like any candidate; stored beside the candidate's own evaluations."""
+        return lambda source: self._evaluate(best.id, source, which="handed_back", shapes="all")
 
 
 def profiled(result: EvalResult) -> bool:

@@ -283,8 +283,15 @@ class Worker:
 
     def op_tune(self, request: dict) -> dict:
         """Call the module once on inputs of one shape and keep nothing: an autotuner in it times its
-        configs for that shape now, so that the correctness runs after it find them chosen."""
+        configs for that shape now, so that the correctness runs after it find them chosen. The reply says
+        what they chose (`tuners.choices_since`)."""
         import torch
+
+        from kernelband.worker import tuners
+        try:
+            before = tuners.snapshot(self.module)
+        except Exception:  # noqa: BLE001 - an object of the module's that attribute reads upset: nothing recorded
+            before = None
         try:
             self._seed(request["seed"])
             self.harness.call(self.harness.make_inputs(request["shape"], self.device))
@@ -292,7 +299,12 @@ class Worker:
                 torch.cuda.synchronize()
         except BaseException as exc:  # noqa: BLE001
             return self._failed(exc)
-        return {"ok": True, "tampered": self._tamper()}
+        # the configurations the module's autotuners chose for the keys this shape met first
+        try:
+            chosen = tuners.choices_since(self.module, before) if before is not None else []
+        except Exception:  # noqa: BLE001 - an autotuner without the attributes Triton's has: nothing recorded
+            chosen = []
+        return {"ok": True, "tuned": chosen, "tampered": self._tamper()}
 
     def _failed(self, exc: BaseException, tampered: bool = True) -> dict:
         """The reply for a call of the module that raised: a CUDA fault is `crashed`. With `tampered`, it says
