@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import math
 import os
 import random
 import socket
 import sys
 import time
 import traceback
+
+from kernelband.worker import poison
 
 _CUDA_FAULT_MARKERS = (
     "illegal memory access", "unspecified launch failure", "misaligned address", "illegal instruction",
@@ -37,40 +38,7 @@ def _is_cuda_fault(text: str) -> bool:
     return any(marker in text for marker in _CUDA_FAULT_MARKERS)
 
 
-@contextlib.contextmanager
-def _filled_memory():
-    """Uninitialized memory (torch.empty and friends) filled with NaN / the largest integer, through torch's
-    deterministic mode. Code whose outputs show what an allocation held before gives different outputs with
-    and without it: this is how the reference's own non-reproducible outputs are found."""
-    import torch
-    import torch.utils.deterministic as det
-
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-              det.fill_uninitialized_memory)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    det.fill_uninitialized_memory = True
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-        det.fill_uninitialized_memory = before[2]
-
-
 _FREES_MEMORY = frozenset({"run", "tests", "selfcheck", "time", "features", "profile", "calibrate"})
-
-
-def _scramble_free_memory(device) -> None:
-    """Fill the CUDA caching allocator's free memory with NaN: code that reads memory its tensors do not own
-    (past a tensor's end, into freed blocks) then reads other values than before. Small allocations come from
-    2 MiB segments, large ones from their own: both pools get NaN-filled free blocks."""
-    import torch
-
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    junk = [torch.full((1 << 18,), math.nan, device=device) for _ in range(64)]  # 1 MiB each: small pool
-    junk += [torch.full((8 << 20,), math.nan, device=device) for _ in range(8)]  # 32 MiB each: large pool
-    torch.cuda.synchronize()
-    del junk
 
 
 class Worker:
@@ -389,7 +357,7 @@ class Worker:
         outs = []
         try:
             for filled in (False, True):  # the second call with uninitialized memory filled
-                with _filled_memory() if filled else contextlib.nullcontext():
+                with poison.filled_memory() if filled else contextlib.nullcontext():
                     self._seed(seed)
                     inputs = self.harness.make_inputs(index, self.device)
                     out = self.harness.call(inputs)
@@ -415,8 +383,8 @@ class Worker:
             self.log.reset()
             filled = bool(request.get("filled_memory"))
             if filled and self.gpu:
-                _scramble_free_memory(self.device)
-            with _filled_memory() if filled else contextlib.nullcontext():
+                poison.scramble_free_memory(self.device)
+            with poison.filled_memory() if filled else contextlib.nullcontext():
                 results = self.harness.run_tests()
         except BaseException as exc:  # noqa: BLE001
             return self._failed(exc)
