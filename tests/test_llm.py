@@ -9,6 +9,7 @@ import json
 import re
 import socket
 import sys
+import threading
 import time
 
 import pytest
@@ -272,3 +273,89 @@ def test_phi_summary_never_invents():
     assert phi_summary({}) == ""
     assert phi_summary({"l2_hit_rate": None, "dram_bw_pct": 50.0}).splitlines() == [
         "- dram_bw_pct: 50.0 %  (DRAM bandwidth used, of the device's peak; high means memory-bound)"]
+
+
+# -- outcomes, time limits, duplicates ------------------------------------------------------------------------
+def test_429_after_the_retries_is_rate_limited_not_a_plain_http_error(server):
+    server.script.extend([status(429, {"error": {"message": "slow down"}}, {"retry-after-ms": "20"})] * 2)
+    proposal = propose(proposer(server, max_retries=1))
+    assert proposal.source is None and proposal.outcome == ProposalOutcome.RATE_LIMITED
+    [call] = proposal.calls
+    assert call.outcome == ProposalOutcome.RATE_LIMITED and call.attempts == 2 and "HTTP 429" in call.error
+
+
+def slow_reply(server: Server, seconds: float):
+    def reply(handler):
+        server.stop.wait(seconds)
+        send(handler, 200, json.dumps(completion(reply_with(GOOD))).encode())
+    return reply
+
+
+def test_the_live_view_shows_how_long_the_llm_has_been_out(server):
+    from rich.console import Console
+
+    from kernelband.cli.optimize import LiveView
+
+    server.script.append(slow_reply(server, 1.5))
+    p = proposer(server, timeout_s=10)
+    view = LiveView("examples:vector_add", "greedy", "llm", 3, p.waiting_s)
+    console = Console(width=120, record=True)
+
+    def shown() -> str:
+        console.print(view.render())
+        return console.export_text()
+
+    assert p.waiting_s() is None and "waiting for the LLM" not in shown()
+    done = []
+    worker = threading.Thread(target=lambda: done.append(propose(p)))
+    worker.start()
+    deadline = time.monotonic() + 5
+    while not server.requests and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(1.1)
+    assert p.waiting_s() >= 1.0 and "waiting for the LLM (1 s)" in shown()
+    worker.join(10)
+    assert done[0].source == GOOD and p.waiting_s() is None and "waiting for the LLM" not in shown()
+
+
+def test_timeout_and_retries_from_the_environment(server, monkeypatch):
+    monkeypatch.setenv("KERNELBAND_LLM_TIMEOUT", "0.4")
+    monkeypatch.setenv("KERNELBAND_LLM_RETRIES", "0")
+    config = LLMConfig.from_env(base_url=server.url, model=MODEL)
+    assert (config.timeout_s, config.max_retries) == (0.4, 0)
+    server.script.extend([slow_reply(server, 5)] * 3)
+    proposal = LLMProposer(config).propose(Candidate(3, PARENT), STRATEGY, context())
+    [call] = proposal.calls
+    assert call.outcome == ProposalOutcome.TIMEOUT and call.attempts == 1 and len(server.requests) == 1
+    assert call.latency_s < 2 and "no reply within 0.4 s" in call.error
+
+
+def test_flags_win_over_the_environment_and_bad_values_are_one_line(server, monkeypatch):
+    from kernelband.errors import UserError
+    from kernelband.search.session import ProposerChoice, make_proposer
+
+    monkeypatch.setenv("KERNELBAND_LLM_TIMEOUT", "300")
+    monkeypatch.setenv("KERNELBAND_LLM_RETRIES", "9")
+    p = make_proposer(ProposerChoice("llm", model=MODEL, base_url=server.url, timeout_s=0.4, max_retries=1))
+    server.script.extend([slow_reply(server, 5)] * 3)
+    [call] = p.propose(Candidate(3, PARENT), STRATEGY, context()).calls
+    assert call.outcome == ProposalOutcome.TIMEOUT and call.attempts == 2 and len(server.requests) == 2
+    with pytest.raises(UserError, match=r"^--llm-timeout must be a number of seconds above 0 \(got 0\)$"):
+        make_proposer(ProposerChoice("llm", model=MODEL, base_url=server.url, timeout_s=0))
+    with pytest.raises(UserError, match=r"^--llm-retries must be a whole number of retries, 0 or more"):
+        make_proposer(ProposerChoice("llm", model=MODEL, base_url=server.url, max_retries=-1))
+    monkeypatch.setenv("KERNELBAND_LLM_TIMEOUT", "soon")
+    with pytest.raises(UserError, match=r"^KERNELBAND_LLM_TIMEOUT must be a number of seconds above 0 \(got 'soon'\)"):
+        LLMConfig.from_env()
+
+
+def test_a_reply_that_only_reformats_a_known_candidate_is_a_duplicate_and_its_tokens_count(server):
+    from kernelband.search.core import normalized_hash
+
+    reformatted = "# the same kernel, reformatted\n" + GOOD.replace("\n\n\n", "\n\n").replace("1024", "(1024)")
+    assert reformatted != GOOD and normalized_hash(reformatted) == normalized_hash(GOOD)
+    server.script.extend([ok(reply_with(reformatted))])
+    proposal = propose(proposer(server), known={normalized_hash(PARENT): 0, normalized_hash(GOOD): 4})
+    assert proposal.source is None and proposal.outcome == ProposalOutcome.DUPLICATE
+    assert proposal.error == "the same code as candidate 4" and proposal.calls[0].outcome == "duplicate"
+    assert (proposal.tokens_in, proposal.tokens_out) == (120, 80) and proposal.rationale == RATIONALE

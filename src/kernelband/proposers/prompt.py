@@ -132,7 +132,10 @@ def performance_summary(parent: Candidate) -> str:
     result = parent.result
     if result is None or not parent.valid:
         return ""
-    lines = [f"Speedup over the starting kernel: {parent.speedup:.3f}x (runtime-weighted over the shapes)."]
+    if parent.parent is None:  # k0 is the yardstick: its speedup is 1 by definition
+        lines = ["Its times are the baseline that every speedup is measured against."]
+    else:
+        lines = [f"Speedup over the starting kernel: {parent.speedup:.3f}x (runtime-weighted over the shapes)."]
     if result.interpreter:
         lines.append("These times come from the Triton interpreter on a CPU: they rank kernels only roughly.")
     fractions = []
