@@ -34,7 +34,7 @@ from kernelband.errors import UserError
 from kernelband.evaluation.records import EvalResult, Features, Outcome, ShapeResult
 from kernelband.report.html import write_report
 from kernelband.report.metrics import parse_target, report_data
-from kernelband.search.core import source_hash
+from kernelband.search.core import LLMCall, source_hash
 from kernelband.search.loop import Summary
 from kernelband.store import Store
 
@@ -143,7 +143,7 @@ def _build_run(store: Store, bench: int, policy: str, task: str, seed: int) -> i
             parent = best_id
             store.add_candidate(run, cid, source, source_hash(source), parent, strategy, t, slot, f"try {strategy}")
             store.add_proposal(run, t, slot, parent, strategy, cid, "", f"try {strategy}", 1000 + cid, 500,
-                               [{"model": "m", "tokens_in": 1000 + cid, "tokens_out": 500, "outcome": "ok"}])
+                               [LLMCall("m", tokens_in=1000 + cid, tokens_out=500, attempts=1)])
             store.add_evaluation(run, cid, "search", _result(task, outcome, speedup, cid))
             tokens += 1500 + cid
             evaluations += 1
