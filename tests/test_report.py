@@ -348,6 +348,20 @@ def test_run_report(built, tmp_path):
     assert {"speedup.png", "fast1.png", "sol.png", "pool.png"} <= {p.name for p in page.parent.iterdir()}
 
 
+def test_the_llm_calls_are_reported_per_run(built, tmp_path):
+    """A run's report lists its calls (outcome, latency, tokens, attempts); a bench's counts them per run."""
+    outcomes = built["data"]["llm_outcomes"]
+    assert sorted(r["run_id"] for r in outcomes) == sorted(built["ids"].values())
+    assert all(r["outcomes"] == {"ok": r["calls"]} and r["tokens"] > 0 for r in outcomes)
+    assert '<table id="llm-outcomes">' in built["page"].read_text()
+    run_id = built["ids"][("kernelband", "examples:vector_add", 0)]
+    data = report_data(built["store"], run_id)
+    calls = built["store"].llm_calls(run_id)
+    assert [(c["outcome"], c["attempts"], c["tokens_in"]) for c in data["llm_calls"]] == \
+        [("ok", 1, c["tokens_in"]) for c in calls] and calls
+    assert '<table id="llm-calls">' in write_report(data, tmp_path / "run").read_text()
+
+
 # -- the command line ------------------------------------------------------------------------------------
 def test_cli(built, tmp_path):
     runner = CliRunner()

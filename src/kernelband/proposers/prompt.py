@@ -121,7 +121,7 @@ def parent_summary(parent: Candidate, context: Context) -> str:
             parts.append(f"{launch['n_spills']} register spills")
         if launch.get("shared"):
             parts.append(f"{launch['shared']} bytes of shared memory")
-        lines.append(f"Its longest-running launch, as measured: {launch['kernel']}, "
+        lines.append(f"Its largest launch (grid x warps), as measured: {launch['kernel']}, "
                      + ", ".join(p for p in parts if p) + ".")
     return "\n".join(lines)
 

@@ -286,7 +286,11 @@ class Search:
             same = self.known.get(normalized_hash(proposal.source))
             if same is not None:  # written concurrently with the same code, or by a proposer that did not check
                 proposal.error = f"the same code as candidate {same}"
-                proposal.source, proposal.outcome = None, ProposalOutcome.DUPLICATE
+                # A duplicate that cost tokens is a pull that failed; one that cost nothing (the rewriter's)
+                # is no proposal at all, as if the proposer had skipped it.
+                spent = bool(proposal.calls or proposal.tokens_in or proposal.tokens_out)
+                proposal.source = None
+                proposal.outcome = ProposalOutcome.DUPLICATE if spent else ProposalOutcome.NOTHING
                 for call in proposal.calls[-1:]:
                     call.outcome, call.error = ProposalOutcome.DUPLICATE, proposal.error
             else:
