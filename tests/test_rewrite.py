@@ -962,6 +962,21 @@ def test_a_toml_file_adds_and_replaces_strategies(tmp_path):
     assert loaded["split_k"].rewrites == () and loaded["split_k"].target == "SM"
 
 
+def test_the_hybrid_routing_and_how_a_file_changes_it(tmp_path):
+    """Launch parameters and autotuning go to the rewriter, the rest to the LLM; `proposer` in a file wins."""
+    assert {s.name: s.proposer for s in builtin_strategies()} == {
+        "tiling": "rewriter", "vectorization": "rewriter", "pipeline": "rewriter",
+        "fusion": "llm", "reordering": "llm", "access_layout": "llm"}
+    path = tmp_path / "s.toml"
+    path.write_text('[[strategies]]\nname = "tiling"\nproposer = "llm"\n\n[[strategies]]\nname = "pipeline"\n'
+                    'rewrites = []\n\n[[strategies]]\nname = "warps"\ndescription = "d"\ntarget = "SM"\n'
+                    'rewrites = ["num_warps"]\n\n[[strategies]]\nname = "split_k"\ndescription = "d"\n'
+                    'target = "SM"\n')
+    routed = {s.name: s.proposer for s in load_strategies(path)}
+    assert (routed["tiling"], routed["pipeline"], routed["vectorization"]) == ("llm", "llm", "rewriter")
+    assert (routed["warps"], routed["split_k"]) == ("rewriter", "llm")  # new: the rewriter when it has rewrites
+
+
 def test_a_json_file_can_replace_all(tmp_path):
     path = tmp_path / "s.json"
     path.write_text(json.dumps({"replace_all": True, "strategies": [
@@ -981,6 +996,9 @@ def test_a_json_file_can_replace_all(tmp_path):
     ("s.json", '{"replace_all": true}', "leaves nothing to search with"),
     ("s.json", '{"strategy": []}', "unknown top-level key 'strategy'"),
     ("s.yaml", "strategies: []\n", "must end in .toml or .json"),
+    ("s.toml", '[[strategies]]\nname = "tiling"\nproposer = "gpt"\n', "'proposer' must be \"rewriter\" or \"llm\""),
+    ("s.toml", '[[strategies]]\nname = "x"\ndescription = "d"\ntarget = "SM"\nproposer = "rewriter"\n',
+     "needs built-in 'rewrites'"),
 ])
 def test_a_bad_strategy_file_is_a_one_line_user_error(tmp_path, name, text, says):
     path = tmp_path / name

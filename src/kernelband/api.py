@@ -64,8 +64,8 @@ def optimize(task: str | Task, *, policy: str = "kernelband", proposer: str = "a
              seed: int = 0, db: str | Path = DEFAULT_DB, strategies: str | None = None, resume: bool = False,
              interpreter: bool = False, use_ncu: bool | None = None, tritonbench: str | None = None,
              on_event=None) -> Summary:
-    """Run one search into the run database `db` and return its summary. `proposer`: "rewrite", "llm" or
-    "auto" (the LLM if one is configured in the environment). Bad input raises `UserError`."""
+    """Run one search into the run database `db` and return its summary. `proposer`: "rewrite", "llm", "hybrid"
+    or "auto" (the LLM if one is configured in the environment). Bad input raises `UserError`."""
     config = RunConfig(iterations, batch, evaluations, preset, finalists=finalists)
     check_run_config(config)
     t = _task(task, tritonbench)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from kernelband.errors import UserError
 from kernelband.evaluation.records import EvalResult
+from kernelband.search.core import LLMCall
 
 DEFAULT_DB = "kernelband-runs/kernelband.db"
 
@@ -68,6 +69,7 @@ CREATE TABLE IF NOT EXISTS proposals (
     rationale TEXT NOT NULL DEFAULT '',
     tokens_in INTEGER NOT NULL DEFAULT 0,
     tokens_out INTEGER NOT NULL DEFAULT 0,
+    outcome TEXT NOT NULL DEFAULT '',  -- a ProposalOutcome: ok, no_code, duplicate, timeout, ...
     PRIMARY KEY (run_id, iteration, slot)
 );
 CREATE TABLE IF NOT EXISTS evaluations (
@@ -103,7 +105,8 @@ CREATE TABLE IF NOT EXISTS llm_calls (
     latency_s REAL,
     outcome TEXT NOT NULL,
     error TEXT NOT NULL DEFAULT '',
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    attempts INTEGER               -- HTTP requests, retries included; NULL: recorded before it was counted
 );
 CREATE TABLE IF NOT EXISTS baselines (
     gpu TEXT NOT NULL,
@@ -181,6 +184,7 @@ class Store:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
+            _migrate(self._db)
         except (OSError, sqlite3.DatabaseError) as exc:
             raise UserError(f"cannot open the run database {self.path}: {exc}{_compressed_hint(self.path)}") from exc
         self._lock = threading.RLock()
@@ -258,17 +262,17 @@ class Store:
 
     def add_proposal(self, run_id: int, iteration: int, slot: int, parent: int, strategy: str,
                      candidate: int | None, error: str, rationale: str, tokens_in: int, tokens_out: int,
-                     calls: list[dict]) -> None:
+                     calls: list[LLMCall], outcome: str = "ok") -> None:
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO proposals VALUES (?,?,?,?,?,?,?,?,?,?)",
+            db.execute("INSERT OR REPLACE INTO proposals (run_id, iteration, slot, parent, strategy, candidate, error,"
+                       " rationale, tokens_in, tokens_out, outcome) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                        (run_id, iteration, slot, parent, strategy, candidate, error, rationale, tokens_in,
-                        tokens_out))
+                        tokens_out, outcome))
             for call in calls:
                 db.execute("INSERT INTO llm_calls (run_id, iteration, slot, model, tokens_in, tokens_out, latency_s,"
-                           " outcome, error, created) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                           (run_id, iteration, slot, call.get("model", ""), call.get("tokens_in", 0),
-                            call.get("tokens_out", 0), call.get("latency_s"), call.get("outcome", ""),
-                            call.get("error", ""), time.time()))
+                           " outcome, error, created, attempts) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                           (run_id, iteration, slot, call.model or "", call.tokens_in, call.tokens_out,
+                            call.latency_s, call.outcome.value, call.error, time.time(), call.attempts))
 
     def proposal(self, run_id: int, iteration: int, slot: int) -> dict | None:
         rows = self._rows("SELECT * FROM proposals WHERE run_id = ? AND iteration = ? AND slot = ?",
@@ -316,7 +320,10 @@ class Store:
         return rows
 
     def llm_calls(self, run_id: int) -> list[dict]:
-        return self._rows("SELECT * FROM llm_calls WHERE run_id = ? ORDER BY id", (run_id,))
+        """The run's LLM calls, each with the strategy of the proposal it was made for."""
+        return self._rows("SELECT l.*, p.strategy FROM llm_calls l LEFT JOIN proposals p ON p.run_id = l.run_id "
+                          "AND p.iteration = l.iteration AND p.slot = l.slot WHERE l.run_id = ? ORDER BY l.id",
+                          (run_id,))
 
     # -- benches and baselines ------------------------------------------------------------------
     def create_bench(self, suite: str, config: dict) -> int:
@@ -453,6 +460,24 @@ class Store:
     def grid_rows(self, bench_id: int) -> list[dict]:
         return [json.loads(r["row"]) for r in self._rows("SELECT row FROM grid WHERE bench_id = ? ORDER BY task",
                                                           (bench_id,))]
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Brings a database written by an older version up to SCHEMA: columns added since are added, and
+    filled where the old rows say enough."""
+    def columns(table: str) -> set[str]:
+        return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+
+    if "attempts" not in columns("llm_calls"):
+        db.execute("ALTER TABLE llm_calls ADD COLUMN attempts INTEGER")
+    if "outcome" not in columns("proposals"):
+        db.execute("ALTER TABLE proposals ADD COLUMN outcome TEXT NOT NULL DEFAULT ''")
+        # A proposal that made a candidate was ok; one whose call answered but made none repeated a candidate;
+        # one with neither had nothing to propose.
+        db.execute("UPDATE proposals SET outcome = CASE WHEN candidate IS NOT NULL THEN 'ok' ELSE COALESCE("
+                   "(SELECT CASE l.outcome WHEN 'ok' THEN 'duplicate' ELSE l.outcome END FROM llm_calls l "
+                   "WHERE l.run_id = proposals.run_id AND l.iteration = proposals.iteration "
+                   "AND l.slot = proposals.slot ORDER BY l.id DESC LIMIT 1), 'nothing') END")
 
 
 def _run_row(row: dict) -> RunRow:

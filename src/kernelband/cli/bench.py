@@ -21,7 +21,11 @@ def bench_cmd(
     iterations: int = typer.Option(10, "--iterations", "-n"),
     seeds: str = typer.Option("1", "--seeds", help="a count (3: seeds 0,1,2) or a list (0,5,9)"),
     batch: int = typer.Option(1, "--batch", "-q", help="arms pulled per iteration"),
-    proposer: str = typer.Option("auto", "--proposer", help="rewrite or llm (default: llm if configured)"),
+    proposer: str = typer.Option("auto", "--proposer", help="rewrite, llm or hybrid (default: llm if configured)"),
+    llm_timeout: float | None = typer.Option(None, "--llm-timeout", help="seconds per LLM request (default 120, "
+                                             "or KERNELBAND_LLM_TIMEOUT)"),
+    llm_retries: int | None = typer.Option(None, "--llm-retries", help="retries of a failed LLM request "
+                                           "(default 4, or KERNELBAND_LLM_RETRIES)"),
     tasks: str | None = typer.Option(None, "--tasks", help="comma-separated subset of the suite's tasks"),
     tasks_now: str | None = typer.Option(None, "--tasks-now",
                                          help="run only these of the bench's tasks now, in this order (with "
@@ -49,6 +53,9 @@ def bench_cmd(
     from kernelband.search.session import ProposerChoice, make_proposer
 
     try:
+        def choice(kind: str) -> ProposerChoice:
+            return ProposerChoice(kind, timeout_s=llm_timeout, max_retries=llm_retries)
+
         with run_store(db) as store:
             if resume is not None:
                 if strategies is not None:
@@ -64,7 +71,7 @@ def bench_cmd(
                     raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
                 if finalists < 1:
                     raise UserError("--finalists must be at least 1")
-                kind = make_proposer(ProposerChoice(proposer)).name
+                kind = make_proposer(choice(proposer)).name
                 config = BenchConfig(suite, names, parse_seeds(seeds), iterations, batch, kind, preset,
                                      [t.strip() for t in tasks.split(",")] if tasks else [], refresh_baselines,
                                      finalists, BenchConfig.strategies_from(strategies))
@@ -77,7 +84,7 @@ def bench_cmd(
             with ExitStack() as stack:
                 evaluators = [stack.enter_context(Evaluator(mode=mode, warm=2, device_index=i, preset=config.preset,
                                                             use_ncu=False if no_ncu else None)) for i in indices]
-                bench = Bench(store, config, evaluators, lambda: make_proposer(ProposerChoice(config.proposer)),
+                bench = Bench(store, config, evaluators, lambda: make_proposer(choice(config.proposer)),
                               tritonbench, bench_id=resume, on_event=_bench_event, runs_per_gpu=runs_per_gpu,
                               tasks_now=[t.strip() for t in tasks_now.split(",") if t.strip()] if tasks_now else None)
                 stacks.dump_on(signal.SIGUSR1)  # a sweep that seems stuck: `kill -USR1 PID` shows where

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -12,17 +13,22 @@ from rich.table import Table
 
 from kernelband.cli.app import app, err, fail, fmt, out, run_store
 from kernelband.errors import UserError
+from kernelband.search.core import outcome_counts_text
 from kernelband.store import DEFAULT_DB
 
 
 class LiveView:
-    """The live display of a run: iteration, best speedup, pool and clusters, last arm, tokens."""
+    """The live display of a run: iteration, best speedup, pool and clusters, last arm, proposals by outcome,
+    tokens, and how long an LLM call has been out (so that a hung endpoint shows). `render` is called by
+    rich's refresh as well as after each event, so the waiting time counts up while nothing else happens."""
 
-    def __init__(self, task: str, policy: str, proposer: str, iterations: int):
+    def __init__(self, task: str, policy: str, proposer: str, iterations: int,
+                 waiting: Callable[[], float | None] = lambda: None):
         self.head = f"{task}  policy {policy}  proposer {proposer}"
         self.iterations = iterations
+        self.waiting = waiting
         self.state = {"iteration": 0, "best_speedup": 1.0, "pool_size": 1, "clusters": {}, "last": "-",
-                      "tokens": 0, "evaluations": 0}
+                      "tokens": 0, "evaluations": 0, "proposals": {}}
         self.lock = threading.Lock()
         self.live: Live | None = None
 
@@ -40,8 +46,12 @@ class LiveView:
         table.add_row("pool", f"{s['pool_size']} valid kernels"
                       + (f", clusters {dict(sorted(sizes.items()))}" if sizes else ""))
         table.add_row("last arm", s["last"])
+        table.add_row("proposals", outcome_counts_text(s["proposals"]))
         table.add_row("evaluations", str(s["evaluations"]))
         table.add_row("tokens", str(s["tokens"]))
+        waited = self.waiting()
+        if waited is not None:
+            table.add_row("LLM", f"waiting for the LLM ({waited:.0f} s)")
         return table
 
     def __call__(self, event: dict) -> None:
@@ -54,12 +64,13 @@ class LiveView:
                                       f"{event['outcome']}{speed}{detail}")
                 self.state["best_speedup"] = event["best_speedup"]
                 self.state["tokens"] = event["tokens"]
+                self.state["proposals"] = event.get("proposals", self.state["proposals"])
                 self.state["evaluations"] += event.get("child") is not None
             elif kind == "iteration":
                 self.state.update(iteration=event["iteration"], pool_size=event["pool_size"],
                                   clusters=event.get("clusters") or {}, best_speedup=event["best_speedup"])
             if self.live is not None:
-                self.live.update(self.render())
+                self.live.refresh()
 
 
 @app.command("optimize")
@@ -67,8 +78,9 @@ def optimize_cmd(
     task: str = typer.Argument(..., help="examples:<name>, tritonbench:<name> or a task file"),
     policy: str = typer.Option("kernelband", "--policy", help="kernelband, kernelband-masked, beam, bon, random, "
                                "greedy"),
-    proposer: str = typer.Option("auto", "--proposer", help="rewrite or llm (default: llm if one is configured, "
-                                 "else the built-in rewriter)"),
+    proposer: str = typer.Option("auto", "--proposer", help="rewrite, llm or hybrid (the rewriter for launch "
+                                 "parameters, the LLM for the rest); default: llm if one is configured, else the "
+                                 "built-in rewriter"),
     iterations: int = typer.Option(10, "--iterations", "-n", help="iterations T"),
     batch: int = typer.Option(1, "--batch", "-q", help="arms pulled per iteration"),
     evaluations: int | None = typer.Option(None, "--evaluations", help="budget in evaluations"),
@@ -77,6 +89,10 @@ def optimize_cmd(
     max_tokens: int | None = typer.Option(None, "--max-tokens", help="LLM max tokens per reply"),
     budget_tokens: int | None = typer.Option(None, "--budget-tokens", help="LLM budget: tokens in all"),
     budget_calls: int | None = typer.Option(None, "--budget-calls", help="LLM budget: calls in all"),
+    llm_timeout: float | None = typer.Option(None, "--llm-timeout", help="seconds per LLM request (default 120, "
+                                             "or KERNELBAND_LLM_TIMEOUT)"),
+    llm_retries: int | None = typer.Option(None, "--llm-retries", help="retries of a failed LLM request "
+                                           "(default 4, or KERNELBAND_LLM_RETRIES)"),
     strategies: str | None = typer.Option(None, "--strategies", help="strategy config file (.toml or .json)"),
     preset: str = typer.Option("default", "--preset", help="timing protocol: default or paper"),
     finalists: int = typer.Option(3, "--finalists", help="fastest kernels re-measured at the end; the fastest "
@@ -105,8 +121,9 @@ def optimize_cmd(
         config = RunConfig(iterations, batch, evaluations, preset, finalists=finalists)
         check_run_config(config)
         t = load_task(task, tritonbench)
-        chosen = make_proposer(ProposerChoice(proposer, model, base_url, max_tokens, budget_calls, budget_tokens))
-        view = LiveView(t.ref, policy, chosen.name, iterations)
+        chosen = make_proposer(ProposerChoice(proposer, model, base_url, max_tokens, budget_calls, budget_tokens,
+                                              llm_timeout, llm_retries))
+        view = LiveView(t.ref, policy, chosen.name, iterations, chosen.waiting_s)
         loaded = check_search(policy, seed, strategies)
         with run_store(db) as store:
             if resume:
@@ -121,7 +138,7 @@ def optimize_cmd(
                     summary = search.run()
                 else:
                     try:
-                        with Live(view.render(), console=err, refresh_per_second=4, transient=False) as live:
+                        with Live(console=err, refresh_per_second=4, transient=False, get_renderable=view.render) as live:
                             view.live = live
                             summary = search.run()
                     finally:
@@ -146,6 +163,8 @@ def _print_summary(summary, store) -> None:
     out.print(table)
     held = "" if summary.confirmed_speedup is None else f", re-measured {summary.confirmed_speedup:.3f}x"
     held += "" if summary.held_out_speedup is None else f", held-out {summary.held_out_speedup:.3f}x"
+    if summary.proposals:
+        out.print(f"proposals: {outcome_counts_text(summary.proposals)}", highlight=False)
     out.print(f"best: candidate {summary.best_candidate}, {summary.best_speedup:.3f}x over the starting kernel "
               f"({summary.best_outcome}{held}); {summary.evaluations} evaluations", highlight=False)
     if summary.finalists:

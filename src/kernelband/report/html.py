@@ -289,6 +289,9 @@ def render(data: dict, figs: dict[str, str]) -> str:
               '<p class="note">No speed-of-light bounds were measured (the interpreter has none).</p>']
     if "excluded" in tables:
         parts += ["<h2>Left out</h2>", table_html(tables["excluded"])]
+    llm_calls = [table_html(tables[k]) for k in ("llm-calls", "llm-outcomes") if k in tables]
+    if llm_calls:
+        parts += ["<h2>LLM calls</h2>", *llm_calls]
 
     if data["lineage"]:
         pool, focus = data["pool"], data["focus_run"]

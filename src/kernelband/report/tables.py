@@ -142,12 +142,37 @@ def build(data: dict) -> list[Table]:
         tables.append(t)
 
     tables += grid_tables(data.get("grid"))
+    tables += llm_tables(data)
 
     if data["excluded"]:
         t = Table("excluded", "Runs left out", ["run", "task", "policy", "seed", "reason"])
         for r in data["excluded"]:
             t.rows.append([num(r["run_id"], "d"), label(r["task"]), label(r["policy"]), num(r["seed"], "d"),
                            label(r["reason"])])
+        tables.append(t)
+    return tables
+
+
+def llm_tables(data: dict) -> list[Table]:
+    """A run's LLM calls one by one; a bench's counted by outcome per run. None where no call was made."""
+    tables = []
+    if data.get("llm_calls"):
+        t = Table("llm-calls", "LLM calls", ["iteration", "strategy", "outcome", "latency s", "tokens in",
+                                             "tokens out", "attempts", "error"])
+        for c in data["llm_calls"]:
+            t.rows.append([num(c["iteration"], "d"), label(c["strategy"]), label(c["outcome"]),
+                           num(c["latency_s"], ".1f"), num(c["tokens_in"], "d"), num(c["tokens_out"], "d"),
+                           num(c["attempts"], "d"), label(c["error"][:120] or None)])
+        t.note = "attempts: HTTP requests, retries included. Only calls with outcome ok gave a kernel to evaluate."
+        tables.append(t)
+    if data.get("llm_outcomes"):
+        t = Table("llm-outcomes", "LLM calls per run, by outcome", ["run", "task", "policy", "seed", "calls",
+                                                                    "outcomes", "tokens", "median latency s"])
+        for r in data["llm_outcomes"]:
+            counts = ", ".join(f"{n} {o}" for o, n in sorted(r["outcomes"].items(), key=lambda x: -x[1]))
+            t.rows.append([num(r["run_id"], "d"), label(r["task"]), label(r["policy"]), num(r["seed"], "d"),
+                           num(r["calls"], "d"), label(counts), num(r["tokens"], "d"),
+                           num(r["median_latency_s"], ".1f")])
         tables.append(t)
     return tables
 

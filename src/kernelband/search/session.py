@@ -14,34 +14,44 @@ from kernelband.tasks.model import Task
 
 @dataclass
 class ProposerChoice:
-    kind: str  # "rewrite" | "llm" | "auto"
+    kind: str  # "rewrite" | "llm" | "hybrid" | "auto"
     model: str | None = None
     base_url: str | None = None
     max_tokens: int | None = None
     budget_calls: int | None = None
     budget_tokens: int | None = None
+    timeout_s: float | None = None  # per HTTP request (--llm-timeout)
+    max_retries: int | None = None  # per call (--llm-retries)
 
 
 def make_proposer(choice: ProposerChoice):
-    """The LLM when one is configured (or asked for), else the built-in rewriter."""
+    """The LLM when one is configured (or asked for), else the built-in rewriter; with "hybrid" both, each
+    strategy going to the side its `proposer` names."""
     from kernelband.proposers import llm
+    from kernelband.proposers.rewriter.proposer import RewriterProposer
 
+    if choice.kind not in ("auto", "rewrite", "llm", "hybrid"):
+        raise UserError(f"unknown proposer {choice.kind!r}: use rewrite, llm or hybrid")
     overrides = {k: v for k, v in (("model", choice.model), ("base_url", choice.base_url),
                                    ("max_tokens", choice.max_tokens), ("budget_calls", choice.budget_calls),
                                    ("budget_tokens", choice.budget_tokens)) if v is not None}
+    if choice.timeout_s is not None:
+        overrides["timeout_s"] = llm.check_timeout(choice.timeout_s, "--llm-timeout")
+    if choice.max_retries is not None:
+        overrides["max_retries"] = llm.check_retries(choice.max_retries, "--llm-retries")
     config = llm.LLMConfig.from_env(**overrides)
     kind = choice.kind
     if kind == "auto":
         kind = "llm" if config.configured() else "rewrite"
-    if kind == "llm":
-        if not config.configured():
-            raise UserError("--proposer llm needs an endpoint: set KERNELBAND_LLM_BASE_URL and "
-                            "KERNELBAND_LLM_MODEL (or --base-url and --model)")
-        return llm.LLMProposer(config)
     if kind == "rewrite":
-        from kernelband.proposers.rewriter.proposer import RewriterProposer
         return RewriterProposer()
-    raise UserError(f"unknown proposer {choice.kind!r}: use rewrite or llm")
+    if not config.configured():
+        raise UserError(f"--proposer {kind} needs an endpoint: set KERNELBAND_LLM_BASE_URL and "
+                        "KERNELBAND_LLM_MODEL (or --base-url and --model)")
+    if kind == "hybrid":
+        from kernelband.proposers.hybrid import HybridProposer
+        return HybridProposer(RewriterProposer(), llm.LLMProposer(config))
+    return llm.LLMProposer(config)
 
 
 def check_search(policy: str, seed: int, strategies_file: str | None) -> list[Strategy]:
