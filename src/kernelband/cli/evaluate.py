@@ -59,6 +59,7 @@ def _print_result(result) -> None:
     if result.held_out_speedup is not None:
         line += f"   held-out {result.held_out_speedup:.3f}x"
     out.print(line)
+    out.print(baseline_line(result), highlight=False, soft_wrap=True)
     if result.detail:
         out.print(result.detail, highlight=False, soft_wrap=True)
     if result.interpreter:
@@ -69,6 +70,16 @@ def _print_result(result) -> None:
         out.print(f"note: {note}", highlight=False, soft_wrap=True)
     out.print(f"sandbox: {result.sandbox}   seed: {result.seed}   "
               f"{result.seconds.get('total', 0):.1f} s", highlight=False)
+
+
+def baseline_line(result) -> str:
+    """The speedups over torch eager and torch.compile and the SOL medians, each with why it is missing."""
+    def part(name, value, why):
+        return f"{name} {value:.3f}x" if value is not None else f"{name} - ({why or 'not timed'})"
+    sol_all = fmt(result.sol_median, ".2f")
+    return (f"{part('vs eager', result.speedup_vs_eager, result.vs_eager_skipped)}   "
+            f"{part('vs compile', result.speedup_vs_compile, result.vs_compile_skipped)}   "
+            f"SOL median {sol_all} (shapes >= 16 MB: {fmt(result.sol_median_large, '.2f')})")
 
 
 def feature_lines(features, interpreter: bool) -> list[str]:
@@ -93,7 +104,7 @@ def calibrate_cmd(
     force: bool = typer.Option(False, "--force", help="measure again even if cached"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Measure this GPU's peak copy bandwidth and matmul throughput (cached per GPU name)."""
+    """Measure this GPU's peak copy bandwidth, matmul throughput and launch floor (cached per GPU name)."""
     from kernelband.evaluation import sol
     from kernelband.evaluation.evaluator import detect_mode
     from kernelband.evaluation.gone import WorkerGone
@@ -105,11 +116,11 @@ def calibrate_cmd(
             worker = pool.acquire()
             name = worker.ready.device.get("name", "")
             peaks = None if force else sol.load(name)
-            if peaks is None:
-                reply = worker.request({"op": "calibrate"}, 600)
+            if peaks is None or peaks.floor_ms is None:  # a cache from before the floor: the floor alone
+                reply = worker.request(sol.calibrate_request(floor_only=peaks is not None), 600)
                 if not reply.get("ok"):
                     fail(f"calibration failed: {reply.get('error', '')[-300:]}")
-                peaks = sol.Peaks(**reply["peaks"])
+                peaks = sol.with_floor(peaks or sol.Peaks(**reply["peaks"]), reply.get("floor"))
                 path = sol.save(peaks)
             else:
                 path = sol._path(None)
@@ -119,4 +130,6 @@ def calibrate_cmd(
         print(json.dumps({**peaks.__dict__, "cache": str(path)}))
     else:
         out.print(f"{peaks.device}: copy {peaks.bw_gbps:.0f} GB/s, matmul {peaks.tflops:.0f} TFLOP/s "
-                  f"({', '.join(f'{k} {v:.0f}' for k, v in peaks.tflops_by_dtype.items())}); cached in {path}")
+                  f"({', '.join(f'{k} {v:.0f}' for k, v in peaks.tflops_by_dtype.items())}), launch floor "
+                  f"{fmt(peaks.floor_ms and peaks.floor_ms * 1e3, '.2f')} µs by events, "
+                  f"{fmt(peaks.floor_span_ms and peaks.floor_span_ms * 1e3, '.2f')} µs by spans; cached in {path}")

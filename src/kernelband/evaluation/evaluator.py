@@ -28,6 +28,7 @@ from functools import partial
 from kernelband.errors import TaskError, UserError
 from kernelband.evaluation import base, context, ncu, sol
 from kernelband.evaluation import features as feature_mod
+from kernelband.evaluation.baselines import Baselines
 from kernelband.evaluation.checks import Checks
 from kernelband.evaluation.context import (
     COMPARE_BYTES,
@@ -119,6 +120,7 @@ class Evaluator(base.Evaluator):
                                      partial(_free_gpu_memory, device_index) if gpu else None, calibration_path)
         self.checks = Checks(self.settings, self.references, IN_FLIGHT)
         self.timing = Timing(self.settings, self.pool, self.references)
+        self.baselines = Baselines(self.settings, self.references)
         # Each evaluation's profiler prepares (imports and compiles the candidate) on one of these threads.
         self._profiling = ThreadPoolExecutor(max_workers=IN_FLIGHT, thread_name_prefix="kernelband-ncu")
 
@@ -306,6 +308,8 @@ class Evaluator(base.Evaluator):
             self.timing.time(ctx)
             result.seconds["timing"] = time.perf_counter() - t0
             peaks = self.references.peaks(ctx.ref)  # a first use calibrates the GPU: a timing too
+            # torch eager and torch.compile on the shapes timed, in the same hold: known ones are reused
+            self.baselines.measure(ctx)
             if profile is not None:
                 t0 = time.perf_counter()
                 profile.measure()

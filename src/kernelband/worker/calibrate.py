@@ -1,6 +1,13 @@
-"""Measure a GPU's peak copy bandwidth and dense matmul throughput (run inside a worker)."""
+"""Measure a GPU's peak copy bandwidth, dense matmul throughput and launch floor (run inside a worker)."""
 
 from __future__ import annotations
+
+import triton
+
+
+@triton.jit
+def _empty_kernel(x_ptr):
+    pass
 
 
 def measure(do_bench) -> dict:
@@ -25,3 +32,26 @@ def measure(do_bench) -> dict:
     torch.cuda.empty_cache()
     return {"device": name, "bw_gbps": best_bw, "tflops": max(flops.values()), "tflops_by_dtype": flops,
             "torch": torch.__version__}
+
+
+def floor_times(preset: dict, guard, gpu: bool = True) -> dict:
+    """An empty Triton kernel's per-call times (ms) under `preset`, through the worker's own timing code
+    (`timing.bench`) as a small shape's candidate is timed: by events, and by the calls' spans (the timer of
+    the short shapes of short tasks, Preset.timer). The parent summarises them with the preset's statistic
+    (sol.floor_from). "span" is empty, with "span_error", where CUPTI's record cannot be read."""
+    import torch
+
+    from kernelband.worker.timing import bench
+
+    x = torch.empty(1, device="cuda" if gpu else "cpu")
+
+    def fn():
+        _empty_kernel[(1,)](x)
+
+    fn()  # compiled outside the timing
+    events, _, _ = bench(fn, preset, gpu, guard, span=False)
+    if not gpu:  # the interpreter has no spans
+        return {"events": events, "span": [], "span_error": "no GPU"}
+    spans, _, info = bench(fn, preset, gpu, guard, span=True)
+    read = info.get("timer") == "span"
+    return {"events": events, "span": spans if read else [], "span_error": "" if read else info.get("span_error", "")}

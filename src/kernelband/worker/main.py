@@ -56,7 +56,7 @@ def _filled_memory():
         det.fill_uninitialized_memory = before[2]
 
 
-_FREES_MEMORY = frozenset({"run", "tests", "selfcheck", "time", "features", "profile", "calibrate"})
+_FREES_MEMORY = frozenset({"run", "tests", "selfcheck", "time", "features", "profile", "calibrate", "baselines"})
 
 
 def _scramble_free_memory(device) -> None:
@@ -502,12 +502,37 @@ class Worker:
         return {"ok": True, "seconds": {"start": t1 - t0, "run": t2 - t1, "stop": t3 - t2}}
 
     def op_calibrate(self, request: dict) -> dict:
-        """Peak copy bandwidth and dense matmul throughput of this GPU (trusted code, no module needed)."""
-        from kernelband.worker.calibrate import measure
+        """Peak copy bandwidth and dense matmul throughput of this GPU (trusted code, no module needed), and
+        with `preset` the launch floor's times under it (`floor_only`: the floor alone)."""
+        from kernelband.worker.calibrate import floor_times, measure
         try:
-            return {"ok": True, "peaks": measure(self.guard.original("triton.testing:do_bench"))}
+            reply = {"ok": True}
+            if not request.get("floor_only"):
+                reply["peaks"] = measure(self.guard.original("triton.testing:do_bench"))
+            if request.get("preset"):
+                try:
+                    reply["floor"] = floor_times(request["preset"], self.guard, self.gpu)
+                except Exception as exc:  # noqa: BLE001 - the peaks stand without it (a floor of 0)
+                    reply["floor_error"] = _error_text(exc)[-500:]
+            return reply
         except BaseException as exc:  # noqa: BLE001
             return {"ok": False, "outcome": "runtime_error", "error": _error_text(exc)}
+
+    def op_baselines(self, request: dict) -> dict:
+        """The task's torch reference on one shape, timed as written and through torch.compile, as the
+        module is timed (`op_time`): see worker/baselines.py."""
+        from kernelband.worker.baselines import time_baselines
+        fn = getattr(self.harness, "torch_reference", None)
+        try:
+            self._seed(request["seed"])
+            copies = self._placements(request["shape"], request["preset"])
+        except BaseException as exc:  # noqa: BLE001
+            return self._failed(exc, tampered=False)
+        reply = time_baselines(fn, copies, request, self.gpu, self.guard)
+        fault = next((e for e in (reply["eager_error"], reply["compiled_error"]) if _is_cuda_fault(e)), "")
+        if self.gpu and fault:  # the context is unusable: the worker exits after this reply
+            return {"ok": False, "outcome": "crashed", "error": fault}
+        return {"ok": True, **reply}
 
     def op_exit(self, request: dict) -> dict:
         raise SystemExit(0)
