@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from kernelband.cli.app import app, fail, fmt, out
+from kernelband.cli.app import app, fail, fmt, out, versus
 from kernelband.errors import UserError
 
 
@@ -74,12 +74,9 @@ def _print_result(result) -> None:
 
 def baseline_line(result) -> str:
     """The speedups over torch eager and torch.compile and the SOL medians, each with why it is missing."""
-    def part(name, value, why):
-        return f"{name} {value:.3f}x" if value is not None else f"{name} - ({why or 'not timed'})"
-    sol_all = fmt(result.sol_median, ".2f")
-    return (f"{part('vs eager', result.speedup_vs_eager, result.vs_eager_skipped)}   "
-            f"{part('vs compile', result.speedup_vs_compile, result.vs_compile_skipped)}   "
-            f"SOL median {sol_all} (shapes >= 16 MB: {fmt(result.sol_median_large, '.2f')})")
+    return (f"{versus('vs eager', result.speedup_vs_eager, result.vs_eager_skipped)}   "
+            f"{versus('vs compile', result.speedup_vs_compile, result.vs_compile_skipped)}   "
+            f"SOL median {fmt(result.sol_median, '.2f')} (shapes >= 16 MB: {fmt(result.sol_median_large, '.2f')})")
 
 
 def feature_lines(features, interpreter: bool) -> list[str]:

@@ -10,7 +10,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from kernelband.cli.app import app, err, fail, fmt, out, run_store
+from kernelband.cli.app import app, err, fail, fmt, out, run_store, versus
 from kernelband.errors import UserError
 from kernelband.store import DEFAULT_DB
 
@@ -148,6 +148,10 @@ def _print_summary(summary, store) -> None:
     held += "" if summary.held_out_speedup is None else f", held-out {summary.held_out_speedup:.3f}x"
     out.print(f"best: candidate {summary.best_candidate}, {summary.best_speedup:.3f}x over the starting kernel "
               f"({summary.best_outcome}{held}); {summary.evaluations} evaluations", highlight=False)
+    out.print(f"against torch: {versus('vs eager', summary.best_vs_eager, summary.vs_eager_skipped)}, "
+              f"{versus('vs compile', summary.best_vs_compile, summary.vs_compile_skipped)}; SOL median "
+              f"{fmt(summary.best_sol_fraction, '.2f')} (shapes >= 16 MB: {fmt(summary.best_sol_large, '.2f')})",
+              highlight=False)
     if summary.finalists:
         rows = "; ".join(f"candidate {f['candidate']} {f['speedup']:.3f}x -> "
                          + (f"{f['confirmed_speedup']:.3f}x" if f["confirmed_speedup"] else f["outcome"])
