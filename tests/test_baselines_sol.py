@@ -8,6 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -209,6 +210,35 @@ def test_bench_and_report_show_the_geometric_means_per_policy(tmp_path):
     assert {r["task"]: r["vs_eager"] for r in data["tasks"]} == {"examples:a": 2.0, "examples:b": 0.5}
     table = next(t for t in build(data) if t.id == "baselines")
     assert [c[0] for c in table.rows[0][:5]] == ["random", "1.000", "2", "1.000", "1"]
+
+
+@pytest.mark.slow
+def test_the_sol_baselines_script_evaluates_k0_and_each_runs_best_kernel(tmp_path):
+    """The plumbing of benchmarks/sol_baselines.py on the interpreter: k0 and a run's best kernel, each row with
+    its figures (None where the interpreter measures nothing) and the summary per policy."""
+    from kernelband.tasks import load_task
+
+    task = load_task("examples:vector_add")
+    store = Store(tmp_path / "runs.db")
+    bench = store.create_bench("examples", {"policies": ["random"], "seeds": [0]})
+    run = _finished_run(store, "random", task.ref, {"best_candidate": 1})
+    best = task.module_source + "\n# the best kernel\n"
+    store.add_candidate(run, 1, best, source_hash(best), 0, "block_size", 1, 0, "")
+    store._db.execute("UPDATE runs SET bench_id = ? WHERE id = ?", (bench, run))
+    store.close()
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "sol_baselines.py"
+    done = subprocess.run([sys.executable, str(script), "--interpreter", "--tasks", task.ref, "--db",
+                           str(tmp_path / "runs.db"), "--bench", str(bench), "--out", str(tmp_path / "sol.json")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads((tmp_path / "sol.json").read_text())
+    row = out["rows"][0]
+    assert row["task"] == task.ref and row["k0"]["outcome"] == "ok"
+    assert row["k0"]["vs_eager"] is None and "interpreter" in row["k0"]["vs_eager_skipped"]
+    assert [(b["policy"], b["candidate"], b["outcome"]) for b in row["best"]] == [("random", 1, "ok")]
+    assert row["best"][0]["speedup"] > 0 and row["best"][0]["shapes"]
+    assert out["summary"]["random"]["tasks"] == 1 and out["summary"]["random"]["speedup_over_k0_geomean"] > 0
+    assert out["summary"]["k0"]["sol_median_large"] is None
 
 
 # -- on a GPU ---------------------------------------------------------------------------------------------

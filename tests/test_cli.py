@@ -173,7 +173,8 @@ def test_eval_of_the_starting_kernel_is_ok_with_the_full_record():
     ("eval_throughput.py", ["--parts", "pool@4,pool@0", "--out", "out.json"]),
     ("eval_throughput.py", ["--parts", "pool", "--preset", "default+max_ms=x", "--out", "out.json"]),
     ("search_quality.py", ["--parts", "bench", "--db", "runs.db"]),
-    ("interpreter_times.py", ["--out", "out.json"])])
+    ("interpreter_times.py", ["--out", "out.json"]),
+    ("sol_baselines.py", ["--out", "out.json"])])
 def test_a_benchmark_script_given_bad_input_says_so_in_one_line_and_exits_2(tmp_path, script, args):
     """TritonBench data that is not where it is said to be, or an unknown part: `errors.run_script`."""
     script_path = Path(__file__).resolve().parents[1] / "benchmarks" / script
