@@ -84,8 +84,10 @@ class Preset:
 # they time them with the GPU-ahead wait after each flush too (worker/timing.py, `tune_with`). Rules 5: under
 # `default`, each call runs on one of 32 copies of the inputs, and in tasks under 0.2 ms in all, shapes under
 # 0.1 ms are timed by the calls' spans (Preset.placements, Preset.timer, Preset.span_task_ms). Rules 6: under
-# `default`, a measurement is the mean of its middle 80 % of iterations, not their median (Preset.stat).
-RULES = 6
+# `default`, a measurement is the mean of its middle 80 % of iterations, not their median (Preset.stat). Rules 7:
+# a candidate's outputs must be plain tensors, its kernels must end in the timed region, and its Triton kernels
+# must take the task's TRITON_SHARE of its GPU kernel time (worker/audit.py).
+RULES = 7
 
 # The note of an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`).
 NCU_SKIPPED = "ncu: not run (the search's policy and proposer do not use φ)"
@@ -214,6 +216,9 @@ class EvalResult:
     seed: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # the share of one call's GPU kernel time spent in the module's Triton kernels (copies and fills left out),
+    # on the representative shape; None in the interpreter, which runs no GPU kernels (worker/audit.py)
+    triton_share: float | None = None
     rules: int = RULES  # the evaluator's rules it was judged by
     # Nsight Compute skipped by choice (`Evaluator.evaluate(profile=False)`): φ is the compiler's and the
     # timing's, and a later search that reads φ evaluates the candidate again. Its note: NCU_SKIPPED.

@@ -32,8 +32,21 @@ def _timed(fn, copies: list, preset: dict, gpu: bool, guard, span: bool) -> tupl
 
 
 def time_baselines(fn, copies: list, request: dict, gpu: bool, guard) -> dict:
-    """{"eager": times or None, "eager_error", "compiled": times or None, "compiled_error", "compile_s",
-    "timers"}: per-call times (ms) as `op_time` gives them; an error says why a side was not timed."""
+    """The reply to `baselines`: {"ok", "eager": times or None, "eager_error", "compiled": times or None,
+    "compiled_error", "compile_s", "timers"}, per-call times (ms) as `op_time` gives them and an error saying why
+    a side was not timed; or `crashed` where a failure left the CUDA context unusable (the worker exits)."""
+    reply = _measure(fn, copies, request, gpu, guard)
+    errors = [e for e in (reply["eager_error"], reply["compiled_error"]) if e]
+    if gpu and errors:
+        import torch
+        try:
+            torch.cuda.synchronize()  # a CUDA fault is sticky: every call after it raises
+        except Exception as exc:  # noqa: BLE001
+            return {"ok": False, "outcome": "crashed", "error": f"{errors[0]}; then {_first_line(exc)}"}
+    return {"ok": True, **reply}
+
+
+def _measure(fn, copies: list, request: dict, gpu: bool, guard) -> dict:
     reply = {"eager": None, "eager_error": "", "compiled": None, "compiled_error": "", "compile_s": None,
              "timers": {}}
     if fn is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import traceback
+
 import triton
 
 
@@ -32,6 +34,20 @@ def measure(do_bench) -> dict:
     torch.cuda.empty_cache()
     return {"device": name, "bw_gbps": best_bw, "tflops": max(flops.values()), "tflops_by_dtype": flops,
             "torch": torch.__version__}
+
+
+def run(request: dict, guard, gpu: bool) -> dict:
+    """A `calibrate` request: the peaks (unless `floor_only`) and, with `preset`, the launch floor's times; a
+    floor that cannot be timed is "floor_error", and the peaks stand without it (a floor of 0)."""
+    reply = {}
+    if not request.get("floor_only"):
+        reply["peaks"] = measure(guard.original("triton.testing:do_bench"))
+    if request.get("preset"):
+        try:
+            reply["floor"] = floor_times(request["preset"], guard, gpu)
+        except Exception:  # noqa: BLE001
+            reply["floor_error"] = traceback.format_exc()[-500:]
+    return reply
 
 
 def floor_times(preset: dict, guard, gpu: bool = True) -> dict:

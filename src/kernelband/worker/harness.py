@@ -172,6 +172,7 @@ class PyFileHarness(Harness):
         self.atol = float(self.ns.get("ATOL", 1e-3))
         self.rtol = float(self.ns.get("RTOL", 1e-1))
         self.allow_torch_only = bool(self.ns.get("ALLOW_TORCH_ONLY", False))
+        self.triton_share_min = float(self.ns.get("TRITON_SHARE", 0.5))
         self.has_reference = callable(self.ns.get("reference"))
         self._search = [dict(s) for s in self.ns["SHAPES"]]
         self._held_out = [dict(s) for s in self.ns.get("HELD_OUT", [])]
@@ -207,7 +208,8 @@ class PyFileHarness(Harness):
                 "flops": float(flops_fn(**params)) if flops_fn else None,
             })
         return {"entry": self.entry, "atol": self.atol, "rtol": self.rtol,
-                "allow_torch_only": self.allow_torch_only, "has_tests": False,
+                "allow_torch_only": self.allow_torch_only, "triton_share_min": self.triton_share_min,
+                "has_tests": False,
                 "interpreter_shapes_given": self._interp is not None, "shapes": shapes}
 
     def make_inputs(self, index: int, device: str):

@@ -82,6 +82,7 @@ class Worker:
         self.gpu = mode == "gpu"
         self.device = "cuda" if self.gpu else "cpu"
         self.module = None
+        self.role = ""
         self.harness = None
         self.kept: list = []
         self.files = 0
@@ -127,6 +128,10 @@ class Worker:
         from kernelband.worker import sandbox
         self.sandbox = sandbox.apply(self.dir)
         self.guard.accept_current_threads()
+        from kernelband.worker import audit
+        audit.block_interpreter_hooks()  # after the sandbox's own audit hook
+        if not self.gpu:
+            audit.count_interpreter_stores()
         phases["guards_sandbox"] = time.perf_counter() - t
         props = {}
         if self.gpu:
@@ -179,6 +184,7 @@ class Worker:
         role = request["role"]
         source = request["module_source"]
         module_name = "kb_reference" if role == "ref" else "kb_candidate"
+        self.role = role
         profiler_s = None
         if self.gpu and request.get("profiler") and not os.environ.get("CUDA_INJECTION64_PATH"):
             # CUPTI started for the span timer before any of the module runs (seconds of CPU a process:
@@ -300,9 +306,11 @@ class Worker:
         """Run the module (or the task's reference) on fresh inputs of one shape."""
         import torch
 
+        from kernelband.worker import audit
         from kernelband.worker.harness import tensors_in
         index, seed = request["shape"], request["seed"]
         use_reference = request.get("use_reference", False) and getattr(self.harness, "has_reference", False)
+        plain = self.role != "ref"  # a candidate's outputs must be plain tensors; the task's own code is trusted
         try:
             self._seed(seed)
             inputs = self.harness.make_inputs(index, self.device)
@@ -310,19 +318,26 @@ class Worker:
             before = [t.clone() for t in in_tensors]
             self.log.reset()
             threads_before = self.guard.new_threads()
+            modes = audit.function_modes()
             t0 = time.perf_counter()
             out = self.harness.reference(inputs) if use_reference else self.harness.call(inputs)
             call_s = time.perf_counter() - t0
+            # Before anything touches the output (worker/audit.py): a lazy subclass or hook of the candidate's
+            # must not get to run first; the values written for the parent are those it returned.
+            problem = audit.output_problem(out, ("cuda", "cpu") if self.gpu else ("cpu",), modes) if plain else ""
+            if problem:
+                return {"ok": False, "outcome": "suspicious", "error": problem, "check": "plain_output",
+                        "tampered": self._tamper()}
+            written = audit.snapshot(out) if plain else out
             out_tensors = tensors_in(out)
-            lazy = False
+            # Work still running on another stream or thread, or a hook filling the outputs later, shows up as
+            # a difference between the copy taken now (on the current stream) and the tensors once everything
+            # has finished, the outputs written included.
+            copies = tensors_in(written) if plain else [t.clone() for t in out_tensors] if self.gpu else []
             if self.gpu:
-                # Work still running on another stream or thread shows up as a difference between a
-                # copy taken now (on the current stream) and the tensors once everything has finished.
-                snapshot = [t.clone() for t in out_tensors]
                 torch.cuda.synchronize()
                 time.sleep(0.002)
                 torch.cuda.synchronize()
-                lazy = any(not _same(a, b) for a, b in zip(snapshot, out_tensors))
             new_threads = [t for t in self.guard.new_threads() if t not in threads_before]
             mutated = [i for i, (a, b) in enumerate(zip(before, in_tensors)) if not _same(a, b)]
         except BaseException as exc:  # noqa: BLE001
@@ -336,12 +351,14 @@ class Worker:
                                    for x in in_tensors)]
         if request.get("keep"):
             self.kept = list(out_tensors)
-        payload = {"result": out}
+        payload = {"result": written}
         # In-place kernels: the inputs the reference modifies are outputs too.
         wanted = mutated if request.get("return_mutated") else request.get("return_inputs", [])
         if wanted:
             payload["inputs"] = {str(i): in_tensors[i] for i in wanted if i < len(in_tensors)}
-        return {"ok": True, **self._write(payload, f"run{index}"), "mutated_inputs": mutated,
+        fields = self._write(payload, f"run{index}")
+        lazy = any(not _same(a, b) for a, b in zip(copies, out_tensors))
+        return {"ok": True, **fields, "mutated_inputs": mutated,
                 "n_inputs": len(in_tensors), "launches": self.log.count, "lazy_output": lazy,
                 "new_threads": new_threads, "aliased": aliased, "tampered": self._tamper(),
                 "call_s": call_s}
@@ -435,6 +452,7 @@ class Worker:
         """Launch configuration, compiled resources and memory footprint on one shape."""
         import torch
 
+        from kernelband.worker import audit
         from kernelband.worker.harness import nbytes
         index, seed = request["shape"], request["seed"]
         try:
@@ -445,17 +463,21 @@ class Worker:
                 base = torch.cuda.memory_allocated()
             inputs = self.harness.make_inputs(index, self.device)
             self.log.reset()
-            out = self.harness.call(inputs)
+            with contextlib.nullcontext() if self.gpu else audit.TorchWork() as counted:
+                out = self.harness.call(inputs)
             if self.gpu:
                 torch.cuda.synchronize()
                 footprint = torch.cuda.max_memory_allocated() - base
             else:
                 footprint = nbytes(inputs) + nbytes(out)
+            launches = list(self.log.recent)
+            work = audit.gpu_work(lambda: self.harness.call(inputs), self.guard.original("torch.profiler:profile"),
+                                  self.module, launches) if self.gpu else counted.summary()
         except BaseException as exc:  # noqa: BLE001
             return self._failed(exc, tampered=False)
         from dataclasses import asdict
-        return {"ok": True, "footprint_bytes": int(footprint), "launches": [asdict(x) for x in self.log.recent],
-                "launch_count": self.log.count, "tampered": self._tamper()}
+        return {"ok": True, "footprint_bytes": int(footprint), "launches": [asdict(x) for x in launches],
+                "launch_count": self.log.count, "work": work, "tampered": self._tamper()}
 
     def op_profile_prepare(self, request: dict) -> dict:
         """The profiled shape's inputs made and one call (the kernels loaded, warmed up) outside the profiled
@@ -502,37 +524,19 @@ class Worker:
         return {"ok": True, "seconds": {"start": t1 - t0, "run": t2 - t1, "stop": t3 - t2}}
 
     def op_calibrate(self, request: dict) -> dict:
-        """Peak copy bandwidth and dense matmul throughput of this GPU (trusted code, no module needed), and
-        with `preset` the launch floor's times under it (`floor_only`: the floor alone)."""
-        from kernelband.worker.calibrate import floor_times, measure
+        """Peaks and launch floor of this GPU (trusted code, no module needed): worker/calibrate.py."""
+        from kernelband.worker.calibrate import run
         try:
-            reply = {"ok": True}
-            if not request.get("floor_only"):
-                reply["peaks"] = measure(self.guard.original("triton.testing:do_bench"))
-            if request.get("preset"):
-                try:
-                    reply["floor"] = floor_times(request["preset"], self.guard, self.gpu)
-                except Exception as exc:  # noqa: BLE001 - the peaks stand without it (a floor of 0)
-                    reply["floor_error"] = _error_text(exc)[-500:]
-            return reply
+            return {"ok": True, **run(request, self.guard, self.gpu)}
         except BaseException as exc:  # noqa: BLE001
             return {"ok": False, "outcome": "runtime_error", "error": _error_text(exc)}
 
     def op_baselines(self, request: dict) -> dict:
-        """The task's torch reference on one shape, timed as written and through torch.compile, as the
-        module is timed (`op_time`): see worker/baselines.py."""
+        """The task's torch reference timed as written and compiled, as `op_time` times the module."""
         from kernelband.worker.baselines import time_baselines
-        fn = getattr(self.harness, "torch_reference", None)
-        try:
-            self._seed(request["seed"])
-            copies = self._placements(request["shape"], request["preset"])
-        except BaseException as exc:  # noqa: BLE001
-            return self._failed(exc, tampered=False)
-        reply = time_baselines(fn, copies, request, self.gpu, self.guard)
-        fault = next((e for e in (reply["eager_error"], reply["compiled_error"]) if _is_cuda_fault(e)), "")
-        if self.gpu and fault:  # the context is unusable: the worker exits after this reply
-            return {"ok": False, "outcome": "crashed", "error": fault}
-        return {"ok": True, **reply}
+        self._seed(request["seed"])
+        copies = self._placements(request["shape"], request["preset"])
+        return time_baselines(self.harness.torch_reference, copies, request, self.gpu, self.guard)
 
     def op_exit(self, request: dict) -> dict:
         raise SystemExit(0)
