@@ -274,3 +274,13 @@ def test_the_calibration_measures_a_launch_floor(tmp_path):
     peaks = next(iter(json.loads(path.read_text()).values()))
     assert 0.0005 < peaks["floor_ms"] < 0.05  # between 0.5 and 50 µs
     assert peaks["floor_span_ms"] is None or 0 < peaks["floor_span_ms"] <= peaks["floor_ms"]
+
+
+def test_an_evaluator_asked_for_no_baselines_says_so():
+    from kernelband.evaluation.baselines import NOT_ASKED, Baselines
+    from kernelband.evaluation.context import Limits, Settings
+
+    settings = Settings(mode="gpu", limits=Limits(), compare_device="cpu", tune={}, task_tests=False,
+                        relative_limits=False, recheck_timings=False)
+    off = Baselines(settings, references=None, enabled=False)
+    assert off._time(None, 0, False) == baselines.Baseline(None, None, NOT_ASKED, NOT_ASKED)

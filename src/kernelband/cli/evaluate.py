@@ -43,13 +43,14 @@ def eval_cmd(
 def _print_result(result) -> None:
     unit = "interpreter ms" if result.interpreter else "ms"
     table = Table(title=f"{result.task}  ({result.device}, preset {result.preset})", title_justify="left")
-    for col in ("shape", "ok", f"ref {unit}", f"cand {unit}", "speedup", "GB/s", "TFLOP/s", "SOL"):
+    for col in ("shape", "ok", f"ref {unit}", f"cand {unit}", "speedup", "eager ms", "compile ms", "GB/s",
+                "TFLOP/s", "SOL"):
         table.add_column(col, justify="left" if col == "shape" else "right")
     for s in result.shapes:
         ok = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[s.correct]
         label = s.label + (" (held out)" if s.held_out else "")
         table.add_row(label[:60], ok, fmt(s.ref_ms, ".4g"), fmt(s.cand_ms, ".4g"), fmt(s.speedup, ".3f"),
-                      fmt(s.gbps, ".1f"), fmt(s.tflops, ".2f"),
+                      fmt(s.eager_ms, ".4g"), fmt(s.compiled_ms, ".4g"), fmt(s.gbps, ".1f"), fmt(s.tflops, ".2f"),
                       "-" if s.sol_fraction is None else f"{100 * s.sol_fraction:.0f}%")
     out.print(table)
     colour = "green" if result.ok else "red"

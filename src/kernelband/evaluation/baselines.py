@@ -28,6 +28,7 @@ from kernelband.evaluation.reference import References
 from kernelband.evaluation.shapes import derive_seed
 
 INTERPRETER_SKIP = "the CPU interpreter: torch's times there say nothing about the GPU"
+NOT_ASKED = "not asked for (Evaluator(baselines=False))"
 NOT_TIMED = "the candidate was not timed on this shape"
 
 
@@ -42,9 +43,10 @@ class Baseline:
 class Baselines:
     """Times the baselines of a task's shapes once, keeps them, and sets them on each result."""
 
-    def __init__(self, settings: Settings, references: References, compile_: bool = True):
+    def __init__(self, settings: Settings, references: References, enabled: bool = True, compile_: bool = True):
         self.settings = settings
         self.references = references
+        self.enabled = enabled
         self.compile = compile_
         self._known: dict[tuple, Baseline] = {}  # (task key, preset, shape, timer) -> its baselines
 
@@ -68,6 +70,8 @@ class Baselines:
     def _time(self, ctx: EvalContext, index: int, span: bool) -> Baseline:
         if self.settings.mode == "interpreter":
             return Baseline(None, None, INTERPRETER_SKIP, INTERPRETER_SKIP)
+        if not self.enabled:
+            return Baseline(None, None, NOT_ASKED, NOT_ASKED)
         msg = {"op": "baselines", "shape": index, "seed": derive_seed(ctx.seed, index, 2),
                "preset": ctx.preset.wire(), "span": span, "compile": self.compile}
         limits = self.settings.limits
