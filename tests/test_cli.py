@@ -157,6 +157,12 @@ def test_eval_of_the_starting_kernel_is_ok_with_the_full_record():
         assert SHAPE_KEYS <= set(shape)
         assert shape["correct"] is True and shape["ref_ms"] > 0 and shape["cand_ms"] > 0
         assert shape["sol_fraction"] is None  # the interpreter has no speed of light
+        # the torch baselines' fields are there, with the reason they were not timed
+        assert shape["eager_ms"] is None and "interpreter" in shape["eager_skipped"]
+        assert shape["compiled_ms"] is None and "interpreter" in shape["compiled_skipped"]
+    assert result["speedup_vs_eager"] is None and "interpreter" in result["vs_eager_skipped"]
+    assert result["speedup_vs_compile"] is None and "interpreter" in result["vs_compile_skipped"]
+    assert "sol_median" in result and "sol_median_large" in result
     assert set(result["features"]) >= {"rho", "phi", "sources"}
     assert result["features"]["rho"]["block_dim_x"] == 128  # vector_add's BLOCK_SIZE
 
@@ -167,7 +173,8 @@ def test_eval_of_the_starting_kernel_is_ok_with_the_full_record():
     ("eval_throughput.py", ["--parts", "pool@4,pool@0", "--out", "out.json"]),
     ("eval_throughput.py", ["--parts", "pool", "--preset", "default+max_ms=x", "--out", "out.json"]),
     ("search_quality.py", ["--parts", "bench", "--db", "runs.db"]),
-    ("interpreter_times.py", ["--out", "out.json"])])
+    ("interpreter_times.py", ["--out", "out.json"]),
+    ("sol_baselines.py", ["--out", "out.json"])])
 def test_a_benchmark_script_given_bad_input_says_so_in_one_line_and_exits_2(tmp_path, script, args):
     """TritonBench data that is not where it is said to be, or an unknown part: `errors.run_script`."""
     script_path = Path(__file__).resolve().parents[1] / "benchmarks" / script

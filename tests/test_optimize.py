@@ -41,6 +41,10 @@ def test_optimize_end_to_end_with_the_rewriter(tmp_path: Path):
     assert summary["iterations"] == 3 and summary["evaluations"] >= 1
     assert summary["best_outcome"] == "ok"
     assert summary["interpreter"] is True and summary["device"]  # labelled: interpreter timings
+    # against torch: not timed on the interpreter, and the summary says why
+    assert summary["best_vs_eager"] is None and "interpreter" in summary["vs_eager_skipped"]
+    assert summary["best_vs_compile"] is None and "interpreter" in summary["vs_compile_skipped"]
+    assert "best_sol_large" in summary
 
     store = Store(db)
     run = store.run(summary["run_id"])

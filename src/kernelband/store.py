@@ -22,6 +22,14 @@ from kernelband.search.core import LLMCall
 
 DEFAULT_DB = "kernelband-runs/kernelband.db"
 
+# The database's version (SQLite's user_version) and what each step to it does to a database written before.
+# 1: run summaries gain the baseline and SOL fields (search/loop.py's Summary), unknown for a run stored before
+# they were measured, with that as the reason.
+SCHEMA_VERSION = 1
+_BEFORE_BASELINES = "stored before the baselines were timed"
+SUMMARY_ADDED = {"best_vs_eager": None, "best_vs_compile": None, "vs_eager_skipped": _BEFORE_BASELINES,
+                 "vs_compile_skipped": _BEFORE_BASELINES, "best_sol_large": None}
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS benches (
     id INTEGER PRIMARY KEY,
@@ -184,10 +192,35 @@ class Store:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
-            _migrate(self._db)
+            self._migrate()
         except (OSError, sqlite3.DatabaseError) as exc:
             raise UserError(f"cannot open the run database {self.path}: {exc}{_compressed_hint(self.path)}") from exc
         self._lock = threading.RLock()
+
+    def _migrate(self) -> None:
+        """Bring a database written by an older KernelBand to SCHEMA and SCHEMA_VERSION (a new one only gets the
+        stamp)."""
+        _add_columns(self._db)
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version >= SCHEMA_VERSION:
+            return
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:  # a database opened read-only: its readers take the defaults
+            return
+        try:
+            if version < 1:
+                for run_id, text in self._db.execute("SELECT id, summary FROM runs WHERE summary IS NOT NULL")\
+                        .fetchall():
+                    summary = json.loads(text)
+                    if isinstance(summary, dict) and any(k not in summary for k in SUMMARY_ADDED):
+                        summary = {**SUMMARY_ADDED, **summary}
+                        self._db.execute("UPDATE runs SET summary = ? WHERE id = ?", (json.dumps(summary), run_id))
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         with self._lock:
@@ -462,9 +495,9 @@ class Store:
                                                           (bench_id,))]
 
 
-def _migrate(db: sqlite3.Connection) -> None:
-    """Brings a database written by an older version up to SCHEMA: columns added since are added, and
-    filled where the old rows say enough."""
+def _add_columns(db: sqlite3.Connection) -> None:
+    """The columns added to SCHEMA's tables since a database was written, filled where the old rows say
+    enough."""
     def columns(table: str) -> set[str]:
         return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
 

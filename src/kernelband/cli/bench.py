@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from kernelband import stacks
-from kernelband.cli.app import app, err, fail, out, run_store
+from kernelband.cli.app import app, err, fail, fmt, geo, out, run_store, versus
 from kernelband.errors import UserError
 from kernelband.store import DEFAULT_DB
 
@@ -47,7 +47,7 @@ def bench_cmd(
     """Run every task x policy x seed of a suite into one run database, on every visible GPU."""
     from contextlib import ExitStack
 
-    from kernelband.bench import Bench, BenchConfig, parse_seeds, planned_jobs
+    from kernelband.bench import Bench, BenchConfig, against_torch, parse_seeds, planned_jobs
     from kernelband.evaluation.records import PRESETS
     from kernelband.policies.base import POLICIES
     from kernelband.search.session import ProposerChoice, make_proposer
@@ -92,12 +92,17 @@ def bench_cmd(
     except UserError as exc:
         fail(str(exc))
     runs = store.runs(bench_id)
+    versus_torch = against_torch(runs)
     if as_json:
-        print(json.dumps({"bench_id": bench_id, "runs": [r.to_dict() for r in runs], "errors": bench.errors},
-                         default=str))
+        print(json.dumps({"bench_id": bench_id, "runs": [r.to_dict() for r in runs], "errors": bench.errors,
+                          "against_torch": versus_torch}, default=str))
         return
     out.print(f"bench {bench_id}: {len(runs)} runs on {len(indices)} GPU(s) in {store.path}; "
               f"`kernelband report bench:{bench_id} --db {store.path} --out DIR` shows them", highlight=False)
+    for policy, v in versus_torch.items():
+        out.print(f"{policy}: vs eager {geo(v['vs_eager_geomean'], v['n_vs_eager'])}, vs compile "
+                  f"{geo(v['vs_compile_geomean'], v['n_vs_compile'])} (geometric means); SOL median "
+                  f"{fmt(v['sol_median'], '.2f')}, >= 16 MB {fmt(v['sol_median_large'], '.2f')}", highlight=False)
     for line in bench.errors:
         out.print(f"[red]error[/] {line}", highlight=False)
 
@@ -122,7 +127,8 @@ def _bench_event(event: dict) -> None:
     kind = event["kind"]
     where = f"{event['task']} {event['policy']} seed {event['seed']}"
     if kind == "job_done":
-        err.print(f"done    {where}: best {event['best_speedup']:.3f}x, {event['evaluations']} evaluations",
+        err.print(f"done    {where}: best {event['best_speedup']:.3f}x, {event['evaluations']} evaluations, "
+                  f"{versus('vs eager', event.get('best_vs_eager'))}, {versus('vs compile', event.get('best_vs_compile'))}",
                   highlight=False)
     elif kind == "job_skipped":
         err.print(f"skipped {where}: finished earlier", highlight=False)

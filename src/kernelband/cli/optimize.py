@@ -11,7 +11,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from kernelband.cli.app import app, err, fail, fmt, out, run_store
+from kernelband.cli.app import app, err, fail, fmt, out, run_store, versus
 from kernelband.errors import UserError
 from kernelband.search.core import outcome_counts_text
 from kernelband.store import DEFAULT_DB
@@ -167,6 +167,10 @@ def _print_summary(summary, store) -> None:
         out.print(f"proposals: {outcome_counts_text(summary.proposals)}", highlight=False)
     out.print(f"best: candidate {summary.best_candidate}, {summary.best_speedup:.3f}x over the starting kernel "
               f"({summary.best_outcome}{held}); {summary.evaluations} evaluations", highlight=False)
+    out.print(f"against torch: {versus('vs eager', summary.best_vs_eager, summary.vs_eager_skipped)}, "
+              f"{versus('vs compile', summary.best_vs_compile, summary.vs_compile_skipped)}; SOL median "
+              f"{fmt(summary.best_sol_fraction, '.2f')} (shapes >= 16 MB: {fmt(summary.best_sol_large, '.2f')})",
+              highlight=False)
     if summary.finalists:
         rows = "; ".join(f"candidate {f['candidate']} {f['speedup']:.3f}x -> "
                          + (f"{f['confirmed_speedup']:.3f}x" if f["confirmed_speedup"] else f["outcome"])

@@ -28,6 +28,7 @@ from functools import partial
 from kernelband.errors import TaskError, UserError
 from kernelband.evaluation import base, context, ncu, sol
 from kernelband.evaluation import features as feature_mod
+from kernelband.evaluation.baselines import Baselines
 from kernelband.evaluation.checks import Checks
 from kernelband.evaluation.context import (
     COMPARE_BYTES,
@@ -100,7 +101,7 @@ class Evaluator(base.Evaluator):
     def __init__(self, mode: str | None = None, warm: int = 2, device_index: int = 0, preset: str = "default",
                  limits: Limits | None = None, memory_limit: int | None = None, use_ncu: bool | None = None,
                  calibration_path: str | None = None, max_references: int = 4, warm_profilers: int | None = None,
-                 memory_share: float | None = MEMORY_SHARE):
+                 memory_share: float | None = MEMORY_SHARE, baselines: bool = True):
         mode = mode or detect_mode()
         if preset not in PRESETS:
             raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
@@ -122,6 +123,9 @@ class Evaluator(base.Evaluator):
                                      partial(_free_gpu_memory, device_index) if gpu else None, calibration_path)
         self.checks = Checks(self.settings, self.references, IN_FLIGHT)
         self.timing = Timing(self.settings, self.pool, self.references)
+        # `baselines=False`: torch eager and torch.compile are not timed (each shape says so), for measurements of
+        # the evaluator itself that a task's first compilations would disturb
+        self.baselines = Baselines(self.settings, self.references, enabled=baselines)
         self.work = WorkJudge(self.references, self.settings.limits.run_s)
         # Each evaluation's profiler prepares (imports and compiles the candidate) on one of these threads.
         self._profiling = ThreadPoolExecutor(max_workers=IN_FLIGHT, thread_name_prefix="kernelband-ncu")
@@ -315,6 +319,8 @@ class Evaluator(base.Evaluator):
             self.timing.time(ctx)
             result.seconds["timing"] = time.perf_counter() - t0
             peaks = self.references.peaks(ctx.ref)  # a first use calibrates the GPU: a timing too
+            # torch eager and torch.compile on the shapes timed, in the same hold: known ones are reused
+            self.baselines.measure(ctx)
             if profile is not None:
                 t0 = time.perf_counter()
                 profile.measure()

@@ -156,8 +156,19 @@ class ShapeResult:
     speedup: float | None = None
     gbps: float | None = None
     tflops: float | None = None
-    bound_ms: float | None = None  # speed-of-light lower bound
+    # The speed-of-light bound: max(bytes / bandwidth, flops / peak, launch floor) (evaluation/sol.py)
+    bound_ms: float | None = None
     sol_fraction: float | None = None  # bound_ms / cand_ms: 1.0 is the speed of light
+    # max(bytes / bandwidth, flops / peak) alone: what the "faster than the bound" check compares with (the
+    # floor is an estimate of the launch, no limit a kernel cannot beat)
+    data_bound_ms: float | None = None
+    moved_bytes: float | None = None  # the bytes the bound counts (sol.bound_bytes)
+    # The task's torch reference timed on this shape under the same preset (evaluation/baselines.py): as
+    # written (eager) and through torch.compile(mode="max-autotune-no-cudagraphs"); the reason where not timed
+    eager_ms: float | None = None
+    compiled_ms: float | None = None
+    eager_skipped: str = ""
+    compiled_skipped: str = ""
     note: str = ""
     retimed: int = 0  # measured again this many times: the reference came out off its usual time
     ahead_us: float | None = None  # the longest GPU-ahead wait either side's measurement used
@@ -255,6 +266,16 @@ class EvalResult:
     retried_alone: bool = False
     # What the candidate's autotuners chose, key by key, on the shapes evaluated (empty without triton.autotune)
     tuned: list[TunedChoice] = field(default_factory=list)
+    # Runtime-weighted like `speedup`: sum(baseline ms) / sum(candidate ms) over the timed search shapes, each
+    # None (with the reason) where a timed search shape lacks that baseline (evaluation/baselines.py)
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    vs_eager_skipped: str = ""
+    vs_compile_skipped: str = ""
+    # The median over the timed search shapes of `sol_fraction`, and over those that move at least
+    # sol.LARGE_BYTES (None: no such shape, or no calibration)
+    sol_median: float | None = None
+    sol_median_large: float | None = None
 
     @property
     def ok(self) -> bool:

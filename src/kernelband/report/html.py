@@ -279,6 +279,7 @@ def render(data: dict, figs: dict[str, str]) -> str:
               table_html(tables["iter-current"]), table_html(tables["iter-best"]),
               table_html(tables["iter-best-generated"]), table_html(tables["tokens"]),
               "<h2>Held-out shapes</h2>", table_html(tables["held-out"]),
+              "<h2>Against torch and the speed of light</h2>", table_html(tables["baselines"]),
               "<h2>Per task</h2>", _img(figs, "tasks", "best speedup per task"), table_html(tables["tasks"])]
     if "task-means" in tables:
         parts.append(table_html(tables["task-means"]))

@@ -121,13 +121,29 @@ def build(data: dict) -> list[Table]:
                         s.get("confirmed_geomean"))])
     tables.append(t)
 
+    t = Table("baselines", "The best kernel against torch (eager and torch.compile) and the speed of light",
+              ["policy", "vs eager geomean", "tasks", "vs compile geomean", "tasks", "SOL median",
+               "SOL median, >= 16 MB"])
+    for p in policies:
+        s = summary[p]
+        t.rows.append([label(p), num(s.get("vs_eager_geomean")), num(s.get("n_vs_eager"), "g"),
+                       num(s.get("vs_compile_geomean")), num(s.get("n_vs_compile"), "g"),
+                       num(s.get("sol_median"), ".2f"), num(s.get("sol_median_large"), ".2f")])
+    t.note = ("vs eager / vs compile: runtime-weighted speedup over the task's torch reference as written and "
+              "through torch.compile(mode=\"max-autotune-no-cudagraphs\"), geometric mean over the tasks that "
+              "have them (tasks: how many). SOL: the median over tasks of the best kernel's median fraction of "
+              "max(bytes / bandwidth, FLOPs / peak, launch floor).")
+    tables.append(t)
+
     t = Table("tasks", "Per task and run (noise floor: k0 timed against itself)", ["task", "policy", "seed", "run", "best speedup", "held-out",
-                                            "best outcome", "SOL", "evaluations", "correct evals", "tokens",
+                                            "best outcome", "SOL", "SOL >= 16 MB", "vs eager", "vs compile",
+                                            "evaluations", "correct evals", "tokens",
                                             "noise floor", "status", "re-measured", "faster", "handed back as"])
     for r in data["tasks"]:
         t.rows.append([label(r["task"]), label(r["policy"]), num(r["seed"], "d"), num(r["run_id"], "d"),
                        num(r["best_speedup"]), num(r["held_out"]), label(r["best_outcome"]),
-                       num(r["sol_fraction"], ".2f"), num(r["evaluations"], "d"), num(r["evals_ok"], "d"),
+                       num(r["sol_fraction"], ".2f"), num(r.get("sol_large"), ".2f"), num(r.get("vs_eager")),
+                       num(r.get("vs_compile")), num(r["evaluations"], "d"), num(r["evals_ok"], "d"),
                        num(r["tokens"], "d"), num(r["k0_self_speedup"]), label(r["status"]),
                        num(r.get("confirmed")), label({True: "yes", False: "no"}.get(r.get("faster"))),
                        label(r.get("handed_back_as") or "")])

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelband.errors import SetupError, UserError
+from kernelband.evaluation import sol
 from kernelband.evaluation.records import EvalResult, Outcome
 from kernelband.policies.base import Policy
 from kernelband.proposers.base import Proposer
@@ -84,6 +85,16 @@ class Summary:
     stopped: str = ""  # why the run ended before its iterations, if it did
     device: str = ""  # where the timings were taken
     interpreter: bool = False  # timings from the Triton interpreter on a CPU: they say nothing about GPU speed
+    # The best kernel's runtime-weighted speedup over the task's torch reference as written and through
+    # torch.compile, from its re-check where it had one (fresh inputs, as confirmed_speedup) else from its
+    # search evaluation; None with the reason where a baseline was not timed (evaluation/baselines.py)
+    best_vs_eager: float | None = None
+    best_vs_compile: float | None = None
+    vs_eager_skipped: str = ""
+    vs_compile_skipped: str = ""
+    # the median of the best kernel's SOL fractions over the search shapes that move at least 16 MB
+    # (sol.LARGE_BYTES); best_sol_fraction is the median over all of them
+    best_sol_large: float | None = None
     per_iteration: list[dict] = field(default_factory=list)
     # proposals by outcome (`ProposalOutcome` values): how many were evaluated, and why the others were not
     proposals: dict[str, int] = field(default_factory=dict)
@@ -386,6 +397,9 @@ class Search:
         checked = held is not None and held.ok
         unchecked = 1.0 if best.id == 0 else None  # k0 as the best is 1.0 by definition
         fractions = [s.sol_fraction for s in best.result.shapes if s.sol_fraction is not None and not s.held_out]
+        large = [s.sol_fraction for s in best.result.shapes if s.sol_fraction is not None and not s.held_out
+                 and (s.moved_bytes or 0) >= sol.LARGE_BYTES]
+        against = held if checked else best.result
         summary = Summary(run_id=self.run_id, task=self.task.ref, policy=self.policy.name,
                           proposer=self.proposer.name, seed=self.seed, iterations=iterations,
                           evaluations=self.evaluations, best_candidate=best.id, best_speedup=best.speedup,
@@ -397,8 +411,11 @@ class Search:
                           pool_size=sum(c.valid for c in self.candidates), stopped=stopped,
                           device=best.result.device, interpreter=best.result.interpreter,
                           per_iteration=[{k: v for k, v in row.items() if k != "arms"} for row in per_iteration],
-                          finalists=finalists, handback=chosen.handback.to_dict(),
-                          proposals=dict(self.proposals))
+                          finalists=finalists, best_vs_eager=against.speedup_vs_eager,
+                          best_vs_compile=against.speedup_vs_compile, vs_eager_skipped=against.vs_eager_skipped,
+                          vs_compile_skipped=against.vs_compile_skipped,
+                          best_sol_large=statistics.median(large) if large else None,
+                          handback=chosen.handback.to_dict(), proposals=dict(self.proposals))
         if self.out_dir is not None:
             summary.best_path, summary.diff_path = write_files(self.out_dir / f"run-{self.run_id}", chosen,
                                                                self.task.module_source, self.task.name)

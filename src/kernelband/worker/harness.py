@@ -113,6 +113,12 @@ class Harness:
     def reference(self, inputs) -> Any:
         raise NotImplementedError
 
+    @property
+    def torch_reference(self):
+        """The task's reference in torch, called as `call` is (on `make_inputs`'s inputs), for the baselines
+        timed beside a candidate (worker/baselines.py); None where the task has none."""
+        return None
+
     def run_tests(self) -> Any:
         raise NotImplementedError
 
@@ -215,6 +221,10 @@ class PyFileHarness(Harness):
 
     def reference(self, inputs):
         return self.ns["reference"](*inputs)
+
+    @property
+    def torch_reference(self):
+        return self.reference if self.has_reference else None
 
 
 class _LoopRange:
@@ -330,6 +340,13 @@ class TritonBenchHarness(Harness):
 
     def call(self, inputs):
         return self.metrics.call_op(inputs)
+
+    @property
+    def torch_reference(self):
+        """A reference of KernelBand's own where the task's meaning is plain (tasks/tritonbench_references.py):
+        it never judges correctness here, which stays the starting kernel's."""
+        from kernelband.tasks.tritonbench_references import REFERENCES
+        return REFERENCES.get(self.name)
 
     def run_tests(self):
         """Run the instance's own test code against this worker's module."""

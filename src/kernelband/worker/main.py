@@ -38,7 +38,7 @@ def _is_cuda_fault(text: str) -> bool:
     return any(marker in text for marker in _CUDA_FAULT_MARKERS)
 
 
-_FREES_MEMORY = frozenset({"run", "tests", "selfcheck", "time", "features", "profile", "calibrate"})
+_FREES_MEMORY = frozenset({"run", "tests", "selfcheck", "time", "features", "profile", "calibrate", "baselines"})
 
 
 class Worker:
@@ -504,12 +504,19 @@ class Worker:
         return {"ok": True, "seconds": {"start": t1 - t0, "run": t2 - t1, "stop": t3 - t2}}
 
     def op_calibrate(self, request: dict) -> dict:
-        """Peak copy bandwidth and dense matmul throughput of this GPU (trusted code, no module needed)."""
-        from kernelband.worker.calibrate import measure
+        """Peaks and launch floor of this GPU (trusted code, no module needed): worker/calibrate.py."""
+        from kernelband.worker.calibrate import run
         try:
-            return {"ok": True, "peaks": measure(self.guard.original("triton.testing:do_bench"))}
+            return {"ok": True, **run(request, self.guard, self.gpu)}
         except BaseException as exc:  # noqa: BLE001
             return {"ok": False, "outcome": "runtime_error", "error": _error_text(exc)}
+
+    def op_baselines(self, request: dict) -> dict:
+        """The task's torch reference timed as written and compiled, as `op_time` times the module."""
+        from kernelband.worker.baselines import time_baselines
+        self._seed(request["seed"])
+        copies = self._placements(request["shape"], request["preset"])
+        return time_baselines(self.harness.torch_reference, copies, request, self.gpu, self.guard)
 
     def op_exit(self, request: dict) -> dict:
         raise SystemExit(0)
