@@ -342,7 +342,7 @@ def main() -> None:
         store = Store(args.db)
         evaluators = [Evaluator(device_index=i, warm=args.runs_per_gpu + 1, warm_profilers=args.warm_profilers)
                       for i in range(max(1, torch.cuda.device_count()))]
-        # `kill -USR1` prints every thread's stack to stderr (benchmarks/gpu_collect.sh does, each call)
+        # `kill -USR1` prints every thread's stack to stderr (scripts/gpu/gpu_collect.sh does, each call)
         stacks.dump_on(signal.SIGUSR1)
         beating = heartbeat(evaluators)
         try:

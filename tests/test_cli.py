@@ -158,6 +158,12 @@ def test_eval_of_the_starting_kernel_is_ok_with_the_full_record():
         assert SHAPE_KEYS <= set(shape)
         assert shape["correct"] is True and shape["ref_ms"] > 0 and shape["cand_ms"] > 0
         assert shape["sol_fraction"] is None  # the interpreter has no speed of light
+        # the torch baselines' fields are there, with the reason they were not timed
+        assert shape["eager_ms"] is None and "interpreter" in shape["eager_skipped"]
+        assert shape["compiled_ms"] is None and "interpreter" in shape["compiled_skipped"]
+    assert result["speedup_vs_eager"] is None and "interpreter" in result["vs_eager_skipped"]
+    assert result["speedup_vs_compile"] is None and "interpreter" in result["vs_compile_skipped"]
+    assert "sol_median" in result and "sol_median_large" in result
     assert set(result["features"]) >= {"rho", "phi", "sources"}
     assert result["features"]["rho"]["block_dim_x"] == 128  # vector_add's BLOCK_SIZE
 
@@ -168,8 +174,8 @@ def test_eval_of_the_starting_kernel_is_ok_with_the_full_record():
     ("eval_throughput.py", ["--parts", "pool@4,pool@0", "--out", "out.json"]),
     ("eval_throughput.py", ["--parts", "pool", "--preset", "default+max_ms=x", "--out", "out.json"]),
     ("search_quality.py", ["--parts", "bench", "--db", "runs.db"]),
-    ("rewrite_correctness.py", ["rows"]),
-    ("interpreter_times.py", ["--out", "out.json"])])
+    ("interpreter_times.py", ["--out", "out.json"]),
+    ("sol_baselines.py", ["--out", "out.json"])])
 def test_a_benchmark_script_given_bad_input_says_so_in_one_line_and_exits_2(tmp_path, script, args):
     """TritonBench data that is not where it is said to be, or an unknown part: `errors.run_script`."""
     script_path = Path(__file__).resolve().parents[1] / "benchmarks" / script
@@ -253,7 +259,7 @@ def test_the_throughput_repeat_part_keeps_each_shapes_times_and_the_spread_of_it
                                          ("bench.db.xz", "is not a KernelBand run database")])
 def test_the_priors_script_given_no_database_says_so_in_one_line_and_exits_2(tmp_path, given, said):
     (tmp_path / "bench.db.xz").write_bytes(b"\xfd7zXZ\x00 packed")
-    script_path = Path(__file__).resolve().parents[1] / "benchmarks" / "rewrite_priors.py"
+    script_path = Path(__file__).resolve().parents[1] / "tools" / "rewrite_priors.py"
     done = subprocess.run([sys.executable, str(script_path), given], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
@@ -378,13 +384,13 @@ def test_quarantine_moves_the_windows_runs_to_a_quarantined_bench(tmp_path):
 
 
 def test_a_second_gpu_session_on_a_machine_whose_session_still_runs_does_not_start(tmp_path):
-    """benchmarks/gpu_session.sh: a device call that finds the machine still held, its session running, must
+    """scripts/gpu/gpu_session.sh: a device call that finds the machine still held, its session running, must
     not start a second sweep on the same GPU (bench 3, BENCHMARKS.md): it says so and leaves."""
     state = tmp_path / "state"
     state.mkdir()
     (state / "session.pid").write_text(f"{os.getpid()}\n")  # this test's process: alive
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run(["bash", str(root / "benchmarks" / "gpu_session.sh")], cwd=tmp_path, capture_output=True,
+    done = subprocess.run(["bash", str(root / "scripts" / "gpu" / "gpu_session.sh")], cwd=tmp_path, capture_output=True,
                           text=True, timeout=60, env={**os.environ, "KB_STATE": str(state)})
     assert done.returncode == 0
     log = (state / "session.log").read_text()

@@ -35,6 +35,9 @@ EXPECTED = {
     "write_outside": ("runtime_error", "not allowed", None),
     "write_outside_subprocess": ("ok", "", None),
     "bad_output_file": ("suspicious", "outputs cannot be read", "output_file"),
+    "lazy_output": ("suspicious", "kb_candidate.Lazy, not a torch.Tensor", "plain_output"),
+    "lazy_buffer": ("suspicious", "sys.addaudithook", "plain_output"),
+    "token_launch": ("suspicious", "torch does most of the work", "torch_work"),
 }
 
 
@@ -46,8 +49,14 @@ def _source(name: str, target: Path) -> str:
 def test_hostile_candidate_gets_its_outcome_and_the_next_good_one_passes(name, evaluator, vector_add, tmp_path):
     outcome, text, check = EXPECTED[name]
     target = tmp_path / "escaped.txt"
+    limit = evaluator.limits.run_s
+    if name == "infinite_loop":  # it never answers: a shorter limit than the session's 15 s proves the same
+        evaluator.limits.run_s = 4.0
     t0 = time.monotonic()
-    result = evaluator.evaluate(vector_add, _source(name, target))
+    try:
+        result = evaluator.evaluate(vector_add, _source(name, target))
+    finally:
+        evaluator.limits.run_s = limit
     took = time.monotonic() - t0
     assert result.outcome.value == outcome, (result.outcome, result.detail, result.error[-2000:])
     assert text in result.detail + result.error
@@ -72,6 +81,10 @@ def test_every_corpus_file_has_an_expected_outcome():
 GPU_EXPECTED = {
     "gpu_illegal_address": ("crashed", "illegal memory access", None),
     "gpu_kernel_hang": ("timeout", "no answer", None),
+    # A kernel queued on an unjoined side stream (the CPU has no streams to queue it on): the correctness run's
+    # copy of the output taken on the current stream races it, and the kernels' record ends it past the marker
+    # where the timing ends; whichever comes first.
+    "side_stream": ("suspicious", "another stream", ("async_work", "past_timed_region")),
 }
 # On a GPU, the compile-only call of the entry (the `precompile` request) reaches infinite_loop.py's `while True`.
 GPU_OVERRIDES = {"infinite_loop": ("timeout", "while compiling its kernels", None)}
@@ -107,7 +120,7 @@ def test_gpu_hostile_candidate_gets_its_outcome_and_the_next_good_one_passes(nam
     assert result.outcome.value == outcome, (result.outcome, result.detail, result.error[-2000:])
     assert text in result.detail + result.error
     if check:
-        assert check in result.checks
+        assert set(result.checks) & ({check} if isinstance(check, str) else set(check)), result.checks
     assert not target.exists()
     good = gpu_evaluator.evaluate(task, (HERE / "good.py").read_text())
     assert good.ok, (good.outcome, good.detail, good.error[-2000:])
@@ -142,3 +155,18 @@ def test_a_hung_candidate_is_stopped_relative_to_the_reference(evaluator, vector
     assert "the limit is 2x the reference's" in hung.detail and "at least 3 s" in hung.detail, hung.detail
     assert took < 60, took  # far below run_s
     assert good.ok, (good.outcome, good.detail)  # a kernel as fast as the reference is within its limit
+
+
+@pytest.mark.gpu
+def test_gpu_token_launch_is_caught_by_the_triton_share_and_good_ones_record_theirs(gpu_evaluator):
+    """On a GPU the share of kernel time decides (not the interpreter's element count), and every evaluation
+    records it."""
+    from kernelband.tasks import load_task
+
+    task = load_task(str(Path(__file__).parent / "data" / "small_add.py"))
+    token = gpu_evaluator.evaluate(task, (HERE / "token_launch.py").read_text())
+    assert token.outcome.value == "suspicious" and "torch_work" in token.checks, (token.outcome, token.detail)
+    assert "% of kernel time" in token.detail, token.detail
+    good = gpu_evaluator.evaluate(task, (HERE / "good.py").read_text())
+    assert good.ok, (good.outcome, good.detail)
+    assert good.triton_share is not None and good.triton_share > 0.9, good.triton_share

@@ -148,10 +148,10 @@ def test_a_reference_output_that_shows_uninitialized_memory_drops_its_shape(eval
 def test_filled_memory_makes_uninitialized_allocations_visible_and_restores_torch():
     import torch
 
-    from kernelband.worker.main import _filled_memory
+    from kernelband.worker.poison import filled_memory
 
     before = torch.are_deterministic_algorithms_enabled()
-    with _filled_memory():
+    with filled_memory():
         assert bool(torch.isnan(torch.empty(1000)).all())
         assert bool((torch.empty(100, dtype=torch.int32) == torch.iinfo(torch.int32).max).all())
     assert torch.are_deterministic_algorithms_enabled() == before

@@ -4,7 +4,6 @@ Each test scripts the server's replies, one per HTTP request, and reads back the
 
 from __future__ import annotations
 
-import contextlib
 import email.utils
 import json
 import re
@@ -12,19 +11,18 @@ import socket
 import sys
 import threading
 import time
-from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from llm_server import MODEL, Server, completion, ok, send, status
 
 from kernelband.errors import SetupError
-from kernelband.proposers.llm import LLMConfig, LLMProposer, extract_code, phi_summary
-from kernelband.search.core import Attempt, Candidate, Context, Strategy
+from kernelband.proposers.llm import LLMConfig, LLMProposer, extract_code
+from kernelband.proposers.prompt import phi_summary
+from kernelband.search.core import Attempt, Candidate, Context, ProposalOutcome, Strategy
 
 pytestmark = pytest.mark.timeout(30)
 
 API_KEY = "sk-kernelband-llm-test-key"
-MODEL = "test-model"
 
 PARENT = '''import torch
 import triton
@@ -59,66 +57,8 @@ def context(**kw) -> Context:
     return Context(**{**defaults, **kw})
 
 
-def completion(content: str, finish_reason: str = "stop", tokens=(120, 80)) -> dict:
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()), "model": MODEL,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                         "finish_reason": finish_reason, "logprobs": None}],
-            "usage": {"prompt_tokens": tokens[0], "completion_tokens": tokens[1],
-                      "total_tokens": tokens[0] + tokens[1]}}
-
-
 def reply_with(code: str) -> str:
     return f"Rationale: {RATIONALE}\n\n```python\n{code}```\n"
-
-
-class Server:
-    """A chat-completions endpoint: each request gets the next scripted reply, a function of the handler."""
-
-    def __init__(self):
-        self.script: deque = deque()
-        self.requests: list[dict] = []  # {"at", "headers", "body"}
-        self.stop = threading.Event()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                server.requests.append({"at": time.monotonic(), "path": self.path, "headers": headers,
-                                        "body": body})
-                reply = server.script.popleft() if server.script else status(500, {"error": "script is over"})
-                with contextlib.suppress(OSError):  # the client may have given up on a slow reply
-                    reply(self)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
-
-    def close(self):
-        self.stop.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-def send(handler, code: int, body: bytes, headers: dict | None = None, length: int | None = None):
-    handler.send_response(code)
-    handler.send_header("Content-Type", "application/json")
-    handler.send_header("Content-Length", str(len(body) if length is None else length))
-    for k, v in (headers or {}).items():
-        handler.send_header(k, v)
-    handler.end_headers()
-    handler.wfile.write(body)
-
-
-def ok(content: str, **kw):
-    return lambda h: send(h, 200, json.dumps(completion(content, **kw)).encode())
-
-
-def status(code: int, body: dict, headers: dict | None = None):
-    return lambda h: send(h, code, json.dumps(body).encode(), headers)
 
 
 @pytest.fixture
@@ -144,8 +84,8 @@ def test_good_kernel_and_what_was_sent(server):
     assert proposal.rationale == RATIONALE
     assert (proposal.tokens_in, proposal.tokens_out) == (120, 80)
     [call] = proposal.calls
-    assert call["outcome"] == "ok" and call["model"] == MODEL and call["attempts"] == 1
-    assert (call["tokens_in"], call["tokens_out"]) == (120, 80) and call["latency_s"] >= 0
+    assert call.outcome == ProposalOutcome.OK and call.model == MODEL and call.attempts == 1
+    assert (call.tokens_in, call.tokens_out) == (120, 80) and call.latency_s >= 0
 
     [request] = server.requests
     body = request["body"]
@@ -156,7 +96,7 @@ def test_good_kernel_and_what_was_sent(server):
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
     assert PARENT.strip() in prompt and "vectorize_memory" in prompt and STRATEGY.description in prompt
     assert "dram_bw_pct: 41.2 %" in prompt and "registers_per_thread: 26" in prompt
-    assert "l2_hit_rate: not measured" in prompt
+    assert "l2_hit_rate" not in prompt and "not measured" not in prompt  # nothing measured it: no line
     assert "BLOCK must be a power of 2" in prompt and "tile_sizes" in prompt
     assert "vector_add" in prompt and "`add`" in prompt and "```python" in prompt
     # The key goes in the Authorization header, never into the prompt.
@@ -173,14 +113,14 @@ def test_unusable_code_costs_no_evaluation(server, reply, outcome, error):
     server.script.append(ok(reply))
     proposal = propose(proposer(server))
     assert proposal.source is None and error in proposal.error
-    assert proposal.calls[0]["outcome"] == outcome and proposal.tokens_in == 120
+    assert proposal.calls[0].outcome == outcome == proposal.outcome and proposal.tokens_in == 120
 
 
 def test_reply_cut_off_at_max_tokens(server):
     server.script.append(ok(reply_with(GOOD), finish_reason="length"))
     proposal = propose(proposer(server))
     assert proposal.source is None and "cut off" in proposal.error
-    assert proposal.calls[0]["outcome"] == "truncated" and proposal.tokens_out == 80
+    assert proposal.calls[0].outcome == "truncated" and proposal.tokens_out == 80
 
 
 @pytest.mark.parametrize("length", ["honest", "promised"])
@@ -192,7 +132,7 @@ def test_cut_off_body_is_an_http_error(server, length):
     proposal = propose(proposer(server))
     assert proposal.source is None
     [call] = proposal.calls
-    assert call["outcome"] == "http_error" and call["error"] and call["attempts"] == 1
+    assert call.outcome == "http_error" and call.error and call.attempts == 1
     assert len(server.requests) == 1
 
 
@@ -200,7 +140,7 @@ def test_429_honours_retry_after_seconds(server):
     server.script.extend([status(429, {"error": {"message": "slow down"}}, {"Retry-After": "1"}),
                           ok(reply_with(GOOD))])
     proposal = propose(proposer(server, max_retries=2))
-    assert proposal.source == GOOD and proposal.calls[0]["attempts"] == 2
+    assert proposal.source == GOOD and proposal.calls[0].attempts == 2
     first, second = server.requests
     assert second["at"] - first["at"] >= 0.95
     assert second["headers"]["authorization"] == f"Bearer {API_KEY}"
@@ -221,7 +161,7 @@ def test_http_error_after_retries(server):
     server.script.extend([status(500, {"error": {"message": "boom"}}, {"retry-after-ms": "50"})] * 2)
     proposal = propose(proposer(server, max_retries=1))
     assert proposal.source is None and "HTTP 500" in proposal.error and "boom" in proposal.error
-    assert proposal.calls[0]["outcome"] == "http_error" and proposal.calls[0]["attempts"] == 2
+    assert proposal.calls[0].outcome == "http_error" and proposal.calls[0].attempts == 2
 
 
 def closed_port_url() -> str:
@@ -258,7 +198,7 @@ def test_once_a_call_has_gone_through_the_same_errors_are_recorded_like_any_othe
     for code in (401, 404):
         proposal = propose(p)
         assert proposal.source is None and f"HTTP {code}" in proposal.error
-        assert proposal.calls[0]["outcome"] == "http_error"
+        assert proposal.calls[0].outcome == "http_error"
 
 
 def test_slow_reply_times_out(server):
@@ -270,14 +210,14 @@ def test_slow_reply_times_out(server):
     started = time.monotonic()
     proposal = propose(proposer(server, timeout_s=0.5, max_retries=1))
     assert time.monotonic() - started < 4
-    assert proposal.source is None and proposal.calls[0]["outcome"] == "timeout"
-    assert len(server.requests) == 2 and proposal.calls[0]["attempts"] == 2  # timeouts are retried
+    assert proposal.source is None and proposal.calls[0].outcome == "timeout"
+    assert len(server.requests) == 2 and proposal.calls[0].attempts == 2  # timeouts are retried
 
 
 def test_budget_in_calls(server):
     server.script.extend([ok("no code"), ok(reply_with(GOOD)), ok(reply_with(GOOD))])
     p = proposer(server, budget_calls=2)
-    assert propose(p).calls[0]["outcome"] == "no_code"
+    assert propose(p).calls[0].outcome == "no_code"
     assert propose(p).source == GOOD
     spent = propose(p)
     assert spent.source is None and spent.error == "LLM budget spent: 2 of 2 calls made"
@@ -330,5 +270,92 @@ def test_works_without_openai(monkeypatch):
 
 
 def test_phi_summary_never_invents():
-    lines = phi_summary({}).splitlines()
-    assert len(lines) == 9 and all("not measured" in line for line in lines)
+    assert phi_summary({}) == ""
+    assert phi_summary({"l2_hit_rate": None, "dram_bw_pct": 50.0}).splitlines() == [
+        "- dram_bw_pct: 50.0 %  (DRAM bandwidth used, of the device's peak; high means memory-bound)"]
+
+
+# -- outcomes, time limits, duplicates ------------------------------------------------------------------------
+def test_429_after_the_retries_is_rate_limited_not_a_plain_http_error(server):
+    server.script.extend([status(429, {"error": {"message": "slow down"}}, {"retry-after-ms": "20"})] * 2)
+    proposal = propose(proposer(server, max_retries=1))
+    assert proposal.source is None and proposal.outcome == ProposalOutcome.RATE_LIMITED
+    [call] = proposal.calls
+    assert call.outcome == ProposalOutcome.RATE_LIMITED and call.attempts == 2 and "HTTP 429" in call.error
+
+
+def slow_reply(server: Server, seconds: float):
+    def reply(handler):
+        server.stop.wait(seconds)
+        send(handler, 200, json.dumps(completion(reply_with(GOOD))).encode())
+    return reply
+
+
+def test_the_live_view_shows_how_long_the_llm_has_been_out(server):
+    from rich.console import Console
+
+    from kernelband.cli.optimize import LiveView
+
+    server.script.append(slow_reply(server, 1.5))
+    p = proposer(server, timeout_s=10)
+    view = LiveView("examples:vector_add", "greedy", "llm", 3, p.waiting_s)
+    console = Console(width=120, record=True)
+
+    def shown() -> str:
+        console.print(view.render())
+        return console.export_text()
+
+    assert p.waiting_s() is None and "waiting for the LLM" not in shown()
+    done = []
+    worker = threading.Thread(target=lambda: done.append(propose(p)))
+    worker.start()
+    deadline = time.monotonic() + 5
+    while not server.requests and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(1.1)
+    assert p.waiting_s() >= 1.0 and "waiting for the LLM (1 s)" in shown()
+    worker.join(10)
+    assert done[0].source == GOOD and p.waiting_s() is None and "waiting for the LLM" not in shown()
+
+
+def test_timeout_and_retries_from_the_environment(server, monkeypatch):
+    monkeypatch.setenv("KERNELBAND_LLM_TIMEOUT", "0.4")
+    monkeypatch.setenv("KERNELBAND_LLM_RETRIES", "0")
+    config = LLMConfig.from_env(base_url=server.url, model=MODEL)
+    assert (config.timeout_s, config.max_retries) == (0.4, 0)
+    server.script.extend([slow_reply(server, 5)] * 3)
+    proposal = LLMProposer(config).propose(Candidate(3, PARENT), STRATEGY, context())
+    [call] = proposal.calls
+    assert call.outcome == ProposalOutcome.TIMEOUT and call.attempts == 1 and len(server.requests) == 1
+    assert call.latency_s < 2 and "no reply within 0.4 s" in call.error
+
+
+def test_flags_win_over_the_environment_and_bad_values_are_one_line(server, monkeypatch):
+    from kernelband.errors import UserError
+    from kernelband.search.session import ProposerChoice, make_proposer
+
+    monkeypatch.setenv("KERNELBAND_LLM_TIMEOUT", "300")
+    monkeypatch.setenv("KERNELBAND_LLM_RETRIES", "9")
+    p = make_proposer(ProposerChoice("llm", model=MODEL, base_url=server.url, timeout_s=0.4, max_retries=1))
+    server.script.extend([slow_reply(server, 5)] * 3)
+    [call] = p.propose(Candidate(3, PARENT), STRATEGY, context()).calls
+    assert call.outcome == ProposalOutcome.TIMEOUT and call.attempts == 2 and len(server.requests) == 2
+    with pytest.raises(UserError, match=r"^--llm-timeout must be a number of seconds above 0 \(got 0\)$"):
+        make_proposer(ProposerChoice("llm", model=MODEL, base_url=server.url, timeout_s=0))
+    with pytest.raises(UserError, match=r"^--llm-retries must be a whole number of retries, 0 or more"):
+        make_proposer(ProposerChoice("llm", model=MODEL, base_url=server.url, max_retries=-1))
+    monkeypatch.setenv("KERNELBAND_LLM_TIMEOUT", "soon")
+    with pytest.raises(UserError, match=r"^KERNELBAND_LLM_TIMEOUT must be a number of seconds above 0 \(got 'soon'\)"):
+        LLMConfig.from_env()
+
+
+def test_a_reply_that_only_reformats_a_known_candidate_is_a_duplicate_and_its_tokens_count(server):
+    from kernelband.search.core import normalized_hash
+
+    reformatted = "# the same kernel, reformatted\n" + GOOD.replace("\n\n\n", "\n\n").replace("1024", "(1024)")
+    assert reformatted != GOOD and normalized_hash(reformatted) == normalized_hash(GOOD)
+    server.script.extend([ok(reply_with(reformatted))])
+    proposal = propose(proposer(server), known={normalized_hash(PARENT): 0, normalized_hash(GOOD): 4})
+    assert proposal.source is None and proposal.outcome == ProposalOutcome.DUPLICATE
+    assert proposal.error == "the same code as candidate 4" and proposal.calls[0].outcome == "duplicate"
+    assert (proposal.tokens_in, proposal.tokens_out) == (120, 80) and proposal.rationale == RATIONALE

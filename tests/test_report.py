@@ -36,7 +36,7 @@ from kernelband.evaluation.records import EvalResult, Features, Outcome, ShapeRe
 from kernelband.report.html import write_report
 from kernelband.report.metrics import parse_target, report_data
 from kernelband.report.tables import build as build_tables
-from kernelband.search.core import source_hash
+from kernelband.search.core import LLMCall, source_hash
 from kernelband.search.loop import Summary
 from kernelband.store import Store
 
@@ -145,7 +145,7 @@ def _build_run(store: Store, bench: int, policy: str, task: str, seed: int) -> i
             parent = best_id
             store.add_candidate(run, cid, source, source_hash(source), parent, strategy, t, slot, f"try {strategy}")
             store.add_proposal(run, t, slot, parent, strategy, cid, "", f"try {strategy}", 1000 + cid, 500,
-                               [{"model": "m", "tokens_in": 1000 + cid, "tokens_out": 500, "outcome": "ok"}])
+                               [LLMCall("m", tokens_in=1000 + cid, tokens_out=500, attempts=1)])
             store.add_evaluation(run, cid, "search", _result(task, outcome, speedup, cid))
             tokens += 1500 + cid
             evaluations += 1
@@ -361,7 +361,7 @@ def test_run_report(built, tmp_path):
     assert [r[0][0] for r in shapes] == [s.label for s in search.shapes]
     assert shapes[0][4][0] == f"{search.shapes[0].speedup:.3f}" and shapes[0][5][0] == "0.995"  # k0 vs itself
     html = page.read_text()
-    assert "Trajectory" in html and "Per shape, against the reference" in html and 'id="lineage"' in html
+    assert "Trajectory" in html and "Per shape, against the reference and torch" in html and 'id="lineage"' in html
     assert "Speedup and Fast@1 per iteration" not in html
     assert not data["warnings"]  # measured on a GPU: no interpreter warning
 
@@ -395,6 +395,20 @@ def test_the_report_of_an_interpreter_run_says_first_that_its_speedups_say_nothi
     assert "+    BLOCK = 256" in text  # the diff of the kernel handed back
     page = write_report(data, tmp_path / "out").read_text()
     assert page.index("Warning: interpreter timings") < page.index("<h2>")
+
+
+def test_the_llm_calls_are_reported_per_run(built, tmp_path):
+    """A run's report lists its calls (outcome, latency, tokens, attempts); a bench's counts them per run."""
+    outcomes = built["data"]["llm_outcomes"]
+    assert sorted(r["run_id"] for r in outcomes) == sorted(built["ids"].values())
+    assert all(r["outcomes"] == {"ok": r["calls"]} and r["tokens"] > 0 for r in outcomes)
+    assert '<table id="llm-outcomes">' in built["page"].read_text()
+    run_id = built["ids"][("kernelband", "examples:vector_add", 0)]
+    data = report_data(built["store"], run_id)
+    calls = built["store"].llm_calls(run_id)
+    assert [(c["outcome"], c["attempts"], c["tokens_in"]) for c in data["llm_calls"]] == \
+        [("ok", 1, c["tokens_in"]) for c in calls] and calls
+    assert '<table id="llm-calls">' in write_report(data, tmp_path / "run").read_text()
 
 
 # -- the command line ------------------------------------------------------------------------------------

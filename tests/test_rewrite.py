@@ -849,10 +849,12 @@ def test_how_much_work_a_thread_holds_sorts_a_parent():
 
 
 def test_the_priors_are_counted_per_family_and_parent_load(tmp_path):
-    """benchmarks/rewrite_priors.py, which wrote priors.json, on a run store with known children."""
+    """tools/rewrite_priors.py, which wrote priors.json, on a run store with known children."""
+    from pathlib import Path
+
     from kernelband.store import Store
 
-    sys.path.insert(0, str(PRIORS_FILE.parents[4] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
     try:
         from rewrite_priors import count
     finally:
@@ -960,6 +962,21 @@ def test_a_toml_file_adds_and_replaces_strategies(tmp_path):
     assert loaded["split_k"].rewrites == () and loaded["split_k"].target == "SM"
 
 
+def test_the_hybrid_routing_and_how_a_file_changes_it(tmp_path):
+    """Launch parameters and autotuning go to the rewriter, the rest to the LLM; `proposer` in a file wins."""
+    assert {s.name: s.proposer for s in builtin_strategies()} == {
+        "tiling": "rewriter", "vectorization": "rewriter", "pipeline": "rewriter",
+        "fusion": "llm", "reordering": "llm", "access_layout": "llm"}
+    path = tmp_path / "s.toml"
+    path.write_text('[[strategies]]\nname = "tiling"\nproposer = "llm"\n\n[[strategies]]\nname = "pipeline"\n'
+                    'rewrites = []\n\n[[strategies]]\nname = "warps"\ndescription = "d"\ntarget = "SM"\n'
+                    'rewrites = ["num_warps"]\n\n[[strategies]]\nname = "split_k"\ndescription = "d"\n'
+                    'target = "SM"\n')
+    routed = {s.name: s.proposer for s in load_strategies(path)}
+    assert (routed["tiling"], routed["pipeline"], routed["vectorization"]) == ("llm", "llm", "rewriter")
+    assert (routed["warps"], routed["split_k"]) == ("rewriter", "llm")  # new: the rewriter when it has rewrites
+
+
 def test_a_json_file_can_replace_all(tmp_path):
     path = tmp_path / "s.json"
     path.write_text(json.dumps({"replace_all": True, "strategies": [
@@ -979,6 +996,9 @@ def test_a_json_file_can_replace_all(tmp_path):
     ("s.json", '{"replace_all": true}', "leaves nothing to search with"),
     ("s.json", '{"strategy": []}', "unknown top-level key 'strategy'"),
     ("s.yaml", "strategies: []\n", "must end in .toml or .json"),
+    ("s.toml", '[[strategies]]\nname = "tiling"\nproposer = "gpt"\n', "'proposer' must be \"rewriter\" or \"llm\""),
+    ("s.toml", '[[strategies]]\nname = "x"\ndescription = "d"\ntarget = "SM"\nproposer = "rewriter"\n',
+     "needs built-in 'rewrites'"),
 ])
 def test_a_bad_strategy_file_is_a_one_line_user_error(tmp_path, name, text, says):
     path = tmp_path / name

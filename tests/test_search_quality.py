@@ -151,30 +151,6 @@ def test_the_heartbeat_says_how_much_cpu_the_driving_process_itself_used(capsys)
     assert max(b["driver"]["cores"] for b in beats) > 0.3 and beats[0]["driver"]["threads"] >= 2
 
 
-def test_the_heartbeat_summary_samples_each_gpus_lock_and_the_driving_process(tmp_path):
-    spec = importlib.util.spec_from_file_location(
-        "heartbeat_cpu", Path(__file__).resolve().parents[1] / "benchmarks" / "heartbeat_cpu.py")
-    heartbeat_cpu = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(heartbeat_cpu)
-    gpu0 = [["Thread-3 (_drain): exclusive 1s", "evaluate-a-kernelband_0: waiting 2s"],
-            ["kernelband-worker-start: shared 2s", "evaluate-b: shared 1s"], []]
-    gpu1 = [[], [], ["evaluate-c: shared 4s"]]
-    memory0 = [{"declared": 0, "budget": 40, "waiting": 0}, {"declared": 30, "budget": 40, "waiting": 1}, {}]
-    lines = ['{"kind": "job_done", "task": "t"}\n'] + [
-        json.dumps({"kind": "heartbeat", "elapsed_s": 60 * (i + 1), "driver": {"cores": 0.2 * (i + 1), "threads": 9},
-                    "evaluators": [{"gpu_lock": a, "cpu": {}, "gpu_memory": m}, {"gpu_lock": b, "cpu": {}}]}) + "\n"
-        for i, (a, b, m) in enumerate(zip(gpu0, gpu1, memory0))]
-    states, driver = heartbeat_cpu.lock_states(lines)
-    assert states == [{"exclusive": 1, "shared": 1, "free": 1, "waiting": 1, "memory_waiting": 1, "declared_max": 30},
-                      {"exclusive": 0, "shared": 1, "free": 2, "waiting": 0, "memory_waiting": 0, "declared_max": 0}]
-    assert driver == pytest.approx([0.2, 0.4, 0.6])
-    # the lock's own accounting, cumulative in each beat: the last beat that has it counts, per GPU
-    first, last = ({"seconds": {"alone": s, "shared": 2 * s}, "steps": []} for s in (1.0, 5.0))
-    beat = {"kind": "heartbeat", "evaluators": [{"gpu_lock_stats": first}, {}]}
-    later = {"kind": "heartbeat", "evaluators": [{"gpu_lock_stats": last}, {}]}
-    assert heartbeat_cpu.lock_accounting(lines + [json.dumps(beat) + "\n", json.dumps(later) + "\n"]) == [last]
-
-
 def test_the_pools_steady_rate_leaves_out_its_start_and_its_drain():
     spec = importlib.util.spec_from_file_location(
         "eval_throughput", Path(__file__).resolve().parents[1] / "benchmarks" / "eval_throughput.py")
@@ -236,7 +212,7 @@ def test_a_benchs_grid_on_another_gpu_model_is_refused_before_any_evaluation(tmp
 
 def test_the_noise_split_tells_noise_per_evaluation_from_noise_per_shape(tmp_path):
     spec = importlib.util.spec_from_file_location(
-        "noise_split", Path(__file__).resolve().parents[1] / "benchmarks" / "noise_split.py")
+        "noise_split", Path(__file__).resolve().parents[1] / "tools" / "noise_split.py")
     noise_split = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(noise_split)
     rng = np.random.default_rng(0)
@@ -294,7 +270,7 @@ def test_a_pool_part_with_no_result_for_a_while_writes_who_holds_the_gpu_lock_an
 
 def test_the_grid_summary_reads_rows_from_a_cut_off_log_and_the_report_json(tmp_path, task_and_variants):
     spec = importlib.util.spec_from_file_location(
-        "grid_summary", Path(__file__).resolve().parents[1] / "benchmarks" / "grid_summary.py")
+        "grid_summary", Path(__file__).resolve().parents[1] / "tools" / "grid_summary.py")
     grid_summary = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(grid_summary)
     task, variants = task_and_variants

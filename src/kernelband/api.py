@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernelband.errors import UserError, read_text
-from kernelband.evaluation.evaluator import Evaluator
 from kernelband.evaluation.records import PRESETS, EvalResult
 from kernelband.search.loop import RunConfig, Summary
-from kernelband.search.session import ProposerChoice, make_proposer, open_search
+from kernelband.search.session import ProposerChoice, check_search, make_proposer, open_search, resumable_run
 from kernelband.store import DEFAULT_DB, Store
 from kernelband.tasks import load_task
 from kernelband.tasks.model import Task
@@ -47,6 +46,8 @@ def evaluate(task: str | Task, candidate: str | Path | None = None, *, preset: s
         raise UserError(f"unknown --shapes {shapes!r}: use search, held-out or all")
     t = _task(task, tritonbench)
     source = candidate_source(candidate)
+    from kernelband.evaluation.evaluator import Evaluator  # torch: only once the input is checked
+
     with Evaluator(mode="interpreter" if interpreter else None, warm=1, preset=preset, use_ncu=use_ncu) as ev:
         # A fresh process knows no usual time of the reference, which the timing needs to tell a disturbed
         # measurement and measure it again: learnt first, as a search's task set-up does (Timing.prime).
@@ -68,16 +69,22 @@ def optimize(task: str | Task, *, policy: str = "kernelband", proposer: str = "a
              seed: int = 0, db: str | Path = DEFAULT_DB, strategies: str | None = None, resume: bool = False,
              interpreter: bool = False, use_ncu: bool | None = None, tritonbench: str | None = None,
              on_event=None) -> Summary:
-    """Run one search into the run database `db` and return its summary. `proposer`: "rewrite", "llm" or
-    "auto" (the LLM if one is configured in the environment). Bad input raises `UserError`."""
+    """Run one search into the run database `db` and return its summary. `proposer`: "rewrite", "llm", "hybrid"
+    or "auto" (the LLM if one is configured in the environment). Bad input raises `UserError`."""
     config = RunConfig(iterations, batch, evaluations, preset, finalists=finalists)
     check_run_config(config)
     t = _task(task, tritonbench)
     chosen = make_proposer(ProposerChoice(proposer))
+    loaded = check_search(policy, seed, strategies)
     store = Store(db)
     try:
+        if resume:
+            resumable_run(store, t, policy, chosen.name, seed)
+        from kernelband.evaluation.evaluator import Evaluator  # torch: only once the input is checked
+
         with Evaluator(mode="interpreter" if interpreter else None, warm=2, preset=preset, use_ncu=use_ncu) as ev:
-            search = open_search(t, ev, store, policy, chosen, seed, config, strategies, resume, on_event=on_event)
+            search = open_search(t, ev, store, policy, chosen, seed, config, resume=resume, on_event=on_event,
+                                 strategies=loaded)
             return search.run()
     finally:
         store.close()

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
+import statistics
 import threading
 import time
 from collections import deque
@@ -318,7 +320,8 @@ class Bench:
                              strategies=self.config.strategy_list())
         summary = search.run()
         self.on_event({"kind": "job_done", "task": job.task, "policy": job.policy, "seed": job.seed,
-                       "best_speedup": summary.best_speedup, "evaluations": summary.evaluations})
+                       "best_speedup": summary.best_speedup, "evaluations": summary.evaluations,
+                       "best_vs_eager": summary.best_vs_eager, "best_vs_compile": summary.best_vs_compile})
 
     def _lookup(self, task, evaluator) -> Callable[[str], EvalResult | None]:
         """Reuses evaluations of the same source on the same task and GPU kind within this sweep, and k0's
@@ -381,3 +384,25 @@ def _stale_verdict(found: EvalResult, task) -> bool:
         return not evaluated_again_alone(found)
     return (found.outcome == Outcome.SUSPICIOUS and set(found.checks) == {"speed_of_light"}
             and bool(task.bytes_overcounted))
+
+
+def against_torch(runs: list) -> dict[str, dict]:
+    """Per policy, over its finished runs (stored summaries): the geometric mean of the best kernels' speedups
+    over torch eager and over torch.compile (over the runs that have them; `n_*` says how many), and the
+    median over runs of the SOL medians, all shapes and shapes of >= 16 MB."""
+    def geomean(values: list[float]) -> float | None:
+        return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+    def median(values: list[float]) -> float | None:
+        return statistics.median(values) if values else None
+
+    out: dict[str, dict] = {}
+    for policy in sorted({r.policy for r in runs}):
+        summaries = [r.summary for r in runs if r.policy == policy and r.summary]
+        got = {key: [s[key] for s in summaries if s.get(key) is not None]
+               for key in ("best_vs_eager", "best_vs_compile", "best_sol_fraction", "best_sol_large")}
+        out[policy] = {"vs_eager_geomean": geomean(got["best_vs_eager"]), "n_vs_eager": len(got["best_vs_eager"]),
+                       "vs_compile_geomean": geomean(got["best_vs_compile"]),
+                       "n_vs_compile": len(got["best_vs_compile"]), "sol_median": median(got["best_sol_fraction"]),
+                       "sol_median_large": median(got["best_sol_large"]), "runs": len(summaries)}
+    return out

@@ -30,7 +30,7 @@ def read_text(path, what: str) -> str:
 
 
 def run_script(main: Callable[..., object], *args) -> None:
-    """A script's entry point (those in benchmarks/): `main(*args)`, with a UserError printed as one line,
+    """A script's entry point (those in benchmarks/ and tools/): `main(*args)`, with a UserError printed as one line,
     `error: ...`, on stderr and exit code 2, as the CLI does."""
     try:
         main(*args)

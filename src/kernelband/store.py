@@ -21,8 +21,17 @@ from urllib.parse import quote
 
 from kernelband.errors import UserError
 from kernelband.evaluation.records import EvalResult
+from kernelband.search.core import LLMCall
 
 DEFAULT_DB = "kernelband-runs/kernelband.db"
+
+# The database's version (SQLite's user_version) and what each step to it does to a database written before.
+# 1: run summaries gain the baseline and SOL fields (search/loop.py's Summary), unknown for a run stored before
+# they were measured, with that as the reason.
+SCHEMA_VERSION = 1
+_BEFORE_BASELINES = "stored before the baselines were timed"
+SUMMARY_ADDED = {"best_vs_eager": None, "best_vs_compile": None, "vs_eager_skipped": _BEFORE_BASELINES,
+                 "vs_compile_skipped": _BEFORE_BASELINES, "best_sol_large": None}
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS benches (
@@ -72,15 +81,16 @@ CREATE TABLE IF NOT EXISTS proposals (
     rationale TEXT NOT NULL DEFAULT '',
     tokens_in INTEGER NOT NULL DEFAULT 0,
     tokens_out INTEGER NOT NULL DEFAULT 0,
+    outcome TEXT NOT NULL DEFAULT '',  -- a ProposalOutcome: ok, no_code, duplicate, timeout, ...
     PRIMARY KEY (run_id, iteration, slot)
 );
 CREATE TABLE IF NOT EXISTS evaluations (
     run_id INTEGER NOT NULL REFERENCES runs(id),
     candidate INTEGER NOT NULL,
-    which TEXT NOT NULL,           -- search | held_out
+    which TEXT NOT NULL,           -- search | held_out | handed_back (the module handed back, pinned)
     outcome TEXT NOT NULL,
     speedup REAL,
-    result TEXT NOT NULL,          -- JSON EvalResult
+    result TEXT NOT NULL,          -- JSON EvalResult (with what its autotuners chose: `tuned`)
     created REAL NOT NULL,
     PRIMARY KEY (run_id, candidate, which)
 );
@@ -107,7 +117,8 @@ CREATE TABLE IF NOT EXISTS llm_calls (
     latency_s REAL,
     outcome TEXT NOT NULL,
     error TEXT NOT NULL DEFAULT '',
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    attempts INTEGER               -- HTTP requests, retries included; NULL: recorded before it was counted
 );
 CREATE TABLE IF NOT EXISTS baselines (
     gpu TEXT NOT NULL,
@@ -127,10 +138,6 @@ CREATE TABLE IF NOT EXISTS grid (
     PRIMARY KEY (bench_id, task)
 );
 """
-
-
-# Columns added to a table after databases with the table were made: added to those when they are opened.
-_ADDED_COLUMNS = {"runs": [("reason", "TEXT NOT NULL DEFAULT ''")]}
 
 
 class RunStatus(str, Enum):
@@ -225,7 +232,7 @@ class Store:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.executescript(SCHEMA)
-                self._add_columns()
+                self._migrate()
         except (OSError, sqlite3.DatabaseError) as exc:
             raise UserError(f"cannot open the run database {self.path}: {exc}{_compressed_hint(self.path)}") from exc
         self._lock = threading.RLock()
@@ -234,12 +241,30 @@ class Store:
     def artifacts(self) -> Path:
         return artifacts_dir(self.path)
 
-    def _add_columns(self) -> None:
-        for table, columns in _ADDED_COLUMNS.items():
-            have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
-            for name, decl in columns:
-                if name not in have:
-                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+    def _migrate(self) -> None:
+        """Bring a database written by an older KernelBand to SCHEMA and SCHEMA_VERSION (a new one only gets the
+        stamp)."""
+        _add_columns(self._db)
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version >= SCHEMA_VERSION:
+            return
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:  # a database opened read-only: its readers take the defaults
+            return
+        try:
+            if version < 1:
+                for run_id, text in self._db.execute("SELECT id, summary FROM runs WHERE summary IS NOT NULL")\
+                        .fetchall():
+                    summary = json.loads(text)
+                    if isinstance(summary, dict) and any(k not in summary for k in SUMMARY_ADDED):
+                        summary = {**SUMMARY_ADDED, **summary}
+                        self._db.execute("UPDATE runs SET summary = ? WHERE id = ?", (json.dumps(summary), run_id))
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         with self._lock:
@@ -326,17 +351,17 @@ class Store:
 
     def add_proposal(self, run_id: int, iteration: int, slot: int, parent: int, strategy: str,
                      candidate: int | None, error: str, rationale: str, tokens_in: int, tokens_out: int,
-                     calls: list[dict]) -> None:
+                     calls: list[LLMCall], outcome: str = "ok") -> None:
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO proposals VALUES (?,?,?,?,?,?,?,?,?,?)",
+            db.execute("INSERT OR REPLACE INTO proposals (run_id, iteration, slot, parent, strategy, candidate, error,"
+                       " rationale, tokens_in, tokens_out, outcome) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                        (run_id, iteration, slot, parent, strategy, candidate, error, rationale, tokens_in,
-                        tokens_out))
+                        tokens_out, outcome))
             for call in calls:
                 db.execute("INSERT INTO llm_calls (run_id, iteration, slot, model, tokens_in, tokens_out, latency_s,"
-                           " outcome, error, created) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                           (run_id, iteration, slot, call.get("model", ""), call.get("tokens_in", 0),
-                            call.get("tokens_out", 0), call.get("latency_s"), call.get("outcome", ""),
-                            call.get("error", ""), time.time()))
+                           " outcome, error, created, attempts) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                           (run_id, iteration, slot, call.model or "", call.tokens_in, call.tokens_out,
+                            call.latency_s, call.outcome.value, call.error, time.time(), call.attempts))
 
     def proposal(self, run_id: int, iteration: int, slot: int) -> dict | None:
         rows = self._rows("SELECT * FROM proposals WHERE run_id = ? AND iteration = ? AND slot = ?",
@@ -384,7 +409,10 @@ class Store:
         return rows
 
     def llm_calls(self, run_id: int) -> list[dict]:
-        return self._rows("SELECT * FROM llm_calls WHERE run_id = ? ORDER BY id", (run_id,))
+        """The run's LLM calls, each with the strategy of the proposal it was made for."""
+        return self._rows("SELECT l.*, p.strategy FROM llm_calls l LEFT JOIN proposals p ON p.run_id = l.run_id "
+                          "AND p.iteration = l.iteration AND p.slot = l.slot WHERE l.run_id = ? ORDER BY l.id",
+                          (run_id,))
 
     # -- benches and baselines ------------------------------------------------------------------
     def create_bench(self, suite: str, config: dict) -> int:
@@ -521,6 +549,26 @@ class Store:
     def grid_rows(self, bench_id: int) -> list[dict]:
         return [json.loads(r["row"]) for r in self._rows("SELECT row FROM grid WHERE bench_id = ? ORDER BY task",
                                                           (bench_id,))]
+
+
+def _add_columns(db: sqlite3.Connection) -> None:
+    """The columns added to SCHEMA's tables since a database was written, filled where the old rows say
+    enough."""
+    def columns(table: str) -> set[str]:
+        return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+
+    if "reason" not in columns("runs"):
+        db.execute("ALTER TABLE runs ADD COLUMN reason TEXT NOT NULL DEFAULT ''")
+    if "attempts" not in columns("llm_calls"):
+        db.execute("ALTER TABLE llm_calls ADD COLUMN attempts INTEGER")
+    if "outcome" not in columns("proposals"):
+        db.execute("ALTER TABLE proposals ADD COLUMN outcome TEXT NOT NULL DEFAULT ''")
+        # A proposal that made a candidate was ok; one whose call answered but made none repeated a candidate;
+        # one with neither had nothing to propose.
+        db.execute("UPDATE proposals SET outcome = CASE WHEN candidate IS NOT NULL THEN 'ok' ELSE COALESCE("
+                   "(SELECT CASE l.outcome WHEN 'ok' THEN 'duplicate' ELSE l.outcome END FROM llm_calls l "
+                   "WHERE l.run_id = proposals.run_id AND l.iteration = proposals.iteration "
+                   "AND l.slot = proposals.slot ORDER BY l.id DESC LIMIT 1), 'nothing') END")
 
 
 def _run_row(row: dict) -> RunRow:

@@ -44,6 +44,16 @@ def fmt(value, spec: str = ".3g", none: str = "-") -> str:
     return none if value is None else format(value, spec)
 
 
+def versus(name: str, value: float | None, why: str = "") -> str:
+    """A speedup over a baseline ("vs eager 1.234x"), or why there is none."""
+    return f"{name} {value:.3f}x" if value is not None else f"{name} - ({why or 'not timed'})"
+
+
+def geo(value: float | None, n: int) -> str:
+    """A geometric mean with the number of tasks it covers."""
+    return f"{fmt(value, '.3f')}x over {n} task{'' if n == 1 else 's'}"
+
+
 @contextmanager
 def run_store(db: Path) -> Iterator:
     """The run database of one command. One the command created is removed again if the command fails with

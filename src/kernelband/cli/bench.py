@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from kernelband import stacks
-from kernelband.cli.app import app, err, fail, flag, out, run_store
+from kernelband.cli.app import app, err, fail, flag, fmt, geo, out, run_store, versus
 from kernelband.errors import UserError
 from kernelband.store import DEFAULT_DB
 
@@ -21,7 +21,11 @@ def bench_cmd(
     iterations: int = typer.Option(10, "--iterations", "-n"),
     seeds: str = typer.Option("1", "--seeds", help="a count (3: seeds 0,1,2) or a list (0,5,9)"),
     batch: int = typer.Option(1, "--batch", "-q", help="arms pulled per iteration"),
-    proposer: str = typer.Option("auto", "--proposer", help="rewrite or llm (default: llm if configured)"),
+    proposer: str = typer.Option("auto", "--proposer", help="rewrite, llm or hybrid (default: llm if configured)"),
+    llm_timeout: float | None = typer.Option(None, "--llm-timeout", help="seconds per LLM request (default 120, "
+                                             "or KERNELBAND_LLM_TIMEOUT)"),
+    llm_retries: int | None = typer.Option(None, "--llm-retries", help="retries of a failed LLM request "
+                                           "(default 4, or KERNELBAND_LLM_RETRIES)"),
     tasks: str | None = typer.Option(None, "--tasks", help="comma-separated subset of the suite's tasks"),
     tasks_now: str | None = typer.Option(None, "--tasks-now",
                                          help="run only these of the bench's tasks now, in this order (with "
@@ -43,13 +47,15 @@ def bench_cmd(
     """Run every task x policy x seed of a suite into one run database, on every visible GPU."""
     from contextlib import ExitStack
 
-    from kernelband.bench import Bench, BenchConfig, parse_seeds
-    from kernelband.evaluation.evaluator import Evaluator, detect_mode
+    from kernelband.bench import Bench, BenchConfig, against_torch, parse_seeds, planned_jobs
     from kernelband.evaluation.records import PRESETS
     from kernelband.policies.base import POLICIES
     from kernelband.search.session import ProposerChoice, make_proposer
 
     try:
+        def choice(kind: str) -> ProposerChoice:
+            return ProposerChoice(kind, timeout_s=llm_timeout, max_retries=llm_retries)
+
         with run_store(db) as store:
             if resume is not None:
                 if strategies is not None:
@@ -65,16 +71,20 @@ def bench_cmd(
                     raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
                 if finalists < 1:
                     raise UserError("--finalists must be at least 1")
-                kind = make_proposer(ProposerChoice(proposer)).name
+                kind = make_proposer(choice(proposer)).name
                 config = BenchConfig(suite, names, parse_seeds(seeds), iterations, batch, kind, preset,
                                      [t.strip() for t in tasks.split(",")] if tasks else [], refresh_baselines,
                                      finalists, BenchConfig.strategies_from(strategies))
+                # an unknown suite or task: refused before the evaluator (torch) is imported and its workers start
+                planned_jobs(config, tritonbench)
+            from kernelband.evaluation.evaluator import Evaluator, detect_mode
+
             mode = "interpreter" if interpreter else detect_mode()
             indices = _gpu_indices(gpus) if mode == "gpu" else [0]
             with ExitStack() as stack:
                 evaluators = [stack.enter_context(Evaluator(mode=mode, warm=2, device_index=i, preset=config.preset,
                                                             use_ncu=False if no_ncu else None)) for i in indices]
-                bench = Bench(store, config, evaluators, lambda: make_proposer(ProposerChoice(config.proposer)),
+                bench = Bench(store, config, evaluators, lambda: make_proposer(choice(config.proposer)),
                               tritonbench, bench_id=resume, on_event=_bench_event, runs_per_gpu=runs_per_gpu,
                               tasks_now=[t.strip() for t in tasks_now.split(",") if t.strip()] if tasks_now else None)
                 stacks.dump_on(signal.SIGUSR1)  # a sweep that seems stuck: `kill -USR1 PID` shows where
@@ -82,12 +92,17 @@ def bench_cmd(
     except UserError as exc:
         fail(str(exc))
     runs = store.runs(bench_id)
+    versus_torch = against_torch(runs)
     if as_json:
-        print(json.dumps({"bench_id": bench_id, "runs": [r.to_dict() for r in runs], "errors": bench.errors},
-                         default=str))
+        print(json.dumps({"bench_id": bench_id, "runs": [r.to_dict() for r in runs], "errors": bench.errors,
+                          "against_torch": versus_torch}, default=str))
         return
     out.print(f"bench {bench_id}: {len(runs)} runs on {len(indices)} GPU(s) in {store.path}; "
               f"`kernelband report bench:{bench_id} --db {store.path} --out DIR` shows them", highlight=False)
+    for policy, v in versus_torch.items():
+        out.print(f"{policy}: vs eager {geo(v['vs_eager_geomean'], v['n_vs_eager'])}, vs compile "
+                  f"{geo(v['vs_compile_geomean'], v['n_vs_compile'])} (geometric means); SOL median "
+                  f"{fmt(v['sol_median'], '.2f')}, >= 16 MB {fmt(v['sol_median_large'], '.2f')}", highlight=False)
     for line in bench.errors:
         out.print(f"[red]error[/] {line}", highlight=False)
 
@@ -112,7 +127,8 @@ def _bench_event(event: dict) -> None:
     kind = event["kind"]
     where = f"{event['task']} {event['policy']} seed {event['seed']}"
     if kind == "job_done":
-        err.print(f"done    {where}: best {event['best_speedup']:.3f}x, {event['evaluations']} evaluations",
+        err.print(f"done    {where}: best {event['best_speedup']:.3f}x, {event['evaluations']} evaluations, "
+                  f"{versus('vs eager', event.get('best_vs_eager'))}, {versus('vs compile', event.get('best_vs_compile'))}",
                   highlight=False)
     elif kind == "job_skipped":
         err.print(f"skipped {where}: finished earlier", highlight=False)

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from kernelband.cli.app import app, fail, flag, fmt, out
+from kernelband.cli.app import app, fail, flag, fmt, out, versus
 from kernelband.errors import UserError
 
 
@@ -43,13 +43,14 @@ def eval_cmd(
 def _print_result(result) -> None:
     unit = "interpreter ms" if result.interpreter else "ms"
     table = Table(title=f"{result.task}  ({result.device}, preset {result.preset})", title_justify="left")
-    for col in ("shape", "ok", f"ref {unit}", f"cand {unit}", "speedup", "GB/s", "TFLOP/s", "SOL"):
+    for col in ("shape", "ok", f"ref {unit}", f"cand {unit}", "speedup", "eager ms", "compile ms", "GB/s",
+                "TFLOP/s", "SOL"):
         table.add_column(col, justify="left" if col == "shape" else "right")
     for s in result.shapes:
         ok = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[s.correct]
         label = s.label + (" (held out)" if s.held_out else "")
         table.add_row(label[:60], ok, fmt(s.ref_ms, ".4g"), fmt(s.cand_ms, ".4g"), fmt(s.speedup, ".3f"),
-                      fmt(s.gbps, ".1f"), fmt(s.tflops, ".2f"),
+                      fmt(s.eager_ms, ".4g"), fmt(s.compiled_ms, ".4g"), fmt(s.gbps, ".1f"), fmt(s.tflops, ".2f"),
                       "-" if s.sol_fraction is None else f"{100 * s.sol_fraction:.0f}%")
     out.print(table)
     colour = "green" if result.ok else "red"
@@ -59,6 +60,7 @@ def _print_result(result) -> None:
     if result.held_out_speedup is not None:
         line += f"   held-out {result.held_out_speedup:.3f}x"
     out.print(line)
+    out.print(baseline_line(result), highlight=False, soft_wrap=True)
     if result.detail:
         out.print(result.detail, highlight=False, soft_wrap=True)
     if result.interpreter:
@@ -70,6 +72,13 @@ def _print_result(result) -> None:
         out.print(f"note: {note}", highlight=False, soft_wrap=True)
     out.print(f"sandbox: {result.sandbox}   seed: {result.seed}   "
               f"{result.seconds.get('total', 0):.1f} s", highlight=False)
+
+
+def baseline_line(result) -> str:
+    """The speedups over torch eager and torch.compile and the SOL medians, each with why it is missing."""
+    return (f"{versus('vs eager', result.speedup_vs_eager, result.vs_eager_skipped)}   "
+            f"{versus('vs compile', result.speedup_vs_compile, result.vs_compile_skipped)}   "
+            f"SOL median {fmt(result.sol_median, '.2f')} (shapes >= 16 MB: {fmt(result.sol_median_large, '.2f')})")
 
 
 def feature_lines(features, interpreter: bool) -> list[str]:
@@ -94,7 +103,7 @@ def calibrate_cmd(
     force: bool = flag("--force", "measure again even if cached"),
     as_json: bool = flag("--json"),
 ) -> None:
-    """Measure this GPU's peak copy bandwidth and matmul throughput (cached per GPU name)."""
+    """Measure this GPU's peak copy bandwidth, matmul throughput and launch floor (cached per GPU name)."""
     from kernelband.evaluation import sol
     from kernelband.evaluation.evaluator import detect_mode
     from kernelband.evaluation.gone import WorkerGone
@@ -106,11 +115,11 @@ def calibrate_cmd(
             worker = pool.acquire()
             name = worker.ready.device.get("name", "")
             peaks = None if force else sol.load(name)
-            if peaks is None:
-                reply = worker.request({"op": "calibrate"}, 600)
+            if peaks is None or peaks.floor_ms is None:  # a cache from before the floor: the floor alone
+                reply = worker.request(sol.calibrate_request(floor_only=peaks is not None), 600)
                 if not reply.get("ok"):
                     fail(f"calibration failed: {reply.get('error', '')[-300:]}")
-                peaks = sol.Peaks(**reply["peaks"])
+                peaks = sol.with_floor(peaks or sol.Peaks(**reply["peaks"]), reply.get("floor"))
                 path = sol.save(peaks)
             else:
                 path = sol._path(None)
@@ -120,4 +129,6 @@ def calibrate_cmd(
         print(json.dumps({**peaks.__dict__, "cache": str(path)}))
     else:
         out.print(f"{peaks.device}: copy {peaks.bw_gbps:.0f} GB/s, matmul {peaks.tflops:.0f} TFLOP/s "
-                  f"({', '.join(f'{k} {v:.0f}' for k, v in peaks.tflops_by_dtype.items())}); cached in {path}")
+                  f"({', '.join(f'{k} {v:.0f}' for k, v in peaks.tflops_by_dtype.items())}), launch floor "
+                  f"{fmt(peaks.floor_ms and peaks.floor_ms * 1e3, '.2f')} µs by events, "
+                  f"{fmt(peaks.floor_span_ms and peaks.floor_span_ms * 1e3, '.2f')} µs by spans; cached in {path}")

@@ -4,25 +4,31 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 from rich.live import Live
 from rich.table import Table
 
-from kernelband.cli.app import app, err, fail, flag, fmt, out, run_store
+from kernelband.cli.app import app, err, fail, flag, fmt, out, run_store, versus
 from kernelband.errors import UserError
+from kernelband.search.core import outcome_counts_text
 from kernelband.store import DEFAULT_DB
 
 
 class LiveView:
-    """The live display of a run: iteration, best speedup, pool and clusters, last arm, tokens."""
+    """The live display of a run: iteration, best speedup, pool and clusters, last arm, proposals by outcome,
+    tokens, and how long an LLM call has been out (so that a hung endpoint shows). `render` is called by
+    rich's refresh as well as after each event, so the waiting time counts up while nothing else happens."""
 
-    def __init__(self, task: str, policy: str, proposer: str, iterations: int):
+    def __init__(self, task: str, policy: str, proposer: str, iterations: int,
+                 waiting: Callable[[], float | None] = lambda: None):
         self.head = f"{task}  policy {policy}  proposer {proposer}"
         self.iterations = iterations
+        self.waiting = waiting
         self.state = {"iteration": 0, "best_speedup": 1.0, "pool_size": 1, "clusters": {}, "last": "-",
-                      "tokens": 0, "evaluations": 0}
+                      "tokens": 0, "evaluations": 0, "proposals": {}}
         self.lock = threading.Lock()
         self.live: Live | None = None
 
@@ -40,8 +46,12 @@ class LiveView:
         table.add_row("pool", f"{s['pool_size']} valid kernels"
                       + (f", clusters {dict(sorted(sizes.items()))}" if sizes else ""))
         table.add_row("last arm", s["last"])
+        table.add_row("proposals", outcome_counts_text(s["proposals"]))
         table.add_row("evaluations", str(s["evaluations"]))
         table.add_row("tokens", str(s["tokens"]))
+        waited = self.waiting()
+        if waited is not None:
+            table.add_row("LLM", f"waiting for the LLM ({waited:.0f} s)")
         return table
 
     def __call__(self, event: dict) -> None:
@@ -54,12 +64,13 @@ class LiveView:
                                       f"{event['outcome']}{speed}{detail}")
                 self.state["best_speedup"] = event["best_speedup"]
                 self.state["tokens"] = event["tokens"]
+                self.state["proposals"] = event.get("proposals", self.state["proposals"])
                 self.state["evaluations"] += event.get("child") is not None
             elif kind == "iteration":
                 self.state.update(iteration=event["iteration"], pool_size=event["pool_size"],
                                   clusters=event.get("clusters") or {}, best_speedup=event["best_speedup"])
             if self.live is not None:
-                self.live.update(self.render())
+                self.live.refresh()
 
 
 @app.command("optimize")
@@ -67,8 +78,9 @@ def optimize_cmd(
     task: str = typer.Argument(..., help="examples:<name>, tritonbench:<name> or a task file"),
     policy: str = typer.Option("kernelband", "--policy", help="kernelband, kernelband-masked, beam, bon, random, "
                                "greedy"),
-    proposer: str = typer.Option("auto", "--proposer", help="rewrite or llm (default: llm if one is configured, "
-                                 "else the built-in rewriter)"),
+    proposer: str = typer.Option("auto", "--proposer", help="rewrite, llm or hybrid (the rewriter for launch "
+                                 "parameters, the LLM for the rest); default: llm if one is configured, else the "
+                                 "built-in rewriter"),
     iterations: int = typer.Option(10, "--iterations", "-n", help="iterations T"),
     batch: int = typer.Option(1, "--batch", "-q", help="arms pulled per iteration"),
     evaluations: int | None = typer.Option(None, "--evaluations", help="budget in evaluations"),
@@ -77,6 +89,10 @@ def optimize_cmd(
     max_tokens: int | None = typer.Option(None, "--max-tokens", help="LLM max tokens per reply"),
     budget_tokens: int | None = typer.Option(None, "--budget-tokens", help="LLM budget: tokens in all"),
     budget_calls: int | None = typer.Option(None, "--budget-calls", help="LLM budget: calls in all"),
+    llm_timeout: float | None = typer.Option(None, "--llm-timeout", help="seconds per LLM request (default 120, "
+                                             "or KERNELBAND_LLM_TIMEOUT)"),
+    llm_retries: int | None = typer.Option(None, "--llm-retries", help="retries of a failed LLM request "
+                                           "(default 4, or KERNELBAND_LLM_RETRIES)"),
     strategies: str | None = typer.Option(None, "--strategies", help="strategy config file (.toml or .json)"),
     preset: str = typer.Option("default", "--preset", help="timing protocol: default or paper"),
     finalists: int = typer.Option(3, "--finalists", help="fastest kernels re-measured at the end; the fastest "
@@ -91,31 +107,43 @@ def optimize_cmd(
 ) -> None:
     """Search for a faster kernel that gives the same results; the whole search goes into the run store."""
     from kernelband.api import check_run_config
-    from kernelband.evaluation.evaluator import Evaluator
     from kernelband.search.loop import RunConfig
-    from kernelband.search.session import ProposerChoice, make_proposer, open_search
+    from kernelband.search.session import (
+        ProposerChoice,
+        check_search,
+        make_proposer,
+        open_search,
+        resumable_run,
+    )
     from kernelband.tasks import load_task
 
     try:
         config = RunConfig(iterations, batch, evaluations, preset, finalists=finalists)
         check_run_config(config)
         t = load_task(task, tritonbench)
-        chosen = make_proposer(ProposerChoice(proposer, model, base_url, max_tokens, budget_calls, budget_tokens))
-        view = LiveView(t.ref, policy, chosen.name, iterations)
-        with run_store(db) as store, Evaluator(mode="interpreter" if interpreter else None, warm=2, preset=preset,
-                                                 use_ncu=False if no_ncu else None) as ev:
-            search = open_search(t, ev, store, policy, chosen, seed,
-                                 config, strategies, resume, on_event=view)
-            if as_json:
-                summary = search.run()
-            else:
-                try:
-                    with Live(view.render(), console=err, refresh_per_second=4, transient=False) as live:
-                        view.live = live
-                        summary = search.run()
-                finally:
-                    if not err.is_terminal:  # off a terminal the last frame ends without a line break
-                        err.line()
+        chosen = make_proposer(ProposerChoice(proposer, model, base_url, max_tokens, budget_calls, budget_tokens,
+                                              llm_timeout, llm_retries))
+        view = LiveView(t.ref, policy, chosen.name, iterations, chosen.waiting_s)
+        loaded = check_search(policy, seed, strategies)
+        with run_store(db) as store:
+            if resume:
+                resumable_run(store, t, policy, chosen.name, seed)
+            from kernelband.evaluation.evaluator import Evaluator  # torch: only once the input is checked
+
+            with Evaluator(mode="interpreter" if interpreter else None, warm=2, preset=preset,
+                           use_ncu=False if no_ncu else None) as ev:
+                search = open_search(t, ev, store, policy, chosen, seed, config, resume=resume, on_event=view,
+                                     strategies=loaded)
+                if as_json:
+                    summary = search.run()
+                else:
+                    try:
+                        with Live(console=err, refresh_per_second=4, transient=False, get_renderable=view.render) as live:
+                            view.live = live
+                            summary = search.run()
+                    finally:
+                        if not err.is_terminal:  # off a terminal the last frame ends without a line break
+                            err.line()
     except UserError as exc:
         fail(str(exc))
     if as_json:
@@ -138,8 +166,14 @@ def _print_summary(summary, store) -> None:
     out.print(table)
     held = "" if summary.confirmed_speedup is None else f", re-measured {summary.confirmed_speedup:.3f}x"
     held += "" if summary.held_out_speedup is None else f", held-out {summary.held_out_speedup:.3f}x"
+    if summary.proposals:
+        out.print(f"proposals: {outcome_counts_text(summary.proposals)}", highlight=False)
     out.print(f"best: candidate {summary.best_candidate}, {summary.best_speedup:.3f}x over the starting kernel "
               f"({summary.best_outcome}{held}); {summary.evaluations} evaluations", highlight=False)
+    out.print(f"against torch: {versus('vs eager', summary.best_vs_eager, summary.vs_eager_skipped)}, "
+              f"{versus('vs compile', summary.best_vs_compile, summary.vs_compile_skipped)}; SOL median "
+              f"{fmt(summary.best_sol_fraction, '.2f')} (shapes >= 16 MB: {fmt(summary.best_sol_large, '.2f')})",
+              highlight=False)
     if summary.finalists:
         rows = "; ".join(f"candidate {f['candidate']} {f['speedup']:.3f}x -> "
                          + (f"{f['confirmed_speedup']:.3f}x" if f["confirmed_speedup"] else f["outcome"])
@@ -154,6 +188,12 @@ def _print_summary(summary, store) -> None:
                   "speedups say nothing about GPU speed (run on a GPU machine for real ones)", highlight=False)
     if summary.stopped:
         out.print(f"stopped early: {summary.stopped}", highlight=False)
+    handback = summary.handback or {}
+    if handback.get("form") == "pinned":
+        out.print(f"autotuning pinned: {handback['detail']}; the figures above are the pinned module's "
+                  f"(the autotuned one re-measured {fmt(handback.get('autotuned_speedup'), '.3f')}x)", highlight=False)
+    elif handback.get("form") == "autotuned":
+        out.print(f"handed back autotuned ({handback['reason']}): {handback['detail']}", highlight=False)
     if summary.best_path:
         out.print(f"best kernel: {summary.best_path}\ndiff:        {summary.diff_path}", highlight=False)
     out.print(f"run store:   {store.path}", highlight=False)

@@ -139,7 +139,8 @@ def ask(worker: Worker, message: dict, timeout: float, stage: str, why_limit: st
         if outcome not in Outcome._value2member_map_:
             outcome = "runtime_error"
         error = reply.get("error", "")
-        raise Stop(Outcome(outcome), stage, f"{stage}: {error_line(error)}", error)
+        check = reply.get("check") if outcome == Outcome.SUSPICIOUS.value else None  # worker/audit.py's checks
+        raise Stop(Outcome(outcome), stage, f"{stage}: {error_line(error)}", error, check=check)
     tampered = reply.get("tampered") or []
     if tampered:
         raise Stop(Outcome.SUSPICIOUS, stage, f"{stage}: the candidate replaced {', '.join(tampered)}",

@@ -32,4 +32,3 @@ def worker_env(workdir: str, mode: str, device_index: int | None) -> dict[str, s
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join([src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
-

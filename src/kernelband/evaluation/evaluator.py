@@ -28,6 +28,7 @@ from functools import partial
 from kernelband.errors import TaskError, UserError
 from kernelband.evaluation import base, context, ncu, sol
 from kernelband.evaluation import features as feature_mod
+from kernelband.evaluation.baselines import Baselines
 from kernelband.evaluation.checks import Checks
 from kernelband.evaluation.context import (
     COMPARE_BYTES,
@@ -50,11 +51,13 @@ from kernelband.evaluation.records import (
     Outcome,
     Preset,
     ShapeResult,
+    TunedChoice,
     out_of_memory,
 )
 from kernelband.evaluation.reference import References
 from kernelband.evaluation.shapes import derive_seed, select_shapes
 from kernelband.evaluation.timing import Timing
+from kernelband.evaluation.work import WorkJudge
 from kernelband.evaluation.workers import Worker
 from kernelband.tasks.model import Task, TaskInfo
 
@@ -89,6 +92,7 @@ def _setting(name: str) -> property:
 class Evaluator(base.Evaluator):
     """Evaluates candidates; thread-safe, so several can be in flight (one timing at a time per GPU)."""
 
+    mode = _setting("mode")
     limits = _setting("limits")
     task_tests = _setting("task_tests")
     relative_limits = _setting("relative_limits")
@@ -97,13 +101,13 @@ class Evaluator(base.Evaluator):
     def __init__(self, mode: str | None = None, warm: int = 2, device_index: int = 0, preset: str = "default",
                  limits: Limits | None = None, memory_limit: int | None = None, use_ncu: bool | None = None,
                  calibration_path: str | None = None, max_references: int = 4, warm_profilers: int | None = None,
-                 memory_share: float | None = MEMORY_SHARE):
-        self.mode = mode or detect_mode()
+                 memory_share: float | None = MEMORY_SHARE, baselines: bool = True):
+        mode = mode or detect_mode()
         if preset not in PRESETS:
             raise UserError(f"unknown preset {preset!r}: use {', '.join(PRESETS)}")
         self.preset = PRESETS[preset]
-        gpu = self.mode == "gpu"
-        self.settings = Settings(mode=self.mode, limits=limits or Limits(),
+        gpu = mode == "gpu"
+        self.settings = Settings(mode=mode, limits=limits or Limits(),
                                  # the parent compares on the GPU when there is one (it never runs candidate
                                  # code there)
                                  compare_device=f"cuda:{device_index}" if gpu else "cpu",
@@ -113,12 +117,16 @@ class Evaluator(base.Evaluator):
         if use_ncu is None:
             use_ncu = gpu and ncu.available()
         self.use_ncu = use_ncu
-        self.pool = WorkerPool(self.mode, warm=warm, device_index=device_index, memory_limit=memory_limit,
+        self.pool = WorkerPool(mode, warm=warm, device_index=device_index, memory_limit=memory_limit,
                                profiler=use_ncu, max_references=max_references, warm_profilers=warm_profilers)
         self.references = References(self.settings, self.pool, memory_share,
                                      partial(_free_gpu_memory, device_index) if gpu else None, calibration_path)
         self.checks = Checks(self.settings, self.references, IN_FLIGHT)
         self.timing = Timing(self.settings, self.pool, self.references)
+        # `baselines=False`: torch eager and torch.compile are not timed (each shape says so), for measurements of
+        # the evaluator itself that a task's first compilations would disturb
+        self.baselines = Baselines(self.settings, self.references, enabled=baselines)
+        self.work = WorkJudge(self.references, self.settings.limits.run_s)
         # Each evaluation's profiler prepares (imports and compiles the candidate) on one of these threads.
         self._profiling = ThreadPoolExecutor(max_workers=IN_FLIGHT, thread_name_prefix="kernelband-ncu")
 
@@ -244,7 +252,7 @@ class Evaluator(base.Evaluator):
         with self.pool.busy("compile"):
             reply = context.ask(ctx.cand, {"op": "load", "role": "cand", "task": task.wire(), "module_source": ctx.source,
                                    "tune": self.settings.tune, "stuck_s": limits.stuck_s,
-                                   "profiler": self.timing.by_spans(task, ctx.preset)},
+                                   "profiler": True},  # CUPTI: the span timer, the kernels' split (features)
                         limits.load_s, "compile")
             if reply.get("profiler_s") is not None:  # CUPTI started for the span timer (worker `load`)
                 result.seconds["profiler"] = reply["profiler_s"]
@@ -277,8 +285,12 @@ class Evaluator(base.Evaluator):
             t0 = time.perf_counter()
             with ctx.gpu(lock.exclusive, what="tune"):  # one wait for the checks in progress, not one per shape
                 for shape in ctx.shapes:
-                    context.ask(ctx.cand, {"op": "tune", "shape": shape.index, "seed": derive_seed(ctx.seed, shape.index, 4)},
-                        limits.run_s, f"correctness (autotuning on shape {shape.label})")
+                    reply = context.ask(ctx.cand, {"op": "tune", "shape": shape.index,
+                                                   "seed": derive_seed(ctx.seed, shape.index, 4)},
+                                        limits.run_s, f"correctness (autotuning on shape {shape.label})")
+                    result.tuned += [TunedChoice.from_dict({**choice, "shape": shape.label,
+                                                            "held_out": shape.held_out})
+                                     for choice in reply.get("tuned", [])]
             result.seconds["tune"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         with ctx.gpu(whole, what="whole check alone"):
@@ -292,6 +304,7 @@ class Evaluator(base.Evaluator):
         with ctx.gpu(lock.exclusive if ctx.alone else lock.shared, COMPARE_BYTES * rep.nbytes, "features"):
             reply = context.ask(ctx.cand, {"op": "features", "shape": rep.index, "seed": derive_seed(ctx.seed, rep.index, 3)},
                         limits.run_s, "features")
+            self.work.judge(ctx, reply.get("work") or {})
         gpu_s = time.perf_counter() - t0 - (result.seconds["gpu_wait"] - waited)
         if profile is not None and not tuned and not ctx.alone:
             # the profiler's inputs and first call, a shared step: only the profiled run needs the GPU alone
@@ -307,6 +320,8 @@ class Evaluator(base.Evaluator):
             self.timing.time(ctx)
             result.seconds["timing"] = time.perf_counter() - t0
             peaks = self.references.peaks(ctx.ref)  # a first use calibrates the GPU: a timing too
+            # torch eager and torch.compile on the shapes timed, in the same hold: known ones are reused
+            self.baselines.measure(ctx)
             if profile is not None:
                 t0 = time.perf_counter()
                 profile.measure()

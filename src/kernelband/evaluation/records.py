@@ -84,8 +84,10 @@ class Preset:
 # they time them with the GPU-ahead wait after each flush too (worker/timing.py, `tune_with`). Rules 5: under
 # `default`, each call runs on one of 32 copies of the inputs, and in tasks under 0.2 ms in all, shapes under
 # 0.1 ms are timed by the calls' spans (Preset.placements, Preset.timer, Preset.span_task_ms). Rules 6: under
-# `default`, a measurement is the mean of its middle 80 % of iterations, not their median (Preset.stat).
-RULES = 6
+# `default`, a measurement is the mean of its middle 80 % of iterations, not their median (Preset.stat). Rules 7:
+# a candidate's outputs must be plain tensors, its kernels must end in the timed region, and its Triton kernels
+# must take the task's TRITON_SHARE of its GPU kernel time (worker/audit.py).
+RULES = 7
 
 # The note of an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`).
 NCU_SKIPPED = "ncu: not run (the search's policy and proposer do not use φ)"
@@ -154,8 +156,19 @@ class ShapeResult:
     speedup: float | None = None
     gbps: float | None = None
     tflops: float | None = None
-    bound_ms: float | None = None  # speed-of-light lower bound
+    # The speed-of-light bound: max(bytes / bandwidth, flops / peak, launch floor) (evaluation/sol.py)
+    bound_ms: float | None = None
     sol_fraction: float | None = None  # bound_ms / cand_ms: 1.0 is the speed of light
+    # max(bytes / bandwidth, flops / peak) alone: what the "faster than the bound" check compares with (the
+    # floor is an estimate of the launch, no limit a kernel cannot beat)
+    data_bound_ms: float | None = None
+    moved_bytes: float | None = None  # the bytes the bound counts (sol.bound_bytes)
+    # The task's torch reference timed on this shape under the same preset (evaluation/baselines.py): as
+    # written (eager) and through torch.compile(mode="max-autotune-no-cudagraphs"); the reason where not timed
+    eager_ms: float | None = None
+    compiled_ms: float | None = None
+    eager_skipped: str = ""
+    compiled_skipped: str = ""
     note: str = ""
     retimed: int = 0  # measured again this many times: the reference came out off its usual time
     ahead_us: float | None = None  # the longest GPU-ahead wait either side's measurement used
@@ -176,6 +189,44 @@ class Features:
     # ncu's profile of the representative shape: the kernels it read (Triton's and any other the call
     # launched; phi weights them by duration) and their summed duration in ns; empty without ncu
     profile: dict = field(default_factory=dict)
+
+
+@dataclass
+class TunedConfig:
+    """One configuration of a `triton.autotune` kernel: its constexprs and launch options, and the time the
+    autotuner measured for it where it keeps one (ms; None for the chosen config's own record)."""
+
+    kwargs: dict = field(default_factory=dict)
+    num_warps: int | None = None
+    num_stages: int | None = None
+    num_ctas: int | None = None
+    maxnreg: int | None = None
+    pre_hook: bool = False  # the config runs a hook of its own before each launch
+    ms: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TunedConfig:
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class TunedChoice:
+    """The configuration an autotuned kernel chose for one key it met (worker/tuners.py)."""
+
+    kernel: str  # the module's name for the autotuned kernel
+    key: list  # the autotuner's key: the `key=[...]` arguments' values, then the tensors' dtypes
+    chosen: TunedConfig
+    exact: bool = True  # every key element is a plain value (a number, a string), so code can say it
+    shape: str = ""  # the label of the shape whose call met the key first
+    held_out: bool = False
+    timings: list[TunedConfig] = field(default_factory=list)  # each config tried for this key, with its time
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TunedChoice:
+        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        d["chosen"] = TunedConfig.from_dict(d.get("chosen", {}))
+        d["timings"] = [TunedConfig.from_dict(t) for t in d.get("timings", [])]
+        return cls(**d)
 
 
 RHO_KEYS = ("log_time", "log_memory_footprint", "arithmetic_intensity", "block_dim_x", "block_dim_y",
@@ -203,6 +254,9 @@ class EvalResult:
     seed: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # the share of one call's GPU kernel time spent in the module's Triton kernels (copies and fills left out),
+    # on the representative shape; None in the interpreter, which runs no GPU kernels (worker/audit.py)
+    triton_share: float | None = None
     rules: int = RULES  # the evaluator's rules it was judged by
     # Nsight Compute skipped by choice (`Evaluator.evaluate(profile=False)`): φ is the compiler's and the
     # timing's, and a later search that reads φ evaluates the candidate again. Its note: NCU_SKIPPED.
@@ -210,6 +264,18 @@ class EvalResult:
     # The verdict is a second attempt with the GPU alone, after running out of memory beside other
     # evaluations' steps (`Evaluator.evaluate`). Its note: ALONE_NOTE.
     retried_alone: bool = False
+    # What the candidate's autotuners chose, key by key, on the shapes evaluated (empty without triton.autotune)
+    tuned: list[TunedChoice] = field(default_factory=list)
+    # Runtime-weighted like `speedup`: sum(baseline ms) / sum(candidate ms) over the timed search shapes, each
+    # None (with the reason) where a timed search shape lacks that baseline (evaluation/baselines.py)
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    vs_eager_skipped: str = ""
+    vs_compile_skipped: str = ""
+    # The median over the timed search shapes of `sol_fraction`, and over those that move at least
+    # sol.LARGE_BYTES (None: no such shape, or no calibration)
+    sol_median: float | None = None
+    sol_median_large: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -227,6 +293,7 @@ class EvalResult:
         d["shapes"] = [ShapeResult(**{k: v for k, v in s.items() if k in ShapeResult.__dataclass_fields__})
                        for s in d.get("shapes", [])]
         d["features"] = Features(**d.get("features", {}))
+        d["tuned"] = [TunedChoice.from_dict(t) for t in d.get("tuned", [])]  # none in rows stored before it
         d.setdefault("rules", 1)
         # rows stored before these flags were fields say them in their notes only
         notes = d.get("notes", [])

@@ -210,14 +210,15 @@ class References:
                        f"{limits.run_floor_s:g} s)")
 
     def peaks(self, ref: Worker) -> sol.Peaks | None:
-        """The GPU's peaks for the speed-of-light bound: calibrated by the reference on first use, then cached."""
+        """The GPU's peaks and launch floor for the speed-of-light bound: calibrated by the reference on first
+        use, then cached. A cache written before the floor was measured gets it now."""
         if self.settings.mode != "gpu":
             return None
         name = ref.ready.device.get("name", "")
         peaks = sol.load(name, self.calibration_path)
-        if peaks is None:
-            reply = ref.request({"op": "calibrate"}, 300)
-            if reply.get("ok"):
-                peaks = sol.Peaks(**reply["peaks"])
+        if peaks is None or peaks.floor_ms is None:
+            reply = ref.request(sol.calibrate_request(floor_only=peaks is not None), 300)
+            if reply.get("ok") or peaks is not None:
+                peaks = sol.with_floor(peaks or sol.Peaks(**reply["peaks"]), reply.get("floor"))
                 sol.save(peaks, self.calibration_path)
         return peaks

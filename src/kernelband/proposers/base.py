@@ -25,9 +25,13 @@ class Proposer(Protocol):
         """Why the proposer can spend no more (a token or cost budget), or "" while it can."""
         ...
 
+    def waiting_s(self) -> float | None:
+        """How long a request to a remote model has been out (the live view shows it), or None."""
+        ...
+
 
 class ProposerBase:
-    """The defaults of a proposer's optional members: no profile needed, no budget."""
+    """The defaults of a proposer's optional members: no profile needed, no budget, nothing to wait for."""
 
     name = ""
     uses_profile = False
@@ -37,3 +41,6 @@ class ProposerBase:
 
     def budget_spent(self) -> str:
         return ""
+
+    def waiting_s(self) -> float | None:
+        return None

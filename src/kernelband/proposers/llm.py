@@ -1,14 +1,15 @@
 """The LLM proposer: asks any OpenAI-compatible chat endpoint to rewrite a kernel module along a strategy.
 
-One proposal is one chat completion. The prompt carries the task, the parent's source, the strategy, the
-parent's hardware profile phi, what the lineage tried before and the beam's reflection; the reply must hold
-one ```python block with the whole module. The code is checked (it parses, it defines the entry function)
-before an evaluation is spent on it.
+One proposal is one chat completion. The prompt (`kernelband.proposers.prompt`) carries the task, its input
+shapes, the strategy, the parent's source, times and hardware profile, what was tried before and the beam's
+reflection; the reply must hold one ```python block with the whole module. The code is checked (it parses, it
+defines the entry function, it is not a candidate the run has already) before an evaluation is spent on it.
 
-Retries are the official client's: on 408/409/429/5xx, connection errors and timeouts it retries up to
-`max_retries` times with exponential backoff, honouring `Retry-After` (seconds or an HTTP date) and
+Retries are the official client's: on 408/409/429/5xx, connection errors and timeouts (`timeout_s` per
+request) it retries up to `max_retries` times with exponential backoff, honouring `Retry-After` (seconds or an HTTP date) and
 `retry-after-ms`. The budget in calls and tokens is hard: once spent, `propose` answers without calling.
-Every call is recorded in `Proposal.calls`.
+Every call is recorded in `Proposal.calls` as an `LLMCall`; `waiting_s` says how long the oldest call in
+flight has been out, so that a hung endpoint is visible in the live view.
 """
 
 from __future__ import annotations
@@ -22,40 +23,19 @@ from dataclasses import dataclass, field, replace
 
 from kernelband import pyast
 from kernelband.errors import SetupError, UserError
-from kernelband.evaluation.records import PHI_KEYS
 from kernelband.proposers.base import ProposerBase
-from kernelband.search.core import Attempt, Candidate, Context, Proposal, Strategy
+from kernelband.proposers.prompt import build_messages
+from kernelband.search.core import (
+    Candidate,
+    Context,
+    LLMCall,
+    Proposal,
+    ProposalOutcome,
+    Strategy,
+    normalized_hash,
+)
 
-# What each phi feature means, for the prompt: (unit, meaning).
-PHI_MEANINGS = {
-    "l2_hit_rate": ("%", "share of L2 requests served from L2; low means little reuse between blocks"),
-    "dram_bw_pct": ("%", "DRAM bandwidth used, of the device's peak; high means memory-bound"),
-    "sm_throughput_pct": ("%", "SM compute throughput, of the peak; high means compute-bound"),
-    "warp_execution_efficiency": ("%", "active threads per executed warp instruction; low means divergence "
-                                       "or masked-off lanes"),
-    "achieved_occupancy": ("%", "warps resident on an SM, of the maximum; low leaves latency unhidden"),
-    "registers_per_thread": ("", "registers per thread; many limit occupancy"),
-    "shared_bank_conflicts": ("", "shared-memory bank conflicts, counted; each one serialises an access"),
-    "global_load_coalescing_pct": ("%", "bytes used of each global-load sector; low: uncoalesced"),
-    "tensor_core_util_pct": ("%", "tensor-core pipe activity, of the peak"),
-}
-ERROR_LINES = 6  # lines of an earlier attempt's error text shown in the prompt (its end, where the cause is)
-ERROR_LINE_CHARS = 200
 RATIONALE_CHARS = 400
-
-SYSTEM_PROMPT = """\
-You are an expert in writing fast Triton GPU kernels. You are given a Python module holding Triton kernels \
-and an entry function, and one optimization strategy to apply. Rewrite the module so that the entry \
-function gets faster on the GPU while returning the same results as before, for every input shape.
-
-Rules:
-- Keep the entry function's name and signature; the module must be complete and importable on its own.
-- Compute the results with Triton kernels on the GPU: do not call the reference implementation, do not \
-cache results between calls, do not special-case the benchmark's inputs.
-- Write only the module: no tests, no benchmarks, no example usage.
-
-Reply format: first one line `Rationale: <what you changed and why it should be faster>`, then exactly one \
-```python fenced block holding the complete module. Nothing after the block."""
 
 
 @dataclass
@@ -72,12 +52,16 @@ class LLMConfig:
 
     @classmethod
     def from_env(cls, **overrides) -> LLMConfig:
-        """KERNELBAND_LLM_BASE_URL / _MODEL / _API_KEY, else OPENAI_BASE_URL / OPENAI_API_KEY; `overrides`
-        (any field) win over the environment."""
+        """KERNELBAND_LLM_BASE_URL / _MODEL / _API_KEY, else OPENAI_BASE_URL / OPENAI_API_KEY, and
+        KERNELBAND_LLM_TIMEOUT / _RETRIES; `overrides` (any field) win over the environment."""
         env = os.environ.get
         config = cls(base_url=env("KERNELBAND_LLM_BASE_URL") or env("OPENAI_BASE_URL") or None,
                      model=env("KERNELBAND_LLM_MODEL") or None,
                      api_key=env("KERNELBAND_LLM_API_KEY") or env("OPENAI_API_KEY") or None)
+        if env("KERNELBAND_LLM_TIMEOUT"):
+            config.timeout_s = check_timeout(env("KERNELBAND_LLM_TIMEOUT"), "KERNELBAND_LLM_TIMEOUT")
+        if env("KERNELBAND_LLM_RETRIES"):
+            config.max_retries = check_retries(env("KERNELBAND_LLM_RETRIES"), "KERNELBAND_LLM_RETRIES")
         return replace(config, **overrides)
 
     def configured(self) -> bool:
@@ -85,66 +69,26 @@ class LLMConfig:
         return bool(self.model) and bool(self.base_url or self.api_key)
 
 
-# -- the prompt ---------------------------------------------------------------------------------------------
-def phi_summary(phi: dict[str, float | None]) -> str:
-    """One line per phi feature: its value and what it means; "not measured" where nothing measured it."""
-    lines = []
-    for key in (*PHI_KEYS, *(k for k in phi if k not in PHI_KEYS)):
-        unit, meaning = PHI_MEANINGS.get(key, ("", ""))
-        value = phi.get(key)
-        if value is None:
-            shown = "not measured"
-        elif unit == "%":
-            shown = f"{value:.1f} %"
-        else:
-            shown = f"{value:g}"
-        lines.append(f"- {key}: {shown}" + (f"  ({meaning})" if meaning else ""))
-    return "\n".join(lines)
+def check_timeout(value, name: str) -> float:
+    """`value` as seconds per request, or a one-line error that names `name` (the flag or variable)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise UserError(f"{name} must be a number of seconds above 0 (got {value!r})")
+    return seconds
 
 
-def trim_error(text: str) -> str:
-    """The last few lines of an error text, each cut to a readable length."""
-    lines = [line.rstrip() for line in text.strip().splitlines() if line.strip()][-ERROR_LINES:]
-    cut = ERROR_LINE_CHARS
-    return "\n".join(line if len(line) <= cut else line[:cut] + " ..." for line in lines)
-
-
-def history_summary(history: list[Attempt]) -> str:
-    if not history:
-        return "Nothing yet: this is the first attempt on this kernel."
-    parts = []
-    for i, attempt in enumerate(history, 1):
-        line = f"{i}. strategy {attempt.strategy}: {attempt.outcome}"
-        if attempt.speedup is not None:
-            line += f", speedup {attempt.speedup:.3f}x over the starting kernel"
-        if attempt.detail:
-            line += f" ({attempt.detail})"
-        if attempt.error:
-            line += "\n   error:\n" + "\n".join("     " + e for e in trim_error(attempt.error).splitlines())
-        parts.append(line)
-    return "\n".join(parts)
-
-
-def build_messages(parent: Candidate, strategy: Strategy, context: Context) -> list[dict]:
-    task = f"Name: {context.task_name}\nEntry function: {context.entry}"
-    if context.description:
-        task += f"\nDescription: {context.description}"
-    current = "Current kernel"
-    if parent.speedup is not None:
-        current += f" ({parent.speedup:.3f}x the speed of the starting kernel)"
-    sections = [
-        ("Task", task),
-        ("Strategy to apply", f"{strategy.name} (targets {strategy.target}): {strategy.description}"),
-        ("Hardware profile of the current kernel", phi_summary(context.phi)),
-        ("What was tried before on this lineage, oldest first", history_summary(context.history)),
-    ]
-    if context.reflection:
-        sections.append(("Reflection on the last attempts", context.reflection.strip()))
-    sections.append((current, f"```python\n{parent.source.rstrip()}\n```"))
-    sections.append(("Your reply", f"One line `Rationale: ...`, then exactly one ```python block with the "
-                                   f"complete rewritten module, which must define `{context.entry}`."))
-    user = "\n\n".join(f"## {title}\n{body}" for title, body in sections)
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+def check_retries(value, name: str) -> int:
+    """`value` as a count of retries, or a one-line error that names `name`."""
+    try:
+        retries = int(value)
+    except (TypeError, ValueError):
+        retries = -1
+    if retries < 0:
+        raise UserError(f"{name} must be a whole number of retries, 0 or more (got {value!r})")
+    return retries
 
 
 # -- the reply ----------------------------------------------------------------------------------------------
@@ -183,20 +127,26 @@ def defines(tree: ast.Module, name: str) -> bool:
     return False
 
 
-def judge_reply(text: str, finish_reason: str | None, entry: str) -> tuple[str | None, str, str, str]:
+def judge_reply(text: str, finish_reason: str | None, context: Context
+                ) -> tuple[str | None, str, ProposalOutcome, str]:
     """(source or None, rationale, outcome, error) for a reply's text."""
     if finish_reason == "length":
-        return None, "", "truncated", "the reply was cut off at max_tokens"
+        return None, "", ProposalOutcome.TRUNCATED, "the reply was cut off at max_tokens"
     source, rationale = extract_code(text)
     if source is None:
-        return None, "", "no_code", "the reply has no ```python block"
+        return None, "", ProposalOutcome.NO_CODE, "the reply has no ```python block"
     try:
         tree = pyast.parse(source)
     except SyntaxError as exc:
-        return None, rationale, "syntax_error", f"the code does not parse: line {exc.lineno}: {exc.msg}"
-    if not defines(tree, entry):
-        return None, rationale, "missing_entry", f"the code does not define the entry function {entry!r}"
-    return source, rationale, "ok", ""
+        return (None, rationale, ProposalOutcome.SYNTAX_ERROR,
+                f"the code does not parse: line {exc.lineno}: {exc.msg}")
+    if not defines(tree, context.entry):
+        return (None, rationale, ProposalOutcome.MISSING_ENTRY,
+                f"the code does not define the entry function {context.entry!r}")
+    same = context.known.get(normalized_hash(source))
+    if same is not None:
+        return None, rationale, ProposalOutcome.DUPLICATE, f"the same code as candidate {same}"
+    return source, rationale, ProposalOutcome.OK, ""
 
 
 # -- the proposer -------------------------------------------------------------------------------------------
@@ -220,6 +170,7 @@ class LLMProposer(ProposerBase):
             http_client=openai.DefaultHttpxClient(event_hooks={"request": [self._count_request],
                                                                "response": [self._heard]}))
         self._lock = threading.Lock()
+        self._out: dict[int, float] = {}  # calls in flight: their thread -> when they started (perf_counter)
         self.calls = 0
         self.tokens = 0
         # Whether the endpoint ever answered (any HTTP response), and whether a call ever succeeded: until
@@ -253,13 +204,20 @@ class LLMProposer(ProposerBase):
                               "check --model and that --base-url is the API's root (often ending in /v1)")
         return None
 
-    def _failure(self, exc) -> tuple[str, str]:
-        """(outcome, error) of a call the endpoint failed: "timeout" or "http_error"."""
+    def _failure(self, exc) -> tuple[ProposalOutcome, str]:
+        """(outcome, error) of a call the endpoint failed, after the retries."""
         if isinstance(exc, self._openai.APITimeoutError):
-            return "timeout", f"no reply within {self.config.timeout_s:g} s"
+            return ProposalOutcome.TIMEOUT, f"no reply within {self.config.timeout_s:g} s"
         if isinstance(exc, self._openai.APIStatusError):
-            return "http_error", f"HTTP {exc.status_code}: {_short(exc.message)}"
-        return "http_error", f"connection failed: {_short(str(exc.__cause__ or exc))}"
+            outcome = ProposalOutcome.RATE_LIMITED if exc.status_code == 429 else ProposalOutcome.HTTP_ERROR
+            return outcome, f"HTTP {exc.status_code}: {_short(exc.message)}"
+        return ProposalOutcome.HTTP_ERROR, f"connection failed: {_short(str(exc.__cause__ or exc))}"
+
+    def waiting_s(self) -> float | None:
+        """How long the oldest call in flight has been out, in seconds; None while none is."""
+        with self._lock:
+            started = min(self._out.values(), default=None)
+        return None if started is None else time.perf_counter() - started
 
     def applicable(self, parent: Candidate, strategy: Strategy) -> bool:
         return True
@@ -283,23 +241,31 @@ class LLMProposer(ProposerBase):
             return Proposal(source=None, error=f"LLM budget spent: {spent}")
         call, text, finish_reason = self._call(build_messages(parent, strategy, context), context.seed)
         with self._lock:
-            self.tokens += call["tokens_in"] + call["tokens_out"]
+            self.tokens += call.tokens_in + call.tokens_out
         source, rationale = None, ""
-        if call["outcome"] == "ok":
-            source, rationale, outcome, error = judge_reply(text, finish_reason, context.entry)
-            call.update(outcome=outcome, error=error)
-        return Proposal(source=source, rationale=rationale, tokens_in=call["tokens_in"],
-                        tokens_out=call["tokens_out"], error=call["error"], calls=[call])
+        if call.outcome == ProposalOutcome.OK:
+            source, rationale, call.outcome, call.error = judge_reply(text, finish_reason, context)
+        return Proposal(source=source, rationale=rationale, tokens_in=call.tokens_in, tokens_out=call.tokens_out,
+                        error=call.error, calls=[call], outcome=call.outcome)
 
-    def _call(self, messages: list[dict], seed: int) -> tuple[dict, str, str | None]:
+    def _call(self, messages: list[dict], seed: int) -> tuple[LLMCall, str, str | None]:
         """One chat completion, retries included: (the call's record, the reply's text, its finish reason).
-        The record's outcome is "ok" when the endpoint answered, else "timeout" or "http_error"."""
+        The record's outcome is OK when the endpoint answered, else the failure's."""
+        me = threading.get_ident()
+        started = time.perf_counter()
+        with self._lock:
+            self._out[me] = started
+        try:
+            return self._complete(messages, seed, started)
+        finally:
+            with self._lock:
+                self._out.pop(me, None)
+
+    def _complete(self, messages: list[dict], seed: int, started: float) -> tuple[LLMCall, str, str | None]:
         openai = self._openai
-        call = {"model": self.config.model, "tokens_in": 0, "tokens_out": 0, "latency_s": 0.0,
-                "outcome": "ok", "error": ""}
+        call = LLMCall(model=self.config.model)
         text, finish_reason = "", None
         self._local.requests = 0
-        started = time.perf_counter()
         try:
             completion = self._client.chat.completions.create(
                 model=self.config.model, messages=messages, temperature=self.config.temperature,
@@ -307,19 +273,19 @@ class LLMProposer(ProposerBase):
             choice = completion.choices[0]
             text, finish_reason = choice.message.content or "", choice.finish_reason
             if completion.usage is not None:
-                call["tokens_in"] = completion.usage.prompt_tokens or 0
-                call["tokens_out"] = completion.usage.completion_tokens or 0
+                call.tokens_in = completion.usage.prompt_tokens or 0
+                call.tokens_out = completion.usage.completion_tokens or 0
             self.succeeded = True
         except (openai.APIStatusError, openai.APIConnectionError) as exc:
             if (fatal := self._misconfigured(exc)) is not None:
                 raise fatal from None
-            call["outcome"], call["error"] = self._failure(exc)
+            call.outcome, call.error = self._failure(exc)
         except (openai.OpenAIError, ValueError, AttributeError, IndexError, TypeError) as exc:
             # A body that is not a chat completion: cut-off JSON, no choices, not JSON at all.
-            call["outcome"] = "http_error"
-            call["error"] = f"unreadable reply: {type(exc).__name__}: {_short(str(exc))}"
-        call["latency_s"] = round(time.perf_counter() - started, 3)
-        call["attempts"] = self._local.requests
+            call.outcome = ProposalOutcome.HTTP_ERROR
+            call.error = f"unreadable reply: {type(exc).__name__}: {_short(str(exc))}"
+        call.latency_s = round(time.perf_counter() - started, 3)
+        call.attempts = self._local.requests
         return call, text, finish_reason
 
 

@@ -301,7 +301,7 @@ def render(data: dict, figs: dict[str, str]) -> str:
                   "<h2>Trajectory</h2>", _img(figs, "trajectory", "speedup per iteration"),
                   table_html(tables["trajectory"])]
         if "shapes" in tables:
-            parts += ["<h2>Per shape, against the reference</h2>", table_html(tables["shapes"])]
+            parts += ["<h2>Per shape, against the reference and torch</h2>", table_html(tables["shapes"])]
     else:
         parts += ["<h2>Summary</h2>", table_html(tables["summary"])]
         if "summary-common" in tables:
@@ -311,6 +311,7 @@ def render(data: dict, figs: dict[str, str]) -> str:
                   table_html(tables["iter-current"]), table_html(tables["iter-best"]),
                   table_html(tables["iter-best-generated"]), table_html(tables["tokens"]),
                   "<h2>Held-out shapes</h2>", table_html(tables["held-out"]),
+                  "<h2>Against torch and the speed of light</h2>", table_html(tables["baselines"]),
                   "<h2>Per task</h2>", _img(figs, "tasks", "best speedup per task"), table_html(tables["tasks"])]
     if "task-means" in tables:
         parts.append(table_html(tables["task-means"]))
@@ -321,6 +322,9 @@ def render(data: dict, figs: dict[str, str]) -> str:
               '<p class="note">No speed-of-light bounds were measured (the interpreter has none).</p>']
     if "excluded" in tables:
         parts += ["<h2>Left out</h2>", table_html(tables["excluded"])]
+    llm_calls = [table_html(tables[k]) for k in ("llm-calls", "llm-outcomes") if k in tables]
+    if llm_calls:
+        parts += ["<h2>LLM calls</h2>", *llm_calls]
 
     if data["lineage"]:
         pool, focus = data["pool"], data["focus_run"]

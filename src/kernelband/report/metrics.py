@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 from kernelband.errors import UserError
 from kernelband.evaluation.records import RHO_KEYS
+from kernelband.report import llm
 from kernelband.report import run as single
 from kernelband.store import RunRow, Store
 
@@ -93,6 +94,11 @@ DEFINITIONS = {
                 "that have it (k0 as best counts 1.0)",
     "sol_median": "median over tasks of the best kernel's speed-of-light fraction (itself the median over "
                   "the search shapes of bound_ms / kernel_ms; 1.0 is the speed of light)",
+    "sol_median_large": "as sol_median, over the search shapes that move at least 16 MB only (the bound "
+                        "there is set by bandwidth or compute, not by the launch floor)",
+    "vs_eager": "the best kernel's runtime-weighted speedup over the task's torch reference as written (torch "
+                "eager), timed beside it by the same rules; geometric mean over the tasks that have one",
+    "vs_compile": "as vs_eager, over torch.compile(mode=\"max-autotune-no-cudagraphs\") of the reference",
     "tokens": "LLM tokens (in + out) spent in the iteration, mean per task",
 }
 
@@ -154,6 +160,10 @@ class RunFacts:
     top_failed: bool = False  # the search's fastest kernel failed its final check (held-out or fresh inputs)
     reason: str = ""  # why the run is left out, if it is
     search: dict[int, dict] = field(default_factory=dict)  # candidate -> search evaluation row
+    # the best kernel against torch eager and torch.compile, and its SOL median on shapes of >= 16 MB
+    vs_eager: float | None = None
+    vs_compile: float | None = None
+    sol_large: float | None = None
 
     @property
     def correct(self) -> bool:
@@ -223,7 +233,8 @@ def run_facts(store: Store, row: RunRow) -> RunFacts:
         best_generated=best_generated, best_speedup=best_speedup, best_candidate=best_candidate,
         best_outcome=best_outcome, held_out=summary.get("held_out_speedup"), sol_fraction=sol,
         tokens=summary.get("tokens", its[-1]["tokens"] if its else 0), reason=reason, search=search,
-        confirmed=summary.get("confirmed_speedup"), top_failed=top_failed)
+        confirmed=summary.get("confirmed_speedup"), top_failed=top_failed, vs_eager=summary.get("best_vs_eager"),
+        vs_compile=summary.get("best_vs_compile"), sol_large=summary.get("best_sol_large"))
 
 
 # -- aggregation -----------------------------------------------------------------------------------
@@ -270,6 +281,11 @@ def _seed_summary(runs: list[RunFacts]) -> dict:
         "n_confirmed": sum(r.confirmed is not None for r in runs),
         "held_out_failed": sum(r.top_failed for r in runs),
         "sol_median": median(r.sol_fraction for r in runs),
+        "sol_median_large": median(r.sol_large for r in runs),
+        "vs_eager_geomean": geomean(r.vs_eager for r in runs if r.vs_eager is not None),
+        "n_vs_eager": sum(r.vs_eager is not None for r in runs),
+        "vs_compile_geomean": geomean(r.vs_compile for r in runs if r.vs_compile is not None),
+        "n_vs_compile": sum(r.vs_compile is not None for r in runs),
         "tokens_per_task": mean(r.tokens for r in runs),
         "evaluations_per_task": mean(r.evaluations for r in runs),
     }
@@ -471,6 +487,8 @@ def report_data(store: Store, bench_or_run) -> dict:
         "lineage": lineage(store, focus) if focus else None,
         "shape_sol": shape_sol(focus) if focus else [],
         "best_kernels": [best_kernel(store, f) for _, f in sorted(best_per_task.items())],
+        "llm_calls": llm.run_calls(store, ident) if kind == "run" else [],
+        "llm_outcomes": llm.run_outcomes(store, rows) if kind == "bench" else [],
     })
 
 
@@ -577,7 +595,17 @@ def _task_row(f: RunFacts) -> dict:
             "status": f.row.status if f.usable else f"{f.row.status} (left out: {f.reason})",
             "best_speedup": f.best_speedup, "best_candidate": f.best_candidate, "best_outcome": f.best_outcome,
             "held_out": f.held_out, "confirmed": f.confirmed, "sol_fraction": f.sol_fraction,
-            "evaluations": f.evaluations,
+            "sol_large": f.sol_large, "vs_eager": f.vs_eager, "vs_compile": f.vs_compile, "evaluations": f.evaluations,
             "evals_ok": f.evals_ok, "best_generated": f.best_generated, "tokens": f.tokens,
             "k0_self_speedup": (f.row.summary or {}).get("k0_self_speedup"), "faster": f.faster,
-            "iterations": f.last_iteration}
+            "iterations": f.last_iteration, "handed_back_as": _handed_back_as((f.row.summary or {}).get("handback"))}
+
+
+def _handed_back_as(handback: dict | None) -> str:
+    """"pinned", "autotuned (<why not pinned>)", "as is"; "" for runs from before the pinning."""
+    if not handback:
+        return ""
+    form = handback.get("form", "")
+    if form == "autotuned":
+        return f"autotuned ({handback.get('reason')})"
+    return form.replace("_", " ")

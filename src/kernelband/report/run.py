@@ -56,5 +56,6 @@ def shape_table(store: Store, run_id: int, best_candidate: int | None) -> list[d
         rows.append({"label": s.label, "held_out": s.held_out, "ref_ms": s.ref_ms, "best_ms": s.cand_ms,
                      "speedup": s.speedup, "correct": s.correct,
                      "k0_self": base.speedup if base is not None else None,
+                     "eager_ms": s.eager_ms, "compiled_ms": s.compiled_ms,
                      "k0_sol": base.sol_fraction if base is not None else None, "best_sol": s.sol_fraction})
     return rows

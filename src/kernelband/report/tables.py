@@ -67,7 +67,7 @@ def build(data: dict) -> list[Table]:
     """The tables of a bench; of one run, its own (run_tables): a summary over one task, per-iteration
     geomeans and Fast@1 over one task say less than the run itself."""
     if data["kind"] == "run":
-        return run_tables(data)
+        return run_tables(data) + llm_tables(data)
     policies = data["policies"]
     summary, iterations = data["summary"], data["iterations"]
     tables = []
@@ -125,6 +125,20 @@ def build(data: dict) -> list[Table]:
                         s.get("confirmed_geomean"))])
     tables.append(t)
 
+    t = Table("baselines", "The best kernel against torch (eager and torch.compile) and the speed of light",
+              ["policy", "vs eager geomean", "tasks", "vs compile geomean", "tasks", "SOL median",
+               "SOL median, >= 16 MB"])
+    for p in policies:
+        s = summary[p]
+        t.rows.append([label(p), num(s.get("vs_eager_geomean")), num(s.get("n_vs_eager"), "g"),
+                       num(s.get("vs_compile_geomean")), num(s.get("n_vs_compile"), "g"),
+                       num(s.get("sol_median"), ".2f"), num(s.get("sol_median_large"), ".2f")])
+    t.note = ("vs eager / vs compile: runtime-weighted speedup over the task's torch reference as written and "
+              "through torch.compile(mode=\"max-autotune-no-cudagraphs\"), geometric mean over the tasks that "
+              "have them (tasks: how many). SOL: the median over tasks of the best kernel's median fraction of "
+              "max(bytes / bandwidth, FLOPs / peak, launch floor).")
+    tables.append(t)
+
     tables.append(_tasks(data, "Per task and run (noise floor: k0 timed against itself)"))
 
     if any(m["n_seeds"] > 1 for m in data["task_means"]):
@@ -136,20 +150,23 @@ def build(data: dict) -> list[Table]:
         tables.append(t)
 
     tables += grid_tables(data.get("grid"))
+    tables += llm_tables(data)
 
     return tables + _excluded(data)
 
 
 def _tasks(data: dict, title: str) -> Table:
     t = Table("tasks", title, ["task", "policy", "seed", "run", "best speedup", "held-out", "best outcome", "SOL",
-                               "evaluations", "correct evals", "tokens", "noise floor", "status", "re-measured",
-                               "faster"])
+                               "SOL >= 16 MB", "vs eager", "vs compile", "evaluations", "correct evals", "tokens",
+                               "noise floor", "status", "re-measured", "faster", "handed back as"])
     for r in data["tasks"]:
         t.rows.append([label(r["task"]), label(r["policy"]), num(r["seed"], "d"), num(r["run_id"], "d"),
                        num(r["best_speedup"]), num(r["held_out"]), label(r["best_outcome"]),
-                       num(r["sol_fraction"], ".2f"), num(r["evaluations"], "d"), num(r["evals_ok"], "d"),
+                       num(r["sol_fraction"], ".2f"), num(r.get("sol_large"), ".2f"), num(r.get("vs_eager")),
+                       num(r.get("vs_compile")), num(r["evaluations"], "d"), num(r["evals_ok"], "d"),
                        num(r["tokens"], "d"), num(r["k0_self_speedup"]), label(r["status"]),
-                       num(r.get("confirmed")), label({True: "yes", False: "no"}.get(r.get("faster")))])
+                       num(r.get("confirmed")), label({True: "yes", False: "no"}.get(r.get("faster"))),
+                       label(r.get("handed_back_as") or "")])
     return t
 
 
@@ -172,16 +189,18 @@ def run_tables(data: dict) -> list[Table]:
                        num(r["pool_size"], "d"), num(r["tokens"], "d"), num(r["seconds"], ".1f"), label(r["arms"])])
     t.note = "Speedups over the starting kernel; this iteration: the best correct kernel it produced (- if none)."
     shapes = Table("shapes", "The kernel handed back against the reference, per shape",
-                   ["shape", "held out", "reference ms", "kernel ms", "speedup", "k0 against itself", "SOL k0",
-                    "SOL kernel"])
+                   ["shape", "held out", "reference ms", "kernel ms", "speedup", "k0 against itself",
+                    "torch eager ms", "torch.compile ms", "SOL k0", "SOL kernel"])
     for r in data["shapes"]:
         correct = "" if r["correct"] is not False else " (wrong)"
         shapes.rows.append([label(r["label"] + correct), label("yes" if r["held_out"] else ""),
                             num(r["ref_ms"], ".4g"), num(r["best_ms"], ".4g"), num(r["speedup"]),
-                            num(r["k0_self"]), num(r["k0_sol"], ".2f"), num(r["best_sol"], ".2f")])
+                            num(r["k0_self"]), num(r.get("eager_ms"), ".4g"), num(r.get("compiled_ms"), ".4g"),
+                            num(r["k0_sol"], ".2f"), num(r["best_sol"], ".2f")])
     shapes.note = ("The reference timed beside the kernel in the same evaluation (its final check on fresh inputs "
                    "where there is one); k0 against itself: the starting kernel's own evaluation, the noise floor "
-                   "of each shape.")
+                   "of each shape; torch eager and torch.compile: the task's torch reference timed by the same "
+                   "rules (- where it was not).")
     return [t] + ([shapes] if data["shapes"] else []) + [_tasks(data, "The run (noise floor: k0 timed against "
                                                                  "itself)")] + _excluded(data)
 
@@ -205,6 +224,30 @@ def lineage_lines(lin: dict | None) -> list[str]:
     for root in children.get(None, []):
         walk(root, 0)
     return lines
+
+
+def llm_tables(data: dict) -> list[Table]:
+    """A run's LLM calls one by one; a bench's counted by outcome per run. None where no call was made."""
+    tables = []
+    if data.get("llm_calls"):
+        t = Table("llm-calls", "LLM calls", ["iteration", "strategy", "outcome", "latency s", "tokens in",
+                                             "tokens out", "attempts", "error"])
+        for c in data["llm_calls"]:
+            t.rows.append([num(c["iteration"], "d"), label(c["strategy"]), label(c["outcome"]),
+                           num(c["latency_s"], ".1f"), num(c["tokens_in"], "d"), num(c["tokens_out"], "d"),
+                           num(c["attempts"], "d"), label(c["error"][:120] or None)])
+        t.note = "attempts: HTTP requests, retries included. Only calls with outcome ok gave a kernel to evaluate."
+        tables.append(t)
+    if data.get("llm_outcomes"):
+        t = Table("llm-outcomes", "LLM calls per run, by outcome", ["run", "task", "policy", "seed", "calls",
+                                                                    "outcomes", "tokens", "median latency s"])
+        for r in data["llm_outcomes"]:
+            counts = ", ".join(f"{n} {o}" for o, n in sorted(r["outcomes"].items(), key=lambda x: -x[1]))
+            t.rows.append([num(r["run_id"], "d"), label(r["task"]), label(r["policy"]), num(r["seed"], "d"),
+                           num(r["calls"], "d"), label(counts), num(r["tokens"], "d"),
+                           num(r["median_latency_s"], ".1f")])
+        tables.append(t)
+    return tables
 
 
 def grid_tables(grid: dict | None) -> list[Table]:

@@ -9,10 +9,13 @@ fast has 0.5. Comparing two candidates through k0 cancels the drift between thei
 
 from __future__ import annotations
 
+import ast
 import hashlib
 from dataclasses import dataclass, field
+from enum import Enum
 
 from kernelband.evaluation.records import EvalResult, Outcome
+from kernelband.tasks.model import ShapeInfo
 
 RESOURCES = ("SM", "DRAM", "L2")
 
@@ -23,10 +26,57 @@ class Strategy:
     description: str  # precise enough to prompt an LLM
     target: str  # the hardware resource it mainly relieves: "SM", "DRAM" or "L2"
     rewrites: tuple[str, ...] = ()  # names of the built-in rewrites that serve it
+    proposer: str = "llm"  # who writes its proposals under `--proposer hybrid`: "rewriter" or "llm"
 
 
 def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def normalized_hash(source: str) -> str:
+    """The hash of the code as Python reads it: comments, blank lines, quoting and spacing do not count, so a
+    reply that only reformats an earlier candidate is known as the same code. A source that does not parse is
+    hashed as written."""
+    try:
+        return source_hash(ast.unparse(ast.parse(source)))
+    except (SyntaxError, ValueError, RecursionError):
+        return source_hash(source)
+
+
+class ProposalOutcome(str, Enum):
+    """What became of one proposal (for an LLM: of its one call). Counted per run: the live view, the summary
+    and the report show how many proposals failed, and why."""
+
+    OK = "ok"  # a new source, handed to the evaluator
+    NO_CODE = "no_code"
+    SYNTAX_ERROR = "syntax_error"
+    MISSING_ENTRY = "missing_entry"
+    TRUNCATED = "truncated"
+    DUPLICATE = "duplicate"  # the same code as a candidate the run has already
+    HTTP_ERROR = "http_error"  # after the retries
+    RATE_LIMITED = "rate_limited"  # HTTP 429 after the retries
+    TIMEOUT = "timeout"  # no reply within the per-request limit, after the retries
+    FAILED = "failed"  # the proposer itself raised
+    NOTHING = "nothing"  # no source and no call: nothing (more) to propose for the arm; never counted
+
+    @property
+    def label(self) -> str:
+        return OUTCOME_LABELS[self]
+
+
+OUTCOME_LABELS = {
+    ProposalOutcome.OK: "ok", ProposalOutcome.NO_CODE: "no code block", ProposalOutcome.SYNTAX_ERROR: "broken Python",
+    ProposalOutcome.MISSING_ENTRY: "missing entry function", ProposalOutcome.TRUNCATED: "cut off at max tokens",
+    ProposalOutcome.DUPLICATE: "duplicate", ProposalOutcome.HTTP_ERROR: "HTTP error",
+    ProposalOutcome.RATE_LIMITED: "rate limited (429)", ProposalOutcome.TIMEOUT: "timeout",
+    ProposalOutcome.FAILED: "proposer failed", ProposalOutcome.NOTHING: "nothing to propose",
+}
+
+
+def outcome_counts_text(counts: dict[str, int]) -> str:
+    """"3 ok, 1 broken Python, 2 timeout": counts keyed by `ProposalOutcome` value, in the enum's order."""
+    parts = [f"{counts[o.value]} {o.label}" for o in ProposalOutcome if counts.get(o.value)]
+    return ", ".join(parts) or "none"
 
 
 @dataclass
@@ -85,6 +135,7 @@ class Attempt:
     detail: str = ""
     error: str = ""
     speedup: float | None = None
+    rationale: str = ""  # the proposer's one line on what it changed
 
 
 @dataclass
@@ -93,12 +144,28 @@ class Context:
 
     task_name: str
     entry: str  # the entry function the module must define
-    description: str = ""
+    description: str = ""  # the task's, from the starting kernel's docstring: it describes k0, not the parent
     phi: dict[str, float | None] = field(default_factory=dict)  # the parent's hardware profile
     history: list[Attempt] = field(default_factory=list)  # this lineage's earlier attempts, oldest first
     seen: frozenset[str] = frozenset()  # source hashes already in the run: do not propose them again
+    known: dict[str, int] = field(default_factory=dict)  # normalized_hash -> candidate id, for every candidate
+    tried: list[Attempt] = field(default_factory=list)  # what was proposed from this very parent, oldest first
+    shapes: tuple[ShapeInfo, ...] = ()  # the search shapes the kernel must handle
     seed: int = 0  # proposals are deterministic given the seed
     reflection: str = ""  # beam: what went wrong last time, to reflect on
+
+
+@dataclass
+class LLMCall:
+    """One chat completion, its retries included."""
+
+    model: str
+    outcome: ProposalOutcome = ProposalOutcome.OK
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_s: float = 0.0
+    attempts: int = 0  # HTTP requests made: 1 + the retries
+    error: str = ""
 
 
 @dataclass
@@ -108,7 +175,8 @@ class Proposal:
     tokens_in: int = 0
     tokens_out: int = 0
     error: str = ""
-    calls: list[dict] = field(default_factory=list)  # LLM calls: tokens in/out, latency_s, outcome, error
+    calls: list[LLMCall] = field(default_factory=list)
+    outcome: ProposalOutcome = ProposalOutcome.OK  # with no source and no call: the proposer had nothing
 
 
 def reward(parent: Candidate, child: Candidate | None) -> float:

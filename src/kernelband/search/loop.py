@@ -13,7 +13,6 @@ re-evaluated.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import statistics
 import time
@@ -23,10 +22,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelband.errors import SetupError, UserError
+from kernelband.evaluation import sol
 from kernelband.evaluation.records import EvalResult, Outcome
 from kernelband.policies.base import Policy
 from kernelband.proposers.base import Proposer
-from kernelband.search.core import Arm, Attempt, Candidate, Context, Proposal, Strategy, source_hash
+from kernelband.search.core import (
+    Arm,
+    Attempt,
+    Candidate,
+    Context,
+    Proposal,
+    ProposalOutcome,
+    Strategy,
+    normalized_hash,
+    source_hash,
+)
+from kernelband.search.handback import hand_back, write_files
 from kernelband.store import RunStatus, Store
 from kernelband.tasks.model import Task
 
@@ -74,9 +85,24 @@ class Summary:
     stopped: str = ""  # why the run ended before its iterations, if it did
     device: str = ""  # where the timings were taken
     interpreter: bool = False  # timings from the Triton interpreter on a CPU: they say nothing about GPU speed
+    # The best kernel's runtime-weighted speedup over the task's torch reference as written and through
+    # torch.compile, from its re-check where it had one (fresh inputs, as confirmed_speedup) else from its
+    # search evaluation; None with the reason where a baseline was not timed (evaluation/baselines.py)
+    best_vs_eager: float | None = None
+    best_vs_compile: float | None = None
+    vs_eager_skipped: str = ""
+    vs_compile_skipped: str = ""
+    # the median of the best kernel's SOL fractions over the search shapes that move at least 16 MB
+    # (sol.LARGE_BYTES); best_sol_fraction is the median over all of them
+    best_sol_large: float | None = None
     per_iteration: list[dict] = field(default_factory=list)
+    # proposals by outcome (`ProposalOutcome` values): how many were evaluated, and why the others were not
+    proposals: dict[str, int] = field(default_factory=dict)
     # the kernels re-checked at the end: candidate, speedup during the search, outcome, re-measured, held-out
     finalists: list[dict] = field(default_factory=list)
+    # how the module was handed back: pinned, autotuned (and why not pinned) or as it is (handback.Handback);
+    # the re-measured and held-out figures above are those of the module handed back
+    handback: dict = field(default_factory=dict)
     # --resume of a run that had finished: this is its stored summary, and nothing ran
     finished_before: bool = False
 
@@ -102,6 +128,8 @@ class Search:
         self.candidates: list[Candidate] = []
         self.exhausted: set[tuple[int, str]] = set()
         self.attempts: dict[int, list[Attempt]] = {}  # parent id -> what was tried on it
+        self.known: dict[str, int] = {}  # normalized_hash -> candidate id: a reformatted copy is no new kernel
+        self.proposals: dict[str, int] = {}  # proposals by outcome
         self.evaluations = 0
         self.tokens = 0
         # Nsight Compute only where φ is read: by the policy (kernelband's ψ heads, the masked variant's
@@ -144,12 +172,14 @@ class Search:
                 rows = [c for c in self.store.candidates(self.run_id) if c["id"] == stored["candidate"]]
                 source = rows[0]["source"] if rows else None
             return (Proposal(source=source, rationale=stored["rationale"], tokens_in=stored["tokens_in"],
-                             tokens_out=stored["tokens_out"], error=stored["error"]), stored["candidate"])
+                             tokens_out=stored["tokens_out"], error=stored["error"],
+                             outcome=ProposalOutcome(stored["outcome"] or "ok")), stored["candidate"])
         parent = self.candidates[arm.candidate]
         context = Context(task_name=self.task.name, entry=self.entry, description=self.task.description,
                           phi=dict(parent.phi), history=self._history(parent),
-                          seen=frozenset(c.hash for c in self.candidates), seed=self._seed("propose", iteration, slot),
-                          reflection=self._reflection(parent))
+                          seen=frozenset(c.hash for c in self.candidates), known=dict(self.known),
+                          tried=list(self.attempts.get(parent.id, [])), shapes=self.evaluator.info(self.task).shapes,
+                          seed=self._seed("propose", iteration, slot), reflection=self._reflection(parent))
         strategy = self.strategies[arm.strategy]
 
         def write() -> tuple[Proposal, None]:
@@ -158,12 +188,15 @@ class Search:
             except SetupError:  # every proposal would fail the same way: the run stops, resumable
                 raise
             except Exception as exc:  # noqa: BLE001 - a proposer bug must not end the run
-                return Proposal(source=None, error=f"the proposer failed: {type(exc).__name__}: {exc}"), None
+                return Proposal(source=None, error=f"the proposer failed: {type(exc).__name__}: {exc}",
+                                outcome=ProposalOutcome.FAILED), None
 
         return write
 
     def _history(self, parent: Candidate) -> list[Attempt]:
-        lineage, node = [], parent
+        """What was tried on the parent's ancestors (the parent's own attempts go to `Context.tried`)."""
+        lineage = []
+        node = self.candidates[parent.parent] if parent.parent is not None else None
         while node is not None:
             lineage.append(node.id)
             node = self.candidates[node.parent] if node.parent is not None else None
@@ -193,6 +226,7 @@ class Search:
         # k0 is the reference: its time is 1.0 by definition; the measured self-speedup is the noise floor.
         result.speedup = 1.0
         self.candidates.append(k0)
+        self.known[normalized_hash(source)] = 0
         self.store.set_device(self.run_id, result.device)
         return k0
 
@@ -283,20 +317,30 @@ class Search:
     def _admit(self, iteration: int, slot: int, arm: Arm, proposal: Proposal, stored_cid: int | None) -> int | None:
         """Gives a proposal a candidate id (or none: nothing proposed, or a source the run already has)."""
         cid = stored_cid
+        if proposal.source is None and not proposal.calls and proposal.outcome == ProposalOutcome.OK:
+            proposal.outcome = ProposalOutcome.NOTHING
         if cid is None and proposal.source is not None:
-            known = {c.hash: c.id for c in self.candidates}
             h = source_hash(proposal.source)
-            if h in known:
-                proposal.error = f"the same source as candidate {known[h]}"
+            same = self.known.get(normalized_hash(proposal.source))
+            if same is not None:  # written concurrently with the same code, or by a proposer that did not check
+                proposal.error = f"the same code as candidate {same}"
+                # A duplicate that cost tokens is a pull that failed; one that cost nothing (the rewriter's)
+                # is no proposal at all, as if the proposer had skipped it.
+                spent = bool(proposal.calls or proposal.tokens_in or proposal.tokens_out)
                 proposal.source = None
+                proposal.outcome = ProposalOutcome.DUPLICATE if spent else ProposalOutcome.NOTHING
+                for call in proposal.calls[-1:]:
+                    call.outcome, call.error = ProposalOutcome.DUPLICATE, proposal.error
             else:
                 cid = len(self.candidates)
                 self.store.add_candidate(self.run_id, cid, proposal.source, h, arm.candidate, arm.strategy,
                                          iteration, slot, proposal.rationale)
         if self.store.proposal(self.run_id, iteration, slot) is None:
             self.store.add_proposal(self.run_id, iteration, slot, arm.candidate, arm.strategy, cid, proposal.error,
-                                    proposal.rationale, proposal.tokens_in, proposal.tokens_out, proposal.calls)
+                                    proposal.rationale, proposal.tokens_in, proposal.tokens_out, proposal.calls,
+                                    proposal.outcome.value)
         if cid is not None:
+            self.known.setdefault(normalized_hash(proposal.source), cid)
             self.candidates.append(Candidate(cid, proposal.source, parent=arm.candidate, strategy=arm.strategy,
                                              iteration=iteration, rationale=proposal.rationale))
         return cid
@@ -304,9 +348,11 @@ class Search:
     def _learn(self, arm: Arm, proposal: Proposal, cid: int | None, result: EvalResult | None) -> dict:
         parent = self.candidates[arm.candidate]
         self.tokens += proposal.tokens_in + proposal.tokens_out
-        spent_tokens = bool(proposal.tokens_in or proposal.tokens_out or proposal.calls)
-        if cid is None and not spent_tokens:
-            # The rewriter has nothing (more) for this arm: no evaluation, no pull; never offer it again.
+        if proposal.outcome == ProposalOutcome.FAILED:
+            self.proposals[proposal.outcome.value] = self.proposals.get(proposal.outcome.value, 0) + 1
+        if cid is None and proposal.outcome in (ProposalOutcome.NOTHING, ProposalOutcome.FAILED):
+            # Nothing (more) for this arm, or a proposer bug: no evaluation, no pull; never offer it again.
+            # The stored outcome decides, so that a resumed run takes the same branch as the first one did.
             self.exhausted.add((arm.candidate, arm.strategy))
             return {"candidate": arm.candidate, "strategy": arm.strategy, "child": None, "outcome": "no_proposal",
                     "detail": proposal.error, "reward": None, "counted": False}
@@ -316,15 +362,17 @@ class Search:
             child.result = result
             self.evaluations += 1
         gained = self.policy.update(arm, parent, child)
-        outcome = result.outcome.value if result is not None else "no_proposal"
+        self.proposals[proposal.outcome.value] = self.proposals.get(proposal.outcome.value, 0) + 1
+        outcome = result.outcome.value if result is not None else proposal.outcome.value
         detail = result.detail if result is not None else proposal.error
         self.attempts.setdefault(parent.id, []).append(
             Attempt(arm.strategy, outcome, detail, (result.error if result is not None else proposal.error)[-2000:],
-                    child.speedup if child is not None else None))
+                    child.speedup if child is not None else None, proposal.rationale))
         event = {"candidate": arm.candidate, "strategy": arm.strategy, "child": cid, "outcome": outcome,
                  "detail": detail, "speedup": child.speedup if child is not None else None, "reward": gained,
-                 "rationale": proposal.rationale, "counted": True}
-        self.on_event({"kind": "pull", **event, "best_speedup": self.best.speedup, "tokens": self.tokens})
+                 "rationale": proposal.rationale, "proposal": proposal.outcome.value, "counted": True}
+        self.on_event({"kind": "pull", **event, "best_speedup": self.best.speedup, "tokens": self.tokens,
+                       "proposals": dict(self.proposals)})
         return event
 
     @property
@@ -367,9 +415,15 @@ class Search:
 
     def _finish(self, iterations: int, per_iteration: list[dict], stopped: str, seconds: float) -> Summary:
         best, held, finalists = self._choose()
+        chosen = hand_back(best.source, best.result, held, self._evaluate_handed_back(best), self.k0_self_speedup,
+                           starting=best.id == 0)
+        held = chosen.check
         checked = held is not None and held.ok
         unchecked = 1.0 if best.id == 0 else None  # k0 as the best is 1.0 by definition
         fractions = [s.sol_fraction for s in best.result.shapes if s.sol_fraction is not None and not s.held_out]
+        large = [s.sol_fraction for s in best.result.shapes if s.sol_fraction is not None and not s.held_out
+                 and (s.moved_bytes or 0) >= sol.LARGE_BYTES]
+        against = held if checked else best.result
         summary = Summary(run_id=self.run_id, task=self.task.ref, policy=self.policy.name,
                           proposer=self.proposer.name, seed=self.seed, iterations=iterations,
                           evaluations=self.evaluations, best_candidate=best.id, best_speedup=best.speedup,
@@ -381,23 +435,22 @@ class Search:
                           pool_size=sum(c.valid for c in self.candidates), stopped=stopped,
                           device=best.result.device, interpreter=best.result.interpreter,
                           per_iteration=[{k: v for k, v in row.items() if k != "arms"} for row in per_iteration],
-                          finalists=finalists)
+                          finalists=finalists, best_vs_eager=against.speedup_vs_eager,
+                          best_vs_compile=against.speedup_vs_compile, vs_eager_skipped=against.vs_eager_skipped,
+                          vs_compile_skipped=against.vs_compile_skipped,
+                          best_sol_large=statistics.median(large) if large else None,
+                          handback=chosen.handback.to_dict(), proposals=dict(self.proposals))
         if self.out_dir is not None:
-            summary.best_path, summary.diff_path = self._write_best(best)
+            summary.best_path, summary.diff_path = write_files(self.out_dir / f"run-{self.run_id}", chosen,
+                                                               self.task.module_source, self.task.name)
         self.store.finish_run(self.run_id, "done", summary.to_dict())
         self.on_event({"kind": "done", "seconds": seconds, **summary.to_dict()})
         return summary
 
-    def _write_best(self, best: Candidate) -> tuple[str, str]:
-        folder = self.out_dir / f"run-{self.run_id}"
-        folder.mkdir(parents=True, exist_ok=True)
-        best_path, diff_path = folder / "best.py", folder / "best.diff"
-        best_path.write_text(best.source)
-        diff = difflib.unified_diff(self.task.module_source.splitlines(keepends=True),
-                                    best.source.splitlines(keepends=True), fromfile=f"{self.task.name}/k0.py",
-                                    tofile=f"{self.task.name}/best.py")
-        diff_path.write_text("".join(diff))
-        return str(best_path), str(diff_path)
+    def _evaluate_handed_back(self, best: Candidate) -> Callable[[str], EvalResult]:
+        """Evaluates the module handed back for `best` (its pinned form) on the search and held-out shapes, in a
+        fresh worker like any candidate; stored beside the candidate's own evaluations."""
+        return lambda source: self._evaluate(best.id, source, which="handed_back", shapes="all")
 
 
 def profiled(result: EvalResult) -> bool:

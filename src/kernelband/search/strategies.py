@@ -1,8 +1,10 @@
 """The strategy catalogue: what a bandit arm may ask a proposer to do to a kernel.
 
 Six built-in strategies, as in the authors' release, each with a description an LLM is prompted with,
-the hardware resource it mainly relieves, and the built-in rewrites that implement it without an LLM
-(`kernelband.proposers.rewriter.registry`). A user file (TOML or JSON) can add strategies, replace built-in ones by
+the hardware resource it mainly relieves, the built-in rewrites that implement it without an LLM
+(`kernelband.proposers.rewriter.registry`), and who writes its proposals under `--proposer hybrid`: the
+rewriter for the launch parameters and autotuning it covers well (tiling, vectorization, pipeline), the LLM
+for the rest. A user file (TOML or JSON) can add strategies, replace built-in ones by
 name, or (`replace_all = true`) stand alone:
 
     replace_all = false            # optional
@@ -16,6 +18,8 @@ name, or (`replace_all = true`) stand alone:
     description = "Split the K loop of a matmul across programs and reduce the partial sums."
     target = "SM"
     rewrites = []                  # names of built-in rewrites; none: only an LLM can apply it
+    proposer = "llm"               # under --proposer hybrid: "rewriter" or "llm" writes its proposals
+                                   # (default: "rewriter" when it lists rewrites, else "llm")
 
 JSON has the same shape: {"replace_all": false, "strategies": [{"name": ..., ...}]}.
 """
@@ -40,7 +44,7 @@ BUILTIN: tuple[Strategy, ...] = (
         "reuse in registers and shared memory; smaller tiles give more programs and occupancy on small inputs. "
         "Where each program handles one small row, let each program loop over several consecutive rows "
         "(coarsening) so that fewer programs start.",
-        "SM", ("block_size", "autotune", "coarsen")),
+        "SM", ("block_size", "autotune", "coarsen"), proposer="rewriter"),
     Strategy(
         "vectorization",
         "Make every thread move more contiguous data per instruction so that loads and stores become 128-bit "
@@ -48,7 +52,7 @@ BUILTIN: tuple[Strategy, ...] = (
         "of the form pid * BLOCK + tl.arange(0, BLOCK) contiguous along the fastest-varying dimension, and state "
         "alignment with tl.multiple_of / tl.max_contiguous where it holds. Avoid per-element index division "
         "and gathers on the contiguous axis.",
-        "DRAM", ("vector_width",)),
+        "DRAM", ("vector_width",), proposer="rewriter"),
     Strategy(
         "fusion",
         "Cut global-memory round trips by doing more work per byte loaded: merge consecutive kernels or passes "
@@ -62,7 +66,7 @@ BUILTIN: tuple[Strategy, ...] = (
         "num_stages (software pipelining of the tl.load calls in the loop; also tl.range(..., num_stages=...)) "
         "and retune num_warps so that enough warps are in flight. Issue the loads of the next iteration before "
         "the arithmetic of the current one and keep loop-carried accumulators in registers.",
-        "SM", ("num_stages", "num_warps")),
+        "SM", ("num_stages", "num_warps"), proposer="rewriter"),
     Strategy(
         "reordering",
         "Change the order in which program instances visit tiles so that programs running at the same time "
@@ -83,7 +87,8 @@ BUILTIN: tuple[Strategy, ...] = (
         "L2", ("rows", "cache_hints")),
 )
 
-FIELDS = ("name", "description", "target", "rewrites")
+FIELDS = ("name", "description", "target", "rewrites", "proposer")
+PROPOSERS = ("rewriter", "llm")
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 
 
@@ -171,6 +176,9 @@ def _strategy(path: Path, index: int, entry: dict, base: Strategy | None) -> Str
     fields.update({k: v for k, v in entry.items() if k != "name"})
     description, target = fields.get("description"), fields.get("target")
     rewrites = fields.get("rewrites", [])
+    # Left out: the built-in's routing while rewrites remain, else the rewriter exactly when there are rewrites.
+    default = base.proposer if base is not None and rewrites else ("rewriter" if rewrites else "llm")
+    proposer = entry["proposer"] if "proposer" in entry else default
     if not isinstance(description, str) or not description.strip():
         raise UserError(f"{where}: needs a 'description' (the text an LLM is prompted with)")
     if target not in RESOURCES:
@@ -181,4 +189,9 @@ def _strategy(path: Path, index: int, entry: dict, base: Strategy | None) -> Str
     if unknown_rewrites:
         raise UserError(f"{where}: unknown rewrite {unknown_rewrites[0]!r}; the built-in ones are "
                         f"{', '.join(REWRITES)}")
-    return Strategy(name, description.strip(), target, tuple(rewrites))
+    if proposer not in PROPOSERS:
+        raise UserError(f"{where}: 'proposer' must be \"rewriter\" or \"llm\" (got {proposer!r})")
+    if proposer == "rewriter" and not rewrites:
+        raise UserError(f"{where}: proposer = \"rewriter\" needs built-in 'rewrites' to apply; list some, or "
+                        "use proposer = \"llm\"")
+    return Strategy(name, description.strip(), target, tuple(rewrites), proposer)

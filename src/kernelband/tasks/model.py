@@ -73,6 +73,8 @@ class TaskInfo:
     has_tests: bool
     shapes: tuple[ShapeInfo, ...] = field(default_factory=tuple)
     interpreter_shapes_given: bool = False
+    # below this share of the call's GPU kernel time in Triton kernels, a candidate is suspicious (TRITON_SHARE)
+    triton_share_min: float = 0.5
 
     @classmethod
     def from_wire(cls, d: dict) -> TaskInfo:
@@ -80,7 +82,8 @@ class TaskInfo:
                        for s in d["shapes"])
         return cls(entry=d["entry"], atol=float(d["atol"]), rtol=float(d["rtol"]),
                    allow_torch_only=bool(d["allow_torch_only"]), has_tests=bool(d["has_tests"]),
-                   shapes=shapes, interpreter_shapes_given=bool(d.get("interpreter_shapes_given")))
+                   shapes=shapes, interpreter_shapes_given=bool(d.get("interpreter_shapes_given")),
+                   triton_share_min=float(d.get("triton_share_min", 0.5)))
 
     @property
     def search(self) -> list[ShapeInfo]:

@@ -10,6 +10,7 @@ entry function); below it, the task definition:
     INTERPRETER_HELD_OUT = [...]        # optional: used instead of HELD_OUT on a CPU
     ATOL, RTOL = 1e-3, 1e-1             # optional (these are the defaults)
     ALLOW_TORCH_ONLY = False            # optional
+    TRITON_SHARE = 0.5                  # optional: the least share of the call's GPU kernel time in Triton
     def make_inputs(device, **shape) -> tuple   # the entry's positional arguments
     def reference(*inputs)              # optional ground truth in plain torch
     def bytes_moved(**shape) -> int     # optional, for GB/s and the speed-of-light bound

@@ -109,12 +109,15 @@ def install_launch_hooks() -> None:
     except ImportError:
         pass
 
+    from kernelband.worker.audit import inside_launch
+
     for cls in classes:
         original = cls.run
         ORIGINAL_RUN[cls] = original
 
         def run(self, *args, grid, warmup, _original=original, **kwargs):
-            kernel = _original(self, *args, grid=grid, warmup=warmup, **kwargs)
+            with inside_launch():  # the launcher's own torch calls are not the call's torch work
+                kernel = _original(self, *args, grid=grid, warmup=warmup, **kwargs)
             if not warmup and LOG.enabled:
                 LOG.count += 1
                 if len(LOG.recent) < 64:

@@ -113,6 +113,12 @@ class Harness:
     def reference(self, inputs) -> Any:
         raise NotImplementedError
 
+    @property
+    def torch_reference(self):
+        """The task's reference in torch, called as `call` is (on `make_inputs`'s inputs), for the baselines
+        timed beside a candidate (worker/baselines.py); None where the task has none."""
+        return None
+
     def run_tests(self) -> Any:
         raise NotImplementedError
 
@@ -166,6 +172,7 @@ class PyFileHarness(Harness):
         self.atol = float(self.ns.get("ATOL", 1e-3))
         self.rtol = float(self.ns.get("RTOL", 1e-1))
         self.allow_torch_only = bool(self.ns.get("ALLOW_TORCH_ONLY", False))
+        self.triton_share_min = float(self.ns.get("TRITON_SHARE", 0.5))
         self.has_reference = callable(self.ns.get("reference"))
         self._search = [dict(s) for s in self.ns["SHAPES"]]
         self._held_out = [dict(s) for s in self.ns.get("HELD_OUT", [])]
@@ -201,7 +208,8 @@ class PyFileHarness(Harness):
                 "flops": float(flops_fn(**params)) if flops_fn else None,
             })
         return {"entry": self.entry, "atol": self.atol, "rtol": self.rtol,
-                "allow_torch_only": self.allow_torch_only, "has_tests": False,
+                "allow_torch_only": self.allow_torch_only, "triton_share_min": self.triton_share_min,
+                "has_tests": False,
                 "interpreter_shapes_given": self._interp is not None, "shapes": shapes}
 
     def make_inputs(self, index: int, device: str):
@@ -213,6 +221,10 @@ class PyFileHarness(Harness):
 
     def reference(self, inputs):
         return self.ns["reference"](*inputs)
+
+    @property
+    def torch_reference(self):
+        return self.reference if self.has_reference else None
 
 
 class _LoopRange:
@@ -328,6 +340,13 @@ class TritonBenchHarness(Harness):
 
     def call(self, inputs):
         return self.metrics.call_op(inputs)
+
+    @property
+    def torch_reference(self):
+        """A reference of KernelBand's own where the task's meaning is plain (tasks/tritonbench_references.py):
+        it never judges correctness here, which stays the starting kernel's."""
+        from kernelband.tasks.tritonbench_references import REFERENCES
+        return REFERENCES.get(self.name)
 
     def run_tests(self):
         """Run the instance's own test code against this worker's module."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import math
 import os
 import random
 import socket
@@ -21,6 +20,8 @@ import sys
 import threading
 import time
 import traceback
+
+from kernelband.worker import poison
 
 _CUDA_FAULT_MARKERS = (
     "illegal memory access", "unspecified launch failure", "misaligned address", "illegal instruction",
@@ -38,40 +39,7 @@ def _is_cuda_fault(text: str) -> bool:
     return any(marker in text for marker in _CUDA_FAULT_MARKERS)
 
 
-@contextlib.contextmanager
-def _filled_memory():
-    """Uninitialized memory (torch.empty and friends) filled with NaN / the largest integer, through torch's
-    deterministic mode. Code whose outputs show what an allocation held before gives different outputs with
-    and without it: this is how the reference's own non-reproducible outputs are found."""
-    import torch
-    import torch.utils.deterministic as det
-
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-              det.fill_uninitialized_memory)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    det.fill_uninitialized_memory = True
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-        det.fill_uninitialized_memory = before[2]
-
-
-_FREES_MEMORY = frozenset({"run", "tests", "selfcheck", "time", "features", "profile", "calibrate"})
-
-
-def _scramble_free_memory(device) -> None:
-    """Fill the CUDA caching allocator's free memory with NaN: code that reads memory its tensors do not own
-    (past a tensor's end, into freed blocks) then reads other values than before. Small allocations come from
-    2 MiB segments, large ones from their own: both pools get NaN-filled free blocks."""
-    import torch
-
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    junk = [torch.full((1 << 18,), math.nan, device=device) for _ in range(64)]  # 1 MiB each: small pool
-    junk += [torch.full((8 << 20,), math.nan, device=device) for _ in range(8)]  # 32 MiB each: large pool
-    torch.cuda.synchronize()
-    del junk
+_FREES_MEMORY = frozenset({"run", "tests", "selfcheck", "time", "features", "profile", "calibrate", "baselines"})
 
 
 class Worker:
@@ -83,13 +51,14 @@ class Worker:
         self.gpu = mode == "gpu"
         self.device = "cuda" if self.gpu else "cpu"
         self.module = None
+        self.role = ""
         self.harness = None
         self.kept: list = []
         self.files = 0
         self.sandbox: dict = {}
         self.phases: dict = {}  # seconds of the start's GPU part, by phase (context, first_kernel, ...)
         self.send_lock = threading.Lock()  # a reply, or the stuck watch's answer in its place: never both
-        self.stuck = None
+        self.stuck = None  # the stuck watch (worker/stuck.py), from the start on
 
     # -- start-up -------------------------------------------------------------------------------
     def load_libraries(self) -> None:
@@ -129,9 +98,13 @@ class Worker:
         self.log = guards.LOG
         from kernelband.worker import sandbox
         self.sandbox = sandbox.apply(self.dir)
-        from kernelband.worker.stuck import StuckWatch
-        self.stuck = StuckWatch(self._stuck, self.send_lock)  # its thread is one of the worker's own
+        from kernelband.worker import stuck
+        self.stuck = stuck.for_worker(self.sock, self.send_lock)  # its thread is one of the worker's own
         self.guard.accept_current_threads()
+        from kernelband.worker import audit
+        audit.block_interpreter_hooks()  # after the sandbox's own audit hook
+        if not self.gpu:
+            audit.count_interpreter_stores()
         phases["guards_sandbox"] = time.perf_counter() - t
         props = {}
         if self.gpu:
@@ -146,21 +119,6 @@ class Worker:
                 "sandbox": self.sandbox, "device": props,
                 "versions": {"torch": torch.__version__, "triton": triton.__version__,
                              "python": sys.version.split()[0]}}
-
-    def _stuck(self, stuck) -> None:
-        """The module is stuck in its own code (worker/stuck.py): answer the request in its place, and end."""
-        from kernelband import protocol
-
-        try:
-            protocol.send(self.sock, {"ok": False, "outcome": "timeout", "error": stuck.message()})
-        finally:
-            os._exit(4)
-
-    def _watch(self, path: str, request: dict, doing: str):
-        """The stuck watch over the module's own code for a request that carries `stuck_s` (the parent's)."""
-        if self.stuck is None:
-            return contextlib.nullcontext()
-        return self.stuck.watch(path, request.get("stuck_s"), doing)
 
     # -- requests -------------------------------------------------------------------------------
     def handle(self, request: dict) -> dict:
@@ -199,6 +157,7 @@ class Worker:
         role = request["role"]
         source = request["module_source"]
         module_name = "kb_reference" if role == "ref" else "kb_candidate"
+        self.role = role
         profiler_s = None
         if self.gpu and request.get("profiler") and not os.environ.get("CUDA_INJECTION64_PATH"):
             # CUPTI started for the span timer before any of the module runs (seconds of CPU a process:
@@ -217,13 +176,13 @@ class Worker:
         from kernelband.worker import harness as harness_mod
         t0 = time.perf_counter()
         try:
-            with self._watch(path, request, "importing it"):
+            with self.stuck.watch(path, request.get("stuck_s"), "importing it"):
                 module = harness_mod.import_file(module_name, path)
         except BaseException as exc:  # noqa: BLE001 - anything the module raises is its outcome
             return {"ok": False, "outcome": "compile_error", "error": _error_text(exc)}
         self.module = module
         try:
-            with self._watch(path, request, "describing the task with it"):
+            with self.stuck.watch(path, request.get("stuck_s"), "describing the task with it"):
                 self.harness = harness_mod.for_task(task, module, source, self.mode)
                 info = self.harness.describe(self.mode)
         except ImportError as exc:
@@ -267,7 +226,7 @@ class Worker:
                 try:
                     self._seed(request.get("seed", 0))
                     inputs = self.harness.make_inputs(index, self.device)
-                    with self._watch(self.module.__file__, request, "compiling its kernels"):
+                    with self.stuck.watch(self.module.__file__, request.get("stuck_s"), "compiling its kernels"):
                         self.harness.call(inputs)
                 except Exception:  # noqa: BLE001 - garbage outputs may upset the wrapper: fine
                     pass
@@ -301,8 +260,15 @@ class Worker:
 
     def op_tune(self, request: dict) -> dict:
         """Call the module once on inputs of one shape and keep nothing: an autotuner in it times its
-        configs for that shape now, so that the correctness runs after it find them chosen."""
+        configs for that shape now, so that the correctness runs after it find them chosen. The reply says
+        what they chose (`tuners.choices_since`)."""
         import torch
+
+        from kernelband.worker import tuners
+        try:
+            before = tuners.snapshot(self.module)
+        except Exception:  # noqa: BLE001 - an object of the module's that attribute reads upset: nothing recorded
+            before = None
         try:
             self._seed(request["seed"])
             self.harness.call(self.harness.make_inputs(request["shape"], self.device))
@@ -310,7 +276,12 @@ class Worker:
                 torch.cuda.synchronize()
         except BaseException as exc:  # noqa: BLE001
             return self._failed(exc)
-        return {"ok": True, "tampered": self._tamper()}
+        # the configurations the module's autotuners chose for the keys this shape met first
+        try:
+            chosen = tuners.choices_since(self.module, before) if before is not None else []
+        except Exception:  # noqa: BLE001 - an autotuner without the attributes Triton's has: nothing recorded
+            chosen = []
+        return {"ok": True, "tuned": chosen, "tampered": self._tamper()}
 
     def _failed(self, exc: BaseException, tampered: bool = True) -> dict:
         """The reply for a call of the module that raised: a CUDA fault is `crashed`. With `tampered`, it says
@@ -324,9 +295,11 @@ class Worker:
         """Run the module (or the task's reference) on fresh inputs of one shape."""
         import torch
 
+        from kernelband.worker import audit
         from kernelband.worker.harness import tensors_in
         index, seed = request["shape"], request["seed"]
         use_reference = request.get("use_reference", False) and getattr(self.harness, "has_reference", False)
+        plain = self.role != "ref"  # a candidate's outputs must be plain tensors; the task's own code is trusted
         try:
             self._seed(seed)
             inputs = self.harness.make_inputs(index, self.device)
@@ -334,19 +307,26 @@ class Worker:
             before = [t.clone() for t in in_tensors]
             self.log.reset()
             threads_before = self.guard.new_threads()
+            modes = audit.function_modes()
             t0 = time.perf_counter()
             out = self.harness.reference(inputs) if use_reference else self.harness.call(inputs)
             call_s = time.perf_counter() - t0
+            # Before anything touches the output (worker/audit.py): a lazy subclass or hook of the candidate's
+            # must not get to run first; the values written for the parent are those it returned.
+            problem = audit.output_problem(out, ("cuda", "cpu") if self.gpu else ("cpu",), modes) if plain else ""
+            if problem:
+                return {"ok": False, "outcome": "suspicious", "error": problem, "check": "plain_output",
+                        "tampered": self._tamper()}
+            written = audit.snapshot(out) if plain else out
             out_tensors = tensors_in(out)
-            lazy = False
+            # Work still running on another stream or thread, or a hook filling the outputs later, shows up as
+            # a difference between the copy taken now (on the current stream) and the tensors once everything
+            # has finished, the outputs written included.
+            copies = tensors_in(written) if plain else [t.clone() for t in out_tensors] if self.gpu else []
             if self.gpu:
-                # Work still running on another stream or thread shows up as a difference between a
-                # copy taken now (on the current stream) and the tensors once everything has finished.
-                snapshot = [t.clone() for t in out_tensors]
                 torch.cuda.synchronize()
                 time.sleep(0.002)
                 torch.cuda.synchronize()
-                lazy = any(not _same(a, b) for a, b in zip(snapshot, out_tensors))
             new_threads = [t for t in self.guard.new_threads() if t not in threads_before]
             mutated = [i for i, (a, b) in enumerate(zip(before, in_tensors)) if not _same(a, b)]
         except BaseException as exc:  # noqa: BLE001
@@ -360,12 +340,14 @@ class Worker:
                                    for x in in_tensors)]
         if request.get("keep"):
             self.kept = list(out_tensors)
-        payload = {"result": out}
+        payload = {"result": written}
         # In-place kernels: the inputs the reference modifies are outputs too.
         wanted = mutated if request.get("return_mutated") else request.get("return_inputs", [])
         if wanted:
             payload["inputs"] = {str(i): in_tensors[i] for i in wanted if i < len(in_tensors)}
-        return {"ok": True, **self._write(payload, f"run{index}"), "mutated_inputs": mutated,
+        fields = self._write(payload, f"run{index}")
+        lazy = any(not _same(a, b) for a, b in zip(copies, out_tensors))
+        return {"ok": True, **fields, "mutated_inputs": mutated,
                 "n_inputs": len(in_tensors), "launches": self.log.count, "lazy_output": lazy,
                 "new_threads": new_threads, "aliased": aliased, "tampered": self._tamper(),
                 "call_s": call_s}
@@ -384,7 +366,7 @@ class Worker:
         outs = []
         try:
             for filled in (False, True):  # the second call with uninitialized memory filled
-                with _filled_memory() if filled else contextlib.nullcontext():
+                with poison.filled_memory() if filled else contextlib.nullcontext():
                     self._seed(seed)
                     inputs = self.harness.make_inputs(index, self.device)
                     out = self.harness.call(inputs)
@@ -410,8 +392,8 @@ class Worker:
             self.log.reset()
             filled = bool(request.get("filled_memory"))
             if filled and self.gpu:
-                _scramble_free_memory(self.device)
-            with _filled_memory() if filled else contextlib.nullcontext():
+                poison.scramble_free_memory(self.device)
+            with poison.filled_memory() if filled else contextlib.nullcontext():
                 results = self.harness.run_tests()
         except BaseException as exc:  # noqa: BLE001
             return self._failed(exc)
@@ -459,6 +441,7 @@ class Worker:
         """Launch configuration, compiled resources and memory footprint on one shape."""
         import torch
 
+        from kernelband.worker import audit
         from kernelband.worker.harness import nbytes
         index, seed = request["shape"], request["seed"]
         try:
@@ -469,17 +452,21 @@ class Worker:
                 base = torch.cuda.memory_allocated()
             inputs = self.harness.make_inputs(index, self.device)
             self.log.reset()
-            out = self.harness.call(inputs)
+            with contextlib.nullcontext() if self.gpu else audit.TorchWork() as counted:
+                out = self.harness.call(inputs)
             if self.gpu:
                 torch.cuda.synchronize()
                 footprint = torch.cuda.max_memory_allocated() - base
             else:
                 footprint = nbytes(inputs) + nbytes(out)
+            launches = list(self.log.recent)
+            work = audit.gpu_work(lambda: self.harness.call(inputs), self.guard.original("torch.profiler:profile"),
+                                  self.module, launches) if self.gpu else counted.summary()
         except BaseException as exc:  # noqa: BLE001
             return self._failed(exc, tampered=False)
         from dataclasses import asdict
-        return {"ok": True, "footprint_bytes": int(footprint), "launches": [asdict(x) for x in self.log.recent],
-                "launch_count": self.log.count, "tampered": self._tamper()}
+        return {"ok": True, "footprint_bytes": int(footprint), "launches": [asdict(x) for x in launches],
+                "launch_count": self.log.count, "work": work, "tampered": self._tamper()}
 
     def op_profile_prepare(self, request: dict) -> dict:
         """The profiled shape's inputs made and one call (the kernels loaded, warmed up) outside the profiled
@@ -526,12 +513,19 @@ class Worker:
         return {"ok": True, "seconds": {"start": t1 - t0, "run": t2 - t1, "stop": t3 - t2}}
 
     def op_calibrate(self, request: dict) -> dict:
-        """Peak copy bandwidth and dense matmul throughput of this GPU (trusted code, no module needed)."""
-        from kernelband.worker.calibrate import measure
+        """Peaks and launch floor of this GPU (trusted code, no module needed): worker/calibrate.py."""
+        from kernelband.worker.calibrate import run
         try:
-            return {"ok": True, "peaks": measure(self.guard.original("triton.testing:do_bench"))}
+            return {"ok": True, **run(request, self.guard, self.gpu)}
         except BaseException as exc:  # noqa: BLE001
             return {"ok": False, "outcome": "runtime_error", "error": _error_text(exc)}
+
+    def op_baselines(self, request: dict) -> dict:
+        """The task's torch reference timed as written and compiled, as `op_time` times the module."""
+        from kernelband.worker.baselines import time_baselines
+        self._seed(request["seed"])
+        copies = self._placements(request["shape"], request["preset"])
+        return time_baselines(self.harness.torch_reference, copies, request, self.gpu, self.guard)
 
     def op_exit(self, request: dict) -> dict:
         raise SystemExit(0)

@@ -18,6 +18,7 @@ parent's limit as before.
 
 from __future__ import annotations
 
+import os
 import sys
 import sysconfig
 import threading
@@ -113,3 +114,17 @@ class StuckWatch:
                     while self._watch is not None and self._watch[0] == generation:
                         self._cond.wait(self.sample_s)
             time.sleep(self.sample_s)
+
+
+def for_worker(sock, lock: threading.Lock) -> StuckWatch:
+    """The worker's watch: the request of a module found stuck is answered `timeout` in its place, and the
+    worker ends (a module that does not return cannot be stopped inside the process)."""
+    from kernelband import protocol
+
+    def answer(stuck: Stuck) -> None:
+        try:
+            protocol.send(sock, {"ok": False, "outcome": "timeout", "error": stuck.message()})
+        finally:
+            os._exit(4)
+
+    return StuckWatch(answer, lock)

@@ -10,7 +10,7 @@ after an L2 flush), so do_bench runs about that many iterations.
 that many µs (`torch.cuda._sleep`), before do_bench records the start event.
 Without it a kernel of a few µs is timed while the GPU waits for the Python that
 launches it: on an idle H100 the same kernel on the same inputs measured 4 µs in
-one do_bench call and 50 µs in the next (benchmarks/timing_clocks.py), which made
+one do_bench call and 50 µs in the next (BENCHMARKS.md, the timing probes), which made
 the runtime-weighted speedup of a kernel against itself swing from 0.7 to 1.6 on
 tasks with many small shapes. Large kernels were unaffected (0.2 % between calls).
 The wait is not timed; the estimate that turns iterations into milliseconds runs

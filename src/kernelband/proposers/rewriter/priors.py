@@ -10,7 +10,7 @@ work on the representative shape: its BLOCK* constexprs, num_warps, register spi
 `heavy` when the compiler spilled registers or a thread holds more than 32 elements of the tile, `light`
 at 2 or fewer, `mid` between (`load_class`). Over benches 1 and 2 on an H200 the load decided which family
 won: growing a block beat its parent 10 times in 10 on a light kernel and 0 times in 26 otherwise; raising
-num_warps 10 in 18 on a heavy one and 2 in 48 otherwise (`python benchmarks/rewrite_priors.py bench.db`).
+num_warps 10 in 18 on a heavy one and 2 in 48 otherwise (`python tools/rewrite_priors.py bench.db`).
 
 The counts live in `priors.json`, written by that script from a run database. A family's prior is
 (won + 1) / (children + 2); with the parent's load known, its prior for that load is the count for that

@@ -1,0 +1,99 @@
+"""The built-in rewrites make correct kernels: each variant evaluated against its task's starting kernel in the
+Triton interpreter (correctness on the interpreter's shapes and the task's own tests).
+
+In the default run, one variant of each rewrite, on the cheapest task it applies to. Every variant of every
+rewrite, on every example and on the TritonBench-G level-1/2 tasks, takes an hour and more on two cores: it is
+the `check` marker's, deselected by default like the GPU tests:
+
+    python -m pytest -m check tests/test_rewrite_correctness.py [-k coarsen]
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelband.proposers.rewriter.proposer import options
+from kernelband.proposers.rewriter.registry import REWRITES
+from kernelband.tasks import example_names, load_task
+from kernelband.tasks import tritonbench as tb
+
+SEED = 3
+# The examples, cheapest in the interpreter first (dropout's tl.rand is the slowest by far).
+BY_COST = ["transpose", "vector_add", "dequantize", "rmsnorm", "softmax", "matmul", "layernorm", "dropout"]
+TOO_SLOW = {"matmul_kernel"}  # minutes per evaluation in the interpreter
+
+
+def tritonbench_refs() -> list[str]:
+    path = tb.find()
+    if path is None:
+        return []
+    return [f"tritonbench:{name}" for name in tb.level12(path) if name not in TOO_SLOW]
+
+
+def wrong_variants(evaluator, ref: str, rewrite: str, first_only: bool = False) -> tuple[int, list[str]]:
+    """How many variants of `ref`'s starting kernel `rewrite` makes (at most one with `first_only`) were
+    evaluated, and a line for each that is not correct."""
+    task = load_task(ref)
+    found = options(task.module_source, (rewrite,))
+    variants = found.variants[:1] if first_only else found.variants
+    wrong = []
+    for variant in variants:
+        result = evaluator.evaluate(task, variant.apply(found.module), seed=SEED)
+        if not result.ok:
+            wrong.append(f"{ref}: {variant.rationale[:70]}: {result.outcome.value} {result.detail[:200]} "
+                         f"{result.error[-300:]!r}")
+    return len(variants), wrong
+
+
+def test_the_cost_order_names_every_example():
+    assert sorted(BY_COST) == sorted(example_names())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rewrite", sorted(REWRITES))
+def test_a_variant_of_each_rewrite_is_correct_in_the_interpreter(evaluator, rewrite):
+    refs = [f"examples:{name}" for name in BY_COST] + tritonbench_refs()
+    ref = next((r for r in refs if options(load_task(r).module_source, (rewrite,)).variants), None)
+    if ref is None:
+        pytest.skip(f"{rewrite} applies to no example{'' if tb.find() else ' (and no TritonBench-G data)'}")
+    evaluated, wrong = wrong_variants(evaluator, ref, rewrite, first_only=True)
+    assert evaluated == 1 and not wrong, wrong
+
+
+@pytest.fixture(scope="module")
+def patient_evaluator():
+    """Limits for the TritonBench tasks' larger interpreter shapes and own tests."""
+    from kernelband.evaluation.evaluator import Evaluator, Limits
+
+    with Evaluator(mode="interpreter", warm=2, limits=Limits(load_s=120, run_s=300, time_s=300),
+                   memory_limit=6 << 30) as ev:
+        yield ev
+
+
+@pytest.mark.slow
+@pytest.mark.check
+@pytest.mark.parametrize("rewrite", sorted(REWRITES))
+def test_every_variant_of_a_rewrite_is_correct_on_the_examples(patient_evaluator, rewrite):
+    made, wrong = 0, []
+    for name in BY_COST:
+        evaluated, failed = wrong_variants(patient_evaluator, f"examples:{name}", rewrite)
+        made, wrong = made + evaluated, wrong + failed
+    if not made:
+        pytest.skip(f"{rewrite} applies to no example")
+    assert not wrong, f"{len(wrong)} of {made} variants of {rewrite} wrong:\n" + "\n".join(wrong)
+
+
+@pytest.mark.slow
+@pytest.mark.check
+@pytest.mark.parametrize("rewrite", sorted(REWRITES))
+def test_every_variant_of_a_rewrite_is_correct_on_the_tritonbench_tasks(patient_evaluator, rewrite):
+    refs = tritonbench_refs()
+    if not refs:
+        pytest.skip("no TritonBench-G data: set KERNELBAND_TRITONBENCH or put it under shared/tritonbench/")
+    made, wrong = 0, []
+    for ref in refs:
+        evaluated, failed = wrong_variants(patient_evaluator, ref, rewrite)
+        made, wrong = made + evaluated, wrong + failed
+    if not made:
+        pytest.skip(f"{rewrite} applies to no TritonBench-G level-1/2 task")
+    assert not wrong, f"{len(wrong)} of {made} variants of {rewrite} wrong:\n" + "\n".join(wrong)
