@@ -40,7 +40,7 @@ BUILTIN: tuple[Strategy, ...] = (
         "reuse in registers and shared memory; smaller tiles give more programs and occupancy on small inputs. "
         "Where each program handles one small row, let each program loop over several consecutive rows "
         "(coarsening) so that fewer programs start.",
-        "SM", ("block_size", "autotune", "coarsen")),
+        "SM", ("block_size", "autotune", "coarsen", "inductor_configs", "matmul_configs")),
     Strategy(
         "vectorization",
         "Make every thread move more contiguous data per instruction so that loads and stores become 128-bit "
@@ -55,7 +55,7 @@ BUILTIN: tuple[Strategy, ...] = (
         "into one (e.g. keep a row in registers and compute its max, sum and normalised output in a single "
         "pass instead of re-reading it; fold bias, activation and dtype casts into the producing kernel). "
         "Intermediates stay in registers or shared memory instead of being written to and re-read from DRAM.",
-        "DRAM", ("fused_absmax",)),
+        "DRAM", ("fused_absmax", "single_pass", "online_softmax")),
     Strategy(
         "pipeline",
         "Hide memory latency behind computation: for kernels with a loop over K or over row chunks, raise "
