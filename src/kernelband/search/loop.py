@@ -143,7 +143,7 @@ class Search:
         context = Context(task_name=self.task.name, entry=self.entry, description=self.task.description,
                           phi=dict(parent.phi), history=self._history(parent),
                           seen=frozenset(c.hash for c in self.candidates), seed=self._seed("propose", iteration, slot),
-                          reflection=self._reflection(parent))
+                          reflection=self._reflection(parent), move=arm.move)
         strategy = self.strategies[arm.strategy]
 
         def write() -> tuple[Proposal, None]:
@@ -282,8 +282,10 @@ class Search:
         self.tokens += proposal.tokens_in + proposal.tokens_out
         spent_tokens = bool(proposal.tokens_in or proposal.tokens_out or proposal.calls)
         if cid is None and not spent_tokens:
-            # The rewriter has nothing (more) for this arm: no evaluation, no pull; never offer it again.
-            self.exhausted.add((arm.candidate, arm.strategy))
+            # The rewriter has nothing (more) for this arm: no evaluation, no pull; never offer it again. An arm
+            # with a move asked for one variant only: the policy that names moves keeps track of them itself.
+            if not arm.move:
+                self.exhausted.add((arm.candidate, arm.strategy))
             return {"candidate": arm.candidate, "strategy": arm.strategy, "child": None, "outcome": "no_proposal",
                     "detail": proposal.error, "reward": None, "counted": False}
         child = None
