@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -485,3 +486,40 @@ def test_coordinate_walks_the_rewriters_parameter_moves_of_a_real_kernel():
         assert proposal.source is not None and proposal.source != k0.source, proposal.error
         changed = [line for line in proposal.source.splitlines() if line not in k0.source.splitlines()]
         assert changed and len(changed) <= 2  # one field (the block size and the grid literal that follows it)
+
+
+def test_the_loop_hands_the_move_to_the_proposer_and_retires_only_arms_without_one():
+    from kernelband.proposers.base import ProposerBase
+    from kernelband.search.core import Proposal
+    from kernelband.search.loop import RunConfig, Search
+
+    class Proposer(ProposerBase):
+        def __init__(self):
+            self.moves: list[str] = []
+
+        def propose(self, parent, strategy, context):
+            self.moves.append(context.move)
+            return Proposal(source=None, error="nothing")
+
+    class Store:
+        def proposal(self, run_id, iteration, slot):
+            return None
+
+        def add_proposal(self, *args):
+            pass
+
+    class Evaluator:
+        def info(self, task):
+            return SimpleNamespace(entry="f")
+
+    proposer = Proposer()
+    search = Search(task=SimpleNamespace(name="t", description=""), evaluator=Evaluator(), proposer=proposer,
+                    policy=make_policy("coordinate", 0), strategies=STRATEGIES, store=Store(), run_id=1, seed=0,
+                    config=RunConfig())
+    search.candidates = [make_candidate(0)]
+    for arm in (Arm(0, "pipe", "num_warps at the k launch in f x2"), Arm(0, "tile")):
+        write = search._propose(1, 0, arm)
+        proposal, _ = write()
+        search._learn(arm, proposal, search._admit(1, 0, arm, proposal, None), None)
+    assert proposer.moves == ["num_warps at the k launch in f x2", ""]
+    assert search.exhausted == {(0, "tile")}  # the arm with a move stays open for the policy's other moves
