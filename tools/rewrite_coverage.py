@@ -33,6 +33,8 @@ STRUCTURAL = {
                    "(one step of range(0, n, BLOCK)), the loops kept for longer rows",
     "online_softmax": "a max pass and an exp-sum pass over a row as one pass with a running max and a rescaled "
                       "sum, matched only in the plain two-loop form",
+    "contiguity_hints": "tl.max_contiguous(tl.multiple_of(offs, P), P) on offs = M + tl.arange(0, P) where M is "
+                        "certain to be a multiple of P (an integer scalar times P, or a loop stepping by P from 0)",
 }
 
 

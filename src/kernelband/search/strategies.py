@@ -48,7 +48,7 @@ BUILTIN: tuple[Strategy, ...] = (
         "of the form pid * BLOCK + tl.arange(0, BLOCK) contiguous along the fastest-varying dimension, and state "
         "alignment with tl.multiple_of / tl.max_contiguous where it holds. Avoid per-element index division "
         "and gathers on the contiguous axis.",
-        "DRAM", ("vector_width",)),
+        "DRAM", ("vector_width", "contiguity_hints")),
     Strategy(
         "fusion",
         "Cut global-memory round trips by doing more work per byte loaded: merge consecutive kernels or passes "

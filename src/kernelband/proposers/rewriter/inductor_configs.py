@@ -57,6 +57,13 @@ def _extent(kernel: Kernel, parent: cst.CSTNode, grand: cst.CSTNode) -> bool:
         and grand.args[-1] is parent
 
 
+def _hint(kernel: Kernel, parent: cst.CSTNode, grand: cst.CSTNode) -> bool:
+    """The value of `tl.multiple_of(x, P)` / `tl.max_contiguous(x, P)` (contiguity_hints): it follows the tile."""
+    return isinstance(parent, cst.Arg) and isinstance(grand, cst.Call) and len(grand.args) == 2 \
+        and grand.args[1] is parent and (kernel.is_tl(grand.func, "multiple_of") or kernel.is_tl(grand.func,
+                                                                                                 "max_contiguous"))
+
+
 def _stride(kernel: Kernel, parent: cst.CSTNode) -> bool:
     """`pid * P` (either order), where the other factor is the program id or derived from it."""
     if not (isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Multiply)):
@@ -89,7 +96,8 @@ def _shape(ms: ModuleSource, kernel: Kernel, parent: cst.CSTNode, grand: cst.CST
 
 def row_block_only(ms: ModuleSource, kernel: Kernel, param: str) -> bool:
     """Whether `param` is read only as a loop's step, a tl.arange extent and an accumulator's shape."""
-    return all(_extent(kernel, *u) or _step(ms, kernel, *u) or _shape(ms, kernel, *u) for u in _uses(ms, kernel, param))
+    return all(_extent(kernel, *u) or _step(ms, kernel, *u) or _shape(ms, kernel, *u) or _hint(kernel, *u)
+               for u in _uses(ms, kernel, param))
 
 
 def choose(ms: ModuleSource, kernel: Kernel) -> list[tuple[str, list[Config]]] | str:
@@ -106,7 +114,7 @@ def choose(ms: ModuleSource, kernel: Kernel) -> list[tuple[str, list[Config]]] |
     if param in kernel.tiled:
         if any(kernel.calls(name) for name in REDUCTIONS) or subnodes(kernel.node.body, cst.For):
             return f"{kernel.name} reduces or loops inside its block: not element-wise"
-        if all(_extent(kernel, *u) or _stride(kernel, u[0]) for u in uses):
+        if all(_extent(kernel, *u) or _stride(kernel, u[0]) or _hint(kernel, *u) for u in uses):
             return [("Inductor's pointwise configs", pointwise(param))]
         return f"{kernel.name} reads {param} other than as its arange extent and program stride"
     if param in kernel.looped:

@@ -17,6 +17,8 @@ variant it can make of it, in a fixed order, with the reasons it cannot do more.
     single_pass       a row that fits one block read in one pass, the blocked loops kept for longer rows
                       (single_pass.py)
     online_softmax    a max pass and an exp-sum pass over a row as one, with a running max (online_softmax.py)
+    contiguity_hints  tl.max_contiguous / tl.multiple_of on `M + tl.arange(0, P)` where M is a multiple of P
+                      (contiguity_hints.py)
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from kernelband.proposers.rewriter.autotune import autotune, config_sets
 from kernelband.proposers.rewriter.block_sizes import block_size, vector_width
 from kernelband.proposers.rewriter.cache_hints import cache_hints
 from kernelband.proposers.rewriter.coarsen import coarsen
+from kernelband.proposers.rewriter.contiguity_hints import contiguity_hints
 from kernelband.proposers.rewriter.edits import Found
 from kernelband.proposers.rewriter.fused_absmax import fused_absmax
 from kernelband.proposers.rewriter.grouped_ordering import grouped_ordering
@@ -52,6 +55,7 @@ REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "matmul_configs": config_sets("matmul_configs", matmul_configs.choose),
     "single_pass": single_pass,
     "online_softmax": online_softmax,
+    "contiguity_hints": contiguity_hints,
 }
 # Rewrites in no built-in strategy, until a GPU run shows they help: a strategies file can add them (README).
 STRATEGY_FILE_ONLY: frozenset[str] = frozenset()
