@@ -12,7 +12,8 @@ fields in the order the strategies and their rewrites list them, the increase be
 child that beats the current kernel becomes the current kernel. Where the current kernel has no untried move
 left (Inductor stops there: a local optimum), the next fastest kernels' moves fill the batch, so the policy
 spends the budget the others spend. It makes no other kind of change: a kernel without parameter moves (an
-autotuned one, say) gives it nothing to pull, and with an LLM proposer it has no moves at all.
+autotuned one, say) gives it nothing to pull. The moves are the built-in rewriter's (`--proposer rewrite`); an
+LLM proposer is handed the arm's strategy and does not take a move.
 """
 
 from __future__ import annotations
