@@ -1019,9 +1019,10 @@ def test_several_strategies_apply_to_most_tritonbench_kernels(tritonbench):
 
 @pytest.mark.parametrize("name, expected", [
     ("add_value", {"tiling", "vectorization", "pipeline", "access_layout"}),
-    ("matmul_kernel", {"tiling", "pipeline", "reordering", "access_layout"}),
+    ("matmul_kernel", {"tiling", "vectorization", "pipeline", "reordering", "access_layout"}),  # contiguity_hints
     ("rmsnorm_triton", {"tiling", "vectorization", "fusion", "pipeline", "access_layout"}),  # fusion: single_pass
-    ("quantize_global", {"tiling", "fusion", "access_layout"}),  # autotuned already: configs can be added
+    ("quantize_global", {"tiling", "vectorization", "fusion", "access_layout"}),  # autotuned already: configs
+    # can be added; vectorization: contiguity_hints
     ("softmax_triton1", {"tiling", "pipeline", "access_layout"}),  # whole-row block: warps and hints only
 ])
 def test_what_applies_to_real_tritonbench_kernels(tritonbench, name, expected):
