@@ -59,6 +59,7 @@ def test_offsets_from_a_multiple_of_the_block_get_both_hints(body, value):
     "    offs = pid * BLOCK + 1 + tl.arange(0, BLOCK)",
     "    x = tl.load(x_ptr + pid)\n    offs = x * BLOCK + tl.arange(0, BLOCK)",  # a loaded value may be a tensor
     "    v = pid + tl.arange(0, BLOCK)\n    offs = v * BLOCK + tl.arange(0, BLOCK)",  # a tensor times the block
+    "    n = tl.load(x_ptr + tl.arange(0, BLOCK))\n    offs = n * BLOCK + tl.arange(0, BLOCK)",  # a rebound parameter
     "    for s in range(1, n, BLOCK):\n        offs = s + tl.arange(0, BLOCK)",  # starts at 1
     "    for s in range(0, n, 64):\n        offs = s + tl.arange(0, BLOCK)",  # steps by another size
     "    s = pid * BLOCK\n    s += 1\n    offs = s + tl.arange(0, BLOCK)",  # rebound

@@ -37,9 +37,9 @@ def _scalar(kernel: Kernel, node: cst.BaseExpression, seen: frozenset[str] = fro
     if isinstance(node, cst.Integer):
         return True
     if isinstance(node, cst.Name):
-        if kernel.param(node.value) is not None:
-            return True
         values = kernel.scope.assigns.get(node.value, [])
+        if kernel.param(node.value) is not None and not values:
+            return True  # a parameter the kernel never rebinds
         return bool(values) and node.value not in seen and all(
             v is not None and _scalar(kernel, v, seen | {node.value}) for v in values)
     if isinstance(node, cst.BinaryOperation):
