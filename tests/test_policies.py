@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -68,6 +69,16 @@ class ClusterBandit:
         return parent, make_candidate(self.next_id, parent.time * (1 - r), parent=parent.id)
 
 
+def fake_moves(cand: Candidate, strategy: Strategy) -> list[str]:
+    """Two fields per strategy, each with its two steps, on every kernel: the moves `coordinate` walks."""
+    return [f"{strategy.name}.{field} {step}" for field in ("a", "b") for step in ("x2", "/2")]
+
+
+def new_policy(name: str, seed: int):
+    """A policy by name; `coordinate` walks fake_moves, since the synthetic kernels have no source to rewrite."""
+    return make_policy(name, seed, moves=fake_moves) if name == "coordinate" else make_policy(name, seed)
+
+
 def play(policy, bandit: ClusterBandit, rounds: int, q: int = 1) -> tuple[list[Arm], np.ndarray]:
     """Runs the policy; returns the arms pulled and the regret of each pull."""
     arms, regret = [], []
@@ -85,7 +96,7 @@ def play(policy, bandit: ClusterBandit, rounds: int, q: int = 1) -> tuple[list[A
 # -- make_policy --------------------------------------------------------------------------------------------
 
 def test_make_policy_knows_every_name_and_rejects_others():
-    assert set(POLICIES) == {"kernelband", "kernelband-masked", "beam", "bon", "random", "greedy"}
+    assert set(POLICIES) == {"kernelband", "kernelband-masked", "beam", "bon", "random", "greedy", "coordinate"}
     for name in POLICIES:
         assert make_policy(name, 0).name == name
     with pytest.raises(UserError) as err:
@@ -244,7 +255,7 @@ def test_kernelband_statistics_survive_reclustering():
 @pytest.mark.parametrize("name", POLICIES)
 def test_batch_select_returns_distinct_arms(name):
     bandit = ClusterBandit(3)
-    policy = make_policy(name, 3)
+    policy = new_policy(name, 3)
     for _ in range(4):
         arms = policy.select(bandit.pool, STRATEGIES, 5, always)
         expected = 3 if name == "bon" else 5  # bon expands k0 only: one arm per strategy
@@ -256,8 +267,8 @@ def test_batch_select_returns_distinct_arms(name):
 
 @pytest.mark.parametrize("name", POLICIES)
 def test_same_seed_and_updates_give_the_same_arms(name):
-    first, _ = play(make_policy(name, 11), ClusterBandit(4), 15, q=2)
-    again, _ = play(make_policy(name, 11), ClusterBandit(4), 15, q=2)
+    first, _ = play(new_policy(name, 11), ClusterBandit(4), 15, q=2)
+    again, _ = play(new_policy(name, 11), ClusterBandit(4), 15, q=2)
     assert first == again
 
 
@@ -270,7 +281,7 @@ def test_inapplicable_arms_are_never_chosen(name):
     def applicable(cand: Candidate, strategy: Strategy) -> bool:
         return (cand.id, strategy.name) not in forbidden
 
-    policy = make_policy(name, 5)
+    policy = new_policy(name, 5)
     for _ in range(12):
         arms = policy.select(bandit.pool, STRATEGIES, 3, applicable)
         assert arms and not {(a.candidate, a.strategy) for a in arms} & forbidden
@@ -370,3 +381,145 @@ def test_greedy_expands_the_best_round_robin():
     best = make_candidate(9, 0.2, parent=3)
     arms = policy.select(pool + [best], STRATEGIES, 2, lambda c, s: c.id != 9 or s.name == "vec")
     assert arms[0] == Arm(9, "vec") and arms[1].candidate == 3
+
+
+# -- coordinate -------------------------------------------------------------------------------------------
+
+FIELDS = {"BLOCK": (16, 4096), "num_warps": (1, 16)}  # range of each fake field
+
+
+def descent_time(config: dict[str, int]) -> float:
+    """A bowl with its floor at BLOCK = 512, num_warps = 4: the time each config of the fake kernel takes."""
+    return 1.0 + sum(abs(np.log2(config[k]) - np.log2(best)) * 0.1 for k, best in (("BLOCK", 512), ("num_warps", 4)))
+
+
+class Descent:
+    """Fake kernels that are configs; each move is a field doubled or halved, its child timed by descent_time."""
+
+    def __init__(self):
+        self.configs = {0: {"BLOCK": 64, "num_warps": 1}}
+        self.pool = [make_candidate(0, descent_time(self.configs[0]))]
+
+    def moves(self, cand: Candidate, strategy: Strategy) -> list[str]:
+        if strategy.name != "pipe":
+            return []
+        config = self.configs[cand.id]
+        out = []
+        for field, (low, high) in FIELDS.items():
+            out += [f"{field} {step}" for step, value in (("x2", config[field] * 2), ("/2", config[field] // 2))
+                    if low <= value <= high]
+        return out
+
+    def pull(self, arm: Arm) -> tuple[Candidate, Candidate]:
+        field, step = arm.move.split()
+        config = dict(self.configs[arm.candidate])
+        config[field] = config[field] * 2 if step == "x2" else config[field] // 2
+        cid = len(self.pool)
+        self.configs[cid] = config
+        child = make_candidate(cid, descent_time(config), parent=arm.candidate)
+        self.pool.append(child)
+        return self.pool[arm.candidate], child
+
+
+def test_coordinate_descends_one_field_at_a_time_to_the_floor():
+    world = Descent()
+    policy = make_policy("coordinate", 0, moves=world.moves)
+    pulled = []
+    for _ in range(12):
+        arms = policy.select(world.pool, STRATEGIES, 2, always)
+        if not arms:
+            break
+        for arm in arms:
+            assert arm.strategy == "pipe" and arm.move  # every arm names one move of a strategy that has moves
+            pulled.append((arm.candidate, arm.move))
+            policy.update(arm, *world.pull(arm))
+    assert len(pulled) == len(set(pulled))  # a move is never tried twice on the same kernel
+    assert world.configs[policy.current.id] == {"BLOCK": 512, "num_warps": 4}
+    assert policy.current.time == min(c.time for c in world.pool)
+    # The first batch is the first kernel's first two moves in order, the increase first.
+    assert pulled[:2] == [(0, "BLOCK x2"), (0, "BLOCK /2")]
+
+
+def test_coordinate_keeps_a_move_only_when_it_is_faster_by_the_threshold():
+    from kernelband.policies.coordinate import IMPROVEMENT
+
+    k0 = make_candidate(0, 1.0)
+    policy = make_policy("coordinate", 0, moves=fake_moves)
+    [arm] = policy.select([k0], STRATEGIES, 1, always)
+    policy.update(arm, k0, make_candidate(1, 1.0 - IMPROVEMENT / 2, parent=0))  # within the noise: not kept
+    assert policy.current.id == 0
+    policy.update(arm, k0, make_candidate(2, 1.0, outcome=Outcome.WRONG_OUTPUT, parent=0))
+    assert policy.current.id == 0
+    faster = make_candidate(3, 0.9, parent=0)
+    policy.update(arm, k0, faster)
+    assert policy.current is faster and policy.stats()["moves_kept"] == 1
+
+
+def test_coordinate_moves_to_the_next_fastest_kernel_when_the_current_one_has_no_move_left():
+    pool = [make_candidate(0, 1.0), make_candidate(1, 0.8, parent=0), make_candidate(2, 0.9, parent=0)]
+    policy = make_policy("coordinate", 0, moves=lambda c, s: [f"{s.name}.f x2"] if s.name == "tile" else [])
+    assert policy.select(pool, STRATEGIES, 1, always) == [Arm(1, "tile", "tile.f x2")]
+    assert policy.select(pool, STRATEGIES, 2, always) == [Arm(2, "tile", "tile.f x2"), Arm(0, "tile", "tile.f x2")]
+    assert policy.select(pool, STRATEGIES, 2, always) == []  # every move tried: nothing left to pull
+
+
+def test_coordinate_walks_the_rewriters_parameter_moves_of_a_real_kernel():
+    from kernelband.proposers.rewriter.proposer import RewriterProposer
+    from kernelband.search.core import Context
+    from kernelband.search.strategies import builtin_strategies
+    from kernelband.tasks import load_task
+
+    task = load_task("examples:vector_add")
+    k0 = make_candidate(0)
+    k0.source = task.module_source
+    strategies = builtin_strategies()
+    proposer = RewriterProposer()
+    policy = make_policy("coordinate", 0)
+    arms = policy.select([k0], strategies, 4, proposer.applicable)
+    assert [(arm.strategy, arm.move) for arm in arms] == [  # num_warps=1 at the launch: no /2
+        ("tiling", "BLOCK_SIZE at the add_kernel launch in add x2"),
+        ("tiling", "BLOCK_SIZE at the add_kernel launch in add /2"),
+        ("pipeline", "num_warps at the add_kernel launch in add x2")]
+    for arm in arms:
+        strategy = next(s for s in strategies if s.name == arm.strategy)
+        proposal = proposer.propose(k0, strategy, Context("vector_add", "add", seed=1, move=arm.move))
+        assert proposal.source is not None and proposal.source != k0.source, proposal.error
+        changed = [line for line in proposal.source.splitlines() if line not in k0.source.splitlines()]
+        assert changed and len(changed) <= 2  # one field (the block size and the grid literal that follows it)
+
+
+def test_the_loop_hands_the_move_to_the_proposer_and_retires_only_arms_without_one():
+    from kernelband.proposers.base import ProposerBase
+    from kernelband.search.core import Proposal
+    from kernelband.search.loop import RunConfig, Search
+
+    class Proposer(ProposerBase):
+        def __init__(self):
+            self.moves: list[str] = []
+
+        def propose(self, parent, strategy, context):
+            self.moves.append(context.move)
+            return Proposal(source=None, error="nothing")
+
+    class Store:
+        def proposal(self, run_id, iteration, slot):
+            return None
+
+        def add_proposal(self, *args):
+            pass
+
+    class Evaluator:
+        def info(self, task):
+            return SimpleNamespace(entry="f")
+
+    proposer = Proposer()
+    search = Search(task=SimpleNamespace(name="t", description=""), evaluator=Evaluator(), proposer=proposer,
+                    policy=make_policy("coordinate", 0), strategies=STRATEGIES, store=Store(), run_id=1, seed=0,
+                    config=RunConfig())
+    search.candidates = [make_candidate(0)]
+    for arm in (Arm(0, "pipe", "num_warps at the k launch in f x2"), Arm(0, "tile")):
+        write = search._propose(1, 0, arm)
+        proposal, _ = write()
+        search._learn(arm, proposal, search._admit(1, 0, arm, proposal, None), None)
+    assert proposer.moves == ["num_warps at the k launch in f x2", ""]
+    assert search.exhausted == {(0, "tile")}  # the arm with a move stays open for the policy's other moves

@@ -6,6 +6,9 @@ rewrite, on every example and on the TritonBench-G level-1/2 tasks, takes an hou
 the `check` marker's, deselected by default like the GPU tests:
 
     python -m pytest -m check tests/test_rewrite_correctness.py [-k coarsen]
+
+A variant of a config-set rewrite (EACH_CONFIG) is evaluated once per config, with that config alone: the
+interpreter's autotuner checks the outputs of only the config it picks.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ SEED = 3
 # The examples, cheapest in the interpreter first (dropout's tl.rand is the slowest by far).
 BY_COST = ["transpose", "vector_add", "dequantize", "rmsnorm", "softmax", "matmul", "layernorm", "dropout"]
 TOO_SLOW = {"matmul_kernel"}  # minutes per evaluation in the interpreter
+EACH_CONFIG = {"inductor_configs", "matmul_configs"}  # rewrites whose configs are far from the launch's values
 
 
 def tritonbench_refs() -> list[str]:
@@ -30,19 +34,45 @@ def tritonbench_refs() -> list[str]:
     return [f"tritonbench:{name}" for name in tb.level12(path) if name not in TOO_SLOW]
 
 
-def wrong_variants(evaluator, ref: str, rewrite: str, first_only: bool = False) -> tuple[int, list[str]]:
+def one_config_each(source: str) -> list[tuple[str, str]]:
+    """(label, source) once per `triton.Config(...)` line of the source's autotune decorator, with only that
+    line kept; the source itself where it has none."""
+    lines = source.splitlines(keepends=True)
+    configs = [i for i, line in enumerate(lines) if line.lstrip().startswith("triton.Config(")]
+    if not configs:
+        return [("", source)]
+    return [(f" [{lines[i].strip()}]", "".join(x for j, x in enumerate(lines) if j == i or j not in configs))
+            for i in configs]
+
+
+def wrong_variants(evaluator, ref: str, rewrite: str, first_only: bool = False,
+                   each_config: bool = False) -> tuple[int, list[str]]:
     """How many variants of `ref`'s starting kernel `rewrite` makes (at most one with `first_only`) were
-    evaluated, and a line for each that is not correct."""
+    evaluated, and a line for each that is not correct; with `each_config`, each config of an autotuned
+    variant on its own."""
     task = load_task(ref)
     found = options(task.module_source, (rewrite,))
     variants = found.variants[:1] if first_only else found.variants
     wrong = []
     for variant in variants:
-        result = evaluator.evaluate(task, variant.apply(found.module), seed=SEED)
-        if not result.ok:
-            wrong.append(f"{ref}: {variant.rationale[:70]}: {result.outcome.value} {result.detail[:200]} "
-                         f"{result.error[-300:]!r}")
+        source = variant.apply(found.module)
+        for label, each in one_config_each(source) if each_config else [("", source)]:
+            result = evaluator.evaluate(task, each, seed=SEED)
+            if not result.ok:
+                wrong.append(f"{ref}: {variant.rationale[:70]}{label}: {result.outcome.value} "
+                             f"{result.detail[:200]} {result.error[-300:]!r}")
     return len(variants), wrong
+
+
+def test_each_config_of_an_autotuned_variant_is_split_out_alone():
+    found = options(load_task("examples:vector_add").module_source, ("inductor_configs",))
+    source = found.variants[0].apply(found.module)
+    split = one_config_each(source)
+    total = source.count("triton.Config(")
+    assert total > 1 and len(split) == total
+    assert all(each.count("triton.Config(") == 1 and label.strip("[] ") in each for label, each in split)
+    assert len({each for _, each in split}) == total
+    assert one_config_each("x = 1\n") == [("", "x = 1\n")]
 
 
 def test_the_cost_order_names_every_example():
@@ -76,7 +106,8 @@ def patient_evaluator():
 def test_every_variant_of_a_rewrite_is_correct_on_the_examples(patient_evaluator, rewrite):
     made, wrong = 0, []
     for name in BY_COST:
-        evaluated, failed = wrong_variants(patient_evaluator, f"examples:{name}", rewrite)
+        evaluated, failed = wrong_variants(patient_evaluator, f"examples:{name}", rewrite,
+                                           each_config=rewrite in EACH_CONFIG)
         made, wrong = made + evaluated, wrong + failed
     if not made:
         pytest.skip(f"{rewrite} applies to no example")
@@ -92,7 +123,7 @@ def test_every_variant_of_a_rewrite_is_correct_on_the_tritonbench_tasks(patient_
         pytest.skip("no TritonBench-G data: set KERNELBAND_TRITONBENCH or put it under shared/tritonbench/")
     made, wrong = 0, []
     for ref in refs:
-        evaluated, failed = wrong_variants(patient_evaluator, ref, rewrite)
+        evaluated, failed = wrong_variants(patient_evaluator, ref, rewrite, each_config=rewrite in EACH_CONFIG)
         made, wrong = made + evaluated, wrong + failed
     if not made:
         pytest.skip(f"{rewrite} applies to no TritonBench-G level-1/2 task")

@@ -55,3 +55,16 @@ def test_the_coverage_tool_given_an_unknown_rewrite_says_so_in_one_line_and_exit
     done = coverage("--show", "examples:vector_add:nope")
     assert done.returncode == 2
     assert done.stderr.startswith("error: no built-in rewrite is called 'nope'") and done.stderr.count("\n") == 1
+
+
+def test_every_structural_rewrite_has_a_rationale_line_under_the_table():
+    sys.path.insert(0, str(TOOL.parent))
+    try:
+        from rewrite_coverage import STRUCTURAL
+    finally:
+        sys.path.remove(str(TOOL.parent))
+    assert set(STRUCTURAL) <= set(REWRITES) and len(STRUCTURAL) >= 4
+    done = coverage("--tasks", "examples:softmax")
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name, line in STRUCTURAL.items():
+        assert f"{name}: {line}" in done.stdout.splitlines()

@@ -46,6 +46,7 @@ def _search(policy, proposer, lookup=None) -> Search:
 @pytest.mark.parametrize(("name", "llm", "profiled"), [
     ("kernelband", False, True), ("kernelband-masked", False, True),
     ("greedy", False, False), ("random", False, False), ("bon", False, False), ("beam", False, False),
+    ("coordinate", False, False),
     ("greedy", True, True),  # the LLM's prompt carries φ, whatever the policy
 ])
 def test_a_search_profiles_only_where_phi_is_read(name, llm, profiled):

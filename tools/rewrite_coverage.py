@@ -3,7 +3,8 @@
     python tools/rewrite_coverage.py [--tritonbench PATH] [--tasks REF,REF] [--show TASK_REF:REWRITE] [--check]
 
 One row per task (the examples and, where the data is found, the 29 TritonBench-G level-1/2 tasks of the
-paper), one column per rewrite, then a row of how many tasks each rewrite applies to. Every variant is
+paper), one column per rewrite, then a row of how many tasks each rewrite applies to and the rationale line
+of each structural rewrite (STRUCTURAL). Every variant is
 applied and must compile; the exit status is 1 if one does not. `--check` also takes every variant as a
 parent once more (second-generation rewrites) and checks those compile too. `--show` prints the variants
 of one (task, rewrite) as unified diffs.
@@ -20,6 +21,21 @@ from kernelband.proposers.rewriter.proposer import options
 from kernelband.proposers.rewriter.registry import REWRITES
 from kernelband.tasks import example_names, load_task
 from kernelband.tasks import tritonbench as tb
+
+# The structural rewrites (issue 39's list: more than launch parameters), each with the one line that says what
+# it does and why its meaning is certain where it applies.
+STRUCTURAL = {
+    "inductor_configs": "row and element-wise kernels autotuned over Inductor's reduction and pointwise configs, "
+                        "where every block size covers the same elements (masked, not reshaped)",
+    "matmul_configs": "tl.dot kernels autotuned over Triton's matmul tutorial configs and Inductor's mm configs, "
+                      "where BLOCK_M/N scale the program id, BLOCK_K steps the loop and every access is masked",
+    "single_pass": "a row loop in blocks as one block of the row's next power of two where the row fits "
+                   "(one step of range(0, n, BLOCK)), the loops kept for longer rows",
+    "online_softmax": "a max pass and an exp-sum pass over a row as one pass with a running max and a rescaled "
+                      "sum, matched only in the plain two-loop form",
+    "contiguity_hints": "tl.max_contiguous(tl.multiple_of(offs, P), P) on offs = M + tl.arange(0, P) where M is "
+                        "certain to be a multiple of P (an integer scalar times P, or a loop stepping by P from 0)",
+}
 
 
 def task_refs(tritonbench: str | None) -> list[str]:
@@ -90,6 +106,8 @@ def main() -> None:
     for ref, row in found["rows"].items():
         print(f"{ref:42}" + "".join(f"{row[name]:>16}" for name in REWRITES))
     print(f"{'tasks with >= 1 variant':42}" + "".join(f"{found['applies'][name]:>16}" for name in REWRITES))
+    for name, line in STRUCTURAL.items():
+        print(f"{name}: {line}")
     if args.check:
         print(f"second-generation variants: {found['second']}")
     print(f"variants that do not compile: {found['broken']}")

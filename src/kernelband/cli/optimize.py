@@ -77,7 +77,7 @@ class LiveView:
 def optimize_cmd(
     task: str = typer.Argument(..., help="examples:<name>, tritonbench:<name> or a task file"),
     policy: str = typer.Option("kernelband", "--policy", help="kernelband, kernelband-masked, beam, bon, random, "
-                               "greedy"),
+                               "greedy, coordinate"),
     proposer: str = typer.Option("auto", "--proposer", help="rewrite, llm or hybrid (the rewriter for launch "
                                  "parameters, the LLM for the rest); default: llm if one is configured, else the "
                                  "built-in rewriter"),

@@ -10,6 +10,7 @@ what lets a killed run resume by replaying its stored history through a fresh po
 - `kernelband-masked`: the authors' released variant (UCB with c = 2, strategies masked when their target
   resource is saturated, parent sampled by softmax over headroom).
 - `beam` (GEAK-like beam search with reflection), `bon` (best-of-N from k0), `random`, `greedy`.
+- `coordinate`: Inductor's coordinate descent over the built-in rewriter's parameter moves.
 
 `make_policy(name, seed, **options)` builds one; `POLICIES` lists the names.
 """
@@ -160,7 +161,8 @@ _CLASSES = {"kernelband": ("kernelband", "KernelBandPolicy"),
             "beam": ("beam", "BeamPolicy"),
             "bon": ("simple", "BestOfNPolicy"),
             "random": ("simple", "RandomPolicy"),
-            "greedy": ("simple", "GreedyPolicy")}
+            "greedy": ("simple", "GreedyPolicy"),
+            "coordinate": ("coordinate", "CoordinatePolicy")}
 POLICIES = tuple(_CLASSES)
 
 

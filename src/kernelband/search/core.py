@@ -124,6 +124,7 @@ class Candidate:
 class Arm:
     candidate: int  # candidate id (the parent to expand)
     strategy: str
+    move: str = ""  # one named parameter step for the proposer to take (coordinate descent); "" lets it choose
 
 
 @dataclass
@@ -153,6 +154,7 @@ class Context:
     shapes: tuple[ShapeInfo, ...] = ()  # the search shapes the kernel must handle
     seed: int = 0  # proposals are deterministic given the seed
     reflection: str = ""  # beam: what went wrong last time, to reflect on
+    move: str = ""  # the one parameter step to take (a `Move.key` of the rewriter), or "" for the proposer's choice
 
 
 @dataclass

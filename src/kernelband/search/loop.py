@@ -179,7 +179,8 @@ class Search:
                           phi=dict(parent.phi), history=self._history(parent),
                           seen=frozenset(c.hash for c in self.candidates), known=dict(self.known),
                           tried=list(self.attempts.get(parent.id, [])), shapes=self.evaluator.info(self.task).shapes,
-                          seed=self._seed("propose", iteration, slot), reflection=self._reflection(parent))
+                          seed=self._seed("propose", iteration, slot), reflection=self._reflection(parent),
+                          move=arm.move)
         strategy = self.strategies[arm.strategy]
 
         def write() -> tuple[Proposal, None]:
@@ -353,7 +354,9 @@ class Search:
         if cid is None and proposal.outcome in (ProposalOutcome.NOTHING, ProposalOutcome.FAILED):
             # Nothing (more) for this arm, or a proposer bug: no evaluation, no pull; never offer it again.
             # The stored outcome decides, so that a resumed run takes the same branch as the first one did.
-            self.exhausted.add((arm.candidate, arm.strategy))
+            # An arm with a move asked for one variant only: the policy that names moves keeps track of them.
+            if not arm.move:
+                self.exhausted.add((arm.candidate, arm.strategy))
             return {"candidate": arm.candidate, "strategy": arm.strategy, "child": None, "outcome": "no_proposal",
                     "detail": proposal.error, "reward": None, "counted": False}
         child = None

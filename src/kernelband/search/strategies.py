@@ -44,7 +44,7 @@ BUILTIN: tuple[Strategy, ...] = (
         "reuse in registers and shared memory; smaller tiles give more programs and occupancy on small inputs. "
         "Where each program handles one small row, let each program loop over several consecutive rows "
         "(coarsening) so that fewer programs start.",
-        "SM", ("block_size", "autotune", "coarsen"), proposer="rewriter"),
+        "SM", ("block_size", "autotune", "coarsen", "inductor_configs", "matmul_configs"), proposer="rewriter"),
     Strategy(
         "vectorization",
         "Make every thread move more contiguous data per instruction so that loads and stores become 128-bit "
@@ -52,14 +52,14 @@ BUILTIN: tuple[Strategy, ...] = (
         "of the form pid * BLOCK + tl.arange(0, BLOCK) contiguous along the fastest-varying dimension, and state "
         "alignment with tl.multiple_of / tl.max_contiguous where it holds. Avoid per-element index division "
         "and gathers on the contiguous axis.",
-        "DRAM", ("vector_width",), proposer="rewriter"),
+        "DRAM", ("vector_width", "contiguity_hints"), proposer="rewriter"),
     Strategy(
         "fusion",
         "Cut global-memory round trips by doing more work per byte loaded: merge consecutive kernels or passes "
         "into one (e.g. keep a row in registers and compute its max, sum and normalised output in a single "
         "pass instead of re-reading it; fold bias, activation and dtype casts into the producing kernel). "
         "Intermediates stay in registers or shared memory instead of being written to and re-read from DRAM.",
-        "DRAM", ("fused_absmax",)),
+        "DRAM", ("fused_absmax", "single_pass", "online_softmax")),
     Strategy(
         "pipeline",
         "Hide memory latency behind computation: for kernels with a loop over K or over row chunks, raise "

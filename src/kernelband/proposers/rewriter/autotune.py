@@ -5,10 +5,12 @@ add configs to a kernel that is autotuned already."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import libcst as cst
 
 from kernelband.proposers.rewriter import knobs as knobs_mod
+from kernelband.proposers.rewriter.configs import Chooser, Config
 from kernelband.proposers.rewriter.edits import (
     Edit,
     Found,
@@ -94,7 +96,10 @@ def _base(knobs: dict[Launch, Knob], kernel: Kernel) -> int:
     return known[0] if known else (64 if kernel.uses_dot else 1024)
 
 
-def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: list[str]) -> Variant | None:
+def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: list[str],
+               config_set: tuple[str, str, list[Config]] | None = None) -> Variant | None:
+    """The kernel autotuned over the rewriter's grid around its launch values, or over `config_set`:
+    (rewrite, label, [(block values, num_warps, num_stages), ...]), a fixed list such as Inductor's."""
     launches = ms.launches_of(kernel)
     tuned = _tunable(kernel, launches, knobs)
     edits: list[tuple[cst.CSTNode, Edit]] = []
@@ -114,6 +119,15 @@ def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: lis
     tile = max(math.prod(t) for t in tiles) if all(t and all(isinstance(x, int) for x in t) for t in tiles) else None
     configs = _config_grid(kernel, base, warps or DEFAULT_WARPS,
                            stages if launches[0].kwarg("num_stages") is not None else None, tile)
+    rewrite, label = "autotune", ""
+    if config_set is not None:
+        rewrite, label, chosen = config_set
+        if set(tuned) != {p for values, _, _ in chosen for p in values}:
+            reasons.append(f"{label} set {', '.join(sorted({p for v, _, _ in chosen for p in v}))} but the "
+                           f"launches of {kernel.name} let autotune set {', '.join(tuned) or 'no block size'}")
+            return None
+        configs = list(dict.fromkeys(_config_text(*c) for c in chosen))
+        label = f"{label}: "
     key = _key(kernel, set(tuned))
     sized = _sized_by(kernel, launches)
     if sized is not None:  # the tensors' element count, as one more parameter in the key
@@ -126,9 +140,27 @@ def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: lis
     scope = launches[0].scope
     cleanup = (scope.name, frozenset(dead)) if len({x.scope.name for x in launches}) == 1 else None
     touched = frozenset({kernel.name} | {x.scope.top or kernel.name for x in launches})
-    over = ", ".join([*tuned, "num_warps"] + (["num_stages"] if kernel.pipelinable else []))
-    return Variant("autotune", f"@triton.autotune on {kernel.name}: {len(configs)} configs over {over}, "
+    staged = kernel.pipelinable or (config_set is not None and any(s is not None for _, _, s in config_set[2]))
+    over = ", ".join([*tuned, "num_warps"] + (["num_stages"] if staged else []))
+    return Variant(rewrite, f"{label}@triton.autotune on {kernel.name}: {len(configs)} configs over {over}, "
                    f"key {key}", touched, tuple(edits), cleanup if scope.name != "<module>" else None)
+
+
+def config_sets(rewrite: str, choose: Chooser) -> Callable[[ModuleSource], Found]:
+    """A rewrite that autotunes each kernel over the fixed config lists `choose` draws for it."""
+    def rewrite_fn(ms: ModuleSource) -> Found:
+        variants, reasons = [], []
+        for kernel in ms.kernels.values():
+            why = _why_not_autotune(ms, kernel) or (kernel.autotune is not None and f"{kernel.name} is autotuned")
+            sets = choose(ms, kernel) if not why else why
+            if isinstance(sets, str):
+                reasons.append(sets)
+                continue
+            knobs = [k for k in knobs_mod.find(ms)[0] if k.kernel is kernel]
+            variants.extend(v for label, chosen in sets
+                            if (v := _autotuned(ms, kernel, knobs, reasons, (rewrite, label, chosen))))
+        return Found(variants, reasons)
+    return rewrite_fn
 
 
 def _key(kernel: Kernel, tuned: set[str]) -> list[str]:

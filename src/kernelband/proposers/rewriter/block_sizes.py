@@ -7,6 +7,7 @@ from __future__ import annotations
 from kernelband.proposers.rewriter import knobs as knobs_mod
 from kernelband.proposers.rewriter.edits import (
     Found,
+    Move,
     Variant,
     replace_with,
     set_int,
@@ -34,7 +35,13 @@ def _scaled(knob: Knob, factor: float, rewrite: str, why: str = "") -> Variant |
     else:
         home = knob.launches[0].scope.name if knob.kind != "module" else "module"
         what = f"{knob.name} {knob.value} -> {new} ({knob.kind} in {home}: {knob.label} of the {knob.where})"
-    return Variant(rewrite, why + what, knob.touches, edits)
+    return Variant(rewrite, why + what, knob.touches, edits, move=_move(knob, factor, rewrite))
+
+
+def _move(knob: Knob, factor: float, rewrite: str) -> Move | None:
+    if rewrite != "block_size" or factor not in (2, 0.5):
+        return None
+    return Move(f"{knob.label} at the {knob.where}", "x2" if factor == 2 else "/2")
 
 
 def _scaled_at_runtime(knob: Knob, factor: float, rewrite: str, why: str) -> Variant | None:
@@ -44,7 +51,7 @@ def _scaled_at_runtime(knob: Knob, factor: float, rewrite: str, why: str) -> Var
     edits = tuple((node, replace_with(f"{knob.name} {op}", parenthesize=id(node) in knob.grid_nodes))
                   for node in knob.nodes)
     what = f"{knob.label} {knob.name} -> {knob.name} {op} at the {knob.where}"
-    return Variant(rewrite, why + what, knob.touches, edits)
+    return Variant(rewrite, why + what, knob.touches, edits, move=_move(knob, factor, rewrite))
 
 
 def block_size(ms: ModuleSource) -> Found:

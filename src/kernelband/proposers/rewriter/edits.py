@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import libcst as cst
 
@@ -13,6 +14,19 @@ from kernelband.proposers.rewriter.syntax import loads, make_scope
 
 Edit = Callable[[cst.CSTNode], cst.CSTNode | cst.FlattenSentinel | cst.RemovalSentinel]
 NO_SPACE = cst.SimpleWhitespace("")
+
+
+class Move(NamedTuple):
+    """A one-parameter step, as Inductor's coordinate descent takes them: `field` names the block size or launch
+    option and where the launch sets it, `step` is "x2", "/2" (block sizes, num_warps), "+1" or "-1"
+    (num_stages). A field keeps its name from a parent to its children, so a search can walk it."""
+
+    field: str
+    step: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.field} {self.step}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -24,6 +38,7 @@ class Variant:
     touches: frozenset[str]  # the module-level functions and kernels it changes
     edits: tuple[tuple[cst.CSTNode, Edit], ...]
     cleanup: tuple[str, frozenset[str]] | None = None  # (function, locals to drop once nothing reads them)
+    move: Move | None = None  # the one-parameter step it is, if it is one
 
     def apply(self, source: ModuleSource) -> str:
         new = source.module.visit(_Apply(self.edits, source.ancestors(node for node, _ in self.edits)))

@@ -11,6 +11,7 @@ import libcst as cst
 
 from kernelband.proposers.rewriter.edits import (
     Found,
+    Move,
     Variant,
     set_kwarg,
 )
@@ -65,8 +66,19 @@ def _launch_option(ms: ModuleSource, name: str, default: int, choices: tuple[int
         shown = current if current is not None else code(launch.kwarg(name).value)
         for value in _nearest(choices, current):
             variants.append(Variant(name, f"{name} {shown} -> {value} at the {launch.where}", touches(launch),
-                                    ((call, set_kwarg(name, str(value))),)))
+                                    ((call, set_kwarg(name, str(value))),),
+                                    move=_step(name, current, value, launch)))
     return Found(variants, reasons)
+
+
+def _step(name: str, current: int | None, value: int, launch: Launch) -> Move | None:
+    """The coordinate-descent step from `current` to `value`: x2 and /2 for num_warps, +1 and -1 for num_stages
+    (Inductor's neighbours)."""
+    if current is None:
+        return None
+    steps = {current * 2: "x2", current / 2: "/2"} if name == "num_warps" else {current + 1: "+1", current - 1: "-1"}
+    step = steps.get(value)
+    return Move(f"{name} at the {launch.where}", step) if step else None
 
 
 # A num_warps computed at run time is the kernel author's scaling with the block (softmax_triton1 and
@@ -84,8 +96,10 @@ def _scaled_warps(launch: Launch, call: cst.Call, choices: tuple[int, ...]) -> l
     out = []
     for template, said in WARP_SCALINGS:
         expr = template.format(w=w, lo=min(choices), hi=max(choices))
+        step = {"doubled": "x2", "halved": "/2"}.get(said)
         out.append(Variant("num_warps", f"num_warps {shown} -> {expr} (the computed value {said}) at the "
-                           f"{launch.where}", touches(launch), ((call, set_kwarg("num_warps", expr)),)))
+                           f"{launch.where}", touches(launch), ((call, set_kwarg("num_warps", expr)),),
+                           move=Move(f"num_warps at the {launch.where}", step) if step else None))
     return out
 
 

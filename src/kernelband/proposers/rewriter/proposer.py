@@ -58,6 +58,12 @@ def options(source: str, rewrites: tuple[str, ...]) -> Options:
     return Options(module, tuple(variants), tuple(dict.fromkeys(reasons)))
 
 
+def parameter_moves(source: str, rewrites: tuple[str, ...]) -> list[str]:
+    """The keys of the one-parameter steps (`edits.Move`) that these rewrites can take on the source, in their
+    order: what coordinate descent walks."""
+    return list(dict.fromkeys(v.move.key for v in options(source, rewrites).variants if v.move is not None))
+
+
 def _defines(source: str, name: str) -> bool:
     try:
         tree = pyast.parse(source)
@@ -83,6 +89,11 @@ class RewriterProposer(ProposerBase):
             why = "; ".join(found.reasons[:3]) or "nothing to change"
             return Proposal(source=None, error=f"no {strategy.name} rewrite applies to this kernel: {why}")
         variants = self._reached(found, context.entry)
+        if context.move:
+            variants = [v for v in variants if v.move is not None and v.move.key == context.move]
+            if not variants:
+                return Proposal(source=None, error=f"no {strategy.name} variant of this kernel is the move "
+                                f"{context.move!r}")
         if not variants:
             return Proposal(source=None, error=f"the {strategy.name} rewrites change only code that "
                             f"{context.entry} does not reach")

@@ -12,21 +12,32 @@ variant it can make of it, in a fixed order, with the reasons it cannot do more.
     coarsen           each program does the work of C consecutive programs, one after another (coarsen.py)
     rows              each program does the work of R consecutive programs side by side (rows.py)
     fused_absmax      the host's `x.abs().max()` (two passes over x) as one: the infinity norm
+    inductor_configs  autotune a row or element-wise kernel over Inductor's configs (inductor_configs.py)
+    matmul_configs    autotune a tl.dot kernel over the matmul tutorial's and Inductor's configs (matmul_configs.py)
+    single_pass       a row that fits one block read in one pass, the blocked loops kept for longer rows
+                      (single_pass.py)
+    online_softmax    a max pass and an exp-sum pass over a row as one, with a running max (online_softmax.py)
+    contiguity_hints  tl.max_contiguous / tl.multiple_of on `M + tl.arange(0, P)` where M is a multiple of P
+                      (contiguity_hints.py)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from kernelband.proposers.rewriter.autotune import autotune
+from kernelband.proposers.rewriter import inductor_configs, matmul_configs
+from kernelband.proposers.rewriter.autotune import autotune, config_sets
 from kernelband.proposers.rewriter.block_sizes import block_size, vector_width
 from kernelband.proposers.rewriter.cache_hints import cache_hints
 from kernelband.proposers.rewriter.coarsen import coarsen
+from kernelband.proposers.rewriter.contiguity_hints import contiguity_hints
 from kernelband.proposers.rewriter.edits import Found
 from kernelband.proposers.rewriter.fused_absmax import fused_absmax
 from kernelband.proposers.rewriter.grouped_ordering import grouped_ordering
 from kernelband.proposers.rewriter.launch_options import num_stages, num_warps
+from kernelband.proposers.rewriter.online_softmax import online_softmax
 from kernelband.proposers.rewriter.rows import rows
+from kernelband.proposers.rewriter.single_pass import single_pass
 from kernelband.proposers.rewriter.source import ModuleSource
 
 REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
@@ -40,6 +51,11 @@ REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "coarsen": coarsen,
     "rows": rows,
     "fused_absmax": fused_absmax,
+    "inductor_configs": config_sets("inductor_configs", inductor_configs.choose),
+    "matmul_configs": config_sets("matmul_configs", matmul_configs.choose),
+    "single_pass": single_pass,
+    "online_softmax": online_softmax,
+    "contiguity_hints": contiguity_hints,
 }
 # Rewrites in no built-in strategy, until a GPU run shows they help: a strategies file can add them (README).
 STRATEGY_FILE_ONLY: frozenset[str] = frozenset()

@@ -57,9 +57,9 @@ FACTORS = (4, 16)
 ELEMENTWISE = frozenset({
     "program_id", "arange", "load", "store", "zeros", "full", "where", "exp", "exp2", "log", "log2", "sqrt",
     "sqrt_rn", "rsqrt", "abs", "maximum", "minimum", "clamp", "sigmoid", "sin", "cos", "erf", "floor", "ceil",
-    "fma", "fdiv", "div_rn", "umulhi", "cdiv", "rand", "randn", "randint", "cast", "multiple_of",
-    "max_contiguous", "static_assert", "static_print", "device_print",
-})
+    "fma", "fdiv", "div_rn", "umulhi", "cdiv", "rand", "randn", "randint", "cast", "static_assert",
+    "static_print", "device_print",
+})  # not tl.multiple_of / tl.max_contiguous: their values give one per axis, and rows adds an axis
 REDUCTIONS = frozenset({"sum", "max", "min", "argmax", "argmin", "xor_sum"})
 METHODS = frozenset({"to"})
 MASK_POSITION = {"load": 1, "store": 2}  # tl.load(pointer, mask, ...), tl.store(pointer, value, mask, ...)

@@ -1,0 +1,124 @@
+"""inductor_configs: a row or element-wise kernel autotuned over the configs TorchInductor tries for its own
+kernels of that kind (torch/_inductor/runtime/triton_heuristics.py), in place of the autotune rewrite's
+one-step grid around the launch's values.
+
+* element-wise (one tiled block, 1-D, no reduction): `pointwise` for 1-D size hints, XBLOCK = bs with 256
+  elements a warp and bs / 2 with 64, for bs = 256, 512, 1024 (Inductor picks bs from the element count, which
+  only the run knows), and the XBLOCK 256/512 configs of its max-autotune list; num_stages = 1;
+* row (one looped block, one row a program): `triton_config_reduction` at XBLOCK = 1, RBLOCK from 128 to
+  2,048 (its contiguous config) with num_warps = RBLOCK / 128 within [2, 16], and 4,096 and 8,192 for rows
+  that the persistent configs would keep whole; num_stages = 1.
+
+The block size must be free (`configs.free_blocks`) and used only where the set's meaning holds: as a
+tl.arange extent, and as the program's stride (element-wise) or a loop's step and an accumulator's shape
+(row). A loop over a row covers it at any step; masked blocks cover the same elements at any size.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from kernelband.proposers.rewriter.configs import (
+    REDUCTIONS,
+    Config,
+    arange_extents,
+    broadcasts,
+    free_blocks,
+    warps_for,
+)
+from kernelband.proposers.rewriter.source import Kernel, ModuleSource
+from kernelband.proposers.rewriter.syntax import dotted, subnodes
+
+POINTWISE_XBLOCKS = ((1024, 4), (512, 8), (512, 2), (256, 4), (256, 1), (128, 2), (256, 8), (512, 4))
+REDUCTION_RBLOCKS = (1024, 2048, 512, 256, 4096, 8192, 128)
+
+
+def pointwise(param: str) -> list[Config]:
+    return [({param: x}, warps, 1) for x, warps in POINTWISE_XBLOCKS]
+
+
+def reduction(param: str) -> list[Config]:
+    configs = [({param: r}, warps_for(r, 128, 2, 16), 1) for r in REDUCTION_RBLOCKS]
+    return [*configs[:2], ({param: 2048}, 8, 1), *configs[2:]]  # 2,048 with register-intensive's 8 warps too
+
+
+def _uses(ms: ModuleSource, kernel: Kernel, param: str) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
+    """(parent, grandparent) of each read of `param` in the kernel's body."""
+    found = []
+    for name in subnodes(kernel.node.body, cst.Name):
+        if name.value == param:
+            parent = ms.parents.get(id(name))
+            found.append((parent, ms.parents.get(id(parent))))
+    return found
+
+
+def _extent(kernel: Kernel, parent: cst.CSTNode, grand: cst.CSTNode) -> bool:
+    return isinstance(parent, cst.Arg) and isinstance(grand, cst.Call) and kernel.is_tl(grand.func, "arange") \
+        and grand.args[-1] is parent
+
+
+def _hint(kernel: Kernel, parent: cst.CSTNode, grand: cst.CSTNode) -> bool:
+    """The value of `tl.multiple_of(x, P)` / `tl.max_contiguous(x, P)` (contiguity_hints): it follows the tile."""
+    return isinstance(parent, cst.Arg) and isinstance(grand, cst.Call) and len(grand.args) == 2 \
+        and grand.args[1] is parent and (kernel.is_tl(grand.func, "multiple_of") or kernel.is_tl(grand.func,
+                                                                                                 "max_contiguous"))
+
+
+def _stride(kernel: Kernel, parent: cst.CSTNode) -> bool:
+    """`pid * P` (either order), where the other factor is the program id or derived from it."""
+    if not (isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Multiply)):
+        return False
+    other = parent.right if isinstance(parent.left, cst.Name) and parent.left.value in kernel.block_params \
+        else parent.left
+    return kernel.program_axis(other) is not None or (isinstance(other, cst.Name) and other.value in kernel.pid_names)
+
+
+def _step(ms: ModuleSource, kernel: Kernel, parent: cst.CSTNode, grand: cst.CSTNode) -> bool:
+    """The step of `for i in range(start, end, P)` (or tl.range)."""
+    if not (isinstance(parent, cst.Arg) and isinstance(grand, cst.Call) and len(grand.args) == 3
+            and grand.args[2] is parent and parent.keyword is None):
+        return False
+    if dotted(grand.func) != "range" and not kernel.is_tl(grand.func, "range"):
+        return False
+    loop = ms.parents.get(id(grand))
+    return isinstance(loop, cst.For) and loop.iter is grand
+
+
+def _shape(ms: ModuleSource, kernel: Kernel, parent: cst.CSTNode, grand: cst.CSTNode) -> bool:
+    """An element of the shape list of `tl.zeros([P], ...)` / `tl.full([P], ...)`."""
+    if not (isinstance(parent, cst.Element) and isinstance(grand, cst.List | cst.Tuple) and len(grand.elements) == 1):
+        return False
+    arg = ms.parents.get(id(grand))
+    call = ms.parents.get(id(arg))
+    return isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and call.args[0] is arg \
+        and (kernel.is_tl(call.func, "zeros") or kernel.is_tl(call.func, "full"))
+
+
+def row_block_only(ms: ModuleSource, kernel: Kernel, param: str) -> bool:
+    """Whether `param` is read only as a loop's step, a tl.arange extent and an accumulator's shape."""
+    return all(_extent(kernel, *u) or _step(ms, kernel, *u) or _shape(ms, kernel, *u) or _hint(kernel, *u)
+               for u in _uses(ms, kernel, param))
+
+
+def choose(ms: ModuleSource, kernel: Kernel) -> list[tuple[str, list[Config]]] | str:
+    if kernel.uses_dot:
+        return f"{kernel.name} tiles a tl.dot: matmul_configs tunes it"
+    if len(kernel.block_params) != 1:
+        return f"{kernel.name} has {len(kernel.block_params)} block-size constexprs, not one"
+    if why := free_blocks(kernel):
+        return why
+    [param] = kernel.block_params
+    if arange_extents(kernel) != {param} or broadcasts(kernel):
+        return f"{kernel.name}'s tiles are not 1-D blocks of {param}"
+    uses = _uses(ms, kernel, param)
+    if param in kernel.tiled:
+        if any(kernel.calls(name) for name in REDUCTIONS) or subnodes(kernel.node.body, cst.For):
+            return f"{kernel.name} reduces or loops inside its block: not element-wise"
+        if all(_extent(kernel, *u) or _stride(kernel, u[0]) or _hint(kernel, *u) for u in uses):
+            return [("Inductor's pointwise configs", pointwise(param))]
+        return f"{kernel.name} reads {param} other than as its arange extent and program stride"
+    if param in kernel.looped:
+        if row_block_only(ms, kernel, param):
+            return [("Inductor's reduction configs", reduction(param))]
+        return f"{kernel.name} reads {param} other than as a loop step, arange extent and accumulator shape"
+    return f"{kernel.name}'s {param} neither scales the program id nor steps a loop"

@@ -1,0 +1,47 @@
+"""matmul_configs: a tl.dot kernel autotuned over a matmul config list, in place of the autotune rewrite's
+one-step grid around the starting tile. Two variants, one list each:
+
+* Triton's matmul tutorial (03-matrix-multiplication.py, `get_cuda_autotune_config`, fp16 configs);
+* TorchInductor's mm configs (torch/_inductor/kernel/mm_common.py, `mm_kernel_configs`), the 8 of them
+  with tiles of at least 64 x 64, which fit the large shapes that the 32 x 32 starting tiles waste.
+
+(BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps) as the sources write them. The kernel must have exactly one
+block size for each of M, N and K (named ..._M, ..._N, ..._K), M and N scaling the program id, K stepping its
+loop, and every load and store masked (`configs.free_blocks`): then any tile covers the same product.
+A GROUP_M swizzle the kernel has stays as the launch sets it; `grouped_ordering` adds one.
+"""
+
+from __future__ import annotations
+
+from kernelband.proposers.rewriter.configs import Config, free_blocks
+from kernelband.proposers.rewriter.source import Kernel, ModuleSource
+
+TUTORIAL = ((128, 256, 64, 3, 8), (64, 256, 32, 4, 4), (128, 128, 32, 4, 4), (128, 64, 32, 4, 4),
+            (64, 128, 32, 4, 4), (128, 32, 32, 4, 4), (64, 32, 32, 5, 2), (32, 64, 32, 5, 2))
+INDUCTOR = ((64, 64, 64, 3, 8), (64, 128, 32, 3, 4), (64, 128, 64, 3, 4), (128, 64, 32, 3, 4),
+            (128, 128, 32, 2, 8), (128, 128, 32, 3, 4), (128, 128, 64, 3, 4), (128, 128, 64, 5, 8))
+
+
+def _axis(name: str) -> str | None:
+    last = name.upper().rstrip("_")[-1:]
+    return last if last in ("M", "N", "K") else None
+
+
+def choose(ms: ModuleSource, kernel: Kernel) -> list[tuple[str, list[Config]]] | str:
+    if not kernel.uses_dot:
+        return f"{kernel.name} has no tl.dot"
+    axes = {}
+    for param in kernel.block_params:
+        axis = _axis(param)
+        if axis is None or axis in axes:
+            return f"{kernel.name}'s block size {param} is not the one BLOCK_M, BLOCK_N or BLOCK_K"
+        axes[axis] = param
+    if set(axes) != {"M", "N", "K"}:
+        return f"{kernel.name} has no block size for each of M, N and K"
+    m, n, k = axes["M"], axes["N"], axes["K"]
+    if not ({m, n} <= kernel.tiled and k in kernel.looped):
+        return f"{kernel.name}'s {m} and {n} do not both scale the program id, or {k} does not step its loop"
+    if why := free_blocks(kernel):
+        return why
+    return [(label, [({m: bm, n: bn, k: bk}, warps, stages) for bm, bn, bk, stages, warps in table])
+            for label, table in (("Triton's matmul tutorial configs", TUTORIAL), ("Inductor's mm configs", INDUCTOR))]
