@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kernelband.report.metrics import MARGIN, n_tasks
+from kernelband.report.definitions import MARGIN
+from kernelband.report.metrics import n_tasks
 
 Cell = tuple[str, float | None]
 
