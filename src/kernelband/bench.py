@@ -327,8 +327,11 @@ class Bench:
                            finalists=self.config.finalists)
         search = open_search(task, evaluator, self.store, job.policy, proposer, job.seed, config,
                              resume=existing is not None, bench_id=self.bench_id, lookup=lookup,
-                             strategies=self.config.strategy_list())
+                             strategies=self.config.strategy_list(), knowledge=self.config.knowledge)
         summary = search.run()
+        for note in search.knowledge.notes if search.knowledge is not None else ():
+            self.on_event({"kind": "job_note", "task": job.task, "policy": job.policy, "seed": job.seed,
+                           "note": note})
         self.on_event({"kind": "job_done", "task": job.task, "policy": job.policy, "seed": job.seed,
                        "best_speedup": summary.best_speedup, "evaluations": summary.evaluations,
                        "best_vs_eager": summary.best_vs_eager, "best_vs_compile": summary.best_vs_compile})

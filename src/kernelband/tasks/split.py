@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 
 from kernelband.errors import UserError
+from kernelband.tasks import example_names
 
 SALT = "kernelband-split-3"
 TRAIN_FRACTION = 0.5
@@ -25,11 +26,13 @@ SPLITS = ("train", "test")
 
 def _bare(ref: str) -> tuple[str, str]:
     """(kind, name) of a task reference: `tritonbench:x` -> ("tritonbench", "x"); `examples:x` or a path ->
-    ("examples" or "file", name)."""
+    ("examples" or "file", name); a bare name is a built-in example's, else a TritonBench-G task's."""
     kind, sep, name = ref.partition(":")
-    if not sep:
-        return "tritonbench", ref
-    return kind, name
+    if sep:
+        return kind, name
+    if ref.endswith(".py") or "/" in ref:
+        return "file", ref
+    return ("examples" if ref in example_names() else "tritonbench"), ref
 
 
 def fraction(name: str) -> float:
