@@ -103,3 +103,4 @@ def test_a_bench_ends_every_train_run_before_a_test_run_starts(tmp_path: Path):
           on_event=events.append).run()
     sides = [split.side(e["task"]) for e in events]
     assert sides == sorted(sides, key=lambda s: s != "train") and sides.count("train") == 6
+

@@ -11,13 +11,14 @@ import typer
 from kernelband import stacks
 from kernelband.cli.app import app, err, fail, fmt, geo, out, run_store, versus
 from kernelband.errors import UserError
+from kernelband.policies.base import DEFAULT_POLICY
 from kernelband.store import DEFAULT_DB
 
 
 @app.command("bench")
 def bench_cmd(
     suite: str = typer.Option("tritonbench-g-l12", "--suite", help="tritonbench-g-l12, tritonbench-g or examples"),
-    policies: str = typer.Option("kernelband", "--policies", help="comma-separated policies"),
+    policies: str = typer.Option(DEFAULT_POLICY, "--policies", help="comma-separated policies"),
     iterations: int = typer.Option(10, "--iterations", "-n"),
     seeds: str = typer.Option("1", "--seeds", help="a count (3: seeds 0,1,2) or a list (0,5,9)"),
     batch: int = typer.Option(1, "--batch", "-q", help="arms pulled per iteration"),

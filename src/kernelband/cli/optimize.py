@@ -13,6 +13,7 @@ from rich.table import Table
 
 from kernelband.cli.app import app, err, fail, fmt, out, run_store, versus
 from kernelband.errors import UserError
+from kernelband.policies.base import DEFAULT_POLICY, POLICIES
 from kernelband.search.core import outcome_counts_text
 from kernelband.store import DEFAULT_DB
 
@@ -76,8 +77,7 @@ class LiveView:
 @app.command("optimize")
 def optimize_cmd(
     task: str = typer.Argument(..., help="examples:<name>, tritonbench:<name> or a task file"),
-    policy: str = typer.Option("kernelband", "--policy", help="kernelband, kernelband-masked, beam, bon, random, "
-                               "greedy"),
+    policy: str = typer.Option(DEFAULT_POLICY, "--policy", help=f"one of {', '.join(POLICIES)}"),
     proposer: str = typer.Option("auto", "--proposer", help="rewrite, llm or hybrid (the rewriter for launch "
                                  "parameters, the LLM for the rest); default: llm if one is configured, else the "
                                  "built-in rewriter"),
