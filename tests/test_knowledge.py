@@ -196,3 +196,68 @@ def test_knowledge_option_refuses_a_missing_database(tmp_path: Path):
     assert knowledge.knowledge_option(None) == "" and knowledge.knowledge_option("OFF") == "off"
     with pytest.raises(UserError, match="no such database"):
         knowledge.knowledge_option(str(tmp_path / "nope.db"))
+
+
+# -- through a whole search ----------------------------------------------------------------------------------
+class ScriptedEvaluator:
+    """Every kernel is correct; each added line `V_... = 1` makes it 10 % faster than k0."""
+
+    def evaluate(self, task, source, preset=None, which="search", seed=None, profile=True) -> EvalResult:
+        return EvalResult(task=task.ref, outcome=Outcome.OK, speedup=1.0 + 0.1 * source.count("V_"), device=GPU,
+                          features=Features(phi={k: 50.0 for k in PHI_KEYS}))
+
+    def info(self, task):
+        from types import SimpleNamespace
+        return SimpleNamespace(entry="entry", shapes=[])
+
+
+def _search(store: Store, ref: str, knowledge_choice: str = ""):
+    from kernelband.proposers.base import ProposerBase
+    from kernelband.search.core import Proposal
+    from kernelband.search.loop import RunConfig
+    from kernelband.search.session import open_search
+    from kernelband.tasks import load_task
+
+    class Appender(ProposerBase):
+        name = "scripted"
+
+        def propose(self, parent, strategy, context):
+            return Proposal(source=parent.source + f"\nV_{strategy.name}_{parent.id} = 1\n", rationale="scripted")
+
+    return open_search(load_task(ref), ScriptedEvaluator(), store, "kernelband", Appender(), 0,
+                       RunConfig(iterations=3, q=2, finalists=1), strategies=STRATEGIES, knowledge=knowledge_choice)
+
+
+def test_a_search_writes_its_pulls_and_the_next_kernel_starts_from_them(tmp_path: Path):
+    store = Store(tmp_path / "runs.db")
+    first = _search(store, "examples:vector_add")
+    first.run()
+    assert first.knowledge.carried == 0
+    rows = store.query("SELECT run_id, pull, split FROM knowledge_pulls ORDER BY pull")
+    assert [r["pull"] for r in rows] == [1, 2, 3, 4, 5, 6] and {r["split"] for r in rows} == {"test"}
+    second = _search(store, "examples:softmax")
+    assert store.run(second.run_id).config["knowledge"]["upto"] == 6
+    second.run()
+    assert second.knowledge.carried == 6
+    again = _search(store, "examples:vector_add")  # its own task's pulls are not carried
+    again.run()
+    assert again.knowledge.carried == 6  # softmax's only
+
+
+def test_knowledge_off_writes_and_reads_nothing(tmp_path: Path):
+    store = Store(tmp_path / "runs.db")
+    search = _search(store, "examples:vector_add", "off")
+    search.run()
+    assert search.knowledge is None and "knowledge" not in store.run(search.run_id).config
+    assert store.query("SELECT COUNT(*) AS n FROM knowledge_pulls")[0]["n"] == 0
+
+
+def test_knowledge_can_live_in_another_database(tmp_path: Path):
+    shared = Store(tmp_path / "shared.db")
+    teach(shared)
+    store = Store(tmp_path / "runs.db")
+    search = _search(store, "examples:vector_add", str(tmp_path / "shared.db"))
+    search.run()
+    assert search.knowledge.carried == 60
+    assert shared.query("SELECT COUNT(*) AS n FROM knowledge_pulls")[0]["n"] == 66
+    assert store.query("SELECT COUNT(*) AS n FROM knowledge_pulls")[0]["n"] == 0
