@@ -55,8 +55,9 @@ def test_anytime_area_and_evaluations_to_95_percent():
     got = stats.compute(runs, fast=1.1)
     assert got["horizon"] == 4
     a, b = got["policies"]["a"], got["policies"]["b"]
-    assert a["auc"] == pytest.approx((1.75 + 1.0) / 2)
-    assert b["auc"] == pytest.approx(((1.5 + 1.5 + 1.9 + 1.9) / 4 + 1.0) / 2)
+    log = math.log
+    assert a["auc"] == pytest.approx(math.exp((3 * log(2.0) / 4 + 0.0) / 2))
+    assert b["auc"] == pytest.approx(math.exp(((2 * log(1.5) + 2 * log(1.9)) / 4 + 0.0) / 2))
     # task t's best is 2.0: 95 % is 1.9; a reaches it at evaluation 2, b at 3; task u's best is k0: 0
     assert stats.evaluations_to([1.0, 2.0], 1.9) == 2 and stats.evaluations_to([1.5], 1.9) is None
     assert a["evals_to_95_median"] == 1.0 and b["evals_to_95_median"] == 1.5
@@ -91,3 +92,21 @@ def test_the_bench_report_shows_the_statistics(tmp_path):
     assert res.exit_code == 0, res.output
     assert "95 % bootstrap intervals" in res.output and "Paired comparisons" in res.output
     assert report_data(store, "run:1")["stats"] is None
+
+
+def test_two_benches_compare_on_the_same_task_and_seed(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from test_report import build_db
+
+    spec = importlib.util.spec_from_file_location(
+        "compare_benches", Path(__file__).resolve().parents[1] / "tools" / "compare_benches.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    store, first, _ = build_db(tmp_path / "runs.db")
+    _, second, _ = build_db(tmp_path / "runs.db")  # the same runs again: nothing between them
+    got = tool.compare(store, [first, second], "kernelband")
+    (pair,) = got["pairs"]
+    assert pair["n"] == 6 and pair["ratio_geomean"] == pytest.approx(1.0) and pair["p"] == 1.0
+    assert got["policies"][f"bench {first}"]["runs"] == got["policies"][f"bench {second}"]["runs"] == 6

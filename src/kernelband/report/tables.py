@@ -192,8 +192,8 @@ def stats_tables(stats: dict | None) -> list[Table]:
         t.rows.append([label(p), num(s["runs"], "d"), num(s["tasks"], "d"), num(s["seeds"], "d"),
                        _interval(s["geomean"]), _interval(s["fast1"], ".0f", 100, "%"), num(s["auc"]),
                        num(s["evals_to_95_median"], "g"), num(s["reached_95"], "d")])
-    t.note = (f"Intervals: percentile bootstrap over the (task, seed) runs. AUC: the mean best speedup so far over "
-              f"evaluations 1..{stats['horizon']}. Evals to 95 %: evaluations until a run's best reached 95 % of "
+    t.note = (f"Intervals: percentile bootstrap over the (task, seed) runs. AUC: the geometric mean best speedup so "
+              f"far over evaluations 1..{stats['horizon']} and the runs. Evals to 95 %: evaluations until a run's best reached 95 % of "
               f"the best speedup any run found for its task (- where half the runs never did).")
     pairs = Table("stats-pairs", "Paired comparisons on the same (task, seed)",
                   ["policy a", "policy b", "pairs", "geomean a/b", "a better", "b better", "Wilcoxon p"])
