@@ -75,7 +75,8 @@ def test_foreign_gpu_or_rules_and_malformed_rows_are_ignored_with_a_note(tmp_pat
     teach(store, gpu="NVIDIA H200", run_id=1)
     teach(store, rules=RULES - 1, run_id=2)
     store.write("INSERT INTO knowledge_pulls (gpu, rules, origin, run_id, pull, task_key, split, strategy, phi, "
-                "reward, faster, created) VALUES (?, ?, 'x', 3, 1, 'k', 'train', 'vec', 'not json', 0.5, 1, 0)",
+                "profiled, reward, faster, created) "
+                "VALUES (?, ?, 'x', 3, 1, 'k', 'train', 'vec', 'not json', 1, 0.5, 1, 0)",
                 (GPU, RULES))
     psi, carry = psi_of_new_run(store)
     assert carry.carried == 0
@@ -261,3 +262,17 @@ def test_knowledge_can_live_in_another_database(tmp_path: Path):
     assert search.knowledge.carried == 60
     assert shared.query("SELECT COUNT(*) AS n FROM knowledge_pulls")[0]["n"] == 66
     assert store.query("SELECT COUNT(*) AS n FROM knowledge_pulls")[0]["n"] == 0
+
+
+def test_pulls_measured_without_the_profiler_teach_rewards_but_not_psi(tmp_path: Path):
+    store = Store(tmp_path / "k.db")
+    carry = knowledge.Carry(store, "runs.db", 1, "other", "train", 0, False)
+    for pull in range(1, 41):
+        parent = cand(0, dram=90.0)
+        parent.result.ncu_skipped = True  # a greedy or beam run: phi holds the compiler's counters only
+        carry.record(pull, "vec", parent, cand(pull, 0.8))
+    psi, carried = psi_of_new_run(store)
+    assert carried.carried == 40 and psi["vec"][1] == pytest.approx(0.5)
+    masked = make_policy("kernelband-masked", 0)
+    knowledge.Carry(store, "runs.db", 2, "this", "test", knowledge.cut(store), False).begin(masked, cand(0))
+    assert masked.table.mean(0, "vec") == pytest.approx(0.2)

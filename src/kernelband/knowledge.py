@@ -22,6 +22,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sqlite3
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,20 +62,32 @@ class Example:
     strategy: str
     phi: dict
     reward: float
-    key: str  # "run/pull" in its database: what the held-back fraction is drawn by
+    key: str  # "origin/run/pull": what the held-back fraction is drawn by
+    profiled: bool = True  # phi came from Nsight Compute; without it psi cannot learn from the example
 
     @property
     def faster(self) -> bool:
         return self.reward > 0
 
-    def as_tuple(self) -> tuple[str, dict, float]:
-        return self.strategy, self.phi, self.reward
+    def as_tuple(self) -> tuple[str, dict | None, float]:
+        """phi is None where the run skipped the profiler: its reward still counts, its phi would mislead."""
+        return self.strategy, self.phi if self.profiled else None, self.reward
 
 
 @dataclass
 class Loaded:
     examples: list[Example]
     notes: list[str] = field(default_factory=list)
+
+
+def _rows(store: Store, sql: str, args: tuple = ()) -> list[dict]:
+    """The query's rows; none from a database opened read-only that was written before the table existed."""
+    try:
+        return store.query(sql, args)
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return []
+        raise
 
 
 def _parse(row: dict) -> Example | None:
@@ -87,13 +101,13 @@ def _parse(row: dict) -> Example | None:
     if any(v is not None and not isinstance(v, (int, float)) for v in phi.values()):
         return None
     return Example(row["strategy"], {k: phi.get(k) for k in PHI_KEYS}, r,
-                   f"{row['origin']}/{row['run_id']}/{row['pull']}")
+                   f"{row['origin']}/{row['run_id']}/{row['pull']}", bool(row["profiled"]))
 
 
 def load(store: Store, gpu: str, rules: int = RULES, upto: int | None = None, exclude_task: str | None = None,
          train_only: bool = False) -> Loaded:
     """The usable examples for a run on `gpu` under `rules`, with notes on what was left out and why."""
-    rows = store.query("SELECT * FROM knowledge_pulls WHERE id <= ? ORDER BY id",
+    rows = _rows(store, "SELECT * FROM knowledge_pulls WHERE id <= ? ORDER BY id",
                        (upto if upto is not None else 2**62,))
     notes: list[str] = []
     foreign = [r for r in rows if r["gpu"] != gpu or r["rules"] != rules]
@@ -114,7 +128,7 @@ def load(store: Store, gpu: str, rules: int = RULES, upto: int | None = None, ex
 
 def cut(store: Store) -> int:
     """The id of the last row written so far: a new run's knowledge stops there."""
-    rows = store.query("SELECT COALESCE(MAX(id), 0) AS top FROM knowledge_pulls")
+    rows = _rows(store, "SELECT COALESCE(MAX(id), 0) AS top FROM knowledge_pulls")
     return int(rows[0]["top"])
 
 
@@ -160,9 +174,24 @@ class Carry:
         load_ = load_class(getattr(parent.result.features, "compile", None)) if fam else None
         self.store.write(
             "INSERT OR IGNORE INTO knowledge_pulls (gpu, rules, origin, run_id, pull, task_key, split, strategy, "
-            "phi, reward, faster, family, load, gain, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (parent.result.device, parent.result.rules, self.origin, self.run_id, pull, self.task_key, self.split, strategy,
-             json.dumps({k: parent.phi.get(k) for k in PHI_KEYS}), r, int(r > 0), fam, load_, gain, time.time()))
+            "phi, profiled, reward, faster, family, load, gain, created) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (parent.result.device, parent.result.rules, self.origin, self.run_id, pull, self.task_key, self.split,
+             strategy, json.dumps({k: parent.phi.get(k) for k in PHI_KEYS}), int(not parent.result.ncu_skipped),
+             r, int(r > 0), fam, load_, gain, time.time()))
+
+
+_OTHERS: dict[str, Store] = {}
+_OTHERS_LOCK = threading.Lock()
+
+
+def _other(path: str) -> Store:
+    """One handle per knowledge database in this process: a bench's runs share it (a Store is thread-safe)."""
+    key = str(Path(path).resolve())
+    with _OTHERS_LOCK:
+        if key not in _OTHERS:
+            _OTHERS[key] = Store(key)
+        return _OTHERS[key]
 
 
 def open_carry(store: Store, choice: str, run_id: int, task_ref: str, task_key: str, in_bench: bool,
@@ -174,7 +203,7 @@ def open_carry(store: Store, choice: str, run_id: int, task_ref: str, task_key: 
     if choice == OFF:
         return None
     origin = str(store.path.resolve())
-    db = Store(choice) if choice and str(Path(choice).resolve()) != origin else store
+    db = _other(choice) if choice and str(Path(choice).resolve()) != origin else store
     side = splits.side(task_ref)
     if saved:
         return Carry(db, origin, run_id, task_key, side, int(saved["upto"]), bool(saved["train_only"]))
@@ -198,6 +227,7 @@ def accuracy(examples: list[Example], epochs: int = 5) -> dict[str, dict]:
     """Per strategy: examples, faster share, and psi's accuracy on the held-back examples when trained on the
     others as a warm-started policy trains it (with the majority label's accuracy beside it: psi is worth
     something only where it beats that)."""
+    examples = [e for e in examples if e.profiled]
     scaler = PhiScaler().fit_rows(_matrix(examples)) if examples else None
     out: dict[str, dict] = {}
     for strategy in sorted({e.strategy for e in examples}):
@@ -224,7 +254,7 @@ def accuracy(examples: list[Example], epochs: int = 5) -> dict[str, dict]:
 def variant_counts(store: Store, gpu: str, rules: int = RULES, win: float = WIN) -> dict:
     """The rewriter's variant outcomes on `gpu`, in priors.json's shape ({"families": {family: [children,
     won]}, "by_load": {"family|load": [children, won]}}): what priors.prior(counts=...) reads."""
-    rows = store.query("SELECT family, load, gain FROM knowledge_pulls WHERE gpu = ? AND rules = ? "
+    rows = _rows(store, "SELECT family, load, gain FROM knowledge_pulls WHERE gpu = ? AND rules = ? "
                        "AND family IS NOT NULL", (gpu, rules))
     counts: dict[str, dict[str, list[int]]] = {"families": {}, "by_load": {}}
     for row in rows:
@@ -239,7 +269,7 @@ def variant_counts(store: Store, gpu: str, rules: int = RULES, win: float = WIN)
 def summary(store: Store) -> dict:
     """What the store knows, per GPU model and rules: examples per strategy and psi's held-back accuracy, and
     the variant families' counts."""
-    groups = store.query("SELECT gpu, rules, COUNT(*) AS n FROM knowledge_pulls GROUP BY gpu, rules "
+    groups = _rows(store, "SELECT gpu, rules, COUNT(*) AS n FROM knowledge_pulls GROUP BY gpu, rules "
                          "ORDER BY gpu, rules")
     out = []
     for g in groups:

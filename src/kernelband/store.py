@@ -145,6 +145,7 @@ CREATE TABLE IF NOT EXISTS knowledge_pulls (
     split TEXT NOT NULL,           -- train | test (tasks/split.py)
     strategy TEXT NOT NULL,
     phi TEXT NOT NULL,             -- JSON: phi of the parent
+    profiled INTEGER NOT NULL,     -- 1: phi from Nsight Compute; 0: the search skipped it (compiler counters only)
     reward REAL NOT NULL,          -- 1 - T_child/T_parent, -1 when the child failed
     faster INTEGER NOT NULL,       -- reward > 0: psi's label
     family TEXT,                   -- the built-in rewriter's variant family (rewriter/priors.py); NULL: other

@@ -415,13 +415,15 @@ class KernelBandPolicy(_ClusteredPolicy):
         self._carried: np.ndarray | None = None  # phi rows carried from other kernels (warm_start)
         self._to_warm: set[str] = set()  # heads with carried examples, trained at the first select
 
-    def warm_start(self, examples: list[tuple[str, dict, float]], epochs: int = WARM_EPOCHS) -> None:
+    def warm_start(self, examples: list[tuple[str, dict | None, float]], epochs: int = WARM_EPOCHS) -> None:
         """Knowledge carried from other kernels (knowledge.py): each (strategy, phi of the parent, reward)
         joins its strategy's head's buffer, and the heads are trained on them (`epochs` passes) at the first
         select, once phi's scale over the pool and the carried rows is known. psi then starts from what the
         earlier kernels taught instead of 0.5."""
         rows = []
         for strategy, phi, r in examples:
+            if phi is None:  # measured without the profiler: no phi to learn psi from
+                continue
             raw = _matrix([phi], PHI_KEYS)[0]
             self.head(strategy).buffer.append((raw, int(r > 0)))
             rows.append(raw)
@@ -526,7 +528,7 @@ class MaskedKernelBandPolicy(_ClusteredPolicy):
                                 "subsample": subsample}, prior_mean=0.5, prior_n=1.0)
         self.c, self.threshold, self.temperature = c, threshold, temperature
 
-    def warm_start(self, examples: list[tuple[str, dict, float]]) -> None:
+    def warm_start(self, examples: list[tuple[str, dict | None, float]]) -> None:
         """Knowledge carried from other kernels (knowledge.py): a strategy's pseudo-pull, which the release
         sets to 0.5 everywhere, takes the strategy's mean reward over the carried examples instead."""
         rewards: dict[str, list[float]] = defaultdict(list)
