@@ -276,3 +276,17 @@ def test_pulls_measured_without_the_profiler_teach_rewards_but_not_psi(tmp_path:
     masked = make_policy("kernelband-masked", 0)
     knowledge.Carry(store, "runs.db", 2, "this", "test", knowledge.cut(store), False).begin(masked, cand(0))
     assert masked.table.mean(0, "vec") == pytest.approx(0.2)
+
+
+def test_open_carry_reads_train_tasks_only_for_a_bench_s_test_tasks_and_keeps_its_cut(tmp_path: Path):
+    store = Store(tmp_path / "runs.db")
+    teach(store)
+    test_task = knowledge.open_carry(store, "", 5, "examples:softmax", "k", in_bench=True)
+    assert test_task.train_only and test_task.split == "test" and test_task.upto == 60
+    assert not knowledge.open_carry(store, "", 5, "tritonbench:add_value", "k", in_bench=True).train_only
+    assert not knowledge.open_carry(store, "", 5, "examples:softmax", "k", in_bench=False).train_only
+    teach(store, run_id=2)
+    resumed = knowledge.open_carry(store, "", 5, "examples:softmax", "k", True, saved=test_task.config())
+    assert resumed.upto == 60 and resumed.train_only  # as it began, whatever was written since
+    assert knowledge.open_carry(store, "", 5, "examples:softmax", "k", True, saved={}) is None  # began without
+    assert knowledge.open_carry(store, "off", 5, "examples:softmax", "k", True) is None
