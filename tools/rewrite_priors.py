@@ -4,7 +4,10 @@ rewriter were evaluated and how many came out more than 5 % faster than their pa
 A child that failed counts as a miss. The tables show the priors these counts give beside the ones the
 package has now; `--write` stores the counts as the package's `priors.json`.
 
-    python tools/rewrite_priors.py bench.db [--bench 1 --bench 2] [--win 1.05] [--write PATH]
+    python tools/rewrite_priors.py bench.db [--bench 1 --bench 2] [--win 1.05] [--split train] [--write PATH]
+
+`--split train` counts the train tasks of the fixed split only (kernelband.tasks.split), so that the priors
+are not fitted on the test tasks the policies are compared on.
 
 CPU only: it reads the database, nothing runs.
 """
@@ -19,15 +22,16 @@ from pathlib import Path
 
 from kernelband.errors import UserError, run_script
 from kernelband.proposers.rewriter.priors import FILE, LOADS, family, load_class, prior
+from kernelband.tasks.split import SPLITS, side
 
 
-def count(db: str, benches: list[int] | None, win: float) -> dict:
+def count(db: str, benches: list[int] | None, win: float, split: str | None = None) -> dict:
     """{"families": {family: [children, won]}, "by_load": {"family|load": [children, won]}}."""
     if not Path(db).is_file():
         raise UserError(f"no database at {db} (unpack docs/results/bench.db.xz with `xz -dk`)")
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     query = """
-        SELECT c.run_id, c.parent, c.rationale, e.outcome, e.speedup, p.speedup, p.result FROM candidates c
+        SELECT c.run_id, c.parent, c.rationale, e.outcome, e.speedup, p.speedup, p.result, r.task FROM candidates c
         JOIN runs r ON r.id = c.run_id
         JOIN evaluations e ON e.run_id = c.run_id AND e.candidate = c.id AND e.which = 'search'
         JOIN evaluations p ON p.run_id = c.run_id AND p.candidate = c.parent AND p.which = 'search'
@@ -42,7 +46,9 @@ def count(db: str, benches: list[int] | None, win: float) -> dict:
         raise UserError(f"{db} is not a KernelBand run database ({exc}); a .xz file unpacks with `xz -dk`") from None
     children, won = Counter(), Counter()
     loads: dict[tuple[int, int], str | None] = {}  # a parent's load, its result parsed once for all its children
-    for run, parent_id, rationale, outcome, speedup, parent, parent_result in rows:
+    for run, parent_id, rationale, outcome, speedup, parent, parent_result, task in rows:
+        if split is not None and side(task) != split:
+            continue
         rewrite, _, rest = rationale.partition(": ")
         kind = family(rewrite, rest)
         if (run, parent_id) not in loads:
@@ -72,9 +78,10 @@ def main() -> None:
     ap.add_argument("db")
     ap.add_argument("--bench", type=int, action="append", help="only these benches' runs (repeatable)")
     ap.add_argument("--win", type=float, default=1.05, help="a child wins above this times its parent's speedup")
+    ap.add_argument("--split", choices=SPLITS, help="only the tasks of this side of the fixed split")
     ap.add_argument("--write", type=Path, help=f"store the counts here (the package's: {FILE})")
     args = ap.parse_args()
-    counts = count(args.db, args.bench, args.win)
+    counts = count(args.db, args.bench, args.win, args.split)
     print("| family | children | won | prior | light | mid | heavy | package now (any, light, mid, heavy) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for kind, (n, won) in sorted(counts["families"].items(), key=lambda kv: -prior(kv[0], counts=counts)):
@@ -88,7 +95,8 @@ def main() -> None:
     print(f"\n{total} children, {sum(w for _, w in counts['families'].values())} won")
     if args.write:
         counts = {"counted": f"tools/rewrite_priors.py {Path(args.db).name}"
-                             + "".join(f" --bench {b}" for b in args.bench or []) + f" --win {args.win}",
+                             + "".join(f" --bench {b}" for b in args.bench or []) + f" --win {args.win}"
+                             + (f" --split {args.split}" if args.split else ""),
                   **counts}
         args.write.write_text(_dump(counts))
         print(f"wrote {args.write}")

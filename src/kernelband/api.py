@@ -7,6 +7,7 @@ from pathlib import Path
 
 from kernelband.errors import UserError, read_text
 from kernelband.evaluation.records import PRESETS, EvalResult
+from kernelband.policies.base import DEFAULT_POLICY
 from kernelband.search.loop import RunConfig, Summary
 from kernelband.search.session import ProposerChoice, check_search, make_proposer, open_search, resumable_run
 from kernelband.store import DEFAULT_DB, Store
@@ -64,15 +65,19 @@ def check_run_config(config: RunConfig) -> None:
             raise UserError(f"{flag} must be at least 1, not {value}")
 
 
-def optimize(task: str | Task, *, policy: str = "kernelband", proposer: str = "auto", iterations: int = 10,
+def optimize(task: str | Task, *, policy: str = DEFAULT_POLICY, proposer: str = "auto", iterations: int = 10,
              batch: int = 1, evaluations: int | None = None, preset: str = "default", finalists: int = 3,
              seed: int = 0, db: str | Path = DEFAULT_DB, strategies: str | None = None, resume: bool = False,
              interpreter: bool = False, use_ncu: bool | None = None, tritonbench: str | None = None,
-             on_event=None) -> Summary:
+             on_event=None, knowledge: str | None = None) -> Summary:
     """Run one search into the run database `db` and return its summary. `proposer`: "rewrite", "llm", "hybrid"
-    or "auto" (the LLM if one is configured in the environment). Bad input raises `UserError`."""
+    or "auto" (the LLM if one is configured in the environment). `knowledge`: where knowledge is carried across
+    kernels (None: `db`; "off"; or another run database). Bad input raises `UserError`."""
+    from kernelband.knowledge import knowledge_option
+
     config = RunConfig(iterations, batch, evaluations, preset, finalists=finalists)
     check_run_config(config)
+    carried_from = knowledge_option(knowledge)
     t = _task(task, tritonbench)
     chosen = make_proposer(ProposerChoice(proposer))
     loaded = check_search(policy, seed, strategies)
@@ -84,7 +89,7 @@ def optimize(task: str | Task, *, policy: str = "kernelband", proposer: str = "a
 
         with Evaluator(mode="interpreter" if interpreter else None, warm=2, preset=preset, use_ncu=use_ncu) as ev:
             search = open_search(t, ev, store, policy, chosen, seed, config, resume=resume, on_event=on_event,
-                                 strategies=loaded)
+                                 strategies=loaded, knowledge=carried_from)
             return search.run()
     finally:
         store.close()

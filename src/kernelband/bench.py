@@ -34,6 +34,7 @@ from kernelband.search.core import Strategy, source_hash
 from kernelband.search.loop import RunConfig
 from kernelband.store import Store
 from kernelband.tasks import example_names, load_task
+from kernelband.tasks import split as splits
 from kernelband.tasks import tritonbench as tb
 
 SUITES = ("tritonbench-g-l12", "tritonbench-g", "examples")
@@ -78,6 +79,10 @@ class BenchConfig:
     # --strategies, or the built-in catalogue), so that a resume uses the same ones even after the catalogue
     # changed; None (benches begun before this was stored): today's built-in catalogue
     strategies: list[dict] | None = None
+    split: str | None = None  # "train" or "test": one side of the fixed split (tasks/split.py); None: both
+    # the knowledge store the policies warm-start from and add to: "" the bench's own database, "off" none,
+    # else a path (knowledge.py)
+    knowledge: str = ""
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -102,8 +107,9 @@ class Job:
 
 
 def planned_jobs(config: BenchConfig, tritonbench_path: str | None = None) -> list[Job]:
-    """Every task x policy x seed of `config`, in the suite's task order."""
-    names = suite_tasks(config.suite, tritonbench_path)
+    """Every task x policy x seed of `config`: the train tasks of the fixed split first, then the test tasks,
+    each in the suite's task order."""
+    names = splits.train_first(splits.select(suite_tasks(config.suite, tritonbench_path), config.split))
     if config.tasks:
         wanted = {_task_ref(n, names) for n in config.tasks}
         unknown = sorted(wanted - set(names))
@@ -250,20 +256,24 @@ class Bench:
         if self.tasks_now is not None:
             by_task = {t: by_task[t] for t in self.tasks_now if t in by_task}
         done = {(r.task, r.policy, r.seed) for r in self.store.runs(self.bench_id) if r.status == "done"}
-        self._queues = deal(list(by_task.values()), len(self.evaluators),
-                            lambda job: (job.task, job.policy, job.seed) not in done)
         for ev in self.evaluators:  # one task per run in flight, and the one a finished run leaves behind
             ev.keep_references(self.runs_per_gpu + 1)
         in_flight: dict = {}
         shared = [SharedEvaluations(ev, in_flight, self._lock) for ev in self.evaluators]
-        threads = [threading.Thread(target=self._drain, args=(i, ev), daemon=True)
-                   for i, ev in enumerate(shared) for _ in range(self.runs_per_gpu)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if self.fatal is not None:
-            raise self.fatal
+        # Two phases: every train task's runs end before a test task's run starts, so that the test tasks
+        # start with all that the train tasks taught the knowledge store.
+        train = [g for t, g in by_task.items() if splits.side(t) == "train"]
+        for phase in (train, [g for t, g in by_task.items() if splits.side(t) != "train"]):
+            self._queues = deal(phase, len(self.evaluators),
+                                lambda job: (job.task, job.policy, job.seed) not in done)
+            threads = [threading.Thread(target=self._drain, args=(i, ev), daemon=True)
+                       for i, ev in enumerate(shared) for _ in range(self.runs_per_gpu)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if self.fatal is not None:
+                raise self.fatal
         if not any(self._queues) and self._complete():
             self.store.finish_bench(self.bench_id)
         return self.bench_id
@@ -317,8 +327,11 @@ class Bench:
                            finalists=self.config.finalists)
         search = open_search(task, evaluator, self.store, job.policy, proposer, job.seed, config,
                              resume=existing is not None, bench_id=self.bench_id, lookup=lookup,
-                             strategies=self.config.strategy_list())
+                             strategies=self.config.strategy_list(), knowledge=self.config.knowledge)
         summary = search.run()
+        for note in search.knowledge.notes if search.knowledge is not None else ():
+            self.on_event({"kind": "job_note", "task": job.task, "policy": job.policy, "seed": job.seed,
+                           "note": note})
         self.on_event({"kind": "job_done", "task": job.task, "policy": job.policy, "seed": job.seed,
                        "best_speedup": summary.best_speedup, "evaluations": summary.evaluations,
                        "best_vs_eager": summary.best_vs_eager, "best_vs_compile": summary.best_vs_compile})

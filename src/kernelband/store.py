@@ -137,6 +137,27 @@ CREATE TABLE IF NOT EXISTS grid (
     created REAL NOT NULL,
     PRIMARY KEY (bench_id, task)
 );
+-- Knowledge carried across kernels (knowledge.py): one row per pull, written as its evaluation finishes.
+CREATE TABLE IF NOT EXISTS knowledge_pulls (
+    id INTEGER PRIMARY KEY,        -- the order of writing: a run warm-starts from the rows up to its cut
+    gpu TEXT NOT NULL,             -- the GPU model the child was measured on
+    rules INTEGER NOT NULL,        -- the evaluator's rules (records.RULES) it was judged by
+    origin TEXT NOT NULL,          -- the run database the run is in (the knowledge may live in another)
+    run_id INTEGER NOT NULL,       -- in that database
+    pull INTEGER NOT NULL,         -- the policy's pull count: a resumed run's replay writes nothing twice
+    task_key TEXT NOT NULL,
+    split TEXT NOT NULL,           -- train | test (tasks/split.py)
+    strategy TEXT NOT NULL,
+    phi TEXT NOT NULL,             -- JSON: phi of the parent
+    profiled INTEGER NOT NULL,     -- 1: phi from Nsight Compute; 0: the search skipped it (compiler counters only)
+    reward REAL NOT NULL,          -- 1 - T_child/T_parent, -1 when the child failed
+    faster INTEGER NOT NULL,       -- reward > 0: psi's label
+    family TEXT,                   -- the built-in rewriter's variant family (rewriter/priors.py); NULL: other
+    load TEXT,                     -- light | mid | heavy: the parent's load; NULL: unknown
+    gain REAL,                     -- T_parent/T_child; NULL when the child failed
+    created REAL NOT NULL,
+    UNIQUE (origin, run_id, pull)
+);
 """
 
 
@@ -280,6 +301,14 @@ class Store:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+    def write(self, sql: str, args: tuple = ()) -> None:
+        """One statement in its own transaction (tables other modules own, such as knowledge.py's)."""
+        with self._tx() as db:
+            db.execute(sql, args)
+
+    def query(self, sql: str, args: tuple = ()) -> list[dict]:
+        return self._rows(sql, args)
 
     def _rows(self, sql: str, args: tuple = ()) -> list[dict]:
         with self._lock:

@@ -11,13 +11,14 @@ import typer
 from kernelband import stacks
 from kernelband.cli.app import app, err, fail, flag, fmt, geo, out, run_store, versus
 from kernelband.errors import UserError
+from kernelband.policies.base import DEFAULT_POLICY
 from kernelband.store import DEFAULT_DB
 
 
 @app.command("bench")
 def bench_cmd(
     suite: str = typer.Option("tritonbench-g-l12", "--suite", help="tritonbench-g-l12, tritonbench-g or examples"),
-    policies: str = typer.Option("kernelband", "--policies", help="comma-separated policies"),
+    policies: str = typer.Option(DEFAULT_POLICY, "--policies", help="comma-separated policies"),
     iterations: int = typer.Option(10, "--iterations", "-n"),
     seeds: str = typer.Option("1", "--seeds", help="a count (3: seeds 0,1,2) or a list (0,5,9)"),
     batch: int = typer.Option(1, "--batch", "-q", help="arms pulled per iteration"),
@@ -42,6 +43,10 @@ def bench_cmd(
     no_ncu: bool = flag("--no-ncu", "do not profile with Nsight Compute"),
     strategies: str | None = typer.Option(None, "--strategies",
                                           help="strategy config file (.toml or .json), kept with the bench"),
+    split: str | None = typer.Option(None, "--split", help="train or test: only that side of the fixed split "
+                                     "(default: both, train tasks first)"),
+    knowledge: str | None = typer.Option(None, "--knowledge", help="knowledge carried across kernels: a database, "
+                                         "or off (default: the run database)"),
     as_json: bool = flag("--json"),
 ) -> None:
     """Run every task x policy x seed of a suite into one run database, on every visible GPU."""
@@ -49,8 +54,10 @@ def bench_cmd(
 
     from kernelband.bench import Bench, BenchConfig, against_torch, parse_seeds, planned_jobs
     from kernelband.evaluation.records import PRESETS
+    from kernelband.knowledge import knowledge_option
     from kernelband.policies.base import POLICIES
     from kernelband.search.session import ProposerChoice, make_proposer
+    from kernelband.tasks.split import check as check_split
 
     try:
         def choice(kind: str) -> ProposerChoice:
@@ -62,6 +69,8 @@ def bench_cmd(
                     raise UserError("--strategies with --resume: a bench keeps the strategies it began with")
                 config = BenchConfig(**store.bench(resume)["config"])
                 config.refresh_baselines = refresh_baselines
+                if split is not None or knowledge is not None:
+                    raise UserError("--split or --knowledge with --resume: a bench keeps those it began with")
             else:
                 names = [p.strip() for p in policies.split(",") if p.strip()]
                 unknown = [p for p in names if p not in POLICIES]
@@ -74,7 +83,8 @@ def bench_cmd(
                 kind = make_proposer(choice(proposer)).name
                 config = BenchConfig(suite, names, parse_seeds(seeds), iterations, batch, kind, preset,
                                      [t.strip() for t in tasks.split(",")] if tasks else [], refresh_baselines,
-                                     finalists, BenchConfig.strategies_from(strategies))
+                                     finalists, BenchConfig.strategies_from(strategies), check_split(split),
+                                     knowledge_option(knowledge))
                 # an unknown suite or task: refused before the evaluator (torch) is imported and its workers start
                 planned_jobs(config, tritonbench)
             from kernelband.evaluation.evaluator import Evaluator, detect_mode
@@ -132,5 +142,7 @@ def _bench_event(event: dict) -> None:
                   highlight=False)
     elif kind == "job_skipped":
         err.print(f"skipped {where}: finished earlier", highlight=False)
+    elif kind == "job_note":
+        err.print(f"note    {where}: {event['note']}", highlight=False)
     elif kind == "job_error":
         err.print(f"[red]error[/]   {where}: {event['error']}", highlight=False)

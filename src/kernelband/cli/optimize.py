@@ -13,6 +13,7 @@ from rich.table import Table
 
 from kernelband.cli.app import app, err, fail, flag, fmt, out, run_store, versus
 from kernelband.errors import UserError
+from kernelband.policies.base import DEFAULT_POLICY, POLICIES
 from kernelband.search.core import outcome_counts_text
 from kernelband.store import DEFAULT_DB
 
@@ -76,8 +77,7 @@ class LiveView:
 @app.command("optimize")
 def optimize_cmd(
     task: str = typer.Argument(..., help="examples:<name>, tritonbench:<name> or a task file"),
-    policy: str = typer.Option("kernelband", "--policy", help="kernelband, kernelband-masked, beam, bon, random, "
-                               "greedy, coordinate"),
+    policy: str = typer.Option(DEFAULT_POLICY, "--policy", help=f"one of {', '.join(POLICIES)}"),
     proposer: str = typer.Option("auto", "--proposer", help="rewrite, llm or hybrid (the rewriter for launch "
                                  "parameters, the LLM for the rest); default: llm if one is configured, else the "
                                  "built-in rewriter"),
@@ -104,9 +104,12 @@ def optimize_cmd(
     interpreter: bool = flag("--interpreter", "use the Triton interpreter even with a GPU"),
     tritonbench: str | None = typer.Option(None, "--tritonbench", help="TritonBench data (json or checkout)"),
     no_ncu: bool = flag("--no-ncu", "do not profile with Nsight Compute"),
+    knowledge: str | None = typer.Option(None, "--knowledge", help="knowledge carried across kernels: a database, "
+                                         "or off (default: the run database)"),
 ) -> None:
     """Search for a faster kernel that gives the same results; the whole search goes into the run store."""
     from kernelband.api import check_run_config
+    from kernelband.knowledge import knowledge_option
     from kernelband.search.loop import RunConfig
     from kernelband.search.session import (
         ProposerChoice,
@@ -120,6 +123,7 @@ def optimize_cmd(
     try:
         config = RunConfig(iterations, batch, evaluations, preset, finalists=finalists)
         check_run_config(config)
+        carried_from = knowledge_option(knowledge)
         t = load_task(task, tritonbench)
         chosen = make_proposer(ProposerChoice(proposer, model, base_url, max_tokens, budget_calls, budget_tokens,
                                               llm_timeout, llm_retries))
@@ -133,7 +137,7 @@ def optimize_cmd(
             with Evaluator(mode="interpreter" if interpreter else None, warm=2, preset=preset,
                            use_ncu=False if no_ncu else None) as ev:
                 search = open_search(t, ev, store, policy, chosen, seed, config, resume=resume, on_event=view,
-                                     strategies=loaded)
+                                     strategies=loaded, knowledge=carried_from)
                 if as_json:
                     summary = search.run()
                 else:
@@ -146,9 +150,15 @@ def optimize_cmd(
                             err.line()
     except UserError as exc:
         fail(str(exc))
+    carry = search.knowledge
+    for note in carry.notes if carry is not None else ():
+        err.print(note, highlight=False)
     if as_json:
         print(json.dumps(summary.to_dict(), default=str))
         return
+    if carry is not None and carry.carried:
+        err.print(f"knowledge: started from {carry.carried} examples of other kernels in {carry.store.path}",
+                  highlight=False)
     _print_summary(summary, store)
 
 

@@ -19,12 +19,16 @@ def tasks_cmd(
     difficulty: list[int] | None = typer.Option(None, "--difficulty", help="TritonBench levels, e.g. 1 2"),
     as_json: bool = flag("--json"),
     tritonbench: str | None = typer.Option(None, "--tritonbench"),
+    split: str | None = typer.Option(None, "--split", help="train or test: one side of the fixed split "
+                                     "(kernelband.tasks.split)"),
 ) -> None:
     """List tasks."""
     from kernelband.tasks import example_names, load_task
+    from kernelband.tasks import split as splits
     from kernelband.tasks import tritonbench as tb
 
     try:
+        splits.check(split)
         wanted = set(difficulty or [])
         for extra in levels or []:  # `--difficulty 1 2`: the values after the first arrive here
             if not extra.isdigit() or not wanted:
@@ -55,14 +59,19 @@ def tasks_cmd(
                              "excluded_by_paper": name in tb.PAPER_EXCLUDED})
         else:
             raise UserError(f"unknown suite {suite!r}: use {', '.join(SUITES)}")
+        for r in rows:
+            r["split"] = splits.side(r["ref"])
+        rows = [r for r in rows if split is None or r["split"] == split]
     except UserError as exc:
         fail(str(exc))
     if as_json:
         print(json.dumps(rows))
         return
-    table = Table(title=f"{suite}: {len(rows)} tasks", title_justify="left")
-    for col in ("task", "level", "description"):
+    title = f"{suite}: {len(rows)} tasks" + (f" ({split} split)" if split else "")
+    table = Table(title=title, title_justify="left")
+    for col in ("task", "level", "split", "description"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["ref"], "-" if r["difficulty"] is None else str(r["difficulty"]), r["description"])
+        table.add_row(r["ref"], "-" if r["difficulty"] is None else str(r["difficulty"]), r["split"],
+                      r["description"])
     out.print(table)

@@ -32,6 +32,10 @@ from kernelband.search.core import Arm, Candidate, Strategy, reward
 # hit rate means locality is already good: little left for an L2-oriented rewrite to win).
 TARGET_COUNTER = {"SM": "sm_throughput_pct", "DRAM": "dram_bw_pct", "L2": "l2_hit_rate"}
 
+# Passes over the carried examples when psi warm-starts: a run's own examples get one pass per pull (about
+# 40 passes over a growing buffer in a run of 10 x 4), so one pass would leave the carried ones underweighted.
+WARM_EPOCHS = 5
+
 
 # -- small helpers ----------------------------------------------------------------------------------------
 
@@ -189,6 +193,7 @@ class ClusterStats:
 
     def __init__(self, prior_mean: float = 0.0, prior_n: float = 0.0):
         self.prior_mean, self.prior_n = prior_mean, prior_n
+        self.prior_by_strategy: dict[str, float] = {}  # a strategy's own prior mean (knowledge carried)
         self._sum: dict[tuple[int, str], float] = defaultdict(float)
         self._n: dict[tuple[int, str], int] = defaultdict(int)
 
@@ -201,7 +206,8 @@ class ClusterStats:
 
     def mean(self, cluster: int, strategy: str) -> float:
         n = self.n(cluster, strategy)
-        total = self.prior_mean * self.prior_n + self._sum.get((cluster, strategy), 0.0)
+        prior = self.prior_by_strategy.get(strategy, self.prior_mean)
+        total = prior * self.prior_n + self._sum.get((cluster, strategy), 0.0)
         return total / n if n > 0 else 0.0
 
     def rebuild(self, history: list[tuple[int, str, float]], cluster_of: Callable[[int], int]) -> None:
@@ -223,8 +229,15 @@ class PhiScaler:
         self._scaler: MinMaxScaler | None = None
         self._empty: np.ndarray | None = None
 
-    def fit(self, cands: list[Candidate]) -> PhiScaler:
+    def fit(self, cands: list[Candidate], extra: np.ndarray | None = None) -> PhiScaler:
+        """Over the pool, and the `extra` phi rows (knowledge carried from other kernels) with it: a pool of one
+        kernel has no range of its own, and the carried examples must be read on the scale they span."""
         x = _matrix([c.phi for c in cands], PHI_KEYS)
+        if extra is not None and len(extra):
+            x = np.vstack([x, extra])
+        return self.fit_rows(x)
+
+    def fit_rows(self, x: np.ndarray) -> PhiScaler:
         self._empty = np.isnan(x).all(axis=0)
         self._scaler = MinMaxScaler(clip=True).fit(self._fill_empty(x))
         return self
@@ -273,6 +286,16 @@ class CompatibilityHead:
         x = scaler.transform(np.array([p for p, _ in self.buffer]))
         y = np.array([label for _, label in self.buffer])
         self.model.partial_fit(x, y, classes=np.array([0, 1]))
+        self.trained = True
+
+    def fit_buffer(self, scaler: PhiScaler, epochs: int) -> None:
+        """`epochs` passes of partial_fit over the buffer as it is: the warm start from carried examples."""
+        if not self.buffer:
+            return
+        x = scaler.transform(np.array([p for p, _ in self.buffer]))
+        y = np.array([label for _, label in self.buffer])
+        for _ in range(epochs):
+            self.model.partial_fit(x, y, classes=np.array([0, 1]))
         self.trained = True
 
     def predict(self, x_norm: np.ndarray) -> np.ndarray:
@@ -389,6 +412,24 @@ class KernelBandPolicy(_ClusteredPolicy):
         self.phi = PhiScaler()
         self.heads: dict[str, CompatibilityHead] = {}
         self._head_options = {"capacity": buffer, "eta0": eta0, "l2": l2}
+        self._carried: np.ndarray | None = None  # phi rows carried from other kernels (warm_start)
+        self._to_warm: set[str] = set()  # heads with carried examples, trained at the first select
+
+    def warm_start(self, examples: list[tuple[str, dict | None, float]], epochs: int = WARM_EPOCHS) -> None:
+        """Knowledge carried from other kernels (knowledge.py): each (strategy, phi of the parent, reward)
+        joins its strategy's head's buffer, and the heads are trained on them (`epochs` passes) at the first
+        select, once phi's scale over the pool and the carried rows is known. psi then starts from what the
+        earlier kernels taught instead of 0.5."""
+        rows = []
+        for strategy, phi, r in examples:
+            if phi is None:  # measured without the profiler: no phi to learn psi from
+                continue
+            raw = _matrix([phi], PHI_KEYS)[0]
+            self.head(strategy).buffer.append((raw, int(r > 0)))
+            rows.append(raw)
+            self._to_warm.add(strategy)
+        self._carried = np.array(rows).reshape(-1, len(PHI_KEYS)) if rows else None
+        self._warm_epochs = epochs
 
     def head(self, strategy: str) -> CompatibilityHead:
         if strategy not in self.heads:
@@ -408,7 +449,10 @@ class KernelBandPolicy(_ClusteredPolicy):
             self._observe(pool)
             return []
         members = self._start(pool, strategies)
-        self.phi.fit(pool)
+        self.phi.fit(pool, self._carried)
+        for strategy in sorted(self._to_warm):
+            self.head(strategy).fit_buffer(self.phi, self._warm_epochs)
+        self._to_warm.clear()
         psi = self.psi(self._strategy_names, pool)
 
         arms, virtual = Arms(applicable), Counter()
@@ -443,7 +487,7 @@ class KernelBandPolicy(_ClusteredPolicy):
     def _learn(self, arm: Arm, parent: Candidate, child: Candidate | None, r: float) -> None:
         super()._learn(arm, parent, child, r)
         if not self.phi.fitted:
-            self.phi.fit([parent])
+            self.phi.fit([parent], self._carried)
         self.head(arm.strategy).learn(self.phi.raw(parent), r > 0, self.phi)
 
     def _snapshot(self, picks: list[_Option], first: list[_Option], psi: dict) -> dict:
@@ -483,6 +527,14 @@ class MaskedKernelBandPolicy(_ClusteredPolicy):
         super().__init__(seed, {"k": k, "every": refresh_every, "on_doubling": False, "min_pool": 2 * k,
                                 "subsample": subsample}, prior_mean=0.5, prior_n=1.0)
         self.c, self.threshold, self.temperature = c, threshold, temperature
+
+    def warm_start(self, examples: list[tuple[str, dict | None, float]]) -> None:
+        """Knowledge carried from other kernels (knowledge.py): a strategy's pseudo-pull, which the release
+        sets to 0.5 everywhere, takes the strategy's mean reward over the carried examples instead."""
+        rewards: dict[str, list[float]] = defaultdict(list)
+        for strategy, _, r in examples:
+            rewards[strategy].append(max(0.0, r))
+        self.table.prior_by_strategy = {s: float(np.mean(v)) for s, v in rewards.items()}
 
     def reward(self, parent: Candidate, child: Candidate | None) -> float:
         return max(0.0, reward(parent, child))

@@ -306,6 +306,9 @@ def render(data: dict, figs: dict[str, str]) -> str:
         parts += ["<h2>Summary</h2>", table_html(tables["summary"])]
         if "summary-common" in tables:
             parts.append(table_html(tables["summary-common"]))
+        if "stats" in tables:
+            parts += ["<h2>Statistics: intervals, anytime performance, paired tests</h2>", table_html(tables["stats"])]
+            parts += [table_html(tables["stats-pairs"])] if "stats-pairs" in tables else []
         parts += ["<h2>Speedup and Fast@1 per iteration</h2>",
                   _img(figs, "speedup", "geomean speedup per iteration"), _img(figs, "fast1", "Fast@1 per iteration"),
                   table_html(tables["iter-current"]), table_html(tables["iter-best"]),

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from kernelband.errors import UserError
 from kernelband.evaluation.records import RHO_KEYS
-from kernelband.report import llm
+from kernelband.report import llm, stats
 from kernelband.report import run as single
 from kernelband.report.definitions import DEFINITIONS, FAST, MARGIN
 from kernelband.store import RunRow, Store
@@ -449,6 +449,7 @@ def report_data(store: Store, bench_or_run) -> dict:
         "best_kernels": [best_kernel(store, f) for _, f in sorted(best_per_task.items())],
         "llm_calls": llm.run_calls(store, ident) if kind == "run" else [],
         "llm_outcomes": llm.run_outcomes(store, rows) if kind == "bench" else [],
+        "stats": stats.compute(stats.samples(good), FAST) if kind == "bench" else None,
     })
 
 

@@ -85,6 +85,8 @@ def build(data: dict) -> list[Table]:
         t.note = "Tasks: " + ", ".join(common["tasks"]) + ". Unfinished runs are left out of this table."
         tables.append(t)
 
+    tables += stats_tables(data.get("stats"))
+
     horizon = max((len(iterations[p]) for p in policies), default=0)
     for which, title in (("current", "Current iteration (paper Table 1): speedup / Fast@1"),
                          ("best", "Best so far, k0 included (paper Table 2): speedup / Fast@1"),
@@ -225,6 +227,40 @@ def lineage_lines(lin: dict | None) -> list[str]:
     for root in children.get(None, []):
         walk(root, 0)
     return lines
+
+
+def _interval(point: dict, spec: str = ".3f", scale: float = 1.0, suffix: str = "") -> Cell:
+    """`value [low, high]`; the value alone where there is no interval (one run)."""
+    if point["value"] is None:
+        return label(None)
+    text = format(point["value"] * scale, spec) + suffix
+    if point["low"] is not None:
+        text += f" [{format(point['low'] * scale, spec)}, {format(point['high'] * scale, spec)}]"
+    return (text, point["value"])
+
+
+def stats_tables(stats: dict | None) -> list[Table]:
+    """Intervals, anytime performance and paired tests (report/stats.py); none for a single run."""
+    if not stats or not stats["policies"]:
+        return []
+    t = Table("stats", "Per policy over (task, seed) runs, with 95 % bootstrap intervals",
+              ["policy", "runs", "tasks", "seeds", "geomean best [95 %]", "Fast@1 [95 %]", "AUC best so far",
+               "median evals to 95 %", "reached 95 %"])
+    for p, s in stats["policies"].items():
+        t.rows.append([label(p), num(s["runs"], "d"), num(s["tasks"], "d"), num(s["seeds"], "d"),
+                       _interval(s["geomean"]), _interval(s["fast1"], ".0f", 100, "%"), num(s["auc"]),
+                       num(s["evals_to_95_median"], "g"), num(s["reached_95"], "d")])
+    t.note = (f"Intervals: percentile bootstrap over the (task, seed) runs. AUC: the geometric mean best speedup so "
+              f"far over evaluations 1..{stats['horizon']} and the runs. Evals to 95 %: evaluations until a run's best reached 95 % of "
+              f"the best speedup any run found for its task (- where half the runs never did).")
+    pairs = Table("stats-pairs", "Paired comparisons on the same (task, seed)",
+                  ["policy a", "policy b", "pairs", "geomean a/b", "a better", "b better", "Wilcoxon p"])
+    for c in stats["pairs"]:
+        pairs.rows.append([label(c["a"]), label(c["b"]), num(c["n"], "d"), num(c["ratio_geomean"]),
+                           num(c["a_wins"], "d"), num(c["b_wins"], "d"), num(c["p"], ".3g")])
+    pairs.note = ("Wilcoxon signed-rank test, two-sided, on the log ratio of the best speedups; p near 1: no "
+                  "evidence either way; a small p with few pairs is still weak.")
+    return [t, pairs] if stats["pairs"] else [t]
 
 
 def llm_tables(data: dict) -> list[Table]:

@@ -136,6 +136,7 @@ class Search:
         # saturation mask) or by the proposer (the LLM's prompt). greedy, random, bon and beam with the
         # rewriter do without it, at about half the time per candidate (BENCHMARKS.md, pool-noncu).
         self.profile = policy.uses_profile or proposer.uses_profile
+        self.knowledge = None  # knowledge carried across kernels (knowledge.Carry), set by open_search
 
     # -- the pieces ---------------------------------------------------------------------------
     def _evaluate(self, cid: int, source: str, which: str = "search", shapes: str | None = None) -> EvalResult:
@@ -229,6 +230,8 @@ class Search:
         self.candidates.append(k0)
         self.known[normalized_hash(source)] = 0
         self.store.set_device(self.run_id, result.device)
+        if self.knowledge is not None:
+            self.knowledge.begin(self.policy, k0)
         return k0
 
     def run(self) -> Summary:
@@ -365,6 +368,8 @@ class Search:
             child.result = result
             self.evaluations += 1
         gained = self.policy.update(arm, parent, child)
+        if self.knowledge is not None:
+            self.knowledge.record(self.policy.pulls, arm.strategy, parent, child)
         self.proposals[proposal.outcome.value] = self.proposals.get(proposal.outcome.value, 0) + 1
         outcome = result.outcome.value if result is not None else proposal.outcome.value
         detail = result.detail if result is not None else proposal.error

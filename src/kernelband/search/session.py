@@ -80,10 +80,12 @@ def resumable_run(store: Store, task: Task, policy: str, proposer: str, seed: in
 def open_search(task: Task, evaluator, store: Store, policy: str, proposer, seed: int, config: RunConfig,
                 strategies_file: str | None = None, resume: bool = False, bench_id: int | None = None,
                 on_event=None, lookup=None, out_dir: Path | None = None,
-                strategies: list[Strategy] | None = None) -> Search:
+                strategies: list[Strategy] | None = None, knowledge: str = "") -> Search:
     """A new run, or with `resume` the latest run of the same task, policy, proposer and seed: an unfinished
     one (running, interrupted or failed) goes on, a finished one gives its stored summary.
-    The strategies: `strategies` as given (a bench's), else those of `strategies_file`, else the built-in ones."""
+    The strategies: `strategies` as given (a bench's), else those of `strategies_file`, else the built-in ones.
+    `knowledge`: where knowledge is carried across kernels (knowledge.open_carry); a resumed run keeps its own."""
+    from kernelband.knowledge import open_carry
     from kernelband.policies.base import make_policy
     from kernelband.search.strategies import load_strategies
 
@@ -101,9 +103,18 @@ def open_search(task: Task, evaluator, store: Store, policy: str, proposer, seed
         run_id = run.id
         if run.status != RunStatus.DONE:  # failed or interrupted before: running again (a done one is only read)
             store.reopen_run(run_id)
+        # a run stored before knowledge was carried resumes without it, as it began
+        carry = open_carry(store, knowledge, run_id, task.ref, task.key, bench_id is not None,
+                           saved=run.config.get("knowledge", {}))
     else:
+        carry = open_carry(store, knowledge, 0, task.ref, task.key, bench_id is not None)
+        extra = {"knowledge": carry.config()} if carry is not None else {}
         run_id = store.create_run(task.ref, task.key, policy, proposer.name, seed,
-                                  {**config.to_dict(), "strategies": [s.name for s in strategies]},
+                                  {**config.to_dict(), "strategies": [s.name for s in strategies], **extra},
                                   bench_id=bench_id)
-    return Search(task, evaluator, proposer, bandit, strategies, store, run_id, seed, config,
-                  out_dir=out_dir if out_dir is not None else store.artifacts, on_event=on_event, lookup=lookup)
+        if carry is not None:
+            carry.run_id = run_id
+    search = Search(task, evaluator, proposer, bandit, strategies, store, run_id, seed, config,
+                    out_dir=out_dir if out_dir is not None else store.artifacts, on_event=on_event, lookup=lookup)
+    search.knowledge = carry
+    return search
