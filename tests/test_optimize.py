@@ -58,7 +58,9 @@ def test_optimize_end_to_end_with_the_rewriter(tmp_path: Path):
     assert all(c["id"] in evaluations for c in candidates)  # every candidate was evaluated and stored
     # After the search the best kernel is checked and timed once more: search shapes (fresh inputs) and held-out.
     if summary["best_candidate"] != 0:
-        final = store.evaluation(run.id, summary["best_candidate"], "held_out")
+        # a pinned autotuned kernel reports the pinned module's own evaluation (search/handback.py)
+        which = "handed_back" if summary["handback"]["form"] == "pinned" else "held_out"
+        final = store.evaluation(run.id, summary["best_candidate"], which)
         assert final is not None and final.seed != evaluations[summary["best_candidate"]]["result"]["seed"]
         assert {s.held_out for s in final.shapes} == {False, True}
         assert summary["confirmed_speedup"] == final.speedup > 0
