@@ -292,7 +292,7 @@ class Bench:
                 self.on_event({"kind": "job_deferred", "task": job.task, "policy": job.policy, "seed": job.seed})
                 continue
             try:
-                self._run_job(job, evaluator)
+                self.on_event(self.run_job(job, evaluator))
             except SetupError as exc:  # every run would fail the same way: the sweep stops, resumable
                 with self._lock:
                     self.fatal = self.fatal or exc
@@ -303,15 +303,15 @@ class Bench:
                 self.on_event({"kind": "job_error", "task": job.task, "policy": job.policy, "seed": job.seed,
                                "error": str(exc)})
 
-    def _run_job(self, job: Job, evaluator) -> None:
+    def run_job(self, job: Job, evaluator) -> dict:
+        """Runs (or resumes, or skips as finished) one run of the bench on `evaluator`; returns its event."""
         from kernelband.search.session import open_search
 
         task = self._task(job.task)
         proposer = self.make_proposer()
         existing = self.store.find_run(task.key, job.policy, proposer.name, job.seed, self.bench_id)
         if existing is not None and existing.status == "done":
-            self.on_event({"kind": "job_skipped", "task": job.task, "policy": job.policy, "seed": job.seed})
-            return
+            return {"kind": "job_skipped", "task": job.task, "policy": job.policy, "seed": job.seed}
         lookup = self._lookup(task, evaluator)
         config = RunConfig(self.config.iterations, self.config.q, None, self.config.preset,
                            finalists=self.config.finalists)
@@ -319,9 +319,9 @@ class Bench:
                              resume=existing is not None, bench_id=self.bench_id, lookup=lookup,
                              strategies=self.config.strategy_list())
         summary = search.run()
-        self.on_event({"kind": "job_done", "task": job.task, "policy": job.policy, "seed": job.seed,
-                       "best_speedup": summary.best_speedup, "evaluations": summary.evaluations,
-                       "best_vs_eager": summary.best_vs_eager, "best_vs_compile": summary.best_vs_compile})
+        return {"kind": "job_done", "task": job.task, "policy": job.policy, "seed": job.seed,
+                "best_speedup": summary.best_speedup, "evaluations": summary.evaluations,
+                "best_vs_eager": summary.best_vs_eager, "best_vs_compile": summary.best_vs_compile}
 
     def _lookup(self, task, evaluator) -> Callable[[str], EvalResult | None]:
         """Reuses evaluations of the same source on the same task and GPU kind within this sweep, and k0's
