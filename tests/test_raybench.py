@@ -88,7 +88,7 @@ def _assert_each_run_once_and_whole(db: Path) -> None:
 def _candidates(db: Path) -> dict[tuple, list[str]]:
     with sqlite3.connect(db) as con:
         return {(task, policy, seed): [h for (h,) in con.execute(
-                    "SELECT source_hash FROM candidates WHERE run_id = ? ORDER BY id", (run_id,))]
+                    "SELECT hash FROM candidates WHERE run_id = ? ORDER BY id", (run_id,))]
                 for run_id, task, policy, seed in con.execute("SELECT id, task, policy, seed FROM runs")}
 
 
