@@ -85,6 +85,14 @@ def _assert_each_run_once_and_whole(db: Path) -> None:
             assert con.execute("SELECT COUNT(*) FROM iterations WHERE run_id = ?", (run_id,)).fetchone()[0] == 1
 
 
+def _stored_candidates(db: Path) -> int:
+    try:
+        with sqlite3.connect(db) as con:
+            return con.execute("SELECT COUNT(*) FROM candidates").fetchone()[0]
+    except sqlite3.OperationalError:  # not there yet, or its schema is being written
+        return 0
+
+
 def _candidates(db: Path) -> dict[tuple, list[str]]:
     with sqlite3.connect(db) as con:
         return {(task, policy, seed): [h for (h,) in con.execute(
@@ -193,10 +201,8 @@ def test_a_driver_killed_mid_bench_is_resumed_to_the_end(cluster_of, tmp_path: P
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and driver.poll() is None:
-            if db.exists():
-                with sqlite3.connect(db) as con:
-                    if con.execute("SELECT COUNT(*) FROM candidates").fetchone()[0]:
-                        break  # a run has stored some of its work
+            if _stored_candidates(db):
+                break  # a run has stored some of its work
             time.sleep(0.05)
         assert driver.poll() is None, "the bench ended before the driver could be killed"
     finally:
