@@ -140,12 +140,13 @@ def test_a_two_node_cluster_runs_the_same_runs_as_the_local_bench(cluster_of, ev
     local_db, ray_db = tmp_path / "local.db", tmp_path / "ray.db"
     Bench(Store(local_db), _config(), [evaluator], RewriterProposer, runs_per_gpu=1).run()
 
-    cluster, _ = cluster_of({}, {})
+    # both nodes of one named model, picked by name: the actors ask for the model's resource
+    cluster, _ = cluster_of({"gpu_model:A": 1}, {"gpu_model:A": 1})
     _connect(cluster)
     events: list[dict] = []
     store = Store(ray_db)
     result = raybench.ray_bench(store, _config(), cluster.address, ProposerChoice("rewrite"),
-                                on_event=events.append, runs_per_actor=1, interpreter=True)
+                                on_event=events.append, runs_per_actor=1, interpreter=True, gpu_model="A")
     assert store.bench(result.bench_id)["status"] == "done"
     assert len(result.nodes) == 2 and sorted(result.done_per_node.values()) == [1, 1]  # a run on each node
     assert {e["node"] for e in events if e["kind"] == "job_done"} == {n.label for n in result.nodes}

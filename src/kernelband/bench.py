@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from kernelband.errors import SetupError, UserError
 from kernelband.evaluation.records import RULES, EvalResult, Outcome, evaluated_again_alone, out_of_memory
@@ -231,6 +232,8 @@ class Bench:
         self._queues: list[deque[Job]] = []  # each GPU's runs not started yet (`run`, `deal`)
         self._gpus_checked: set[str] = set()  # GPU models found to match the bench's runs (_same_gpu)
         self.errors: list[str] = []
+        # where each run's best.py and best.diff go (None: beside the run database)
+        self.out_dir: Path | None = None
         self.fatal: SetupError | None = None  # the first set-up mistake a run hit: the sweep stops
 
     def jobs(self) -> list[Job]:
@@ -317,7 +320,7 @@ class Bench:
                            finalists=self.config.finalists)
         search = open_search(task, evaluator, self.store, job.policy, proposer, job.seed, config,
                              resume=existing is not None, bench_id=self.bench_id, lookup=lookup,
-                             strategies=self.config.strategy_list())
+                             strategies=self.config.strategy_list(), out_dir=self.out_dir)
         summary = search.run()
         return {"kind": "job_done", "task": job.task, "policy": job.policy, "seed": job.seed,
                 "best_speedup": summary.best_speedup, "evaluations": summary.evaluations,

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import tempfile
 import threading
 from collections import Counter, deque
 from collections.abc import Callable
@@ -80,6 +81,7 @@ class NodeSlots:
     address: str
     model: str | None
     actors: int
+    model_resource: str | None = None  # the resource that names its model (`gpu_model:NAME`, ...)
 
     @property
     def label(self) -> str:
@@ -87,10 +89,15 @@ class NodeSlots:
 
 
 def node_model(resources: dict) -> str | None:
+    key = model_resource(resources)
+    return None if key is None else key.split(":", 1)[1]
+
+
+def model_resource(resources: dict) -> str | None:
     for prefix in MODEL_PREFIXES:
-        names = sorted(k[len(prefix):] for k in resources if k.startswith(prefix))
-        if names:
-            return names[0]
+        keys = sorted(k for k in resources if k.startswith(prefix))
+        if keys:
+            return keys[0]
     return None
 
 
@@ -116,7 +123,8 @@ def plan_nodes(nodes: list[dict], gpu_model: str | None, cpus_per_actor: int) ->
         alive = [n for n in alive if node_model(n["Resources"]) == gpu_model]
     slots = [NodeSlots(n["NodeID"], n.get("NodeManagerAddress", "?"), node_model(n["Resources"]),
                        int(n["Resources"].get("GPU", 0)) if gpus
-                       else int(n["Resources"].get("CPU", 0)) // cpus_per_actor) for n in alive]
+                       else int(n["Resources"].get("CPU", 0)) // cpus_per_actor, model_resource(n["Resources"]))
+             for n in alive]
     slots = [s for s in slots if s.actors > 0]
     if not slots:
         raise UserError(f"the Ray cluster has no GPU and no node with {cpus_per_actor} CPU(s) for an actor "
@@ -188,6 +196,7 @@ class _Runner:
         self.bench = Bench(StoreProxy(server, setup.db_path), config, [self.evaluator],
                            lambda: make_proposer(setup.proposer), setup.tritonbench_path, bench_id=setup.bench_id,
                            runs_per_gpu=setup.runs)
+        self.bench.out_dir = _files_folder(Path(setup.db_path).parent)
         self.shared = SharedEvaluations(self.evaluator, {}, threading.Lock())
 
     def where(self) -> dict:
@@ -201,6 +210,15 @@ class _Runner:
             return {**job, "kind": "fatal", "error": str(exc)}
         except UserError as exc:  # a broken task is a row in the report, not the end of the sweep
             return {**job, "kind": "job_error", "error": str(exc)}
+
+
+def _files_folder(beside_db: Path) -> Path:
+    """Where this actor writes its runs' best.py and best.diff: beside the run database where this node sees
+    that folder (one node, or a shared file system), else in this node's temporary folder (the kernels
+    themselves are in the database either way)."""
+    if beside_db.is_dir() and os.access(beside_db, os.W_OK):
+        return beside_db
+    return Path(tempfile.gettempdir()) / "kernelband-ray-runs"
 
 
 @dataclass
@@ -234,9 +252,8 @@ def ray_bench(store: Store, config: BenchConfig, address: str, proposer, *, trit
     for node in nodes:
         for _ in range(node.actors):
             options = {"num_gpus": 1} if gpus else {"num_cpus": cpus_per_actor}
-            if node.model is not None and gpu_model is not None:
-                prefix = next(p for p in MODEL_PREFIXES if any(k.startswith(p) for k in _resources(node)))
-                options["resources"] = {prefix + node.model: MODEL_SHARE}
+            if node.model_resource is not None and gpu_model is not None:
+                options["resources"] = {node.model_resource: MODEL_SHARE}
             actors.append(ray.remote(_Runner).options(
                 max_concurrency=runs_per_actor, max_restarts=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False), **options,
@@ -264,10 +281,6 @@ def ray_bench(store: Store, config: BenchConfig, address: str, proposer, *, trit
     if bench._complete():
         store.finish_bench(bench.bench_id)
     return result
-
-
-def _resources(node: NodeSlots) -> dict:
-    return next(n["Resources"] for n in ray.nodes() if n["NodeID"] == node.node_id)
 
 
 def _drive(actors: list, labels: list[str], queues: list[deque[Job]], per_actor: int,
