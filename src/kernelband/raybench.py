@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import tempfile
 import threading
 from collections import Counter, deque
@@ -199,9 +198,8 @@ class _Runner:
         self.bench.out_dir = _files_folder(Path(setup.db_path).parent)
         self.shared = SharedEvaluations(self.evaluator, {}, threading.Lock())
 
-    def where(self) -> dict:
-        return {"node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(),
-                "pid": os.getpid()}
+    def close(self) -> None:
+        self.evaluator.close()
 
     def run(self, job: dict) -> dict:
         try:
@@ -277,10 +275,29 @@ def ray_bench(store: Store, config: BenchConfig, address: str, proposer, *, trit
     for job in open_jobs:
         by_task.setdefault(job.task, []).append(job)
     queues = deal(list(by_task.values()), len(actors), lambda job: True)
-    _drive(actors, labels, queues, runs_per_actor, on_event, result)
+    try:
+        _drive(actors, labels, queues, runs_per_actor, on_event, result)
+    finally:
+        _close(actors)
     if bench._complete():
         store.finish_bench(bench.bench_id)
     return result
+
+
+def _close(actors: list) -> None:
+    """Stops the living actors' evaluator workers (a lost actor's went with it)."""
+    refs = [a.close.remote() for a in actors]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=60)
+    for ref in ready:
+        try:
+            ray.get(ref)
+        except (RayActorError, RayTaskError):
+            pass
+    for actor in actors:
+        try:
+            ray.kill(actor)
+        except (RayActorError, ValueError):  # gone already
+            pass
 
 
 def _drive(actors: list, labels: list[str], queues: list[deque[Job]], per_actor: int,
