@@ -82,6 +82,11 @@ def bench_cmd(
                                      finalists, BenchConfig.strategies_from(strategies))
                 # an unknown suite or task: refused before the evaluator (torch) is imported and its workers start
                 planned_jobs(config, tritonbench)
+            if ray_address is None and gpu_model is not None:
+                raise UserError("--gpu-model picks the nodes of a Ray cluster: use it with --ray")
+            if ray_address is not None and gpus is not None:
+                raise UserError("--gpus is for the bench on this machine: with --ray, every GPU of the cluster "
+                                "(of --gpu-model) is used")
             if ray_address is not None:
                 bench_id, errors, where = _on_ray(store, config, ray_address, choice(config.proposer), tritonbench,
                                                   resume, runs_per_gpu, cpus_per_actor, gpu_model, interpreter,
