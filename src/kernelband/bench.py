@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from kernelband.errors import SetupError, UserError
 from kernelband.evaluation.records import RULES, EvalResult, Outcome, evaluated_again_alone, out_of_memory
@@ -237,6 +238,8 @@ class Bench:
         self._queues: list[deque[Job]] = []  # each GPU's runs not started yet (`run`, `deal`)
         self._gpus_checked: set[str] = set()  # GPU models found to match the bench's runs (_same_gpu)
         self.errors: list[str] = []
+        # where each run's best.py and best.diff go (None: beside the run database)
+        self.out_dir: Path | None = None
         self.fatal: SetupError | None = None  # the first set-up mistake a run hit: the sweep stops
 
     def jobs(self) -> list[Job]:
@@ -302,7 +305,7 @@ class Bench:
                 self.on_event({"kind": "job_deferred", "task": job.task, "policy": job.policy, "seed": job.seed})
                 continue
             try:
-                self._run_job(job, evaluator)
+                self.on_event(self.run_job(job, evaluator))
             except SetupError as exc:  # every run would fail the same way: the sweep stops, resumable
                 with self._lock:
                     self.fatal = self.fatal or exc
@@ -313,28 +316,29 @@ class Bench:
                 self.on_event({"kind": "job_error", "task": job.task, "policy": job.policy, "seed": job.seed,
                                "error": str(exc)})
 
-    def _run_job(self, job: Job, evaluator) -> None:
+    def run_job(self, job: Job, evaluator) -> dict:
+        """Runs (or resumes, or skips as finished) one run of the bench on `evaluator`; returns its event."""
         from kernelband.search.session import open_search
 
         task = self._task(job.task)
         proposer = self.make_proposer()
         existing = self.store.find_run(task.key, job.policy, proposer.name, job.seed, self.bench_id)
         if existing is not None and existing.status == "done":
-            self.on_event({"kind": "job_skipped", "task": job.task, "policy": job.policy, "seed": job.seed})
-            return
+            return {"kind": "job_skipped", "task": job.task, "policy": job.policy, "seed": job.seed}
         lookup = self._lookup(task, evaluator)
         config = RunConfig(self.config.iterations, self.config.q, None, self.config.preset,
                            finalists=self.config.finalists)
         search = open_search(task, evaluator, self.store, job.policy, proposer, job.seed, config,
                              resume=existing is not None, bench_id=self.bench_id, lookup=lookup,
-                             strategies=self.config.strategy_list(), knowledge=self.config.knowledge)
+                             strategies=self.config.strategy_list(), knowledge=self.config.knowledge,
+                             out_dir=self.out_dir)
         summary = search.run()
         for note in search.knowledge.notes if search.knowledge is not None else ():
             self.on_event({"kind": "job_note", "task": job.task, "policy": job.policy, "seed": job.seed,
                            "note": note})
-        self.on_event({"kind": "job_done", "task": job.task, "policy": job.policy, "seed": job.seed,
-                       "best_speedup": summary.best_speedup, "evaluations": summary.evaluations,
-                       "best_vs_eager": summary.best_vs_eager, "best_vs_compile": summary.best_vs_compile})
+        return {"kind": "job_done", "task": job.task, "policy": job.policy, "seed": job.seed,
+                "best_speedup": summary.best_speedup, "evaluations": summary.evaluations,
+                "best_vs_eager": summary.best_vs_eager, "best_vs_compile": summary.best_vs_compile}
 
     def _lookup(self, task, evaluator) -> Callable[[str], EvalResult | None]:
         """Reuses evaluations of the same source on the same task and GPU kind within this sweep, and k0's

@@ -12,6 +12,7 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from kernelband import __version__
 from kernelband.errors import UserError
@@ -35,8 +36,8 @@ err = _console(stderr=True)
 
 
 def fail(message: str) -> NoReturn:
-    """Bad input: one line on stderr, exit code 2."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """Bad input: one line on stderr, exit code 2. The message is plain text (a `[ray]` in it stays)."""
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

@@ -47,12 +47,17 @@ def bench_cmd(
                                      "(default: both, train tasks first)"),
     knowledge: str | None = typer.Option(None, "--knowledge", help="knowledge carried across kernels: a database, "
                                          "or off (default: the run database)"),
+    ray_address: str | None = typer.Option(None, "--ray", help="run on a Ray cluster: auto (the one `ray start` "
+                                           "made, or RAY_ADDRESS), local (a runtime in this process) or an address"),
+    gpu_model: str | None = typer.Option(None, "--gpu-model", help="with --ray: the GPU model to run on, where the "
+                                         "cluster has several"),
+    cpus_per_actor: int = typer.Option(1, "--cpus-per-actor", help="with --ray on a cluster without GPUs: CPUs "
+                                       "per actor (one evaluator each)"),
     as_json: bool = flag("--json"),
 ) -> None:
-    """Run every task x policy x seed of a suite into one run database, on every visible GPU."""
-    from contextlib import ExitStack
-
-    from kernelband.bench import Bench, BenchConfig, against_torch, parse_seeds, planned_jobs
+    """Run every task x policy x seed of a suite into one run database, on every visible GPU (or with --ray, on
+    every GPU of a Ray cluster)."""
+    from kernelband.bench import BenchConfig, against_torch, parse_seeds, planned_jobs
     from kernelband.evaluation.records import PRESETS
     from kernelband.knowledge import knowledge_option
     from kernelband.policies.base import POLICIES
@@ -87,34 +92,73 @@ def bench_cmd(
                                      knowledge_option(knowledge))
                 # an unknown suite or task: refused before the evaluator (torch) is imported and its workers start
                 planned_jobs(config, tritonbench)
-            from kernelband.evaluation.evaluator import Evaluator, detect_mode
-
-            mode = "interpreter" if interpreter else detect_mode()
-            indices = _gpu_indices(gpus) if mode == "gpu" else [0]
-            with ExitStack() as stack:
-                evaluators = [stack.enter_context(Evaluator(mode=mode, warm=2, device_index=i, preset=config.preset,
-                                                            use_ncu=False if no_ncu else None)) for i in indices]
-                bench = Bench(store, config, evaluators, lambda: make_proposer(choice(config.proposer)),
-                              tritonbench, bench_id=resume, on_event=_bench_event, runs_per_gpu=runs_per_gpu,
-                              tasks_now=[t.strip() for t in tasks_now.split(",") if t.strip()] if tasks_now else None)
-                stacks.dump_on(signal.SIGUSR1)  # a sweep that seems stuck: `kill -USR1 PID` shows where
-                bench_id = bench.run()
+            if ray_address is None and gpu_model is not None:
+                raise UserError("--gpu-model picks the nodes of a Ray cluster: use it with --ray")
+            if ray_address is not None and gpus is not None:
+                raise UserError("--gpus is for the bench on this machine: with --ray, every GPU of the cluster "
+                                "(of --gpu-model) is used")
+            if ray_address is not None:
+                bench_id, errors, where = _on_ray(store, config, ray_address, choice(config.proposer), tritonbench,
+                                                  resume, runs_per_gpu, cpus_per_actor, gpu_model, interpreter,
+                                                  False if no_ncu else None, tasks_now)
+            else:
+                bench_id, errors, where = _local(store, config, choice, gpus, runs_per_gpu, interpreter, tritonbench,
+                                                 no_ncu, resume, tasks_now)
     except UserError as exc:
         fail(str(exc))
     runs = store.runs(bench_id)
     versus_torch = against_torch(runs)
     if as_json:
-        print(json.dumps({"bench_id": bench_id, "runs": [r.to_dict() for r in runs], "errors": bench.errors,
+        print(json.dumps({"bench_id": bench_id, "runs": [r.to_dict() for r in runs], "errors": errors,
                           "against_torch": versus_torch}, default=str))
         return
-    out.print(f"bench {bench_id}: {len(runs)} runs on {len(indices)} GPU(s) in {store.path}; "
+    out.print(f"bench {bench_id}: {len(runs)} runs on {where} in {store.path}; "
               f"`kernelband report bench:{bench_id} --db {store.path} --out DIR` shows them", highlight=False)
     for policy, v in versus_torch.items():
         out.print(f"{policy}: vs eager {geo(v['vs_eager_geomean'], v['n_vs_eager'])}, vs compile "
                   f"{geo(v['vs_compile_geomean'], v['n_vs_compile'])} (geometric means); SOL median "
                   f"{fmt(v['sol_median'], '.2f')}, >= 16 MB {fmt(v['sol_median_large'], '.2f')}", highlight=False)
-    for line in bench.errors:
+    for line in errors:
         out.print(f"[red]error[/] {line}", highlight=False)
+
+
+def _on_ray(store, config, address: str, proposer, tritonbench, resume, runs_per_actor: int, cpus_per_actor: int,
+            gpu_model, interpreter: bool, use_ncu, tasks_now) -> tuple[int, list[str], str]:
+    from kernelband.raybench import ray_bench, require_ray
+
+    require_ray()
+    result = ray_bench(store, config, address, proposer, tritonbench_path=tritonbench, bench_id=resume,
+                       on_event=_bench_event, runs_per_actor=runs_per_actor, cpus_per_actor=cpus_per_actor,
+                       gpu_model=gpu_model, interpreter=interpreter, use_ncu=use_ncu,
+                       tasks_now=_names(tasks_now))
+    for node in result.nodes:
+        err.print(f"node    {node.label}: {result.done_per_node[node.label]} runs done", highlight=False)
+    actors = sum(n.actors for n in result.nodes)
+    return result.bench_id, result.errors, f"{actors} Ray actor(s) on {len(result.nodes)} node(s)"
+
+
+def _names(text: str | None) -> list[str] | None:
+    return [t.strip() for t in text.split(",") if t.strip()] if text else None
+
+
+def _local(store, config, choice, gpus, runs_per_gpu: int, interpreter: bool, tritonbench, no_ncu: bool, resume,
+           tasks_now) -> tuple[int, list[str], str]:
+    from contextlib import ExitStack
+
+    from kernelband.bench import Bench
+    from kernelband.evaluation.evaluator import Evaluator, detect_mode
+    from kernelband.search.session import make_proposer
+
+    mode = "interpreter" if interpreter else detect_mode()
+    indices = _gpu_indices(gpus) if mode == "gpu" else [0]
+    with ExitStack() as stack:
+        evaluators = [stack.enter_context(Evaluator(mode=mode, warm=2, device_index=i, preset=config.preset,
+                                                    use_ncu=False if no_ncu else None)) for i in indices]
+        bench = Bench(store, config, evaluators, lambda: make_proposer(choice(config.proposer)), tritonbench,
+                      bench_id=resume, on_event=_bench_event, runs_per_gpu=runs_per_gpu, tasks_now=_names(tasks_now))
+        stacks.dump_on(signal.SIGUSR1)  # a sweep that seems stuck: `kill -USR1 PID` shows where
+        bench_id = bench.run()
+    return bench_id, bench.errors, f"{len(indices)} GPU(s)"
 
 
 def _gpu_indices(text: str | None) -> list[int]:
@@ -134,8 +178,20 @@ def _gpu_indices(text: str | None) -> list[int]:
 
 
 def _bench_event(event: dict) -> None:
+    """The sweep's live lines on stderr; on Ray, each names the node that ran the run."""
     kind = event["kind"]
+    if kind == "node":
+        gpu = f"GPU model {event['model']}" if event["model"] else "GPU model unnamed"
+        err.print(f"node    {event['node']}: {event['actors']} actor(s), "
+                  f"{gpu if event['gpus'] else 'CPU (interpreter)'}", highlight=False)
+        return
+    if kind == "actor_lost":
+        err.print(f"[red]lost[/]    {event['node']}: actor {event['actor']} ({event['error']}); its runs are dealt "
+                  "again", highlight=False)
+        return
     where = f"{event['task']} {event['policy']} seed {event['seed']}"
+    if "node" in event:
+        where += f" on {event['node']}"
     if kind == "job_done":
         err.print(f"done    {where}: best {event['best_speedup']:.3f}x, {event['evaluations']} evaluations, "
                   f"{versus('vs eager', event.get('best_vs_eager'))}, {versus('vs compile', event.get('best_vs_compile'))}",
