@@ -313,13 +313,13 @@ def test_a_single_pass_example_gives_the_same_outputs_in_the_interpreter(evaluat
 @pytest.mark.slow
 def test_a_row_too_long_for_one_block_takes_the_loops_in_the_interpreter():
     """Both sides of the launch's branch give the row sums: a row of 20,000 takes the original loops."""
-    import torch
 
     [(_, source)] = made(ROW_SUM_N, "single_pass")[0]
-    module = interpreted(source, "kb_single_pass")
-    for cols in (300, 20000):
-        x = torch.randn(3, cols)
-        assert torch.allclose(module.row_sum(x), x.sum(dim=1), atol=1e-3, rtol=1e-4)
+    interpreted(source, """
+for cols in (300, 20000):
+    x = torch.randn(3, cols)
+    assert torch.allclose(module.row_sum(x), x.sum(dim=1), atol=1e-3, rtol=1e-4), cols
+""")
 
 
 # -- online_softmax -------------------------------------------------------------------------------------------
@@ -409,31 +409,31 @@ def test_an_online_softmax_example_gives_the_same_outputs_in_the_interpreter(eva
 def test_an_online_logsumexp_gives_the_same_outputs_in_the_interpreter():
     """Rows with masked lanes (-inf in a whole lane) and rows whose maximum sits late: the running max's guard
     and its rescaling."""
-    import torch
 
     [(_, source)] = made(LOGSUMEXP, "online_softmax")[0]
-    module = interpreted(source, "kb_online_lse")
-    x = torch.randn(4, 37)
-    x[1, 30] = 40.0  # the maximum grows late: the earlier sum is rescaled by exp(-40)
-    x[2, :20] = -1e4  # a long run far below the maximum
-    assert torch.allclose(module.lse(x), torch.logsumexp(x, dim=1), atol=1e-5, rtol=1e-5)
-    short = torch.randn(3, 5)  # fewer columns than one block: most lanes never see an element
-    assert torch.allclose(module.lse(short), torch.logsumexp(short, dim=1), atol=1e-5, rtol=1e-5)
+    interpreted(source, """
+x = torch.randn(4, 37)
+x[1, 30] = 40.0  # the maximum grows late: the earlier sum is rescaled by exp(-40)
+x[2, :20] = -1e4  # a long run far below the maximum
+assert torch.allclose(module.lse(x), torch.logsumexp(x, dim=1), atol=1e-5, rtol=1e-5)
+short = torch.randn(3, 5)  # fewer columns than one block: most lanes never see an element
+assert torch.allclose(module.lse(short), torch.logsumexp(short, dim=1), atol=1e-5, rtol=1e-5)
+""")
 
 
-def interpreted(source: str, name: str):
-    """The source imported as a module, its kernels run by the Triton interpreter."""
-    import importlib.util
+def interpreted(source: str, check: str) -> None:
+    """Runs `check` (Python with `module` and `torch` in scope) against the source in a fresh interpreter-mode
+    process: Triton's interpreter patches triton.language while a kernel runs, and kernels other tests ran in
+    this process can leave that state behind."""
     import os
+    import subprocess
     import sys
     import tempfile
 
-    os.environ["TRITON_INTERPRET"] = "1"
-    path = os.path.join(tempfile.mkdtemp(), f"{name}.py")
-    with open(path, "w") as f:
+    folder = tempfile.mkdtemp()
+    with open(os.path.join(folder, "kb_module.py"), "w") as f:
         f.write(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    script = "import torch\nimport kb_module as module\ntorch.manual_seed(0)\n" + check
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([folder, *sys.path])}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
