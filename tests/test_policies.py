@@ -510,7 +510,7 @@ def test_the_loop_hands_the_move_to_the_proposer_and_retires_only_arms_without_o
 
     class Evaluator:
         def info(self, task):
-            return SimpleNamespace(entry="f")
+            return SimpleNamespace(entry="f", shapes=[])
 
     proposer = Proposer()
     search = Search(task=SimpleNamespace(name="t", description=""), evaluator=Evaluator(), proposer=proposer,
