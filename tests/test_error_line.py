@@ -36,7 +36,7 @@ def test_text_without_an_exception_line_gives_its_last_line():
 
 
 SYNTAX = """Traceback (most recent call last):
-  File "/work/src/kernelband/worker/main.py", line 199, in op_load
+  File "/home/user/src/kernelband/worker/main.py", line 199, in op_load
     module = harness_mod.import_file(module_name, path)
   File "/tmp/w-1/kb_reference.py", line 11
     mask = offsets < n)
