@@ -51,13 +51,8 @@ class Timing:
         self.references = references
         # The reference's recent times per task, preset and shape: a time far off them is measured again.
         self.history = interleave.RefHistory()
-        # (task key, preset name) -> whether its short shapes are timed by spans (`_short_task`)
+        # (task key, preset name) -> whether its short shapes were last timed by spans (`_short_task`)
         self._short_tasks: dict[tuple[str, str], bool] = {}
-
-    def by_spans(self, task: Task, preset: Preset) -> bool:
-        """Whether the task's short shapes were last timed by spans: a candidate then starts CUPTI while it
-        loads, not in its first timing (worker `load`, "profiler")."""
-        return self._short_tasks.get((task.key, preset.name), False)
 
     def _ask_ref(self, task: Task, ref, msg: dict, what: str) -> dict:
         return self.references.ask(task, ref, msg, self.settings.limits.time_s, what)
@@ -178,8 +173,8 @@ class Timing:
         """Whether the reference takes under `preset.span_task_ms` over the search shapes to time, by events
         (its usual times in this evaluator; a shape's first measured now, as the timing would; the held-out
         shapes left out, so that an evaluation with them decides as one without): only then are the
-        short shapes timed by spans (Preset.timer). Remembered, so that the task's next candidates start
-        CUPTI while they load, not in their first timing (worker `load`, "profiler")."""
+        short shapes timed by spans (Preset.timer). Remembered per task and preset.
+        """
         short = self._task_under(ctx, wire)
         self._short_tasks[ctx.task.key, ctx.preset.name] = short
         return short
@@ -236,9 +231,8 @@ class Timing:
                         self._learn((task.key, preset.name, shape.index), reply["times"], preset)
                         measured += 1
         if preset.timer == "span":
-            # the task's length known from these times: its first candidate starts CUPTI while it loads, not
-            # in the GPU's exclusive hold (4-6 s more in the hold for each tiny task's first candidate).
-            # A hint only: the timing decides again with the shapes the candidate passed (`_short_task`).
+            # the task's length known from these times, for reports of how its short shapes are timed; the
+            # timing decides again with the shapes the candidate passed (`_short_task`)
             usual = [self.history.expected((task.key, preset.name, s.index)) for s in shapes
                      if not s.held_out]
             if usual and None not in usual:
