@@ -346,6 +346,8 @@ def test_finalists_below_one_is_refused_before_anything_runs(tmp_path):
 def test_bad_input_leaves_no_new_database_behind(tmp_path):
     db = tmp_path / "new.db"
     assert_user_error(kernelband("optimize", "examples:vector_add", "--policy", "nope", "--db", str(db)), "policy")
+    assert_user_error(kernelband("optimize", "examples:vector_add", "--proposer", "bogus", "--db", str(db)),
+                      "use auto, rewrite, llm or hybrid")
     assert_user_error(kernelband("optimize", "examples:vector_add", "--resume", "--db", str(db)), "nothing to resume")
     assert_user_error(kernelband("bench", "--suite", "nope", "--db", str(db)), "suite")
     assert not db.exists()

@@ -22,7 +22,7 @@ def bench_cmd(
     iterations: int = typer.Option(10, "--iterations", "-n"),
     seeds: str = typer.Option("1", "--seeds", help="a count (3: seeds 0,1,2) or a list (0,5,9)"),
     batch: int = typer.Option(1, "--batch", "-q", help="arms pulled per iteration"),
-    proposer: str = typer.Option("auto", "--proposer", help="rewrite, llm or hybrid (default: llm if configured)"),
+    proposer: str = typer.Option("auto", "--proposer", help="auto, rewrite, llm or hybrid (default auto: llm if configured)"),
     llm_timeout: float | None = typer.Option(None, "--llm-timeout", help="seconds per LLM request (default 120, "
                                              "or KERNELBAND_LLM_TIMEOUT)"),
     llm_retries: int | None = typer.Option(None, "--llm-retries", help="retries of a failed LLM request "

@@ -78,7 +78,7 @@ class LiveView:
 def optimize_cmd(
     task: str = typer.Argument(..., help="examples:<name>, tritonbench:<name> or a task file"),
     policy: str = typer.Option(DEFAULT_POLICY, "--policy", help=f"one of {', '.join(POLICIES)}"),
-    proposer: str = typer.Option("auto", "--proposer", help="rewrite, llm or hybrid (the rewriter for launch "
+    proposer: str = typer.Option("auto", "--proposer", help="auto, rewrite, llm or hybrid (the rewriter for launch "
                                  "parameters, the LLM for the rest); default: llm if one is configured, else the "
                                  "built-in rewriter"),
     iterations: int = typer.Option(10, "--iterations", "-n", help="iterations T"),

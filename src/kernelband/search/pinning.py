@@ -25,7 +25,7 @@ import libcst as cst
 from kernelband.evaluation.records import TunedChoice, TunedConfig
 from kernelband.proposers.rewriter.edits import appended
 from kernelband.proposers.rewriter.source import Kernel, Launch, ModuleSource
-from kernelband.proposers.rewriter.syntax import code, dotted, fresh_name, subnodes
+from kernelband.proposers.rewriter.syntax import code, fresh_name, literal_config, subnodes
 
 # Arguments of triton.autotune that change which configurations are tried, and so the choice itself.
 _UNPINNABLE = ("prune_configs_by",)
@@ -254,18 +254,11 @@ def _never_a_tensor(node: cst.BaseExpression) -> bool:
 
 
 def _parse_config(node: cst.BaseExpression) -> dict | None:
-    """A literal `triton.Config({...}, num_warps=.., num_stages=..)` as `options` writes one; None otherwise."""
-    if not (isinstance(node, cst.Call) and (dotted(node.func) or "").endswith("Config") and node.args):
+    """A literal `triton.Config` as `options` writes one; None otherwise."""
+    parsed = literal_config(node)
+    if parsed is None or set(parsed[1]) - set(_DEFAULTS):
         return None
-    try:
-        kwargs = ast.literal_eval(code(node.args[0].value))
-        given = dict(zip(("num_warps", "num_stages", "num_ctas", "maxnreg"),
-                         [ast.literal_eval(code(a.value)) for a in node.args[1:] if a.keyword is None]))
-        given.update({a.keyword.value: ast.literal_eval(code(a.value)) for a in node.args[1:] if a.keyword})
-    except (ValueError, SyntaxError):
-        return None
-    if not isinstance(kwargs, dict) or set(given) - set(_DEFAULTS):
-        return None
+    kwargs, given = parsed
     return options(TunedConfig(kwargs=kwargs, num_warps=given.get("num_warps"), num_stages=given.get("num_stages"),
                                num_ctas=given.get("num_ctas"), maxnreg=given.get("maxnreg")))
 

@@ -31,7 +31,7 @@ def make_proposer(choice: ProposerChoice):
     from kernelband.proposers.rewriter.proposer import RewriterProposer
 
     if choice.kind not in ("auto", "rewrite", "llm", "hybrid"):
-        raise UserError(f"unknown proposer {choice.kind!r}: use rewrite, llm or hybrid")
+        raise UserError(f"unknown proposer {choice.kind!r}: use auto, rewrite, llm or hybrid")
     overrides = {k: v for k, v in (("model", choice.model), ("base_url", choice.base_url),
                                    ("max_tokens", choice.max_tokens), ("budget_calls", choice.budget_calls),
                                    ("budget_tokens", choice.budget_tokens)) if v is not None}

@@ -31,7 +31,7 @@ from kernelband.proposers.rewriter.launch_options import (
     option_value,
 )
 from kernelband.proposers.rewriter.source import Kernel, Launch, ModuleSource, tile_terms
-from kernelband.proposers.rewriter.syntax import code, fresh_name, int_value, loads, subnodes
+from kernelband.proposers.rewriter.syntax import code, fresh_name, literal_config, loads, subnodes
 
 MAX_CONFIGS = 8
 MAX_NEW_CONFIGS = 12  # configs offered for a kernel that is autotuned already
@@ -373,16 +373,10 @@ def _existing_configs(kernel: Kernel) -> tuple[cst.List, list[tuple[dict, int | 
         return None
     parsed = []
     for element in arg.value.elements:
-        config = element.value
-        if not (isinstance(config, cst.Call) and config.args and isinstance(config.args[0].value, cst.Dict)):
+        config = literal_config(element.value)
+        if config is None or not all(isinstance(k, str) and type(v) is int for k, v in config[0].items()):
             return None
-        values = {}
-        for item in config.args[0].value.elements:
-            if not (isinstance(item, cst.DictElement) and isinstance(item.key, cst.SimpleString)
-                    and int_value(item.value) is not None):
-                return None
-            values[item.key.evaluated_value] = int_value(item.value)
-        options = {a.keyword.value: int_value(a.value) for a in config.args[1:] if a.keyword is not None}
+        values, options = config
         parsed.append((values, options.get("num_warps"), options.get("num_stages")))
     return arg.value, parsed
 

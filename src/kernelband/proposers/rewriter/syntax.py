@@ -3,6 +3,7 @@ the names an expression loads, and the scopes (module or function) that assign t
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -48,6 +49,25 @@ def int_value(node: cst.CSTNode | None) -> int | None:
         except ValueError:
             return None
     return None
+
+
+# Positional arguments of triton.Config after its kwargs dict, in Triton's order.
+CONFIG_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def literal_config(node: cst.BaseExpression) -> tuple[dict, dict] | None:
+    """A literal `triton.Config({...}, num_warps=.., num_stages=..)` as (its kwargs, its launch options by
+    name); None for anything that is not a Config call whose arguments are all literals."""
+    if not (isinstance(node, cst.Call) and (dotted(node.func) or "").endswith("Config") and node.args):
+        return None
+    try:
+        kwargs = ast.literal_eval(code(node.args[0].value))
+        given = dict(zip(CONFIG_OPTIONS, [ast.literal_eval(code(a.value)) for a in node.args[1:]
+                                          if a.keyword is None]))
+        given.update({a.keyword.value: ast.literal_eval(code(a.value)) for a in node.args[1:] if a.keyword})
+    except (ValueError, SyntaxError):
+        return None
+    return (kwargs, given) if isinstance(kwargs, dict) else None
 
 
 # -- name loads -------------------------------------------------------------------------------------------
