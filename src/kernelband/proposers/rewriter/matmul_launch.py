@@ -30,7 +30,7 @@ from kernelband.proposers.rewriter.edits import Edit, appended, keyword_arg, sta
 from kernelband.proposers.rewriter.matmul_configs import dot_axes
 from kernelband.proposers.rewriter.single_pass import plain
 from kernelband.proposers.rewriter.source import Kernel, Launch, ModuleSource
-from kernelband.proposers.rewriter.syntax import code, fresh_name, loads, subnodes
+from kernelband.proposers.rewriter.syntax import code, fresh_name, int_value, loads, subnodes
 
 CPU_SMS = 4
 
@@ -62,8 +62,8 @@ def dot_kernel(ms: ModuleSource, kernel: Kernel) -> DotKernel | str:
     if any(p.default is not None for p in params.params) or params.kwonly_params or params.posonly_params \
             or params.star_arg not in (cst.MaybeSentinel.DEFAULT, None) or params.star_kwarg:
         return f"{kernel.name} has parameters with defaults, stars or keyword-only ones"
-    axes_read = {kernel.program_axis(c) for c in kernel.calls("program_id")} | {
-        kernel.program_axis(c) for c in kernel.calls("num_programs")}
+    axes_read = {int_value(c.args[0].value) if len(c.args) == 1 else None
+                 for c in kernel.calls("program_id") + kernel.calls("num_programs")}
     if not axes_read <= {0, 1}:
         return f"{kernel.name} reads the program id on an axis other than 0 and 1 (or on one not written as a number)"
     if kernel.atomics or subnodes(kernel.node.body, cst.Return):

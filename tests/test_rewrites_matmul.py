@@ -1,0 +1,224 @@
+"""The split_k and persistent_tiles rewrites: the twins they make of a tl.dot kernel, the host code that picks
+the twin or the original launch, where they refuse, and that they give the original's outputs in the Triton
+interpreter (its "SM count" is matmul_launch.CPU_SMS = 4)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+from test_rewrites_structural import MM, example, made
+
+from kernelband.proposers.rewriter.matmul_launch import CPU_SMS
+from kernelband.tasks import tritonbench as tb
+
+MATMUL = example("matmul").module_source
+
+
+def kernel_text(source: str, name: str) -> str:
+    start = source.index(f"def {name}(")
+    return source[start:source.index("\n\n\n", start)]
+
+
+# -- split_k --------------------------------------------------------------------------------------------------
+def test_split_k_adds_a_twin_that_splits_the_k_loop_and_launches_it_only_where_split_k_exceeds_one():
+    [(rationale, new)], reasons = made(MATMUL, "split_k")
+    assert rationale.startswith("matmul_kernel's K loop split over a third grid axis into up to 16 float32 partial")
+    assert kernel_text(new, "matmul_kernel") == kernel_text(MATMUL, "matmul_kernel")
+    twin = kernel_text(new, "matmul_kernel_split_k")
+    assert "BLOCK_K: tl.constexpr, ws_ptr, ws_span, SPLIT_K: tl.constexpr, REDUCE: tl.constexpr):" in twin
+    partial = twin[twin.index("    else:\n"):]
+    assert ("        pid_k = tl.program_id(axis=2)\n"
+            "        k_per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K\n"
+            "        k_start = pid_k * k_per_split\n"
+            "        a_ptrs += (k_start // BLOCK_K).to(tl.int64) * (BLOCK_K * stride_ak)\n"
+            "        b_ptrs += (k_start // BLOCK_K).to(tl.int64) * (BLOCK_K * stride_bk)\n"
+            "        for k in range(k_start, tl.minimum(K, k_start + k_per_split), BLOCK_K):\n") in partial
+    assert ("        c_ptrs = ws_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn\n"
+            "        tl.store((c_ptrs) + pid_k.to(tl.int64) * ws_span, acc, mask=") in partial
+    reduce = twin[twin.index("    if REDUCE:\n"):twin.index("    else:\n")]
+    assert ("        for split in range(0, SPLIT_K):\n            acc += tl.load(ws_tile, mask=(offs_m[:, None] < M) & "
+            "(offs_n[None, :] < N), other=0.0)\n            ws_tile += ws_span\n") in reduce
+    assert reduce.endswith("        tl.store(c_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & "
+                           "(offs_n[None, :] < N))\n")  # the kernel's own epilogue, on the sum
+    assert ("    _split_k = max(1, min(16, _sms // max(1, _tiles), triton.cdiv(K, 4 * 32))) if len(_grid) <= 2 else 1\n"
+            "    if _split_k > 1:\n") in new
+    assert "    else:\n        matmul_kernel[grid](a, b, c, M, N, K," in new  # the original launch, as it was
+    assert "matmul_kernel_split_k[_grid + (1,) * (2 - len(_grid)) + (_split_k,)](" in new
+    assert new.count("ws_ptr=_ws[0, c.storage_offset():], ws_span=_ws.shape[1], SPLIT_K=_split_k") == 2
+    compile(new, "matmul", "exec")
+
+
+MM_PTRS = MM.replace(
+    "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n",
+    "    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]\n"
+    "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n").replace(
+    "        a = tl.load(a_ptr + offs_m[:, None] * K + (k + offs_k)[None, :],\n",
+    "        a = tl.load(a_ptrs,\n").replace(
+    "        acc = tl.dot(a, b, acc)\n", "        acc = tl.dot(a, b, acc)\n        a_ptrs += BLOCK_K\n")
+
+
+@pytest.mark.parametrize("old, new, reason", [
+    ("dtype=tl.float32)", "dtype=tl.float16)",
+     "mm_kernel's accumulator acc does not start as float32 zeros before the K loop"),
+    ("range(0, K, BLOCK_K)", "range(BLOCK_K, K, BLOCK_K)",
+     "mm_kernel's K loop is not `for k in range(0, K, BLOCK_K)` with K a parameter"),
+    ("        a_ptrs += BLOCK_K\n", "        a_ptrs += BLOCK_K + k * 0\n",
+     "mm_kernel's K loop carries a_ptrs other than by a fixed increment"),
+    ("        a_ptrs += BLOCK_K\n", "        a_ptrs = a_ptrs * 1\n", "mm_kernel's K loop reads a_ptrs before it assigns it"),
+    ("        acc = tl.dot(a, b, acc)\n", "        acc = tl.dot(a, b, acc)\n        acc = acc * 0.5\n",
+     "mm_kernel's K loop assigns acc more than once"),
+    ("        acc = tl.dot(a, b, acc)\n", "        acc = tl.dot(a, b)\n", "mm_kernel's K loop does not accumulate one tl.dot"),
+    ("    tl.store(", "    a_ptrs += 0\n    tl.store(",
+     "mm_kernel reads what its K loop leaves (other than acc) after the loop, or changes acc"),
+    ("    tl.store(", "    acc = acc * 2.0\n    tl.store(",
+     "mm_kernel reads what its K loop leaves (other than acc) after the loop, or changes acc"),
+    ("    acc = tl.zeros(", "    c_first = tl.load(c_ptr)\n    acc = tl.zeros(", "mm_kernel reads and writes c_ptr"),
+    ("    tl.store(", "    tl.store(c_ptr, 0.0)\n    tl.store(", "mm_kernel has 2 tl.store calls, not one"),
+    ("    tl.store(", "    tl.atomic_add(", "mm_kernel has atomics or an early return"),
+    ("pid_n = tl.program_id(axis=1)", "pid_n = tl.program_id(axis=2)",
+     "mm_kernel reads the program id on an axis other than 0 and 1 (or on one not written as a number)"),
+    ("    return c\n", "    return c, mm_kernel\n", None),  # not a launch: still fine
+    ("    mm_kernel[(", "    _ = mm_kernel[(", "the mm_kernel launch in mm is not a statement of its own in a function"),
+    ("BLOCK_K=32)", "BLOCK_K=32 + 0)", "a launch of mm_kernel does not pass K and BLOCK_K as names or numbers"),
+])
+def test_split_k_refuses_where_splitting_k_is_not_certain_to_mean_the_same(old, new, reason):
+    source = MM_PTRS.replace(old, new)
+    assert source != MM_PTRS
+    variants, reasons = made(source, "split_k")
+    if reason is None:
+        assert len(variants) == 1
+    else:
+        assert not variants and reasons == (reason,)
+
+
+def test_split_k_and_persistent_tiles_leave_autotuned_and_element_wise_kernels_alone():
+    [(_, tuned)] = made(MM, "matmul_configs")[0][:1]
+    for rewrite in ("split_k", "persistent_tiles"):
+        assert made(tuned, rewrite) == ([], ("mm_kernel is autotuned or has heuristics: its launch does not set "
+                                             "its block sizes",))
+        assert made(example("vector_add").module_source, rewrite) == ([], ("add_kernel has no tl.dot",))
+
+
+# -- persistent_tiles -----------------------------------------------------------------------------------------
+def test_persistent_tiles_loops_each_program_over_the_tiles_of_the_original_grid():
+    [(rationale, new)], _ = made(MATMUL, "persistent_tiles")
+    assert rationale.startswith("matmul_kernel on one program per SM, each looping over the tiles")
+    assert kernel_text(new, "matmul_kernel") == kernel_text(MATMUL, "matmul_kernel")
+    twin = kernel_text(new, "matmul_kernel_persistent")
+    assert "    for tile in range(tl.program_id(axis=0), G0 * G1, NUM_PROGS):\n" in twin
+    assert "        pid = (tile % G0)\n" in twin and "program_id" not in twin.split("NUM_PROGS):\n")[1]
+    assert ("    if len(_grid) <= 2 and _tiles > _sms:\n        matmul_kernel_persistent[(_sms,)](a, b, c, M, N, K,") in new
+    assert "G0=_grid[0], G1=_tiles // _grid[0], NUM_PROGS=_sms)\n    else:\n        matmul_kernel[grid](" in new
+
+
+def test_persistent_tiles_map_a_2d_grid_and_num_programs_onto_the_tile():
+    source = MM.replace("    pid_n = tl.program_id(axis=1)\n",
+                        "    pid_n = tl.program_id(axis=1) % tl.num_programs(1) + 0 * tl.num_programs(0)\n")
+    [(_, new)], _ = made(source, "persistent_tiles")
+    twin = kernel_text(new, "mm_kernel_persistent")
+    assert "        pid_m = (tile % G0)\n        pid_n = (tile // G0) % G1 + 0 * G0\n" in twin
+
+
+def test_persistent_tiles_refuse_a_kernel_that_changes_a_parameter():
+    source = MM_PTRS.replace("    a_ptrs = a_ptr + ", "    a_ptr += 0\n    a_ptrs = a_ptr + ")
+    assert made(source, "persistent_tiles") == ([], ("mm_kernel assigns its parameter a_ptr: the next tile would "
+                                                     "start from the changed value",))
+
+
+def test_the_tritonbench_matmul_is_refused_for_its_unmasked_loads():
+    path = tb.find()
+    if path is None:
+        pytest.skip("no TritonBench-G data")
+    from kernelband.tasks import load_task
+
+    source = load_task("tritonbench:matmul_kernel").module_source
+    for rewrite in ("split_k", "persistent_tiles"):
+        assert made(source, rewrite)[1] == ("matmul_kernel has 3 unmasked tl.load/tl.store: a larger tile would "
+                                            "reach past the end of its tensors",)
+
+
+# -- the same outputs in the interpreter ----------------------------------------------------------------------
+def interpreted_pair(original: str, variant: str, check: str) -> None:
+    """Runs `check` with `original` and `variant` (the two modules) and `torch` in scope, in a fresh
+    interpreter-mode process; the variant's twin kernel `TWIN` is wrapped so that `grids` lists the grids it
+    was launched on."""
+    folder = tempfile.mkdtemp()
+    for name, source in (("kb_original", original), ("kb_variant", variant)):
+        with open(os.path.join(folder, f"{name}.py"), "w") as f:
+            f.write(source)
+    script = f"""
+import torch
+import kb_original as original
+import kb_variant as variant
+torch.manual_seed(0)
+grids = []
+class Recorded:
+    def __init__(self, kernel):
+        self.kernel = kernel
+    def __getitem__(self, grid):
+        grids.append(grid)
+        return self.kernel[grid]
+{check}"""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([folder, *sys.path])}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+MATMUL_SHAPES = """
+for M, N, K in SHAPES:
+    a = torch.randn(M, K).half()
+    b = (torch.randn(K, N) * K**-0.5).half()
+    grids.clear()
+    got, want = variant.matmul(a, b), original.matmul(a, b)
+    CHECK
+    print(M, N, K, grids)
+"""
+
+
+@pytest.mark.slow
+def test_split_k_gives_the_originals_outputs_in_the_interpreter():
+    """A small-M, long-K shape takes SPLIT_K = 4 (one 32 x 32 tile, 4 CPU "SMs", K / (4 * 32) = 4) and 2; the
+    task's interpreter shapes take the original launch. The partials differ from the original only in float32
+    rounding, so the float16 outputs agree to the task's tolerance."""
+    [(_, new)], _ = made(MATMUL, "split_k")
+    shapes = [(16, 32, 512, 4), (40, 20, 520, 2), (8, 8, 300, 3), (50, 70, 45, 1)]
+    check = MATMUL_SHAPES.replace("SHAPES", str([s[:3] for s in shapes])).replace("CHECK", (
+        "assert torch.allclose(got.float(), want.float(), atol=1e-3, rtol=1e-2), (M, N, K)\n"
+        "    assert torch.equal(got, variant.matmul(a, b))  # deterministic\n"
+        "    expected = EXPECTED[(M, N, K)]\n"
+        "    assert [g[-1] for g in grids[:1]] == ([expected] if expected > 1 else []), grids"))
+    check = f"EXPECTED = {({s[:3]: s[3] for s in shapes})!r}\nvariant.matmul_kernel_split_k = " \
+            f"Recorded(variant.matmul_kernel_split_k)\n{check}"
+    interpreted_pair(MATMUL, new, check)
+
+
+@pytest.mark.slow
+def test_persistent_tiles_give_the_originals_outputs_in_the_interpreter():
+    """Exactly the original's outputs: each tile is computed as its program computed it. 50 x 70 and 100 x 100
+    have 6 and 16 tiles, more than 4: the persistent launch; 64 x 64 has 4: the original's."""
+    [(_, new)], _ = made(MATMUL, "persistent_tiles")
+    check = MATMUL_SHAPES.replace("SHAPES", "[(50, 70, 45), (100, 100, 40), (64, 64, 64)]").replace("CHECK", (
+        f"assert torch.equal(got, want), (M, N, K)\n"
+        f"    assert grids == ([({CPU_SMS},)] if -(-M // 32) * -(-N // 32) > {CPU_SMS} else []), grids"))
+    check = f"variant.matmul_kernel_persistent = Recorded(variant.matmul_kernel_persistent)\n{check}"
+    interpreted_pair(MATMUL, new, check)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rewrite, twin, shape", [("persistent_tiles", "mm_kernel_persistent", (40, 70, 32)),
+                                                  ("split_k", "mm_kernel_split_k", (20, 30, 520))])
+def test_a_2d_grid_kernel_gives_its_outputs_in_the_interpreter(rewrite, twin, shape):
+    """The 2-D grid of mm (program_id(0) and (1)), float32 output: persistent on 2 x 3 tiles, split-K (4) on 1 x 1."""
+    [(_, new)], _ = made(MM, rewrite)
+    interpreted_pair(MM, new, f"""
+variant.{twin} = Recorded(variant.{twin})
+M, N, K = {shape}
+a, b = torch.randn(M, K), torch.randn(K, N)
+got, want = variant.mm(a, b), original.mm(a, b)
+assert grids and grids[0][-1] == 4, grids
+assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), (got - want).abs().max()
+""")
