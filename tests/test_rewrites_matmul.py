@@ -224,6 +224,21 @@ assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), (got - want).abs().max()
 """)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("rewrite, twin, shapes", [("split_k", "matmul_kernel_split_k", [(40, 20, 520)]),
+                                                   ("persistent_tiles", "matmul_kernel_persistent", [(100, 100, 40)])])
+def test_after_grouped_ordering_each_gives_the_originals_outputs_in_the_interpreter(rewrite, twin, shapes):
+    """On top of the L2 swizzle (`tl.num_programs(0)` in the twin: the partial launch's first axis, the
+    persistent twin's G0): 2 tiles split in 2, and 16 tiles on 4 programs."""
+    [(_, grouped)] = made(MATMUL, "grouped_ordering")[0][:1]
+    [(_, new)], _ = made(grouped, rewrite)
+    assert "GROUP_M" in kernel_text(new, twin)
+    check = MATMUL_SHAPES.replace("SHAPES", str(shapes)).replace("CHECK", (
+        "assert torch.allclose(got.float(), want.float(), atol=1e-3, rtol=1e-2), (M, N, K)\n"
+        "    assert grids and grids[0][-1] in (2, 4), grids"))
+    interpreted_pair(MATMUL, new, f"variant.{twin} = Recorded(variant.{twin})\n{check}")
+
+
 COMPILE = """
 import importlib.util, sys
 import triton
