@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 from test_rewrites_structural import MM, example, made
@@ -278,3 +279,36 @@ def test_the_twins_compile_for_an_h100_without_one(rewrite, cases):
     if "ptxas" in proc.stderr and "not found" in proc.stderr.lower():
         pytest.skip("no ptxas with this Triton")
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# -- on a GPU: correct at full size, and how much faster ------------------------------------------------------
+# A task needs 10 search shapes: small M x N, long K; the last two have 256 and 1,024 tiles of 32 x 32, which fill
+# an H100's 132 SMs (the original launch runs).
+SKINNY = ("SHAPES = [dict(M=64, N=64, K=16384), dict(M=128, N=128, K=8192), dict(M=256, N=256, K=4096),\n"
+          "          dict(M=64, N=1024, K=8192), dict(M=1024, N=64, K=8192), dict(M=32, N=32, K=32768),\n"
+          "          dict(M=128, N=256, K=16384), dict(M=96, N=200, K=10000), dict(M=512, N=512, K=2048),\n"
+          "          dict(M=1024, N=1024, K=1024)]\n")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rewrite, skinny", [("split_k", True), ("persistent_tiles", False)])
+def test_on_a_gpu_the_twin_is_correct_and_its_speedups_are_printed(tmp_path, rewrite, skinny):
+    """Under the evaluator's rules, against the starting kernel: split_k on small-M/N long-K shapes (SKINNY),
+    persistent_tiles on the example's own shapes. Run with `-s` to see the figures; the outcome must be ok (outputs checked at full size)."""
+    from kernelband.evaluation.evaluator import Evaluator
+    from kernelband.tasks import load_task
+
+    source = Path(example("matmul").harness_file).read_text()  # the kernel and the task definition
+    if skinny:
+        start = source.index("SHAPES = [")
+        source = source[:start] + SKINNY + source[source.index("]\n", start) + 2:]
+    path = tmp_path / "matmul_task.py"
+    path.write_text(source)
+    task = load_task(str(path))
+    [(_, new)], _ = made(task.module_source, rewrite)
+    with Evaluator(mode="gpu", warm=1) as ev:
+        result = ev.evaluate(task, new)
+    assert result.ok, (result.outcome, result.detail, result.error[-2000:])
+    print(f"\n{rewrite} on {result.device}: speedup over k0 {result.speedup:.3f}")
+    for shape in result.shapes:
+        print(f"  {shape.label:28} k0 {shape.ref_ms:.4f} ms  {rewrite} {shape.cand_ms:.4f} ms  x{shape.speedup:.2f}")
