@@ -240,6 +240,31 @@ def test_after_grouped_ordering_each_gives_the_originals_outputs_in_the_interpre
     interpreted_pair(MATMUL, new, f"variant.{twin} = Recorded(variant.{twin})\n{check}")
 
 
+MM_INTO = MM.replace("M, N, K, BLOCK_M: tl.constexpr", "M, N, K, stride_cm, BLOCK_M: tl.constexpr").replace(
+    "tl.store(c_ptr + offs_m[:, None] * N", "tl.store(c_ptr + offs_m[:, None] * stride_cm").replace(
+    "def mm(a, b):", "def mm(a, b, c):").replace("    c = torch.empty((M, N), device=a.device)\n", "").replace(
+    "(a, b, c, M, N, K, BLOCK_M=32", "(a, b, c, M, N, K, c.stride(0), BLOCK_M=32")
+
+
+@pytest.mark.slow
+def test_split_k_writes_into_an_output_view_and_nothing_around_it_in_the_interpreter():
+    """The workspace mirrors the output's storage from its offset: a view into a larger buffer (a storage offset,
+    a row stride wider than the row) gets the product, and the buffer around it keeps its values."""
+    [(_, new)], _ = made(MM_INTO, "split_k")
+    interpreted_pair(MM_INTO, new, """
+variant.mm_kernel_split_k = Recorded(variant.mm_kernel_split_k)
+M, N, K = 20, 30, 520
+a, b = torch.randn(M, K), torch.randn(K, N)
+big = torch.full((M + 5, N + 7), 7.0)
+view = big[2:2 + M, 3:3 + N]
+variant.mm(a, b, view)
+assert grids and grids[0][-1] == 4, grids
+assert torch.allclose(view, a @ b, atol=1e-4, rtol=1e-4), (view - a @ b).abs().max()
+view.fill_(7.0)
+assert torch.equal(big, torch.full_like(big, 7.0))
+""")
+
+
 COMPILE = """
 import importlib.util, sys
 import triton
