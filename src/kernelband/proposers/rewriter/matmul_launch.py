@@ -117,8 +117,7 @@ def site(ms: ModuleSource, dk: DotKernel, launch: Launch) -> Site | str:
 
 
 def host_names(launch: Launch, *bases: str) -> dict[str, str]:
-    used = {n for s in [launch.scope] for n in s.assigns} | set(launch.scope.params) | {
-        n.value for n in subnodes(launch.scope.node, cst.Name)}
+    used = set(launch.scope.assigns) | set(launch.scope.params) | {n.value for n in subnodes(launch.scope.node, cst.Name)}
     return {base: fresh_name(f"_{base}", used) for base in bases}
 
 

@@ -104,7 +104,7 @@ def _accumulates(dk: DotKernel, target: str, value: cst.BaseExpression, augmente
     return len(given) == 1 and dotted(given[0].value) == target and target not in _names(*[a.value for a in others])
 
 
-def _loop(ms: ModuleSource, dk: DotKernel) -> dict | str:
+def _loop(dk: DotKernel) -> dict | str:
     """The K loop and what its twin needs; or why the kernel does not qualify."""
     kernel, block_k = dk.kernel, dk.axes["K"]
     body = list(kernel.node.body.body)
@@ -168,7 +168,7 @@ def _mask(store: cst.Call) -> cst.BaseExpression | None:
     return found[0].value if found else None
 
 
-def _twin(ms: ModuleSource, dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[str, str]]:
+def _twin(dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[str, str]]:
     kernel = dk.kernel
     tl = kernel.tl_name
     node, p = new_params(kernel, [("ws_ptr", False), ("ws_span", False), ("SPLIT_K", True), ("REDUCE", True)])
@@ -217,7 +217,7 @@ def split_k(ms: ModuleSource) -> Found:
     variants, reasons = [], []
     for kernel in ms.kernels.values():
         dk = dot_kernel(ms, kernel)
-        found = dk if isinstance(dk, str) else _loop(ms, dk)
+        found = dk if isinstance(dk, str) else _loop(dk)
         if isinstance(found, str):
             reasons.append(found)
             continue
@@ -236,7 +236,7 @@ def split_k(ms: ModuleSource) -> Found:
                            "or numbers")
             continue
         twin = fresh_name(f"{kernel.name}_split_k", {n for s in ms.scopes for n in s.assigns} | set(ms.kernels))
-        node, p = _twin(ms, dk, found, twin)
+        node, p = _twin(dk, found, twin)
         edits = [with_twin(kernel, node)]
         for each, (k, block) in zip(sites, args):
             names = host_names(each.launch, "grid", "tiles", "sms", "split_k", "ws")
