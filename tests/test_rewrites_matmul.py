@@ -96,11 +96,13 @@ def test_split_k_refuses_where_splitting_k_is_not_certain_to_mean_the_same(old, 
         assert not variants and reasons == (reason,)
 
 
-def test_split_k_and_persistent_tiles_leave_autotuned_and_element_wise_kernels_alone():
+def test_split_k_leaves_autotuned_kernels_alone_and_both_leave_element_wise_ones():
     [(_, tuned)] = made(MM, "matmul_configs")[0][:1]
+    assert made(tuned, "split_k") == ([], ("mm_kernel is autotuned or has heuristics: its launch does not set its "
+                                           "block sizes",))
+    [(_, persistent)], _ = made(tuned, "persistent_tiles")  # a 2-D grid of meta: both extents in the kernel
+    assert "    grid_0 = tl.cdiv(M, BLOCK_M)\n    grid_1 = tl.cdiv(N, BLOCK_N)\n" in persistent
     for rewrite in ("split_k", "persistent_tiles"):
-        assert made(tuned, rewrite) == ([], ("mm_kernel is autotuned or has heuristics: its launch does not set "
-                                             "its block sizes",))
         assert made(example("vector_add").module_source, rewrite) == ([], ("add_kernel has no tl.dot",))
 
 
@@ -140,6 +142,28 @@ def test_the_tritonbench_matmul_is_refused_for_its_unmasked_loads():
     for rewrite in ("split_k", "persistent_tiles"):
         assert made(source, rewrite)[1] == ("matmul_kernel has 3 unmasked tl.load/tl.store: a larger tile would "
                                             "reach past the end of its tensors",)
+
+
+def test_persistent_tiles_on_an_autotuned_kernel_compute_the_grid_in_the_kernel():
+    """After matmul_configs the tiles follow the config the autotuner picks: the twin keeps the autotuner, counts
+    the tiles itself from the grid lambda (meta["BLOCK_M"] as BLOCK_M, M as the M it is passed), and the launch's
+    grid is min(SMs, tiles) of the chosen config."""
+    [(_, tuned)] = made(MATMUL, "matmul_configs")[0][:1]
+    [(_, new)], _ = made(tuned, "persistent_tiles")
+    twin = new[new.index("@triton.autotune", new.index("def matmul_kernel(")):]
+    assert twin.index("def matmul_kernel_persistent(") > 0 and "@triton.jit" in twin
+    assert ("    grid_0 = (tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N))\n    grid_1 = 1\n"
+            "    # Persistent tiles: NUM_PROGS programs, each taking every NUM_PROGS-th tile of the original grid\n"
+            "    for tile in range(tl.program_id(axis=0), grid_0 * grid_1, NUM_PROGS):\n") in twin
+    assert ("    _grid = grid\n    _sms = torch.cuda.get_device_properties(c.device).multi_processor_count if "
+            "c.device.type == \"cuda\" else 4\n    matmul_kernel_persistent[lambda meta: (min(_sms, _grid(meta)[0] * "
+            "(_grid(meta)[1] if len(_grid(meta)) > 1 else 1)),)](a, b, c, M, N, K,") in new
+    assert "tune_numel=a.numel() + b.numel() + c.numel(), NUM_PROGS=_sms)\n    return c\n" in new
+    unknown = tuned.replace('triton.cdiv(M, meta["BLOCK_M"])', 'triton.cdiv(a.shape[0], meta["BLOCK_M"])')
+    assert unknown != tuned
+    assert made(unknown, "persistent_tiles") == ([], (
+        "the grid of the matmul_kernel launch in matmul reads what the kernel is not passed, or calls other than "
+        "cdiv",))
 
 
 # -- the same outputs in the interpreter ----------------------------------------------------------------------
@@ -240,6 +264,23 @@ def test_after_grouped_ordering_each_gives_the_originals_outputs_in_the_interpre
     interpreted_pair(MATMUL, new, f"variant.{twin} = Recorded(variant.{twin})\n{check}")
 
 
+@pytest.mark.slow
+def test_persistent_tiles_on_an_autotuned_kernel_give_the_originals_outputs_in_the_interpreter():
+    """One config kept (64 x 32 tiles; the interpreter's autotuner checks no outputs): 100 x 100 has 2 x 4 tiles
+    on 4 programs, 50 x 70 has 3 on 3."""
+    [(_, tuned)] = made(MATMUL, "matmul_configs")[0][:1]
+    lines = tuned.splitlines(keepends=True)
+    at = [i for i, line in enumerate(lines) if line.lstrip().startswith("triton.Config(")]
+    tuned = "".join(line for i, line in enumerate(lines) if i not in at or '"BLOCK_M": 64, "BLOCK_N": 32' in line)
+    [(_, new)], _ = made(tuned, "persistent_tiles")
+    assert new.count("triton.Config(") == 2
+    check = MATMUL_SHAPES.replace("SHAPES", "[(100, 100, 40), (50, 70, 45)]").replace("CHECK", (
+        "assert torch.equal(got, want), (M, N, K)\n"
+        "    assert len(grids) == 1, grids"))
+    interpreted_pair(MATMUL, new, f"variant.matmul_kernel_persistent = Recorded(variant.matmul_kernel_persistent)\n"
+                                  f"{check}")
+
+
 MM_INTO = MM.replace("M, N, K, BLOCK_M: tl.constexpr", "M, N, K, stride_cm, BLOCK_M: tl.constexpr").replace(
     "tl.store(c_ptr + offs_m[:, None] * N", "tl.store(c_ptr + offs_m[:, None] * stride_cm").replace(
     "def mm(a, b):", "def mm(a, b, c):").replace("    c = torch.empty((M, N), device=a.device)\n", "").replace(
@@ -276,6 +317,8 @@ spec.loader.exec_module(module)
 POINTERS = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "ws_ptr": "*fp32"}
 for name, constexprs in CASES:
     fn = getattr(module, name)
+    while not isinstance(fn, triton.runtime.JITFunction):  # an autotuner's kernel
+        fn = fn.fn
     constexprs = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, **constexprs}
     signature = {p: "constexpr" if p in constexprs else POINTERS.get(p, "i32") for p in fn.arg_names}
     source = ASTSource(fn, signature, constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
@@ -289,12 +332,15 @@ for name, constexprs in CASES:
     ("split_k", [("matmul_kernel_split_k", {"SPLIT_K": 4, "REDUCE": False}),
                  ("matmul_kernel_split_k", {"SPLIT_K": 4, "REDUCE": True})]),
     ("persistent_tiles", [("matmul_kernel_persistent", {"NUM_PROGS": 132})]),
+    ("matmul_configs,persistent_tiles", [("matmul_kernel_persistent", {"NUM_PROGS": 132})]),
 ])
 def test_the_twins_compile_for_an_h100_without_one(rewrite, cases):
     """The interpreter runs Python; Triton's compiler is stricter (a name's type in each branch of a constexpr
     `if`, the types a loop carries). Compiled to an sm_90 cubin on the CPU, with the ptxas Triton ships."""
     pytest.importorskip("triton.backends.nvidia")
-    [(_, new)], _ = made(MATMUL, rewrite)
+    new = MATMUL
+    for each in rewrite.split(","):
+        [(_, new)] = made(new, each)[0][:1]
     path = os.path.join(tempfile.mkdtemp(), "kb_variant.py")
     with open(path, "w") as f:
         f.write(new)

@@ -39,7 +39,8 @@ STRUCTURAL = {
                "float32 partials in a workspace, summed in a fixed order before the kernel's own epilogue "
                "(deterministic), the original launch where SPLIT_K would be 1",
     "persistent_tiles": "a tl.dot kernel on min(SMs, tiles) programs, each looping over the tiles of the original "
-                        "grid with the program id replaced by the tile's, where there are more tiles than SMs",
+                        "grid with the program id replaced by the tile's, where there are more tiles than SMs "
+                        "(an autotuned kernel counts its tiles from the grid lambda, in the kernel)",
 }
 
 

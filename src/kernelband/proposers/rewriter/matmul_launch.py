@@ -15,7 +15,8 @@ the choice is made there, from the launch's own grid and the GPU's SM count:
 On the CPU (the Triton interpreter) the "SM count" is CPU_SMS, small so that small shapes take the twin's path.
 
 A kernel qualifies when its tiles may take any size (`matmul_configs.dot_axes`) and, for the twin's meaning to
-be certain: it is not autotuned (its launch sets every block size), its parameters have no defaults (the twin
+be certain: it is not autotuned (its launch sets every block size; persistent_tiles handles autotuned kernels
+itself), its parameters have no defaults (the twin
 adds some), it reads the program id on axes 0 and 1 only, it has no atomics, no early return and exactly one
 tl.store, through one pointer parameter that nothing loads.
 """
@@ -49,12 +50,13 @@ class DotKernel:
     store: cst.Call
 
 
-def dot_kernel(ms: ModuleSource, kernel: Kernel) -> DotKernel | str:
-    """The kernel with its block sizes and output; or why a twin of it is not certain to mean the same."""
+def dot_kernel(ms: ModuleSource, kernel: Kernel, autotuned: bool = False) -> DotKernel | str:
+    """The kernel with its block sizes and output; or why a twin of it is not certain to mean the same.
+    `autotuned`: a twin that handles a launch whose autotuner sets the block sizes is fine."""
     axes = dot_axes(kernel)
     if isinstance(axes, str):
         return axes
-    if kernel.autotune is not None or kernel.heuristics:
+    if (kernel.autotune is not None and not autotuned) or kernel.heuristics:
         return f"{kernel.name} is autotuned or has heuristics: its launch does not set its block sizes"
     if "torch" not in ms.imported or "triton" not in ms.imported:
         return "the module does not `import torch` and `import triton`"
@@ -89,22 +91,24 @@ class Site:
 
     launch: Launch
     line: cst.SimpleStatementLine  # the launch's statement
-    grid: str  # the grid as an expression of a tuple
+    grid: str  # the grid as an expression of a tuple (or of a function of meta, where `meta`)
     out: str  # the tensor the launch passes for the kernel's output
+    meta: bool = False
 
 
-def site(ms: ModuleSource, dk: DotKernel, launch: Launch) -> Site | str:
+def site(ms: ModuleSource, dk: DotKernel, launch: Launch, meta: bool = False) -> Site | str:
+    """The launch, if host code can branch around it; `meta`: a grid that is a lambda of meta is fine."""
     parent = ms.parents.get(id(launch.call))
     line = ms.parents.get(id(parent))
     if not (isinstance(parent, cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
             and launch.scope.name != "<module>"):
         return f"the {launch.where} is not a statement of its own in a function"
-    if launch.meta_grid is not None:
+    if launch.meta_grid is not None and not (meta and isinstance(launch.grid_value[0], cst.Lambda)):
         return f"the grid of the {launch.where} is a function of the launch's constexprs"
     grid = launch.grid
     if len(grid) > 2 or (len(grid) == 1 and isinstance(grid[0], cst.Tuple) and len(grid[0].elements) > 2):
         return f"the {launch.where} has a 3-D grid"
-    if any(isinstance(g, cst.Lambda) or isinstance(g, cst.Tuple) and any(
+    if launch.meta_grid is None and any(isinstance(g, cst.Lambda) or isinstance(g, cst.Tuple) and any(
             isinstance(e, cst.StarredElement) for e in g.elements) for g in grid):
         return f"the grid of the {launch.where} is not a plain tuple"
     if any(a.star for a in launch.call.args) or len(launch.args) != len(launch.call.args):
@@ -113,7 +117,7 @@ def site(ms: ModuleSource, dk: DotKernel, launch: Launch) -> Site | str:
     if out is None or not plain(out.value):
         return f"the {launch.where} does not pass {dk.out} as a name"
     grid_code = code(grid[0]) if len(grid) == 1 else "(" + ", ".join(code(g) for g in grid) + ",)"
-    return Site(launch, line, grid_code, code(out.value))
+    return Site(launch, line, grid_code, code(out.value), launch.meta_grid is not None)
 
 
 def host_names(launch: Launch, *bases: str) -> dict[str, str]:
@@ -136,11 +140,15 @@ def twin_call(site: Site, twin: str, grid: str, extra: dict[str, str]) -> str:
     return code(call)
 
 
-def branched(site: Site, setup: str, condition: str, twin_calls: list[str]) -> tuple[cst.CSTNode, Edit]:
-    """The edit that puts `setup`, then `if condition: <twin calls> else: <the launch>`, in place of the launch."""
-    body = "".join(f"    {line}\n" for call in twin_calls for line in call.splitlines())
-    original = code(site.line.with_changes(leading_lines=[])).rstrip("\n")
-    text = setup + f"if {condition}:\n{body}else:\n" + "".join(f"    {line}\n" for line in original.splitlines())
+def branched(site: Site, setup: str, condition: str | None, twin_calls: list[str]) -> tuple[cst.CSTNode, Edit]:
+    """The edit that puts `setup`, then `if condition: <twin calls> else: <the launch>`, in place of the launch
+    (with no condition: `setup` and the twin calls)."""
+    if condition is None:
+        text = setup + "".join(f"{call}\n" for call in twin_calls)
+    else:
+        body = "".join(f"    {line}\n" for call in twin_calls for line in call.splitlines())
+        original = code(site.line.with_changes(leading_lines=[])).rstrip("\n")
+        text = setup + f"if {condition}:\n{body}else:\n" + "".join(f"    {line}\n" for line in original.splitlines())
     block = statements(text)
 
     def edit(node: cst.SimpleStatementLine) -> cst.FlattenSentinel:
