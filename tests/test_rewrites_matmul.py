@@ -362,24 +362,33 @@ SKINNY = ("SHAPES = [dict(M=64, N=64, K=16384), dict(M=128, N=128, K=8192), dict
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rewrite, skinny", [("split_k", True), ("persistent_tiles", False)])
-def test_on_a_gpu_the_twin_is_correct_and_its_speedups_are_printed(tmp_path, rewrite, skinny):
-    """Under the evaluator's rules, against the starting kernel: split_k on small-M/N long-K shapes (SKINNY),
-    persistent_tiles on the example's own shapes. Run with `-s` to see the figures; the outcome must be ok (outputs checked at full size)."""
+@pytest.mark.parametrize("rewrite, skinny, base", [
+    ("split_k", True, ""),
+    ("persistent_tiles", False, ""),
+    ("persistent_tiles", False, "grouped_ordering,matmul_configs"),  # k0: the example grouped, then autotuned
+])
+def test_on_a_gpu_the_twin_is_correct_and_its_speedups_are_printed(tmp_path, rewrite, skinny, base):
+    """Under the evaluator's rules, against the starting kernel (the example, or its `base` rewrites' first
+    variants): split_k on small-M/N long-K shapes (SKINNY), persistent_tiles on the example's own shapes. Run
+    with `-s` to see the figures; the outcome must be ok (outputs checked at full size)."""
     from kernelband.evaluation.evaluator import Evaluator
     from kernelband.tasks import load_task
 
-    source = Path(example("matmul").harness_file).read_text()  # the kernel and the task definition
+    harness = Path(example("matmul").harness_file).read_text()
+    kernel, definition = harness[:len(MATMUL)], harness[len(MATMUL):]
+    assert kernel == MATMUL
+    for each in filter(None, base.split(",")):
+        [(_, kernel)] = made(kernel, each)[0][:1]
     if skinny:
-        start = source.index("SHAPES = [")
-        source = source[:start] + SKINNY + source[source.index("]\n", start) + 2:]
+        start = definition.index("SHAPES = [")
+        definition = definition[:start] + SKINNY + definition[definition.index("]\n", start) + 2:]
     path = tmp_path / "matmul_task.py"
-    path.write_text(source)
+    path.write_text(kernel + definition)
     task = load_task(str(path))
     [(_, new)], _ = made(task.module_source, rewrite)
     with Evaluator(mode="gpu", warm=1) as ev:
         result = ev.evaluate(task, new)
     assert result.ok, (result.outcome, result.detail, result.error[-2000:])
-    print(f"\n{rewrite} on {result.device}: speedup over k0 {result.speedup:.3f}")
+    print(f"\n{rewrite} after {base or 'nothing'} on {result.device}: speedup over k0 {result.speedup:.3f}")
     for shape in result.shapes:
         print(f"  {shape.label:28} k0 {shape.ref_ms:.4f} ms  {rewrite} {shape.cand_ms:.4f} ms  x{shape.speedup:.2f}")
