@@ -73,6 +73,8 @@ MM_PTRS = MM.replace(
     ("        acc = tl.dot(a, b, acc)\n", "        acc = tl.dot(a, b, acc)\n        acc = acc * 0.5\n",
      "mm_kernel's K loop assigns acc more than once"),
     ("        acc = tl.dot(a, b, acc)\n", "        acc = tl.dot(a, b)\n", "mm_kernel's K loop does not accumulate one tl.dot"),
+    ("        acc = tl.dot(a, b, acc)\n", "        acc = tl.dot(a, b, acc)\n        big = tl.max(acc)\n",
+     "mm_kernel's K loop reads acc other than to accumulate into it (each split holds part of it)"),
     ("    tl.store(", "    a_ptrs += 0\n    tl.store(",
      "mm_kernel reads what its K loop leaves (other than acc) after the loop, or changes acc"),
     ("    tl.store(", "    acc = acc * 2.0\n    tl.store(",

@@ -23,10 +23,10 @@ output is left as it was (a host copy would overwrite it).
 
 Refused, as not certain (beyond `matmul_launch.dot_kernel`): a kernel with any loop but one K loop
 `for k in range(0, K, BLOCK_K)` at the top of its body, K a parameter; a loop body that is not plain
-assignments: the accumulator's `acc = tl.dot(a, b, acc)` / `acc += tl.dot(a, b)`, increments `p += E` of
-names E does not read, values assigned before they are read; an accumulator not started as float32 zeros;
-a name the loop assigns read after it (but the accumulator), or the accumulator assigned after it; the
-output pointer read before the loop.
+assignments: the accumulator's `acc = tl.dot(a, b, acc)` / `acc += tl.dot(a, b)`, increments `p += E` where E
+reads nothing the loop assigns, and values assigned before they are read and not computed from the accumulator
+(a split holds only its part of it); an accumulator not started as float32 zeros; a name the loop assigns read
+after it (but the accumulator), or the accumulator assigned after it; the output pointer read before the loop.
 """
 
 from __future__ import annotations
@@ -145,6 +145,8 @@ def _loop(dk: DotKernel) -> dict | str:
             return f"{kernel.name}'s K loop reads {name} before it assigns it"
     if sum(t == acc for t, _, _ in lines) != 1:
         return f"{kernel.name}'s K loop assigns {acc} more than once"
+    if any(acc in _names(v) for t, v, _ in lines if t != acc):
+        return f"{kernel.name}'s K loop reads {acc} other than to accumulate into it (each split holds part of it)"
     init = [s for s in before if acc in assigned(s)]
     zeros = _assign(init[0]) if len(init) == 1 else None
     if not (zeros and isinstance(zeros[1], cst.Call) and kernel.is_tl(zeros[1].func, "zeros") and not zeros[2]
