@@ -98,12 +98,27 @@ def test_split_k_refuses_where_splitting_k_is_not_certain_to_mean_the_same(old, 
         assert not variants and reasons == (reason,)
 
 
-def test_split_k_leaves_autotuned_kernels_alone_and_both_leave_element_wise_ones():
-    [(_, tuned)] = made(MM, "matmul_configs")[0][:1]
-    assert made(tuned, "split_k") == ([], ("mm_kernel is autotuned or has heuristics: its launch does not set its "
-                                           "block sizes",))
-    [(_, persistent)], _ = made(tuned, "persistent_tiles")  # a 2-D grid of meta: both extents in the kernel
-    assert "    grid_0 = tl.cdiv(M, BLOCK_M)\n    grid_1 = tl.cdiv(N, BLOCK_N)\n" in persistent
+def test_split_k_on_an_autotuned_kernel_chooses_the_split_from_the_autotuners_configs():
+    """The split is chosen before the autotuner picks a config: from the largest tiles and the smallest BLOCK_K
+    among its configs; the partial launch's grid is the lambda's plus the split axis."""
+    [(_, tuned)] = made(MATMUL, "matmul_configs")[0][:1]
+    [(_, new)], _ = made(tuned, "split_k")
+    assert ("    _grid = grid\n    _sms = torch.cuda.get_device_properties(c.device).multi_processor_count if "
+            "c.device.type == \"cuda\" else 4\n"
+            "    _tiles = min(_grid(_config.kwargs)[0] * (_grid(_config.kwargs)[1] if len(_grid(_config.kwargs)) > 1 "
+            "else 1) for _config in matmul_kernel_split_k.configs)\n"
+            "    _split_k = max(1, min(16, _sms // max(1, _tiles), triton.cdiv(K, 4 * min(_config.kwargs[\"BLOCK_K\"] "
+            "for _config in matmul_kernel_split_k.configs))))\n    if _split_k > 1:\n") in new
+    assert ("matmul_kernel_split_k[lambda meta: tuple(_grid(meta)) + (1,) * (2 - len(_grid(meta))) + (_split_k,)]("
+            in new)
+    assert "    else:\n        matmul_kernel[grid](a, b, c, M, N, K," in new
+    odd = tuned.replace('triton.cdiv(M, meta["BLOCK_M"])', 'triton.cdiv(M, meta["BLOCK_M"] + meta["num_warps"])')
+    assert odd != tuned
+    assert made(odd, "split_k") == ([], ("the grid of a launch of matmul_kernel is not a function of its block "
+                                         "sizes alone",))
+
+
+def test_split_k_and_persistent_tiles_leave_element_wise_kernels_alone():
     for rewrite in ("split_k", "persistent_tiles"):
         assert made(example("vector_add").module_source, rewrite) == ([], ("add_kernel has no tl.dot",))
 
@@ -126,6 +141,12 @@ def test_persistent_tiles_map_a_2d_grid_and_num_programs_onto_the_tile():
     [(_, new)], _ = made(source, "persistent_tiles")
     twin = kernel_text(new, "mm_kernel_persistent")
     assert "        pid_m = (tile % G0)\n        pid_n = (tile // G0) % G1 + 0 * G0\n" in twin
+
+
+def test_persistent_tiles_on_an_autotuned_2d_grid_compute_both_extents_in_the_kernel():
+    [(_, tuned)] = made(MM, "matmul_configs")[0][:1]
+    [(_, persistent)], _ = made(tuned, "persistent_tiles")
+    assert "    grid_0 = tl.cdiv(M, BLOCK_M)\n    grid_1 = tl.cdiv(N, BLOCK_N)\n" in persistent
 
 
 def test_persistent_tiles_refuse_a_kernel_that_changes_a_parameter():
@@ -189,6 +210,8 @@ class Recorded:
     def __getitem__(self, grid):
         grids.append(grid)
         return self.kernel[grid]
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
 {check}"""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([folder, *sys.path])}
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
@@ -266,21 +289,30 @@ def test_after_grouped_ordering_each_gives_the_originals_outputs_in_the_interpre
     interpreted_pair(MATMUL, new, f"variant.{twin} = Recorded(variant.{twin})\n{check}")
 
 
-@pytest.mark.slow
-def test_persistent_tiles_on_an_autotuned_kernel_give_the_originals_outputs_in_the_interpreter():
-    """One config kept (64 x 32 tiles; the interpreter's autotuner checks no outputs): 100 x 100 has 2 x 4 tiles
-    on 4 programs, 50 x 70 has 3 on 3."""
-    [(_, tuned)] = made(MATMUL, "matmul_configs")[0][:1]
+def one_tuned_config(source: str) -> str:
+    """matmul_configs' first variant with only its 64 x 32 x 32 config (the interpreter's autotuner checks no
+    outputs)."""
+    [(_, tuned)] = made(source, "matmul_configs")[0][:1]
     lines = tuned.splitlines(keepends=True)
     at = [i for i, line in enumerate(lines) if line.lstrip().startswith("triton.Config(")]
-    tuned = "".join(line for i, line in enumerate(lines) if i not in at or '"BLOCK_M": 64, "BLOCK_N": 32' in line)
-    [(_, new)], _ = made(tuned, "persistent_tiles")
+    return "".join(line for i, line in enumerate(lines) if i not in at or '"BLOCK_M": 64, "BLOCK_N": 32' in line)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rewrite, twin, shapes, check", [
+    # 100 x 100 has 2 x 4 tiles on 4 programs, 50 x 70 has 3 on 3
+    ("persistent_tiles", "matmul_kernel_persistent", [(100, 100, 40), (50, 70, 45)],
+     "assert torch.equal(got, want), (M, N, K)\n    assert len(grids) == 1, grids"),
+    # one 64 x 32 tile: SPLIT_K 4; 100 x 100 has 8 tiles: the original launch
+    ("split_k", "matmul_kernel_split_k", [(16, 32, 512), (40, 20, 520), (100, 100, 40)],
+     "assert torch.allclose(got.float(), want.float(), atol=1e-3, rtol=1e-2), (M, N, K)\n"
+     "    assert [g(dict(BLOCK_M=64, BLOCK_N=32))[-1] for g in grids[:1]] == ([4] if M * N < 64 * 64 else []), M"),
+])
+def test_on_an_autotuned_kernel_each_gives_the_originals_outputs_in_the_interpreter(rewrite, twin, shapes, check):
+    [(_, new)], _ = made(one_tuned_config(MATMUL), rewrite)
     assert new.count("triton.Config(") == 2
-    check = MATMUL_SHAPES.replace("SHAPES", "[(100, 100, 40), (50, 70, 45)]").replace("CHECK", (
-        "assert torch.equal(got, want), (M, N, K)\n"
-        "    assert len(grids) == 1, grids"))
-    interpreted_pair(MATMUL, new, f"variant.matmul_kernel_persistent = Recorded(variant.matmul_kernel_persistent)\n"
-                                  f"{check}")
+    check = MATMUL_SHAPES.replace("SHAPES", str(shapes)).replace("CHECK", check)
+    interpreted_pair(MATMUL, new, f"variant.{twin} = Recorded(variant.{twin})\n{check}")
 
 
 MM_INTO = MM.replace("M, N, K, BLOCK_M: tl.constexpr", "M, N, K, stride_cm, BLOCK_M: tl.constexpr").replace(
@@ -335,6 +367,8 @@ for name, constexprs in CASES:
                  ("matmul_kernel_split_k", {"SPLIT_K": 4, "REDUCE": True})]),
     ("persistent_tiles", [("matmul_kernel_persistent", {"NUM_PROGS": 132})]),
     ("matmul_configs,persistent_tiles", [("matmul_kernel_persistent", {"NUM_PROGS": 132})]),
+    ("matmul_configs,split_k", [("matmul_kernel_split_k", {"SPLIT_K": 4, "REDUCE": False}),
+                                ("matmul_kernel_split_k", {"SPLIT_K": 4, "REDUCE": True})]),
 ])
 def test_the_twins_compile_for_an_h100_without_one(rewrite, cases):
     """The interpreter runs Python; Triton's compiler is stricter (a name's type in each branch of a constexpr

@@ -37,7 +37,8 @@ STRUCTURAL = {
                         "certain to be a multiple of P (an integer scalar times P, or a loop stepping by P from 0)",
     "split_k": "a tl.dot kernel's K loop split over a third grid axis where the launch's M x N tiles leave SMs idle; "
                "float32 partials in a workspace, summed in a fixed order before the kernel's own epilogue "
-               "(deterministic), the original launch where SPLIT_K would be 1",
+               "(deterministic), the original launch where SPLIT_K would be 1 (on an autotuned kernel, chosen from "
+               "its configs)",
     "persistent_tiles": "a tl.dot kernel on min(SMs, tiles) programs, each looping over the tiles of the original "
                         "grid with the program id replaced by the tile's, where there are more tiles than SMs "
                         "(an autotuned kernel counts its tiles from the grid lambda, in the kernel)",

@@ -15,8 +15,8 @@ the choice is made there, from the launch's own grid and the GPU's SM count:
 On the CPU (the Triton interpreter) the "SM count" is CPU_SMS, small so that small shapes take the twin's path.
 
 A kernel qualifies when its tiles may take any size (`matmul_configs.dot_axes`) and, for the twin's meaning to
-be certain: it is not autotuned (its launch sets every block size; persistent_tiles handles autotuned kernels
-itself), its parameters have no defaults (the twin
+be certain: it is not autotuned (its launch sets every block size), unless the rewrite handles a grid of the
+autotuner's config (`autotuned`, `site(meta=True)`), its parameters have no defaults (the twin
 adds some), it reads the program id on axes 0 and 1 only, it has no atomics, no early return and exactly one
 tl.store, through one pointer parameter that nothing loads.
 """
@@ -121,7 +121,8 @@ def site(ms: ModuleSource, dk: DotKernel, launch: Launch, meta: bool = False) ->
 
 
 def host_names(launch: Launch, *bases: str) -> dict[str, str]:
-    used = set(launch.scope.assigns) | set(launch.scope.params) | {n.value for n in subnodes(launch.scope.node, cst.Name)}
+    used = set(launch.scope.assigns) | set(launch.scope.params)
+    used |= {n.value for n in subnodes(launch.scope.node, cst.Name)}
     return {base: fresh_name(f"_{base}", used) for base in bases}
 
 

@@ -11,6 +11,10 @@ the same casts, the same masks, the same store. The launch picks SPLIT_K from it
     SPLIT_K = min(16, SMs // tiles, cdiv(K, 4 * BLOCK_K))      (1 where len(grid) > 2)
 
 each split keeping at least 4 BLOCK_K steps, and launches the original kernel, unchanged, when SPLIT_K is 1.
+On a kernel autotuned already (after `matmul_configs`) the twin keeps the autotuner, and the split is chosen
+before the autotuner picks a config, from the largest tiles and the smallest BLOCK_K among its configs; any
+config the autotuner then picks for either launch computes the same sums (the workspace follows the output's
+layout, not the tiles).
 
 Why a workspace reduced in a second launch, not tl.atomic_add into a zeroed float32 buffer, and not the host's
 `ws.sum(0).to(dtype)`: float32 atomics add in whatever order the programs finish, so the rounding of C changes
@@ -26,7 +30,8 @@ Refused, as not certain (beyond `matmul_launch.dot_kernel`): a kernel with any l
 assignments: the accumulator's `acc = tl.dot(a, b, acc)` / `acc += tl.dot(a, b)`, increments `p += E` where E
 reads nothing the loop assigns, and values assigned before they are read and not computed from the accumulator
 (a split holds only its part of it); an accumulator not started as float32 zeros; a name the loop assigns read
-after it (but the accumulator), or the accumulator assigned after it; the output pointer read before the loop.
+after it (but the accumulator), or the accumulator assigned after it; the output pointer read before the loop;
+an autotuned kernel whose grid is not a lambda of its block sizes alone.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import libcst as cst
 from kernelband.proposers.rewriter.edits import Found, Variant
 from kernelband.proposers.rewriter.matmul_launch import (
     DotKernel,
+    Site,
     branched,
     dot_kernel,
     host_names,
@@ -215,47 +221,70 @@ def _twin(dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[
     return node, p
 
 
+def _host(each: Site, twin: str, p: dict[str, str], k: str, block: str | None) -> tuple[str, str, list[str]]:
+    """(setup, condition, twin calls) at one launch. An autotuned kernel's launch (`block` None) counts its
+    tiles at the config with the largest ones and its K steps at the smallest BLOCK_K, among the autotuner's
+    configs: the split is chosen before the autotuner picks one, and must be the same for both launches."""
+    names = host_names(each.launch, "grid", "tiles", "sms", "split_k", "ws", "config")
+    grid, tiles, split, config = names["grid"], names["tiles"], names["split_k"], names["config"]
+    setup = host_setup(each, names)
+    if each.meta:
+        setup = "".join(line + "\n" for line in setup.splitlines() if not line.startswith(f"{tiles} ="))
+        setup = setup.replace(f"{grid} = tuple({each.grid})", f"{grid} = {each.grid}")
+        meta = f"{config}.kwargs"
+        count = f"{grid}({meta})[0] * ({grid}({meta})[1] if len({grid}({meta})) > 1 else 1)"
+        setup += f"{tiles} = min({count} for {config} in {twin}.configs)\n"
+        block = f'min({meta}["{p["BLOCK_K"]}"] for {config} in {twin}.configs)'
+        partial = f"lambda meta: tuple({grid}(meta)) + (1,) * (2 - len({grid}(meta))) + ({split},)"
+    else:
+        partial = f"{grid} + (1,) * (2 - len({grid})) + ({split},)"
+    setup += SPLIT.format(split=split, max_split=MAX_SPLIT, sms=names["sms"], tiles=tiles, k=k,
+                          min_steps=MIN_STEPS, block_k=block, grid=grid)
+    if each.meta:
+        setup = setup.replace(f" if len({grid}) <= 2 else 1\n", "\n")
+    extra = {p["ws_ptr"]: f"{names['ws']}[0, {each.out}.storage_offset():]", p["ws_span"]: f"{names['ws']}.shape[1]",
+             p["SPLIT_K"]: split}
+    calls = [f"{names['ws']} = {WORKSPACE.format(split=split, out=each.out)}",
+             twin_call(each, twin, partial, {**extra, p["REDUCE"]: "False"}),
+             twin_call(each, twin, grid, {**extra, p["REDUCE"]: "True"})]
+    return setup, f"{split} > 1", calls
+
+
 def split_k(ms: ModuleSource) -> Found:
     variants, reasons = [], []
     for kernel in ms.kernels.values():
-        dk = dot_kernel(ms, kernel)
+        dk = dot_kernel(ms, kernel, autotuned=True)
         found = dk if isinstance(dk, str) else _loop(dk)
         if isinstance(found, str):
             reasons.append(found)
             continue
-        sites = [site(ms, dk, launch) for launch in ms.launches_of(kernel)]
-        args = []
-        for launch in ms.launches_of(kernel):
-            k, block = launch.arg(found["end"]), launch.arg(dk.axes["K"])
-            args.append(None if k is None or block is None or not plain(k.value) and int_value(k.value) is None
-                        or not plain(block.value) and int_value(block.value) is None
-                        else (code(k.value), code(block.value)))
+        tuned = kernel.autotune is not None
+        sites = [site(ms, dk, launch, meta=tuned) for launch in ms.launches_of(kernel)]
         if why := next((s for s in sites if isinstance(s, str)), None):
             reasons.append(why)
             continue
-        if None in args:
-            reasons.append(f"a launch of {kernel.name} does not pass {found['end']} and {dk.axes['K']} as names "
-                           "or numbers")
+        if tuned and not all(s.meta and s.launch.meta_use[0] <= set(dk.axes.values()) and s.launch.meta_use[1]
+                             for s in sites):
+            reasons.append(f"the grid of a launch of {kernel.name} is not a function of its block sizes alone")
             continue
-        twin = fresh_name(f"{kernel.name}_split_k", {n for s in ms.scopes for n in s.assigns} | set(ms.kernels))
-        node, p = _twin(dk, found, twin)
-        edits = [with_twin(kernel, node)]
-        for each, (k, block) in zip(sites, args):
-            names = host_names(each.launch, "grid", "tiles", "sms", "split_k", "ws")
-            setup = host_setup(each, names) + SPLIT.format(
-                split=names["split_k"], max_split=MAX_SPLIT, sms=names["sms"], tiles=names["tiles"], k=k,
-                min_steps=MIN_STEPS, block_k=block, grid=names["grid"])
-            workspace = WORKSPACE.format(split=names["split_k"], out=each.out)
-            extra = {p["ws_ptr"]: f"{names['ws']}[0, {each.out}.storage_offset():]",
-                     p["ws_span"]: f"{names['ws']}.shape[1]", p["SPLIT_K"]: names["split_k"]}
-            grid = names["grid"]
-            calls = [f"{names['ws']} = {workspace}",
-                     twin_call(each, twin, f"{grid} + (1,) * (2 - len({grid})) + ({names['split_k']},)",
-                               {**extra, p["REDUCE"]: "False"}),
-                     twin_call(each, twin, grid, {**extra, p["REDUCE"]: "True"})]
-            edits.append(branched(each, setup, f"{names['split_k']} > 1", calls))
-        touched = frozenset({kernel.name, twin} | {x.scope.top for x in ms.launches_of(kernel)})
-        variants.append(Variant("split_k", f"{kernel.name}'s K loop split over a third grid axis into up to "
-                                f"{MAX_SPLIT} float32 partial tiles, summed in order ({twin}), where the M x N tiles "
-                                "leave SMs idle", touched, tuple(edits)))
+        args = []
+        for each in sites:
+            k, block = each.launch.arg(found["end"]), each.launch.arg(dk.axes["K"])
+            if k is None or not plain(k.value) and int_value(k.value) is None or (block is None) != tuned \
+                    or block is not None and not plain(block.value) and int_value(block.value) is None:
+                break
+            args.append((code(k.value), None if block is None else code(block.value)))
+        else:
+            twin = fresh_name(f"{kernel.name}_split_k", {n for s in ms.scopes for n in s.assigns} | set(ms.kernels))
+            node, p = _twin(dk, found, twin)
+            p["BLOCK_K"] = dk.axes["K"]
+            edits = [with_twin(kernel, node)]
+            edits += [branched(each, *_host(each, twin, p, k, block)) for each, (k, block) in zip(sites, args)]
+            touched = frozenset({kernel.name, twin} | {x.scope.top for x in ms.launches_of(kernel)})
+            variants.append(Variant("split_k", f"{kernel.name}'s K loop split over a third grid axis into up to "
+                                    f"{MAX_SPLIT} float32 partial tiles, summed in order ({twin}), where the M x N "
+                                    "tiles leave SMs idle", touched, tuple(edits)))
+            continue
+        reasons.append(f"a launch of {kernel.name} does not pass {found['end']} and {dk.axes['K']} as names or "
+                       "numbers")
     return Found(variants, reasons)
