@@ -400,6 +400,7 @@ SKINNY = ("SHAPES = [dict(M=64, N=64, K=16384), dict(M=128, N=128, K=8192), dict
 @pytest.mark.gpu
 @pytest.mark.parametrize("rewrite, skinny, base", [
     ("split_k", True, ""),
+    ("split_k", True, "matmul_configs"),  # k0: the example autotuned over the tutorial's configs
     ("persistent_tiles", False, ""),
     ("persistent_tiles", False, "grouped_ordering,matmul_configs"),  # k0: the example grouped, then autotuned
 ])
