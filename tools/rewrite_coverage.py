@@ -35,6 +35,13 @@ STRUCTURAL = {
                       "sum, matched only in the plain two-loop form",
     "contiguity_hints": "tl.max_contiguous(tl.multiple_of(offs, P), P) on offs = M + tl.arange(0, P) where M is "
                         "certain to be a multiple of P (an integer scalar times P, or a loop stepping by P from 0)",
+    "split_k": "a tl.dot kernel's K loop split over a third grid axis where the launch's M x N tiles leave SMs idle; "
+               "float32 partials in a workspace, summed in a fixed order before the kernel's own epilogue "
+               "(deterministic), the original launch where SPLIT_K would be 1 (on an autotuned kernel, chosen from "
+               "its configs)",
+    "persistent_tiles": "a tl.dot kernel on min(SMs, tiles) programs, each looping over the tiles of the original "
+                        "grid with the program id replaced by the tile's, where there are more tiles than SMs "
+                        "(an autotuned kernel counts its tiles from the grid lambda, in the kernel)",
 }
 
 

@@ -43,8 +43,11 @@ BUILTIN: tuple[Strategy, ...] = (
         "num_warps and num_stages keyed on the problem sizes. Larger tiles amortise index arithmetic and raise "
         "reuse in registers and shared memory; smaller tiles give more programs and occupancy on small inputs. "
         "Where each program handles one small row, let each program loop over several consecutive rows "
-        "(coarsening) so that fewer programs start.",
-        "SM", ("block_size", "autotune", "coarsen", "inductor_configs", "matmul_configs"), proposer="rewriter"),
+        "(coarsening) so that fewer programs start. For a matmul whose output has fewer tiles than the GPU has "
+        "SMs and whose K is long, split K over a third grid axis and sum the partial tiles; for one with many "
+        "tiles, a persistent grid of one program per SM that loops over the tiles.",
+        "SM", ("block_size", "autotune", "coarsen", "inductor_configs", "matmul_configs", "split_k", "persistent_tiles"),
+        proposer="rewriter"),
     Strategy(
         "vectorization",
         "Make every thread move more contiguous data per instruction so that loads and stores become 128-bit "

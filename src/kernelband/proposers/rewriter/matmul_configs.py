@@ -27,7 +27,9 @@ def _axis(name: str) -> str | None:
     return last if last in ("M", "N", "K") else None
 
 
-def choose(ms: ModuleSource, kernel: Kernel) -> list[tuple[str, list[Config]]] | str:
+def dot_axes(kernel: Kernel) -> dict[str, str] | str:
+    """The block size of each of M, N and K ({"M": "BLOCK_M", ...}) of a tl.dot kernel whose tiles may take any
+    size (module doc); or why it has none. split_k and persistent_tiles start from the same kernels."""
     if not kernel.uses_dot:
         return f"{kernel.name} has no tl.dot"
     axes = {}
@@ -43,5 +45,13 @@ def choose(ms: ModuleSource, kernel: Kernel) -> list[tuple[str, list[Config]]] |
         return f"{kernel.name}'s {m} and {n} do not both scale the program id, or {k} does not step its loop"
     if why := free_blocks(kernel):
         return why
+    return axes
+
+
+def choose(ms: ModuleSource, kernel: Kernel) -> list[tuple[str, list[Config]]] | str:
+    axes = dot_axes(kernel)
+    if isinstance(axes, str):
+        return axes
+    m, n, k = axes["M"], axes["N"], axes["K"]
     return [(label, [({m: bm, n: bn, k: bk}, warps, stages) for bm, bn, bk, stages, warps in table])
             for label, table in (("Triton's matmul tutorial configs", TUTORIAL), ("Inductor's mm configs", INDUCTOR))]

@@ -19,6 +19,9 @@ variant it can make of it, in a fixed order, with the reasons it cannot do more.
     online_softmax    a max pass and an exp-sum pass over a row as one, with a running max (online_softmax.py)
     contiguity_hints  tl.max_contiguous / tl.multiple_of on `M + tl.arange(0, P)` where M is a multiple of P
                       (contiguity_hints.py)
+    split_k           a tl.dot kernel's K loop split over a third grid axis where its M x N tiles leave SMs idle,
+                      the float32 partials summed in order (split_k.py)
+    persistent_tiles  a tl.dot kernel on one program per SM, each looping over the tiles (persistent_tiles.py)
 """
 
 from __future__ import annotations
@@ -36,9 +39,11 @@ from kernelband.proposers.rewriter.fused_absmax import fused_absmax
 from kernelband.proposers.rewriter.grouped_ordering import grouped_ordering
 from kernelband.proposers.rewriter.launch_options import num_stages, num_warps
 from kernelband.proposers.rewriter.online_softmax import online_softmax
+from kernelband.proposers.rewriter.persistent_tiles import persistent_tiles
 from kernelband.proposers.rewriter.rows import rows
 from kernelband.proposers.rewriter.single_pass import single_pass
 from kernelband.proposers.rewriter.source import ModuleSource
+from kernelband.proposers.rewriter.split_k import split_k
 
 REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "block_size": block_size,
@@ -56,6 +61,8 @@ REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "single_pass": single_pass,
     "online_softmax": online_softmax,
     "contiguity_hints": contiguity_hints,
+    "split_k": split_k,
+    "persistent_tiles": persistent_tiles,
 }
 # Rewrites in no built-in strategy, until a GPU run shows they help: a strategies file can add them (README).
 STRATEGY_FILE_ONLY: frozenset[str] = frozenset()

@@ -79,12 +79,12 @@ class _Unrolled(cst.CSTTransformer):
         return updated_node.with_changes(name=cst.Name(self.name))
 
 
-def _plain(node: cst.BaseExpression) -> bool:
+def plain(node: cst.BaseExpression) -> bool:
     """A name, an attribute of one, or one indexed by an integer (`n`, `self.n`, `x.shape[1]`): reading it
     twice reads the same value."""
     if isinstance(node, cst.Subscript):
         return len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) \
-            and isinstance(node.slice[0].slice.value, cst.Integer) and _plain(node.value)
+            and isinstance(node.slice[0].slice.value, cst.Integer) and plain(node.value)
     return dotted(node) is not None
 
 
@@ -97,7 +97,7 @@ def _launch_edit(ms: ModuleSource, launch: Launch, param: str, end: str, twin: s
     block, length = launch.arg(param), launch.arg(end)
     if block is None or length is None or block.star or length.star:
         return f"the {launch.where} does not pass {param} and {end} by name or position"
-    if not _plain(length.value):
+    if not plain(length.value):
         return f"the {launch.where} passes {end} as an expression (the branch would evaluate it again)"
     if param in launch.meta_use[0] or any(n.value == param for g in launch.grid for n in subnodes(g, cst.Name)):
         return f"the grid of the {launch.where} reads {param}"

@@ -1,0 +1,192 @@
+"""What split_k and persistent_tiles share: the checks on a tl.dot kernel and on its launches, and the host
+code around a launch that runs a twin of the kernel where the twin pays and the original launch otherwise.
+
+Both need the launch's shape, which only the running host code knows (the sizes come from the tensors), so
+the choice is made there, from the launch's own grid and the GPU's SM count:
+
+    grid = tuple(<the launch's grid>)
+    tiles = grid[0] * (grid[1] if len(grid) > 1 else 1)
+    sms = torch.cuda.get_device_properties(c.device).multi_processor_count if c.device.type == "cuda" else 4
+    if <the twin pays for these tiles and SMs>:
+        <the twin's launch(es)>
+    else:
+        <the original launch, unchanged>
+
+On the CPU (the Triton interpreter) the "SM count" is CPU_SMS, small so that small shapes take the twin's path.
+
+A kernel qualifies when its tiles may take any size (`matmul_configs.dot_axes`) and, for the twin's meaning to
+be certain: it is not autotuned (its launch sets every block size), unless the rewrite handles a grid of the
+autotuner's config (`autotuned`, `site(meta=True)`), its parameters have no defaults (the twin
+adds some), it reads the program id on axes 0 and 1 only, it has no atomics, no early return and exactly one
+tl.store, through one pointer parameter that nothing loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from kernelband.proposers.rewriter.edits import Edit, appended, keyword_arg, statements
+from kernelband.proposers.rewriter.matmul_configs import dot_axes
+from kernelband.proposers.rewriter.single_pass import plain
+from kernelband.proposers.rewriter.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.syntax import code, fresh_name, int_value, loads, subnodes
+
+CPU_SMS = 4
+
+HOST = """\
+{grid} = tuple({grid_code})
+{tiles} = {grid}[0] * ({grid}[1] if len({grid}) > 1 else 1)
+{sms} = torch.cuda.get_device_properties({out}.device).multi_processor_count if {out}.device.type == "cuda" else {cpu}
+"""
+
+
+@dataclass
+class DotKernel:
+    kernel: Kernel
+    axes: dict[str, str]  # "M", "N", "K" -> the block-size parameter
+    out: str  # the pointer parameter of its one tl.store
+    store: cst.Call
+
+
+def dot_kernel(ms: ModuleSource, kernel: Kernel, autotuned: bool = False) -> DotKernel | str:
+    """The kernel with its block sizes and output; or why a twin of it is not certain to mean the same.
+    `autotuned`: a twin that handles a launch whose autotuner sets the block sizes is fine."""
+    axes = dot_axes(kernel)
+    if isinstance(axes, str):
+        return axes
+    if (kernel.autotune is not None and not autotuned) or kernel.heuristics:
+        return f"{kernel.name} is autotuned or has heuristics: its launch does not set its block sizes"
+    if "torch" not in ms.imported or "triton" not in ms.imported:
+        return "the module does not `import torch` and `import triton`"
+    params = kernel.node.params
+    if any(p.default is not None for p in params.params) or params.kwonly_params or params.posonly_params \
+            or params.star_arg not in (cst.MaybeSentinel.DEFAULT, None) or params.star_kwarg:
+        return f"{kernel.name} has parameters with defaults, stars or keyword-only ones"
+    axes_read = {int_value(c.args[0].value) if len(c.args) == 1 else None
+                 for c in kernel.calls("program_id") + kernel.calls("num_programs")}
+    if not axes_read <= {0, 1}:
+        return f"{kernel.name} reads the program id on an axis other than 0 and 1 (or on one not written as a number)"
+    if kernel.atomics or subnodes(kernel.node.body, cst.Return):
+        return f"{kernel.name} has atomics or an early return"
+    if len(kernel.stores) != 1:
+        return f"{kernel.name} has {len(kernel.stores)} tl.store calls, not one"
+    [store] = kernel.stores
+    address = kernel.address(store)
+    bases = kernel.bases(address) if address is not None else set()
+    if len(bases) != 1:
+        return f"{kernel.name}'s tl.store does not write through one pointer parameter"
+    [out] = bases
+    if out in kernel.inplace:
+        return f"{kernel.name} reads and writes {out}"
+    if not ms.launches_of(kernel):
+        return f"{kernel.name} is never launched as kernel[grid](...)"
+    return DotKernel(kernel, axes, out, store)
+
+
+@dataclass
+class Site:
+    """A launch that host code can branch around."""
+
+    launch: Launch
+    line: cst.SimpleStatementLine  # the launch's statement
+    grid: str  # the grid as an expression of a tuple (or of a function of meta, where `meta`)
+    out: str  # the tensor the launch passes for the kernel's output
+    meta: bool = False
+
+
+def site(ms: ModuleSource, dk: DotKernel, launch: Launch, meta: bool = False) -> Site | str:
+    """The launch, if host code can branch around it; `meta`: a grid that is a lambda of meta is fine."""
+    parent = ms.parents.get(id(launch.call))
+    line = ms.parents.get(id(parent))
+    if not (isinstance(parent, cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+            and launch.scope.name != "<module>"):
+        return f"the {launch.where} is not a statement of its own in a function"
+    if launch.meta_grid is not None and not (meta and isinstance(launch.grid_value[0], cst.Lambda)):
+        return f"the grid of the {launch.where} is a function of the launch's constexprs"
+    grid = launch.grid
+    if len(grid) > 2 or (len(grid) == 1 and isinstance(grid[0], cst.Tuple) and len(grid[0].elements) > 2):
+        return f"the {launch.where} has a 3-D grid"
+    if launch.meta_grid is None and any(isinstance(g, cst.Lambda) or isinstance(g, cst.Tuple) and any(
+            isinstance(e, cst.StarredElement) for e in g.elements) for g in grid):
+        return f"the grid of the {launch.where} is not a plain tuple"
+    if any(a.star for a in launch.call.args) or len(launch.args) != len(launch.call.args):
+        return f"the {launch.where} passes arguments the kernel's parameters do not name"
+    out = launch.arg(dk.out)
+    if out is None or not plain(out.value):
+        return f"the {launch.where} does not pass {dk.out} as a name"
+    grid_code = code(grid[0]) if len(grid) == 1 else "(" + ", ".join(code(g) for g in grid) + ",)"
+    return Site(launch, line, grid_code, code(out.value), launch.meta_grid is not None)
+
+
+def host_names(launch: Launch, *bases: str) -> dict[str, str]:
+    used = set(launch.scope.assigns) | set(launch.scope.params)
+    used |= {n.value for n in subnodes(launch.scope.node, cst.Name)}
+    return {base: fresh_name(f"_{base}", used) for base in bases}
+
+
+def host_setup(site: Site, names: dict[str, str]) -> str:
+    return HOST.format(grid=names["grid"], tiles=names["tiles"], sms=names["sms"], grid_code=site.grid,
+                       out=site.out, cpu=CPU_SMS)
+
+
+def twin_call(site: Site, twin: str, grid: str, extra: dict[str, str]) -> str:
+    """The code of the launch's call with the twin kernel, grid `grid` and the keyword arguments `extra` added."""
+    call = site.launch.call
+    args = list(call.args)
+    for name, value in extra.items():
+        args = appended(args, keyword_arg(name, cst.parse_expression(value)))
+    call = call.with_changes(func=cst.parse_expression(f"{twin}[{grid}]"), args=args)
+    return code(call)
+
+
+def branched(site: Site, setup: str, condition: str | None, twin_calls: list[str]) -> tuple[cst.CSTNode, Edit]:
+    """The edit that puts `setup`, then `if condition: <twin calls> else: <the launch>`, in place of the launch
+    (with no condition: `setup` and the twin calls)."""
+    if condition is None:
+        text = setup + "".join(f"{call}\n" for call in twin_calls)
+    else:
+        body = "".join(f"    {line}\n" for call in twin_calls for line in call.splitlines())
+        original = code(site.line.with_changes(leading_lines=[])).rstrip("\n")
+        text = setup + f"if {condition}:\n{body}else:\n" + "".join(f"    {line}\n" for line in original.splitlines())
+    block = statements(text)
+
+    def edit(node: cst.SimpleStatementLine) -> cst.FlattenSentinel:
+        head = block[0].with_changes(leading_lines=[*node.leading_lines, *block[0].leading_lines])
+        return cst.FlattenSentinel([head, *block[1:]])
+    return site.line, edit
+
+
+def with_twin(kernel: Kernel, twin: cst.FunctionDef) -> tuple[cst.CSTNode, Edit]:
+    """The edit that puts the twin kernel after the original."""
+    return kernel.node, lambda node: cst.FlattenSentinel([node, twin])
+
+
+def new_params(kernel: Kernel, names: list[tuple[str, bool]]) -> tuple[cst.FunctionDef, dict[str, str]]:
+    """The kernel's def with parameters added at its end (name, constexpr), each under a name it does not
+    use; and those names."""
+    used = set(kernel.names)
+    fresh = {name: fresh_name(name, used) for name, _ in names}
+    params = list(kernel.node.params.params)
+    for name, constexpr in names:
+        annotation = cst.Annotation(cst.parse_expression(f"{kernel.tl_name}.constexpr")) if constexpr else None
+        params = appended(params, cst.Param(cst.Name(fresh[name]), annotation=annotation))
+    node = kernel.node.with_changes(params=kernel.node.params.with_changes(params=params))
+    return node, fresh
+
+
+class Renamed(cst.CSTTransformer):
+    """Reads of one name replaced by reads of another (assignment targets, attributes and keywords kept)."""
+
+    def __init__(self, root: cst.CSTNode, old: str, new: str) -> None:
+        super().__init__()
+        self.reads = {id(n) for n in loads(root) if n.value == old}
+        self.new = new
+
+    def leave_Name(self, original_node, updated_node):
+        return updated_node.with_changes(value=self.new) if id(original_node) in self.reads else updated_node
+
+
+def renamed(node: cst.CSTNode, old: str, new: str) -> cst.CSTNode:
+    return node.visit(Renamed(node, old, new))
