@@ -345,3 +345,13 @@ def test_merging_a_bench_brings_its_runs_knowledge_once(tmp_path: Path, monkeypa
     res = runner.invoke(app_module.app, ["merge", "merged.db", str(target), "--db", "final.db"])
     assert res.exit_code == 0, res.output
     assert len(pulls("final.db")) == 12
+
+    # a bench merged before its knowledge was copied gets it from a merge again; a run of its own does not
+    final = Store("final.db")
+    final.write("DELETE FROM knowledge_pulls")
+    (vector_add,) = [r for r in final.runs() if r.task == "examples:vector_add"]
+    final.write("UPDATE runs SET created = created + 1 WHERE id = ?", (vector_add.id,))
+    final.close()
+    res = runner.invoke(app_module.app, ["merge", "merged.db", str(target), "--db", "final.db", "--into", "1"])
+    assert res.exit_code == 0 and "0 runs copied" in " ".join(res.output.split())
+    assert sorted({r["task"] for r in pulls("final.db")}) == ["examples:softmax"] and len(pulls("final.db")) == 6

@@ -377,8 +377,8 @@ class Store:
         `into` (its settings must match; the task lists are joined) or a new bench with the same settings.
         A run whose (task, policy, proposer, seed) is already done in the target is skipped. The knowledge rows
         each copied run wrote into `other` (knowledge.py) come with it, GPU model and rules kept, each pull
-        once however often the bench is merged. Returns (target bench, runs copied). For sweeps split over
-        machines or sessions."""
+        once however often the bench is merged (merged again, a run copied before its knowledge was gets it).
+        Returns (target bench, runs copied). For sweeps split over machines or sessions."""
         other = Path(other).expanduser()
         if not other.is_file():
             raise UserError(f"no run database at {other}")
@@ -405,11 +405,15 @@ class Store:
             pulls = {_pull_key(r) for r in _knowledge_rows(self)}
             theirs_pulls = _knowledge_rows(src)
             for run in src.runs(bench_id):
+                mine = [r for r in theirs_pulls if _wrote(r, run, src.path)]
                 done = self.find_run(run.task_key, run.policy, run.proposer, run.seed, into)
                 if done is not None and done.status == "done":
+                    if done.created == run.created:  # this very run, copied before its knowledge was
+                        with self._tx() as db:
+                            self._copy_pulls(db, mine, done.id, pulls)
                     continue
                 copied += 1
-                self._copy_run(src, run, into, [r for r in theirs_pulls if _wrote(r, run, src.path)], pulls)
+                self._copy_run(src, run, into, mine, pulls)
             with self._tx() as db:
                 for row in src._rows("SELECT * FROM baselines"):
                     db.execute("INSERT OR IGNORE INTO baselines VALUES (?,?,?,?,?,?,?)", tuple(row.values()))
@@ -437,15 +441,19 @@ class Store:
                         r.pop("id")
                     cols = ", ".join(r)
                     db.execute(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(r))})", tuple(r.values()))
-            here = str(self.path.resolve())
-            for r in pulls:
-                if _pull_key(r) in seen:
-                    continue
-                seen.add(_pull_key(r))
-                r = {**r, "origin": here, "run_id": new}
-                r.pop("id")  # the order of writing here: after every cut a run of this database has taken
-                db.execute(f"INSERT OR IGNORE INTO knowledge_pulls ({', '.join(r)}) VALUES ({', '.join('?' * len(r))})",
-                           tuple(r.values()))
+            self._copy_pulls(db, pulls, new, seen)
+
+    def _copy_pulls(self, db: sqlite3.Connection, pulls: list[dict], run_id: int, seen: set[tuple]) -> None:
+        """Knowledge rows as rows of this database's run `run_id`, but those in `seen` (which the rest join)."""
+        here = str(self.path.resolve())
+        for r in pulls:
+            if _pull_key(r) in seen:
+                continue
+            seen.add(_pull_key(r))
+            r = {**r, "origin": here, "run_id": run_id}
+            r.pop("id")  # the order of writing here: after every cut a run of this database has taken
+            db.execute(f"INSERT OR IGNORE INTO knowledge_pulls ({', '.join(r)}) VALUES ({', '.join('?' * len(r))})",
+                       tuple(r.values()))
 
     def baseline(self, gpu: str, driver: str, triton: str, task_key: str, preset: str) -> EvalResult | None:
         rows = self._rows("SELECT result FROM baselines WHERE gpu = ? AND driver = ? AND triton = ? AND task_key = ?"
