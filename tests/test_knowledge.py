@@ -212,7 +212,7 @@ class ScriptedEvaluator:
         return SimpleNamespace(entry="entry", shapes=[])
 
 
-def _search(store: Store, ref: str, knowledge_choice: str = ""):
+def _search(store: Store, ref: str, knowledge_choice: str = "", bench_id: int | None = None):
     from kernelband.proposers.base import ProposerBase
     from kernelband.search.core import Proposal
     from kernelband.search.loop import RunConfig
@@ -226,7 +226,8 @@ def _search(store: Store, ref: str, knowledge_choice: str = ""):
             return Proposal(source=parent.source + f"\nV_{strategy.name}_{parent.id} = 1\n", rationale="scripted")
 
     return open_search(load_task(ref), ScriptedEvaluator(), store, "kernelband", Appender(), 0,
-                       RunConfig(iterations=3, q=2, finalists=1), strategies=STRATEGIES, knowledge=knowledge_choice)
+                       RunConfig(iterations=3, q=2, finalists=1), strategies=STRATEGIES, knowledge=knowledge_choice,
+                       bench_id=bench_id)
 
 
 def test_a_search_writes_its_pulls_and_the_next_kernel_starts_from_them(tmp_path: Path):
@@ -290,3 +291,67 @@ def test_open_carry_reads_train_tasks_only_for_a_bench_s_test_tasks_and_keeps_it
     assert resumed.upto == 60 and resumed.train_only  # as it began, whatever was written since
     assert knowledge.open_carry(store, "", 5, "examples:softmax", "k", True, saved={}) is None  # began without
     assert knowledge.open_carry(store, "off", 5, "examples:softmax", "k", True) is None
+
+
+def test_merging_a_bench_brings_its_runs_knowledge_once(tmp_path: Path, monkeypatch):
+    """A sweep split over two databases (named relative to where each ran, as a GPU machine names them): the
+    merge copies each run's pulls with their GPU model and rules, as rows of the merged database's runs; rows
+    another database's run wrote here are not this bench's; merging again, into the same bench or a new one,
+    counts no pull twice; and the merged database passes them on in a later merge."""
+    monkeypatch.chdir(tmp_path)
+    parts = {}
+    for name, ref in (("a.db", "examples:vector_add"), ("b.db", "examples:softmax")):
+        store = Store(name)
+        bench = store.create_bench("examples", {"policies": ["kernelband"], "seeds": [0], "iterations": 3})
+        search = _search(store, ref, bench_id=bench)
+        search.run()
+        assert store.run(search.run_id).config["knowledge"]["db"] == name  # relative; the rows' origin is not
+        parts[name] = (bench, search.run_id, store.run(search.run_id).task_key)
+        store.close()
+    bench_a, run_a, key_a = parts["a.db"]
+    store = Store("a.db")  # a run of another database used a.db as its --knowledge: its rows stay behind
+    knowledge.Carry(store, str(tmp_path / "y.db"), run_a, key_a, "test", 0, False).record(1, "vec", cand(0), cand(1))
+    store.close()
+
+    def pulls(db: str) -> list[dict]:
+        merged = Store(db)
+        try:
+            return merged.query("SELECT k.*, r.task FROM knowledge_pulls k JOIN runs r ON r.id = k.run_id")
+        finally:
+            merged.close()
+
+    runner = CliRunner()
+    res = runner.invoke(app_module.app, ["merge", "a.db", str(bench_a), "--db", "merged.db"])
+    assert res.exit_code == 0, res.output
+    target = int(" ".join(res.output.split()).split("into bench ")[1].split()[0])
+    res = runner.invoke(app_module.app, ["merge", "b.db", str(parts["b.db"][0]), "--db", "merged.db", "--into",
+                                         str(target)])
+    assert res.exit_code == 0, res.output
+    rows = pulls("merged.db")
+    assert len(rows) == 12 and {r["origin"] for r in rows} == {str(tmp_path / "merged.db")}
+    assert {(r["gpu"], r["rules"]) for r in rows} == {(GPU, RULES)}
+    assert sorted((r["task"], r["pull"]) for r in rows) == sorted(
+        (task, pull) for task in ("examples:softmax", "examples:vector_add") for pull in range(1, 7))
+    merged = Store("merged.db")
+    assert len(knowledge.load(merged, GPU).examples) == 12
+    merged.close()
+
+    again = runner.invoke(app_module.app, ["merge", "a.db", str(bench_a), "--db", "merged.db"])  # a new bench
+    assert again.exit_code == 0 and "1 runs copied" in " ".join(again.output.split())
+    runner.invoke(app_module.app, ["merge", "b.db", str(parts["b.db"][0]), "--db", "merged.db", "--into",
+                                   str(target)])
+    assert len(pulls("merged.db")) == 12
+
+    res = runner.invoke(app_module.app, ["merge", "merged.db", str(target), "--db", "final.db"])
+    assert res.exit_code == 0, res.output
+    assert len(pulls("final.db")) == 12
+
+    # a bench merged before its knowledge was copied gets it from a merge again; a run of its own does not
+    final = Store("final.db")
+    final.write("DELETE FROM knowledge_pulls")
+    (vector_add,) = [r for r in final.runs() if r.task == "examples:vector_add"]
+    final.write("UPDATE runs SET created = created + 1 WHERE id = ?", (vector_add.id,))
+    final.close()
+    res = runner.invoke(app_module.app, ["merge", "merged.db", str(target), "--db", "final.db", "--into", "1"])
+    assert res.exit_code == 0 and "0 runs copied" in " ".join(res.output.split())
+    assert sorted({r["task"] for r in pulls("final.db")}) == ["examples:softmax"] and len(pulls("final.db")) == 6

@@ -134,6 +134,65 @@ def test_a_cluster_of_several_gpu_models_is_refused_unless_one_is_picked():
     assert [s.actors for s in raybench.plan_nodes(cpu, None, 2)[0]] == [1, 1]
 
 
+class _Lost(Exception):
+    """Stands in for RayActorError."""
+
+
+class _Ref:
+    def __init__(self, event: dict, lost: bool) -> None:
+        self.event, self.lost = event, lost
+
+
+class _FakeRay:
+    """What `_drive` asks of Ray: the first call in flight answers first."""
+
+    @staticmethod
+    def wait(refs: list, num_returns: int, timeout: float):
+        return refs[:1], refs[1:]
+
+    @staticmethod
+    def get(ref: _Ref) -> dict:
+        if ref.lost:
+            raise _Lost("actor died")
+        return ref.event
+
+
+class _Actor:
+    def __init__(self, index: int, dealt: list, dies: bool = False) -> None:
+        self.index, self.dealt, self.dies = index, dealt, dies
+        self.run = self  # actor.run.remote(job)
+
+    def remote(self, job: dict) -> _Ref:
+        self.dealt.append((self.index, job["task"]))
+        lost, self.dies = self.dies, False  # its first call dies with it
+        return _Ref({"kind": "job_done", **job}, lost)
+
+
+def test_ray_bench_ends_every_train_run_before_a_test_run_starts(monkeypatch):
+    """As the local bench: the test tasks start from all that the train tasks taught; an actor lost among the
+    train runs gets no test run, and its run is done by another."""
+    from kernelband.bench import Job
+    from kernelband.tasks.split import side
+
+    monkeypatch.setattr(raybench, "ray", _FakeRay)
+    monkeypatch.setattr(raybench, "RayActorError", _Lost, raising=False)
+    monkeypatch.setattr(raybench, "RayTaskError", RuntimeError, raising=False)
+    tasks = ["tritonbench:add_value", "tritonbench:triton_softmax", "examples:softmax", "examples:vector_add"]
+    assert [side(t) for t in tasks] == ["train", "train", "test", "test"]
+    by_task = {t: [Job(t, "random", seed) for seed in (0, 1)] for t in tasks}
+    dealt: list[tuple[int, str]] = []
+    events: list[dict] = []
+    actors = [_Actor(0, dealt), _Actor(1, dealt, dies=True)]
+    result = raybench.RayResult(1)
+    raybench._drive_phases(actors, ["a", "b"], by_task, 2, events.append, result)
+    done = [(e["task"], e["seed"]) for e in events if e["kind"] == "job_done"]
+    assert sorted(done) == sorted((t, s) for t in tasks for s in (0, 1))  # each once, the lost one again
+    started = [side(e["task"]) for e in events if e["kind"] in ("job_started", "job_done")]
+    assert started == sorted(started, key=lambda s: s != "train")
+    assert [i for i, task in dealt if side(task) == "test"] == [0] * 4  # the lost actor gets none
+    assert any(e["kind"] == "actor_lost" for e in events)
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_a_two_node_cluster_runs_the_same_runs_as_the_local_bench(cluster_of, evaluator, tmp_path: Path):

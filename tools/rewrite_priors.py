@@ -18,6 +18,7 @@ import argparse
 import json
 import sqlite3
 from collections import Counter
+from datetime import datetime, timezone
 from pathlib import Path
 
 from kernelband.errors import UserError, run_script
@@ -26,12 +27,14 @@ from kernelband.tasks.split import SPLITS, side
 
 
 def count(db: str, benches: list[int] | None, win: float, split: str | None = None) -> dict:
-    """{"families": {family: [children, won]}, "by_load": {"family|load": [children, won]}}."""
+    """{"families": {family: [children, won]}, "by_load": {"family|load": [children, won]}, "devices": [GPU
+    models of the runs counted], "tasks": [the tasks counted]}."""
     if not Path(db).is_file():
         raise UserError(f"no database at {db} (unpack docs/results/bench.db.xz with `xz -dk`)")
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     query = """
-        SELECT c.run_id, c.parent, c.rationale, e.outcome, e.speedup, p.speedup, p.result, r.task FROM candidates c
+        SELECT c.run_id, c.parent, c.rationale, e.outcome, e.speedup, p.speedup, p.result, r.task, r.device
+        FROM candidates c
         JOIN runs r ON r.id = c.run_id
         JOIN evaluations e ON e.run_id = c.run_id AND e.candidate = c.id AND e.which = 'search'
         JOIN evaluations p ON p.run_id = c.run_id AND p.candidate = c.parent AND p.which = 'search'
@@ -45,10 +48,13 @@ def count(db: str, benches: list[int] | None, win: float, split: str | None = No
     except sqlite3.DatabaseError as exc:
         raise UserError(f"{db} is not a KernelBand run database ({exc}); a .xz file unpacks with `xz -dk`") from None
     children, won = Counter(), Counter()
+    devices, tasks = set(), set()
     loads: dict[tuple[int, int], str | None] = {}  # a parent's load, its result parsed once for all its children
-    for run, parent_id, rationale, outcome, speedup, parent, parent_result, task in rows:
+    for run, parent_id, rationale, outcome, speedup, parent, parent_result, task, device in rows:
         if split is not None and side(task) != split:
             continue
+        devices.add(device)
+        tasks.add(task)
         rewrite, _, rest = rationale.partition(": ")
         kind = family(rewrite, rest)
         if (run, parent_id) not in loads:
@@ -58,19 +64,22 @@ def count(db: str, benches: list[int] | None, win: float, split: str | None = No
         for key in (kind, f"{kind}|{load}") if load else (kind,):
             children[key] += 1
             won[key] += hit
-    split = {"families": {}, "by_load": {}}
+    counts: dict = {"families": {}, "by_load": {}}
     for key in sorted(children):
-        split["by_load" if "|" in key else "families"][key] = [children[key], won[key]]
-    return split
+        counts["by_load" if "|" in key else "families"][key] = [children[key], won[key]]
+    return {**counts, "devices": sorted(devices), "tasks": sorted(tasks)}
+
+
+PROVENANCE = ("counted", "date", "split", "devices", "tasks")
 
 
 def _dump(counts: dict) -> str:
-    """JSON with one line per count, so that a diff shows which counts moved."""
+    """JSON with one line per count, so that a diff shows which counts moved; where the counts come from first."""
     def table(name: str) -> str:
         rows = [f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in counts[name].items()]
         return f' "{name}": {{\n' + ",\n".join(rows) + "\n }"
-    return "{\n" + f' "counted": {json.dumps(counts["counted"])},\n' + table("families") + ",\n" \
-        + table("by_load") + "\n}\n"
+    head = "".join(f' "{key}": {json.dumps(counts[key])},\n' for key in PROVENANCE if key in counts)
+    return "{\n" + head + table("families") + ",\n" + table("by_load") + "\n}\n"
 
 
 def main() -> None:
@@ -93,10 +102,12 @@ def main() -> None:
         print(f"| {kind} | {n} | {won} | {prior(kind, counts=counts):.3f} | {' | '.join(cells)} | {now} |")
     total = sum(n for n, _ in counts["families"].values())
     print(f"\n{total} children, {sum(w for _, w in counts['families'].values())} won")
+    print(f"{len(counts['tasks'])} tasks ({args.split or 'both sides of the split'}) on {', '.join(counts['devices'])}")
     if args.write:
         counts = {"counted": f"tools/rewrite_priors.py {Path(args.db).name}"
                              + "".join(f" --bench {b}" for b in args.bench or []) + f" --win {args.win}"
                              + (f" --split {args.split}" if args.split else ""),
+                  "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "split": args.split or "all",
                   **counts}
         args.write.write_text(_dump(counts))
         print(f"wrote {args.write}")

@@ -131,6 +131,14 @@ def measured_elsewhere(store: Store, bench_id: int, gpu: str) -> list[str]:
     return sorted({r.device for r in store.runs(bench_id) if r.device} - {gpu})
 
 
+def phases(by_task: dict[str, list[Job]]) -> list[list[list[Job]]]:
+    """The runs grouped by task, in two phases: the train tasks' (tasks/split.py), then the others'. Every run of
+    the first ends before one of the second starts, so that the test tasks start with all that the train tasks
+    taught the knowledge store (knowledge.py)."""
+    train = [g for t, g in by_task.items() if splits.side(t) == "train"]
+    return [train, [g for t, g in by_task.items() if splits.side(t) != "train"]]
+
+
 def deal(groups: list[list[Job]], gpus: int, open_: Callable[[Job], bool]) -> list[deque[Job]]:
     """The runs of each GPU, in order. Each task's runs go to one GPU, where its reference worker is set up
     once: the task goes to the GPU with the fewest open runs so far (`open_`: not done yet), in the order
@@ -263,10 +271,7 @@ class Bench:
             ev.keep_references(self.runs_per_gpu + 1)
         in_flight: dict = {}
         shared = [SharedEvaluations(ev, in_flight, self._lock) for ev in self.evaluators]
-        # Two phases: every train task's runs end before a test task's run starts, so that the test tasks
-        # start with all that the train tasks taught the knowledge store.
-        train = [g for t, g in by_task.items() if splits.side(t) == "train"]
-        for phase in (train, [g for t, g in by_task.items() if splits.side(t) != "train"]):
+        for phase in phases(by_task):
             self._queues = deal(phase, len(self.evaluators),
                                 lambda job: (job.task, job.policy, job.seed) not in done)
             threads = [threading.Thread(target=self._drain, args=(i, ev), daemon=True)

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kernelband.bench import Bench, BenchConfig, Job, SharedEvaluations, deal
+from kernelband.bench import Bench, BenchConfig, Job, SharedEvaluations, deal, phases
 from kernelband.errors import SetupError, UserError
 from kernelband.store import Store
 
@@ -274,9 +274,8 @@ def ray_bench(store: Store, config: BenchConfig, address: str, proposer, *, trit
     by_task: dict[str, list[Job]] = {}
     for job in open_jobs:
         by_task.setdefault(job.task, []).append(job)
-    queues = deal(list(by_task.values()), len(actors), lambda job: True)
     try:
-        _drive(actors, labels, queues, runs_per_actor, on_event, result)
+        _drive_phases(actors, labels, by_task, runs_per_actor, on_event, result)
     finally:
         _close(actors)
     if bench._complete():
@@ -300,11 +299,19 @@ def _close(actors: list) -> None:
             pass
 
 
-def _drive(actors: list, labels: list[str], queues: list[deque[Job]], per_actor: int,
-           on_event: Callable[[dict], None], result: RayResult) -> None:
-    """Deals the runs to the actors, `per_actor` at a time each, until every queue is empty and no run is in
-    flight; a dead actor's runs go back to its queue, for the living ones to take."""
+def _drive_phases(actors: list, labels: list[str], by_task: dict[str, list[Job]], per_actor: int,
+                  on_event: Callable[[dict], None], result: RayResult) -> None:
+    """The train tasks' runs, then the others', as the local bench runs them (bench.phases); an actor lost in
+    the first phase is not dealt runs in the second."""
     alive = set(range(len(actors)))
+    for phase in phases(by_task):
+        _drive(actors, labels, deal(phase, len(actors), lambda job: True), per_actor, on_event, result, alive)
+
+
+def _drive(actors: list, labels: list[str], queues: list[deque[Job]], per_actor: int,
+           on_event: Callable[[dict], None], result: RayResult, alive: set[int]) -> None:
+    """Deals the runs to the actors, `per_actor` at a time each, until every queue is empty and no run is in
+    flight; a dead actor's runs go back to its queue, for the living ones (`alive`, updated) to take."""
     in_flight: dict = {}  # ObjectRef -> (actor index, Job)
     busy = Counter()
 

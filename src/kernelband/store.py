@@ -375,7 +375,9 @@ class Store:
         """Copy bench `bench_id` of the database `other` into this one: every run with its candidates,
         proposals, evaluations, iterations and LLM calls, and the golden baselines. The runs join bench
         `into` (its settings must match; the task lists are joined) or a new bench with the same settings.
-        A run whose (task, policy, proposer, seed) is already done in the target is skipped.
+        A run whose (task, policy, proposer, seed) is already done in the target is skipped. The knowledge rows
+        each copied run wrote into `other` (knowledge.py) come with it, GPU model and rules kept, each pull
+        once however often the bench is merged (merged again, a run copied before its knowledge was gets it).
         Returns (target bench, runs copied). For sweeps split over machines or sessions."""
         other = Path(other).expanduser()
         if not other.is_file():
@@ -400,12 +402,18 @@ class Store:
                     db.execute("UPDATE benches SET config = ? WHERE id = ?",
                                (json.dumps({**ours["config"], "tasks": tasks}), into))
             copied = 0
+            pulls = {_pull_key(r) for r in _knowledge_rows(self)}
+            theirs_pulls = _knowledge_rows(src)
             for run in src.runs(bench_id):
+                mine = [r for r in theirs_pulls if _wrote(r, run, src.path)]
                 done = self.find_run(run.task_key, run.policy, run.proposer, run.seed, into)
                 if done is not None and done.status == "done":
+                    if done.created == run.created:  # this very run, copied before its knowledge was
+                        with self._tx() as db:
+                            self._copy_pulls(db, mine, done.id, pulls)
                     continue
                 copied += 1
-                self._copy_run(src, run.id, into)
+                self._copy_run(src, run, into, mine, pulls)
             with self._tx() as db:
                 for row in src._rows("SELECT * FROM baselines"):
                     db.execute("INSERT OR IGNORE INTO baselines VALUES (?,?,?,?,?,?,?)", tuple(row.values()))
@@ -413,7 +421,12 @@ class Store:
         finally:
             src.close()
 
-    def _copy_run(self, src: Store, run_id: int, bench_id: int) -> None:
+    def _copy_run(self, src: Store, run: RunRow, bench_id: int, pulls: list[dict], seen: set[tuple]) -> None:
+        """The run, its records and its knowledge rows `pulls`, in one transaction: a merge killed midway leaves
+        no run without its knowledge. The copied rows become the copy's own (this database, its new run id),
+        as the run would have written them here, so a later merge of this database finds them the same way;
+        a pull in `seen` (already here) is left out, and the pulls copied join it."""
+        run_id = run.id
         row = src._rows("SELECT * FROM runs WHERE id = ?", (run_id,))[0]
         with self._tx() as db:
             new = db.execute("INSERT INTO runs (bench_id, task, task_key, policy, proposer, seed, config, status, "
@@ -428,6 +441,19 @@ class Store:
                         r.pop("id")
                     cols = ", ".join(r)
                     db.execute(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(r))})", tuple(r.values()))
+            self._copy_pulls(db, pulls, new, seen)
+
+    def _copy_pulls(self, db: sqlite3.Connection, pulls: list[dict], run_id: int, seen: set[tuple]) -> None:
+        """Knowledge rows as rows of this database's run `run_id`, but those in `seen` (which the rest join)."""
+        here = str(self.path.resolve())
+        for r in pulls:
+            if _pull_key(r) in seen:
+                continue
+            seen.add(_pull_key(r))
+            r = {**r, "origin": here, "run_id": run_id}
+            r.pop("id")  # the order of writing here: after every cut a run of this database has taken
+            db.execute(f"INSERT OR IGNORE INTO knowledge_pulls ({', '.join(r)}) VALUES ({', '.join('?' * len(r))})",
+                       tuple(r.values()))
 
     def baseline(self, gpu: str, driver: str, triton: str, task_key: str, preset: str) -> EvalResult | None:
         rows = self._rows("SELECT result FROM baselines WHERE gpu = ? AND driver = ? AND triton = ? AND task_key = ?"
@@ -471,6 +497,38 @@ def _add_columns(db: sqlite3.Connection) -> None:
                    "(SELECT CASE l.outcome WHEN 'ok' THEN 'duplicate' ELSE l.outcome END FROM llm_calls l "
                    "WHERE l.run_id = proposals.run_id AND l.iteration = proposals.iteration "
                    "AND l.slot = proposals.slot ORDER BY l.id DESC LIMIT 1), 'nothing') END")
+
+
+def _knowledge_rows(store: Store) -> list[dict]:
+    """The knowledge store's rows; none in a database opened read-only that was written before it existed."""
+    try:
+        return store._rows("SELECT * FROM knowledge_pulls ORDER BY id")
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return []
+        raise
+
+
+def _pull_key(row: dict) -> tuple:
+    """A pull however often it is copied: its GPU model, rules, task, pull count and the time it was written (its
+    origin and run id change with the database it is in)."""
+    return row["gpu"], row["rules"], row["task_key"], row["pull"], row["created"]
+
+
+def _wrote(row: dict, run: RunRow, path: Path) -> bool:
+    """Whether the knowledge row is one that `run` wrote into the database at `path`: same run id and task, and
+    an origin that is that database, either as the run named it when it began (its `knowledge` entry, maybe a
+    relative path; the origin is resolved) or as it is now (rows a merge copied into it). Rows other databases'
+    runs wrote into it, when it was their --knowledge, have their own origin."""
+    if row["run_id"] != run.id or row["task_key"] != run.task_key:
+        return False
+    if row["origin"] == str(path.resolve()):
+        return True
+    named = (run.config.get("knowledge") or {}).get("db")
+    if not named:
+        return False
+    tail, parts = Path(os.path.normpath(named)).parts, Path(row["origin"]).parts
+    return len(tail) <= len(parts) and parts[len(parts) - len(tail):] == tail
 
 
 def _run_row(row: dict) -> RunRow:

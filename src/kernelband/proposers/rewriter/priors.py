@@ -8,14 +8,16 @@ a kernel or adding a config to one that is autotuned already (`family`).
 The **load** of a parent is read from its evaluation's compile features (the launch that did the most
 work on the representative shape: its BLOCK* constexprs, num_warps, register spills), with no profiler:
 `heavy` when the compiler spilled registers or a thread holds more than 32 elements of the tile, `light`
-at 2 or fewer, `mid` between (`load_class`). Over benches 1 and 2 on an H200 the load decided which family
-won: growing a block beat its parent 10 times in 10 on a light kernel and 0 times in 26 otherwise; raising
-num_warps 10 in 18 on a heavy one and 2 in 48 otherwise (`python tools/rewrite_priors.py bench.db`).
+at 2 or fewer, `mid` between (`load_class`). On the train tasks of the GPU benches the load decides which
+family wins: growing a block beat its parent 8 times in 8 on a light kernel and 0 times in 94 otherwise;
+raising num_warps 23 in 48 on a heavy one and 1 in 85 otherwise (BENCHMARKS.md, "the rewriter's priors by
+parent load").
 
-The counts live in `priors.json`, written by that script from a run database. A family's prior is
+The counts live in `priors.json`, written by `tools/rewrite_priors.py --split train` from a run database, with
+where they come from (the command, date, GPU models and tasks) at its head. A family's prior is
 (won + 1) / (children + 2); with the parent's load known, its prior for that load is the count for that
-load shrunk toward the family's: (won + STRENGTH x prior) / (children + STRENGTH). The counts come from
-the 29 TritonBench-G level-1/2 tasks, the tasks the rewriter is benchmarked on.
+load shrunk toward the family's: (won + STRENGTH x prior) / (children + STRENGTH). The counts come from the
+train side of the fixed split (tasks/split.py) only, so that a bench's test tasks are held out from them.
 """
 
 from __future__ import annotations
