@@ -35,6 +35,9 @@ STRUCTURAL = {
                       "sum, matched only in the plain two-loop form",
     "contiguity_hints": "tl.max_contiguous(tl.multiple_of(offs, P), P) on offs = M + tl.arange(0, P) where M is "
                         "certain to be a multiple of P (an integer scalar times P, or a loop stepping by P from 0)",
+    "launch_fusion": "two launches in a row with the same grid, the second reading what the first stored at the "
+                     "same addresses under the same mask, as one kernel holding that value in registers; the "
+                     "store kept only where the host reads the buffer again",
 }
 
 

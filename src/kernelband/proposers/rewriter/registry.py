@@ -19,6 +19,8 @@ variant it can make of it, in a fixed order, with the reasons it cannot do more.
     online_softmax    a max pass and an exp-sum pass over a row as one, with a running max (online_softmax.py)
     contiguity_hints  tl.max_contiguous / tl.multiple_of on `M + tl.arange(0, P)` where M is a multiple of P
                       (contiguity_hints.py)
+    launch_fusion     two launches in a row, the second reading what the first wrote at the same addresses, as
+                      one kernel that keeps the value in registers (launch_fusion.py)
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from kernelband.proposers.rewriter.contiguity_hints import contiguity_hints
 from kernelband.proposers.rewriter.edits import Found
 from kernelband.proposers.rewriter.fused_absmax import fused_absmax
 from kernelband.proposers.rewriter.grouped_ordering import grouped_ordering
+from kernelband.proposers.rewriter.launch_fusion import launch_fusion
 from kernelband.proposers.rewriter.launch_options import num_stages, num_warps
 from kernelband.proposers.rewriter.online_softmax import online_softmax
 from kernelband.proposers.rewriter.rows import rows
@@ -56,6 +59,7 @@ REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "single_pass": single_pass,
     "online_softmax": online_softmax,
     "contiguity_hints": contiguity_hints,
+    "launch_fusion": launch_fusion,
 }
 # Rewrites in no built-in strategy, until a GPU run shows they help: a strategies file can add them (README).
 STRATEGY_FILE_ONLY: frozenset[str] = frozenset()
