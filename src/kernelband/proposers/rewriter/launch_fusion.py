@@ -33,8 +33,9 @@ the first wrote, and nothing the other programs could change in between:
 The stored value is cast to the intermediate's element type, as tl.store casts it, so the registers hold the
 value the load would have read. The intermediate stays allocated; its store is dropped where the function
 reads it nowhere but in the two launches (not returned, not passed on), and kept otherwise. The fused launch
-passes every argument by keyword and takes the second launch's options (num_warps, ...), then those of the
-first that the second does not set: launch options do not change what a kernel computes.
+passes every argument by keyword and takes the second launch's num_warps, num_stages and num_ctas, then those
+of the first that the second does not set: they do not change what a kernel computes. Other compiler options
+(enable_fp_fusion, ...) must be the same at both launches.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ ALLOCATIONS = frozenset({"empty", "empty_like", "zeros", "zeros_like", "ones", "
 # Calls that read sizes or allocate: nothing they do can touch a kernel's buffers.
 PURE_CALLS = ALLOCATIONS | {"cdiv", "next_power_of_2", "min", "max", "int", "float", "len", "stride", "size",
                             "numel", "dim", "element_size"}
-ATOMICS = ("add", "max", "min", "xchg", "cas", "and", "or", "xor")
+LAUNCH_SPEED = frozenset({"num_warps", "num_stages", "num_ctas"})  # options that change no result
 
 
 class NotCertain(Exception):
@@ -204,7 +205,15 @@ def _between(ms: ModuleSource, first: Launch, second: Launch) -> list[cst.CSTNod
     return body[i + 1:j]
 
 
-def _check_host(ms: ModuleSource, one: _Side, two: _Side, between: list[cst.CSTNode]) -> None:
+def _options(launch: Launch) -> dict[str, cst.BaseExpression]:
+    """The launch's keywords that are not kernel parameters: num_warps, num_stages, ..."""
+    return {a.keyword.value: a.value for a in launch.call.args
+            if a.keyword is not None and launch.kernel.param(a.keyword.value) is None}
+
+
+def _check_host(one: _Side, two: _Side, between: list[cst.CSTNode], written: set[str]) -> None:
+    """The launches can be one at the second one's place: the same grid, nothing in between or in the second's
+    arguments that reads what the first writes (it now runs later), nothing that changes what the first reads."""
     first, second = one.launch, two.launch
     for launch in (first, second):
         if launch.meta_grid is not None:
@@ -222,6 +231,15 @@ def _check_host(ms: ModuleSource, one: _Side, two: _Side, between: list[cst.CSTN
                 isinstance(s, cst.Assign) for s in statement.body)) or not _pure(statement) \
                 or assigned(statement) & read:
             raise NotCertain(f"between the {first.where} and the {second.where} comes `{code(statement).strip()}`")
+        if {n.value for n in loads(statement)} & written:
+            raise NotCertain(f"`{code(statement).strip()}` between the launches reads what {first.kernel.name} writes")
+    if any(not isinstance(a.value, cst.Name) and {n.value for n in loads(a.value)} & written
+           for a in second.call.args):
+        raise NotCertain(f"the {second.where} computes an argument from what {first.kernel.name} writes")
+    options = (_options(first), _options(second))
+    semantic = [{k: code(v) for k, v in o.items() if k not in LAUNCH_SPEED} for o in options]
+    if semantic[0] != semantic[1]:
+        raise NotCertain(f"the {first.where} and the {second.where} set different compiler options")
 
 
 # -- the fused kernel -------------------------------------------------------------------------------------
@@ -272,7 +290,7 @@ def _pair(ms: ModuleSource, first: Launch, second: Launch) -> Variant:
         raise NotCertain(f"{k2.name} reads more than one buffer {k1.name} writes ({', '.join(sorted(shared))})")
     [h] = shared
     between = _between(ms, first, second)
-    _check_host(ms, one, two, between)
+    _check_host(one, two, between, written)
     stored_by_two = two.buffers(k2.stores)
     for buffer in written | stored_by_two:
         if not _fresh(ms, first, buffer):
@@ -352,11 +370,7 @@ def _fused(ms: ModuleSource, one: _Side, two: _Side, h: str, store: cst.Call, re
         for param in side.kernel.params:
             if (arg := side.launch.arg(param.name)) is not None:
                 args.append(keyword_arg(names.get(param.name, param.name), arg.value))
-    options = {}
-    for launch in (second, first):
-        for arg in launch.call.args:
-            if arg.keyword is not None and launch.kernel.param(arg.keyword.value) is None:
-                options.setdefault(arg.keyword.value, arg.value)
+    options = {**_options(first), **_options(second)}
     args += [keyword_arg(k, v) for k, v in options.items()]
     call = second.call.with_changes(func=second.subscript.with_changes(value=cst.Name(name)), args=args)
     launch_line = _statement(ms, second)
@@ -386,12 +400,12 @@ def launch_fusion(ms: ModuleSource) -> Found:
         return Found([], ["the module does not `import triton`"])
     variants, reasons = [], []
     for first, second in zip(ms.launches, ms.launches[1:]):
-        if first.scope is not second.scope or first.kernel is second.kernel:
+        if first.scope is not second.scope:
             continue
         try:
             variants.append(_pair(ms, first, second))
         except NotCertain as why:
             reasons.append(str(why))
     if not variants and not reasons:
-        reasons.append("no function launches two different kernels one after the other")
+        reasons.append("no function launches two kernels one after the other")
     return Found(variants, reasons)
