@@ -20,7 +20,8 @@ variant it can make of it, in a fixed order, with the reasons it cannot do more.
     contiguity_hints  tl.max_contiguous / tl.multiple_of on `M + tl.arange(0, P)` where M is a multiple of P
                       (contiguity_hints.py)
     launch_fusion     two launches in a row, the second reading what the first wrote at the same addresses, as
-                      one kernel that keeps the value in registers (launch_fusion.py)
+                      one kernel that keeps the value in registers; an element-wise first kernel over a flattened
+                      tensor computed where the second reads its output (launch_fusion.py, launch_inline.py)
 """
 
 from __future__ import annotations
