@@ -126,6 +126,83 @@ def test_a_size_computed_between_the_launches_is_fine():
     assert f"    eps_rows = rows\n    {FUSED}[(rows,)](" in new
 
 
+# -- the second form: an element-wise kernel over the flattened tensor, inlined into the row kernel ----------
+FLAT = load_task("examples:rmsnorm").module_source.split("\n\ndef rmsnorm(")[0].replace("import triton.language as tl\n", """\
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, alpha, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, x + y * alpha, mask=mask)
+""") + """
+
+def add_rmsnorm(x, y, weight):
+    rows, cols = x.shape
+    h = torch.empty_like(x)
+    n = h.numel()
+    add_kernel[(triton.cdiv(n, 1024),)](x, y, h, n, 0.5, BLOCK_SIZE=1024)
+    out = torch.empty_like(x)
+    rmsnorm_kernel[(rows,)](out, h, weight, h.stride(0), out.stride(0), cols, 1e-6, BLOCK_SIZE=256, num_warps=2)
+    return out
+"""
+INLINED = "rmsnorm_kernel_add_kernel_inlined"
+
+
+def test_an_element_wise_kernel_over_the_flat_tensor_is_computed_where_the_row_kernel_reads_its_output():
+    [(rationale, new)] = made(FLAT)[0]
+    assert rationale == (f"add_kernel (element-wise over h flattened) computed where rmsnorm_kernel reads h, in "
+                         f"{INLINED}: one launch, h no longer stored")
+    body = new.split(f"def {INLINED}(")[1].split("\n\n\n")[0]
+    assert body.count("tl.load(x_ptr_1 + row * x_row_stride + start + cols, mask=") == 2  # both passes
+    assert body.count("tl.load(y_ptr_1 + row * x_row_stride + start + cols, mask=") == 2
+    assert "* alpha_1" in body and "tl.load(x_row" not in body
+    assert (f"    {INLINED}[(rows,)](out_ptr=out, x_ptr=h, w_ptr=weight, x_row_stride=h.stride(0), "
+            "out_row_stride=out.stride(0), n_cols=cols, eps=1e-6, BLOCK_SIZE=256, num_warps=2, alpha_1=0.5, "
+            "x_ptr_1=x, y_ptr_1=y)\n") in new
+    assert "add_kernel[" not in new
+    compile(new, "flat", "exec")
+
+
+FLAT_GRIDS = ("the add_kernel launch in add_rmsnorm and the rmsnorm_kernel launch in add_rmsnorm have different "
+              "grids, and ")
+
+
+@pytest.mark.parametrize("old, new, reason", [
+    ("    return out\n", "    return out, h\n", "add_rmsnorm reads h again: add_kernel must still write it"),
+    ("(triton.cdiv(n, 1024),)", "(triton.cdiv(n, 512),)",
+     "the grid of the add_kernel launch in add_rmsnorm is not `(triton.cdiv(n, B),)` for its mask's n and block"),
+    ("    n = h.numel()\n", "    n = rows * cols\n", "n is not certain to be h.numel()"),
+    ("    h = torch.empty_like(x)\n", "    h = torch.empty_strided(x.shape, (1, rows), dtype=x.dtype)\n",
+     "h is not certain to be dense"),
+    ("    y = tl.load(y_ptr + offsets, mask=mask)\n", "    y = tl.load(y_ptr + offsets + 1, mask=mask)\n",
+     "add_kernel does not address `P + pid * B + tl.arange(0, B)`"),
+    ("x + y * alpha, mask=mask", "x + tl.sum(y, axis=0), mask=mask",
+     "add_kernel calls tl.sum, not known to be element-wise"),
+    ("x + y * alpha, mask=mask", "x + y * pid, mask=mask",
+     "add_kernel calls tl.program_id, not known to be element-wise"),
+])
+def test_the_inlined_form_refuses_where_the_meaning_is_not_certain(old, new, reason):
+    changed = FLAT.replace(old, new, 1)
+    assert changed != FLAT
+    variants, reasons = made(changed)
+    assert not variants and reasons == (FLAT_GRIDS + reason,)
+
+
+@pytest.mark.slow
+def test_the_inlined_kernel_gives_the_originals_outputs_bit_for_bit_in_the_interpreter():
+    [(_, new)] = made(FLAT)[0]
+    folder = tempfile.mkdtemp()
+    path = os.path.join(folder, "original.py")
+    with open(path, "w") as f:
+        f.write(FLAT)
+    interpreted(new, SAME_AS.format(path=path, same="torch.equal(a, b)"))
+
+
 def interpreted(source: str, check: str) -> None:
     """Runs `check` (Python with `module` and `torch` in scope) against the source in a fresh interpreter-mode
     process: Triton's interpreter patches triton.language while a kernel runs, and kernels other tests ran in

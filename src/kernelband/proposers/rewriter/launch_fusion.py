@@ -104,6 +104,9 @@ def _pair(ms: ModuleSource, first: Launch, second: Launch) -> Variant:
     if len(shared) > 1:
         raise NotCertain(f"{k2.name} reads more than one buffer {k1.name} writes ({', '.join(sorted(shared))})")
     [h] = shared
+    tensors = written | two.buffers(k2.stores) | one.buffers(k1.loads) | two.buffers(k2.loads)
+    one.check_followed(tensors)
+    two.check_followed(tensors)
     between = between_of(ms, first, second)
     check_host(one, two, between, written)
     stored_by_two = two.buffers(k2.stores)

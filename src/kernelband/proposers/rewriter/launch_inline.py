@@ -55,8 +55,8 @@ def _host(node: ast.AST) -> str | None:
 def _flat_offsets(one: Side, address: cst.BaseExpression) -> tuple[str, str, str]:
     """(pointer, block, the offsets' text) of `P + pid * B + tl.arange(0, B)` (in any order), in host code."""
     terms = add_terms(one.expand(address))
-    pointers = [t for t in terms if _host(t) is not None and one.kernel.param(_host(t)) is None
-                and _host(t) in one.passed]
+    tensors = {code(a.value) for p in one.kernel.pointers if (a := one.launch.arg(p)) is not None}
+    pointers = [t for t in terms if _host(t) in tensors]
     aranges = [t for t in terms if isinstance(t, ast.Call) and ast.unparse(t.func).endswith(".arange")]
     rest = [t for t in terms if t not in pointers and t not in aranges]
     if len(pointers) != 1 or len(aranges) != 1 or len(rest) != 1 or len(aranges[0].args) != 2 \
@@ -76,9 +76,12 @@ def _numel_of(launch: Launch, n: str, h: str) -> bool:
     text = code(value) if value is not None else n
     if text == f"{h}.numel()":
         return True
-    allocation = launch.scope.value(h)
-    return isinstance(allocation, cst.Call) and dotted(allocation.func) == "torch.empty_like" \
-        and bool(allocation.args) and text == f"{code(allocation.args[0].value)}.numel()"
+    allocation, scope = launch.scope.value(h), launch.scope
+    if not (isinstance(allocation, cst.Call) and dotted(allocation.func) == "torch.empty_like" and allocation.args
+            and isinstance(allocation.args[0].value, cst.Name)):
+        return False
+    like = allocation.args[0].value.value  # the same tensor wherever it is read: bound once
+    return text == f"{like}.numel()" and len(scope.assigns.get(like, [])) + (like in scope.params) == 1
 
 
 class _Names(ast.NodeTransformer):
@@ -167,10 +170,10 @@ def inline(ms: ModuleSource, one: Side, two: Side, h: str, written: set[str]) ->
     if uses(ms, first, h) != 2:
         raise NotCertain(f"{first.scope.name} reads {h} again: {k1.name} must still write it")
     allocation = first.scope.value(h)
-    if not (isinstance(allocation, cst.Call) and dotted(allocation.func).rpartition(".")[2] in DENSE):
+    if not (isinstance(allocation, cst.Call) and (dotted(allocation.func) or "").rpartition(".")[2] in DENSE):
         raise NotCertain(f"{h} is not certain to be dense")
     [store] = k1.stores
-    pointer, block, offsets = _flat_offsets(one, k1.address(store))
+    _, block, offsets = _flat_offsets(one, k1.address(store))
     mask = one.expand(arg_of(store, 2, "mask") or cst.Name("None"))
     grid = [ast.parse(code(g).strip(), mode="eval").body for g in first.grid_value]
     if not (isinstance(mask, ast.Compare) and len(mask.ops) == 1 and isinstance(mask.ops[0], ast.Lt)
@@ -178,17 +181,17 @@ def inline(ms: ModuleSource, one: Side, two: Side, h: str, written: set[str]) ->
             and _host(mask.comparators[0]) is not None):
         raise NotCertain(f"{k1.name}'s store is not masked by `offsets < n`")
     n = _host(mask.comparators[0])
+    cdiv = ast.unparse(ast.parse(f"triton.cdiv({n}, {_host(ast.parse(block, mode='eval').body)})", mode="eval"))
     if not (len(grid) == 1 and isinstance(grid[0], ast.Tuple) and len(grid[0].elts) == 1
-            and ast.unparse(grid[0].elts[0]).replace(" ", "") in (f"triton.cdiv({n},{_host(ast.parse(block, mode='eval').body)})",)):
+            and ast.unparse(grid[0].elts[0]) == cdiv):
         raise NotCertain(f"the grid of the {first.where} is not `(triton.cdiv(n, B),)` for its mask's n and block")
     if not _numel_of(first, n, h):
         raise NotCertain(f"{n} is not certain to be {h}.numel()")
-    loaded = []
     for load in k1.loads:
-        p, b, o = _flat_offsets(one, k1.address(load))
-        if (b, o) != (block, offsets) or one.canonical(arg_of(load, 1, "mask")) != one.canonical(arg_of(store, 2, "mask")):
-            raise NotCertain(f"{k1.name} loads at other offsets than it stores")
-        loaded.append(p)
+        _, b, o = _flat_offsets(one, k1.address(load))
+        if (b, o) != (block, offsets) or one.canonical(arg_of(load, 1, "mask")) != one.canonical(arg_of(store, 2,
+                                                                                                           "mask")):
+            raise NotCertain(f"{k1.name} loads at other offsets or under another mask than it stores")
     walker = _Inline(one)
     value = walker.visit(ast.parse(code(arg_of(store, 1, "value")).strip(), mode="eval").body)
     used = k2.names | k1.names | set(ms.kernels) | {x for s in ms.scopes for x in s.assigns}
@@ -201,6 +204,7 @@ def inline(ms: ModuleSource, one: Side, two: Side, h: str, written: set[str]) ->
             raise NotCertain(f"the {first.where} does not pass {param}")
         params[param] = fresh_name(param, used)
         extra[params[param]] = host
+    k1_params = {p.name.value: p for p in (*k1.node.params.posonly_params, *k1.node.params.params)}
     globals_used = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)} - set(params) - {
         f"__load_{i}" for i in range(len(walker.loads))}
     if globals_used & (two.locals | {p.name for p in k2.params}):
@@ -222,8 +226,8 @@ def inline(ms: ModuleSource, one: Side, two: Side, h: str, written: set[str]) ->
             f"{k2.tl_name}.where({code(mask2)}, {cast}, {code(other)}).to({hp}.dtype.element_ty)"
     body = k2.node.body.visit(Rename({}, calls))
     params2 = [param_of(p) for p in (*k2.node.params.posonly_params, *k2.node.params.params)]
-    new_params = [cst.Param(cst.Name(x)) for x in extra]
-    every = [p for p in params2 + new_params if p.default is None] + [p for p in params2 if p.default]
+    new_params = [param_of(k1_params[p], new) for p, new in params.items()]  # a constexpr stays one
+    every = [p for p in params2 + new_params if p.default is None] + [p for p in params2 + new_params if p.default]
     kernel = k2.node.with_changes(name=cst.Name(name), params=cst.Parameters(params=every), body=body,
                                   leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
     args = [keyword_arg(p.name, a.value) for p in k2.params if (a := second.arg(p.name)) is not None]

@@ -5,6 +5,7 @@ kernel reads and writes, and the host code between and around the launches."""
 from __future__ import annotations
 
 import ast
+from collections import Counter
 
 import libcst as cst
 
@@ -61,7 +62,6 @@ class Side:
                             and isinstance(small.targets[0].target, cst.Name):
                         self.top[small.targets[0].target.value] = small.value
         self.locals = set(kernel.scope.assigns)
-        self.passed = {code(a.value) for a in launch.call.args}  # the host code of every argument
         self.expanding: set[str] = set()
 
     def arg_code(self, param: str) -> str | None:
@@ -110,8 +110,49 @@ class Side:
                 found.add(arg.value.value)
         return found
 
+    def check_followed(self, tensors: set[str]) -> None:
+        """Every load and store of the kernel reaches these tensors' parameters only as terms of its address's
+        `+` chain, through locals whose every value is known (what `Kernel.bases` follows): a pointer picked by
+        tl.where, a block pointer or a tuple would hide which tensor an access touches."""
+        kernel = self.kernel
+        pointers = {p for t in tensors for p in self.params_of(t)}
+        derived = set(pointers)
+        ranges = Counter(loop.target.value for loop in subnodes(kernel.node.body, cst.For)
+                         if isinstance(loop.target, cst.Name) and isinstance(loop.iter, cst.Call)
+                         and (dotted(loop.iter.func) or "").endswith("range"))  # integers, not pointers
+        while True:
+            more = {name for name, values in kernel.scope.assigns.items() if name not in derived and any(
+                v is not None and {n.value for n in loads(v)} & derived for v in values)}
+            if not more:
+                break
+            derived |= more
+
+        def followed(node: cst.BaseExpression, seen: frozenset[str]) -> bool:
+            for term in _add_chain(node):
+                if not isinstance(term, cst.Name):
+                    if {n.value for n in loads(term)} & derived:
+                        return False
+                elif term.value in self.locals:
+                    values = kernel.scope.assigns[term.value]
+                    if term.value in seen or (None in values and values.count(None) != ranges[term.value]) \
+                            or not all(followed(v, seen | {term.value}) for v in values if v is not None):
+                        return False
+            return True
+
+        for call in (*kernel.loads, *kernel.stores):
+            address = kernel.address(call)
+            if address is None or not followed(address, frozenset()):
+                raise NotCertain(f"{kernel.name} has a tl.load or tl.store whose pointer is not followed here "
+                                 f"(`{code(call)[:60]}`)")
+
     def params_of(self, buffer: str) -> set[str]:
         return {p for p, i in self.launch.args.items() if code(self.launch.call.args[i].value) == buffer}
+
+
+def _add_chain(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+        return _add_chain(node.left) + _add_chain(node.right)
+    return [node]
 
 
 def arg_of(call: cst.Call, index: int, keyword: str) -> cst.BaseExpression | None:
