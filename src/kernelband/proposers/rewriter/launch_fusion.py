@@ -70,10 +70,15 @@ from kernelband.proposers.rewriter.syntax import code, fresh_name, loads, subnod
 
 
 def _one_block(side: Side, call: cst.Call) -> bool:
-    """Whether the access is `... + tl.arange(0, B)` with no other arange: its lanes hold distinct addresses."""
+    """Whether the access is `... + tl.arange(0, B)` with no other arange and no reshaping (`[:, None]`), under
+    a mask over that arange: its lanes hold distinct addresses, and the access, its mask and so the value kept
+    for it (`tl.where(mask, value, ...)`) are all one block of B."""
     tree = side.expand(side.kernel.address(call))
-    aranges = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func).endswith(".arange")]
-    if len(aranges) != 1 or not isinstance(tree, ast.BinOp):
+    mask = side.expand(arg_of(call, 2, "mask") or cst.Name("None"))
+    aranges = [[n for n in ast.walk(t) if isinstance(n, ast.Call) and ast.unparse(n.func).endswith(".arange")]
+               for t in (tree, mask)]
+    if [len(a) for a in aranges] != [1, 1] or ast.dump(aranges[0][0]) != ast.dump(aranges[1][0]) or any(
+            isinstance(n, ast.Subscript) for t in (tree, mask) for n in ast.walk(t)):
         return False
     terms, pending = [], [tree]
     while pending:
@@ -82,7 +87,7 @@ def _one_block(side: Side, call: cst.Call) -> bool:
             pending += [node.left, node.right]
         else:
             terms.append(node)
-    return any(t is aranges[0] for t in terms)
+    return any(t is aranges[0][0] for t in terms)
 
 
 def _pair(ms: ModuleSource, first: Launch, second: Launch) -> Variant:
@@ -136,7 +141,7 @@ def _pair(ms: ModuleSource, first: Launch, second: Launch) -> Variant:
     if value is None or isinstance(value, cst.Integer | cst.Float) or mask is None:
         raise NotCertain(f"{k1.name}'s store to {h} is unmasked or stores a literal: its shape is not certain")
     if not _one_block(one, store):
-        raise NotCertain(f"{k1.name}'s store to {h} is not one 1-D block `... + tl.arange(0, B)`")
+        raise NotCertain(f"{k1.name}'s store to {h} is not one 1-D block `... + tl.arange(0, B)` under a mask over it")
     address, where = one.canonical(k1.address(store)), one.canonical(mask)
     h2 = two.params_of(h)
     reads = [c for c in k2.loads if k2.bases(k2.address(c)) & h2]
@@ -164,9 +169,8 @@ def _fused(ms: ModuleSource, one: Side, two: Side, h: str, store: cst.Call, read
     calls = {}
     for load in reads:  # the replacements are not renamed again: they are written in the new names
         mask, other = arg_of(load, 1, "mask"), arg_of(load, 2, "other")
-        calls[id(load)] = cast if other is None else (
-            f"{tl}.where({code(mask.visit(Rename(renames)))}, {cast}, {code(other.visit(Rename(renames)))})"
-            f".to({hp}.dtype.element_ty)")
+        otherwise = cast if other is None else code(other.visit(Rename(renames)))  # no other: the lanes are free
+        calls[id(load)] = f"{tl}.where({code(mask.visit(Rename(renames)))}, {cast}, {otherwise}).to({hp}.dtype.element_ty)"
     body2 = k2.node.body.visit(Rename(renames, calls))
     drop = uses(ms, first, h) == 2
     line = ms.parents.get(id(ms.parents.get(id(store))))

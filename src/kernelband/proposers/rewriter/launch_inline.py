@@ -194,6 +194,8 @@ def inline(ms: ModuleSource, one: Side, two: Side, h: str, written: set[str]) ->
             raise NotCertain(f"{k1.name} loads at other offsets or under another mask than it stores")
     walker = _Inline(one)
     value = walker.visit(ast.parse(code(arg_of(store, 1, "value")).strip(), mode="eval").body)
+    if not walker.loads:
+        raise NotCertain(f"{k1.name} stores a value computed from no load: its shape is not certain")
     used = k2.names | k1.names | set(ms.kernels) | {x for s in ms.scopes for x in s.assigns}
     name = fresh_name(f"{k2.name}_{k1.name}_inlined", used)
     extra: dict[str, str] = {}  # new parameter of the reader -> host code
