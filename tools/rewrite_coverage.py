@@ -37,7 +37,8 @@ STRUCTURAL = {
                         "certain to be a multiple of P (an integer scalar times P, or a loop stepping by P from 0)",
     "launch_fusion": "two launches in a row with the same grid, the second reading what the first stored at the "
                      "same addresses under the same mask, as one kernel holding that value in registers; the "
-                     "store kept only where the host reads the buffer again",
+                     "store kept only where the host reads the buffer again; or an element-wise kernel over a "
+                     "flattened tensor computed where the next kernel reads its output",
 }
 
 
