@@ -117,6 +117,13 @@ def test_launch_fusion_refuses_where_the_meaning_is_not_certain(old, new, reason
     assert not variants and reasons == (reason,)
 
 
+def test_launch_fusion_refuses_a_read_of_the_intermediate_it_cannot_follow():
+    """A pointer picked by tl.where hides which tensor a load reads: it might be the intermediate."""
+    hidden = source().replace("    w = tl.load(w_ptr + cols,", "    w = tl.load(tl.where(row >= 0, w_ptr, h_ptr) + cols,")
+    assert made(hidden) == ([], ("rmsnorm_kernel has a tl.load or tl.store whose pointer is not followed here "
+                                 "(`tl.where(row >= 0, w_ptr, h_ptr) + cols`)",))
+
+
 def test_launch_fusion_needs_two_launches_in_a_row():
     assert made(load_task("examples:rmsnorm").module_source) == (
         [], ("no function launches two kernels one after the other",))

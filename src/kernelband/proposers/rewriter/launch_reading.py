@@ -111,9 +111,10 @@ class Side:
         return found
 
     def check_followed(self, tensors: set[str]) -> None:
-        """Every load and store of the kernel reaches these tensors' parameters only as terms of its address's
-        `+` chain, through locals whose every value is known (what `Kernel.bases` follows): a pointer picked by
-        tl.where, a block pointer or a tuple would hide which tensor an access touches."""
+        """Every load and store of the kernel reaches a tensor parameter, and these tensors' parameters only, as
+        terms of its address's `+` chain, through locals whose every value is known (what `Kernel.bases`
+        follows): a pointer picked by tl.where, a block pointer or a tuple would hide which tensor an access
+        touches."""
         kernel = self.kernel
         pointers = {p for t in tensors for p in self.params_of(t)}
         derived = set(pointers)
@@ -141,9 +142,9 @@ class Side:
 
         for call in (*kernel.loads, *kernel.stores):
             address = kernel.address(call)
-            if address is None or not followed(address, frozenset()):
-                raise NotCertain(f"{kernel.name} has a tl.load or tl.store whose pointer is not followed here "
-                                 f"(`{code(call)[:60]}`)")
+            if address is None or not kernel.bases(address) or not followed(address, frozenset()):
+                raise NotCertain(f"{kernel.name} has a tl.load or tl.store whose pointer is not followed here"
+                                 + (f" (`{code(address)}`)" if address is not None else ""))
 
     def params_of(self, buffer: str) -> set[str]:
         return {p for p, i in self.launch.args.items() if code(self.launch.call.args[i].value) == buffer}
