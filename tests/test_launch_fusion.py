@@ -193,6 +193,9 @@ FLAT_GRIDS = ("the add_kernel launch in add_rmsnorm and the rmsnorm_kernel launc
      "add_kernel does not address `P + pid * B + tl.arange(0, B)`"),
     ("x + y * alpha, mask=mask", "x + tl.sum(y, axis=0), mask=mask",
      "add_kernel calls tl.sum, not known to be element-wise"),
+    ("        x = tl.load(x_row + start + cols, mask=mask, other=0.0)",
+     "        p = x_row + start\n        x = tl.load(p + cols, mask=mask, other=0.0)",
+     "rmsnorm_kernel reads the intermediate at an address not followed here"),  # a pointer set in the loop
     ("x + y * alpha, mask=mask", "x + y * pid, mask=mask",
      "add_kernel calls tl.program_id, not known to be element-wise"),
 ])

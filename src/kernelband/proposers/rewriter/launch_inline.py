@@ -153,7 +153,7 @@ def _reader_address(two: Side, load: cst.Call, h2: set[str], pointer: str) -> st
                     r in two.locals and (r not in two.top or len(two.kernel.scope.assigns[r]) != 1) for r in reads):
                 raise NotCertain(f"{two.kernel.name} addresses {term.id} in a way not followed here")
             out.append("(" + " + ".join(pointer if ast.unparse(t) in h2 else ast.unparse(t) for t in inner) + ")")
-        elif names & h2:
+        elif names & h2 or two.kernel.bases(cst.parse_expression(ast.unparse(term))) & h2:
             raise NotCertain(f"{two.kernel.name} reads the intermediate at an address not followed here")
         else:
             out.append(ast.unparse(term))
