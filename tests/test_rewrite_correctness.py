@@ -22,7 +22,7 @@ from kernelband.tasks import tritonbench as tb
 
 SEED = 3
 # The examples, cheapest in the interpreter first (dropout's tl.rand is the slowest by far).
-BY_COST = ["transpose", "vector_add", "dequantize", "rmsnorm", "softmax", "matmul", "layernorm", "dropout"]
+BY_COST = ["transpose", "vector_add", "dequantize", "rmsnorm", "add_rmsnorm", "softmax", "matmul", "layernorm", "dropout"]
 TOO_SLOW = {"matmul_kernel"}  # minutes per evaluation in the interpreter
 EACH_CONFIG = {"inductor_configs", "matmul_configs"}  # rewrites whose configs are far from the launch's values
 

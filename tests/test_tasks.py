@@ -163,7 +163,7 @@ def test_tolerances_can_be_set_by_the_task(tmp_path):
 
 # -- built-in examples ----------------------------------------------------------------------------
 def test_there_are_eight_examples():
-    assert len(example_names()) == 8
+    assert len(example_names()) == 9
     assert example_names() == sorted(example_names())
 
 

@@ -42,6 +42,10 @@ STRUCTURAL = {
     "persistent_tiles": "a tl.dot kernel on min(SMs, tiles) programs, each looping over the tiles of the original "
                         "grid with the program id replaced by the tile's, where there are more tiles than SMs "
                         "(an autotuned kernel counts its tiles from the grid lambda, in the kernel)",
+    "launch_fusion": "two launches in a row with the same grid, the second reading what the first stored at the "
+                     "same addresses under the same mask, as one kernel holding that value in registers; the "
+                     "store kept only where the host reads the buffer again; or an element-wise kernel over a "
+                     "flattened tensor computed where the next kernel reads its output",
 }
 
 

@@ -22,6 +22,9 @@ variant it can make of it, in a fixed order, with the reasons it cannot do more.
     split_k           a tl.dot kernel's K loop split over a third grid axis where its M x N tiles leave SMs idle,
                       the float32 partials summed in order (split_k.py)
     persistent_tiles  a tl.dot kernel on one program per SM, each looping over the tiles (persistent_tiles.py)
+    launch_fusion     two launches in a row, the second reading what the first wrote at the same addresses, as
+                      one kernel that keeps the value in registers; an element-wise first kernel over a flattened
+                      tensor computed where the second reads its output (launch_fusion.py, launch_inline.py)
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from kernelband.proposers.rewriter.contiguity_hints import contiguity_hints
 from kernelband.proposers.rewriter.edits import Found
 from kernelband.proposers.rewriter.fused_absmax import fused_absmax
 from kernelband.proposers.rewriter.grouped_ordering import grouped_ordering
+from kernelband.proposers.rewriter.launch_fusion import launch_fusion
 from kernelband.proposers.rewriter.launch_options import num_stages, num_warps
 from kernelband.proposers.rewriter.online_softmax import online_softmax
 from kernelband.proposers.rewriter.persistent_tiles import persistent_tiles
@@ -63,6 +67,7 @@ REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "contiguity_hints": contiguity_hints,
     "split_k": split_k,
     "persistent_tiles": persistent_tiles,
+    "launch_fusion": launch_fusion,
 }
 # Rewrites in no built-in strategy, until a GPU run shows they help: a strategies file can add them (README).
 STRATEGY_FILE_ONLY: frozenset[str] = frozenset()
