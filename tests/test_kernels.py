@@ -333,3 +333,21 @@ def test_on_a_gpu_ncu_reads_phi_after_a_warm_up_that_shared_the_gpu():
     # the warm-up call is outside the profiled range: the vector_add candidate launches one kernel
     assert [v["kernels"] for v in ncu._cache.values()] == [1.0]
     assert result.features.profile["kernels"] == 1.0 and result.features.profile["duration_ns"] > 0
+
+
+def test_past_the_interpreters_size_only_the_smallest_shape_is_self_checked(evaluator, tmp_path):
+    """A task whose reference disagrees with itself on its small held-out shape must not walk on into its
+    GPU-sized ones under the interpreter: each would run in Python for minutes, to be dropped as well."""
+    text = (Path(__file__).parent / "data" / "small_add.py").read_text()
+    text = text.replace("    return out\n", "    if x.numel() > 1 << 18:  # a different answer on every call\n"
+                        "        _calls.append(1)\n        out[0] += len(_calls)\n    return out\n\n\n_calls = []\n", 1)
+    text = text.replace("HELD_OUT = [dict(n=12345)]", "HELD_OUT = [dict(n=(1 << 19) + 1), dict(n=(1 << 22) + 1)]")
+    text = text.replace("INTERPRETER_SHAPES = [dict(n=4096), dict(n=5000)]\nINTERPRETER_HELD_OUT = [dict(n=777)]\n",
+                        "")
+    task_file = tmp_path / "unsteady_held_out.py"
+    task_file.write_text(text)
+    task = load_task(str(task_file))
+    result = evaluator.evaluate(task, task.module_source, which="search", seed=3)
+    assert result.ok, (result.outcome, result.detail)
+    dropped = [n for n in result.notes if n.startswith("shape dropped")]
+    assert len(dropped) == 1 and "524289" in dropped[0], result.notes
