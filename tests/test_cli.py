@@ -1,4 +1,6 @@
-"""The `kernelband` command, run as a user runs it: exit codes, one-line errors, JSON output."""
+"""The `kernelband` command, run as a user runs it: exit codes, one-line errors, JSON output. Each test runs
+its first case as a process; further cases of the same path go through `kernelband.cli.main` in this process
+(`kernelband_here`), the same code without a process start each."""
 
 from __future__ import annotations
 
@@ -32,6 +34,38 @@ def kernelband(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(cmd + list(args), capture_output=True, text=True, env=env, timeout=timeout)
 
 
+def kernelband_here(*args: str) -> subprocess.CompletedProcess:
+    """`kernelband.cli.main` in this process, with argv, the environment and stdout/stderr as a process of
+    `kernelband` would have them: the same code from the argument parsing to the exit code, without the
+    interpreter start and torch import that make each process cost seconds. Each test checks its first case
+    in a real process; its further cases of the same path run here. An exception that escapes is written to
+    stderr as a traceback, as the process would."""
+    import traceback
+
+    from typer.testing import CliRunner
+
+    from kernelband.cli import main
+
+    env = {"KERNELBAND_MODE": "interpreter", "KERNELBAND_TRITONBENCH": str(TB_JSON)}
+    argv = sys.argv
+    with CliRunner().isolation(env=env) as (stdout, stderr, _):
+        sys.argv = ["kernelband", *args]
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except Exception:  # noqa: BLE001 - shown as the process would show it
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.argv = argv
+            sys.stdout.flush()
+            sys.stderr.flush()
+        out, err = stdout.getvalue().decode(), stderr.getvalue().decode()
+    return subprocess.CompletedProcess(list(args), code, out, err)
+
+
 def assert_user_error(proc: subprocess.CompletedProcess, text: str) -> None:
     assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
     lines = proc.stderr.strip().splitlines()
@@ -63,10 +97,10 @@ def test_tasks_filters_by_one_level_and_lists_the_papers_set():
     one = json.loads(kernelband("tasks", "--suite", "tritonbench-g", "--difficulty", "1", "--json").stdout)
     raw = json.loads(TB_JSON.read_text())["tasks"]
     assert {r["name"] for r in one} == {t["name"] for t in raw if str(t["difficulty"]) == "1"}
-    paper = json.loads(kernelband("tasks", "--suite", "tritonbench-g-l12", "--json").stdout)
+    paper = json.loads(kernelband_here("tasks", "--suite", "tritonbench-g-l12", "--json").stdout)
     assert [r["name"] for r in paper] == tb.level12(TB_JSON)
     assert len(paper) == 29 and "sin_computation" not in {r["name"] for r in paper}
-    everything = json.loads(kernelband("tasks", "--suite", "tritonbench-g", "--json").stdout)
+    everything = json.loads(kernelband_here("tasks", "--suite", "tritonbench-g", "--json").stdout)
     assert len(everything) == 184
 
 
@@ -76,9 +110,9 @@ def test_tasks_refuses_a_level_its_suite_does_not_have():
     levels = sorted({int(t["difficulty"]) for t in json.loads(TB_JSON.read_text())["tasks"]})
     assert_user_error(kernelband("tasks", "--suite", "tritonbench-g", "--difficulty", "7"),
                       f"no level 7 in tritonbench-g: its levels are {', '.join(map(str, levels))}")
-    assert_user_error(kernelband("tasks", "--suite", "tritonbench-g-l12", "--difficulty", "2", "3"),
+    assert_user_error(kernelband_here("tasks", "--suite", "tritonbench-g-l12", "--difficulty", "2", "3"),
                       "no level 3 in tritonbench-g-l12: its levels are 1, 2")
-    assert_user_error(kernelband("tasks", "--suite", "examples", "--difficulty", "1"),
+    assert_user_error(kernelband_here("tasks", "--suite", "examples", "--difficulty", "1"),
                       "--difficulty filters the TritonBench suites")
 
 
@@ -88,15 +122,15 @@ def test_tasks_lists_the_examples():
     rows = json.loads(proc.stdout)
     assert [r["ref"] for r in rows] == [f"examples:{n}" for n in example_names()]
     assert len(rows) >= 9 and all(r["description"] for r in rows)
-    table = kernelband("tasks")  # the examples are the default suite
+    table = kernelband_here("tasks")  # the examples are the default suite
     assert table.returncode == 0 and f"examples: {len(rows)} tasks" in table.stdout
     assert all(f"examples:{n}" in table.stdout for n in example_names())
 
 
 def test_tasks_rejects_an_unknown_suite_and_stray_arguments():
     assert_user_error(kernelband("tasks", "--suite", "kernelbench"), "unknown suite 'kernelbench'")
-    assert_user_error(kernelband("tasks", "--suite", "examples", "oops"), "unexpected argument 'oops'")
-    assert_user_error(kernelband("tasks", "--suite", "tritonbench-g", "--tritonbench", "/no/such/tb.json"),
+    assert_user_error(kernelband_here("tasks", "--suite", "examples", "oops"), "unexpected argument 'oops'")
+    assert_user_error(kernelband_here("tasks", "--suite", "tritonbench-g", "--tritonbench", "/no/such/tb.json"),
                       "TritonBench data not found at /no/such/tb.json")
 
 
@@ -119,7 +153,8 @@ def test_a_binary_file_where_source_is_expected_is_exit_2(tmp_path):
                                    "--strategies"))]:
         path = tmp_path / name
         path.write_bytes(binary)
-        assert_user_error(kernelband(*args, str(path)), f"{path} is not a UTF-8 text file")
+        run = kernelband if name == "cand.py" else kernelband_here
+        assert_user_error(run(*args, str(path)), f"{path} is not a UTF-8 text file")
     assert not (tmp_path / "r.db").exists()
 
 
@@ -135,14 +170,16 @@ def test_a_compressed_run_database_is_exit_2_saying_how_to_unpack_it(tmp_path):
         packed = tmp_path / f"bench.db{suffix}"
         packed.write_bytes(pack(plain.read_bytes() + b"\0" * 4096))
         before = packed.read_bytes()
-        assert_user_error(kernelband("runs", "--db", str(packed)),
+        run = kernelband if suffix == ".xz" else kernelband_here
+        assert_user_error(run("runs", "--db", str(packed)),
                           f"(it is compressed: `{unpack} {packed} > bench.db` unpacks it)")
         assert packed.read_bytes() == before
 
 
 def test_eval_with_a_bad_preset_or_shape_selection_is_exit_2():
     assert_user_error(kernelband("eval", "examples:vector_add", "--preset", "turbo"), "unknown preset 'turbo'")
-    assert_user_error(kernelband("eval", "examples:vector_add", "--shapes", "some"), "unknown --shapes 'some'")
+    assert_user_error(kernelband_here("eval", "examples:vector_add", "--shapes", "some"),
+                      "unknown --shapes 'some'")
 
 
 # -- kernelband eval: results -----------------------------------------------------------------------
@@ -189,21 +226,31 @@ def test_a_benchmark_script_given_bad_input_says_so_in_one_line_and_exits_2(tmp_
     assert said.get(" ".join(args[1:-2]), str(tmp_path / "missing.json")) in done.stderr
 
 
-def run_throughput(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+def run_throughput(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     """benchmarks/eval_throughput.py on the interpreter with `args`: the finished process and its report."""
     env = {**os.environ, "KERNELBAND_MODE": "interpreter", "KERNELBAND_TRITONBENCH": str(TB_JSON)}
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "eval_throughput.py"), *args, "--out", "out.json"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    return done, json.loads((tmp_path / "out.json").read_text())
+    return done, json.loads((cwd / "out.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def throughput(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
+    """One run of eval_throughput.py with its pool and repeat parts, which the tests below read: each part is
+    its own entry of the report, and one evaluator set-up serves both."""
+    if not TB_JSON.is_file():
+        pytest.skip(TB_SKIP)
+    return run_throughput(tmp_path_factory.mktemp("throughput"), "--parts", "pool@2,repeat",
+                          "--tasks", "add_value,softmax_triton1", "--preset", "default+max_ms=25",
+                          "--repeat-tasks", "add_value", "--repeat-presets", "default", "--repeats", "2")
 
 
 @needs_tb
-def test_the_throughput_pool_part_says_where_each_candidates_time_went_and_where_its_phi_came_from(tmp_path):
+def test_the_throughput_pool_part_says_where_each_candidates_time_went_and_where_its_phi_came_from(throughput):
     """benchmarks/eval_throughput.py's pool part on the interpreter: per task, its seconds (the timing's phases
     among them) and whether its φ came from ncu; a rate with ncu off says so."""
-    done, report = run_throughput(tmp_path, "--parts", "pool@2", "--tasks", "add_value,softmax_triton1",
-                                  "--preset", "default+max_ms=25")
+    done, report = throughput
     pool = report["pool@2"]
     assert pool["outcomes"] == {"add_value": "ok", "softmax_triton1": "ok"}
     assert pool["presets"] == ["default+max_ms=25"]  # --preset: the variant evaluated the candidates
@@ -242,12 +289,11 @@ def test_every_part_the_throughput_script_describes_is_one_it_takes():
 
 
 @needs_tb
-def test_the_throughput_repeat_part_keeps_each_shapes_times_and_the_spread_of_its_iterations(tmp_path):
+def test_the_throughput_repeat_part_keeps_each_shapes_times_and_the_spread_of_its_iterations(throughput):
     """benchmarks/eval_throughput.py's repeat part on the interpreter: per evaluation, each search shape's time
     on both sides and, aligned with them, the CV of the measurement's iterations (None where one iteration ran,
     as on the interpreter)."""
-    report = run_throughput(tmp_path, "--parts", "repeat", "--repeat-tasks", "add_value", "--repeat-presets", "default",
-                            "--repeats", "2")[1]
+    report = throughput[1]
     (row,) = report["repeat"]
     assert row["n"] == 2 and len(row["shapes_ms"]) == len(row["shapes_iter_cv"]) == 2
     for times, spread in zip(row["shapes_ms"], row["shapes_iter_cv"]):
@@ -320,9 +366,10 @@ def pyfile_module(path: Path) -> str:
 def test_a_mistyped_option_or_argument_is_one_line_and_exit_2():
     assert_user_error(kernelband("optimize", "examples:vector_add", "--iterations", "ten"),
                       "Invalid value for '--iterations'")
-    assert_user_error(kernelband("eval", "examples:vector_add", "--no-such-flag"), "No such option: --no-such-flag")
-    assert_user_error(kernelband("optimize"), "Missing argument 'task'")
-    assert_user_error(kernelband("frobnicate"), "No such command 'frobnicate'")
+    assert_user_error(kernelband_here("eval", "examples:vector_add", "--no-such-flag"),
+                      "No such option: --no-such-flag")
+    assert_user_error(kernelband_here("optimize"), "Missing argument 'task'")
+    assert_user_error(kernelband_here("frobnicate"), "No such command 'frobnicate'")
 
 
 def test_help_into_a_closed_pipe_ends_without_a_traceback():
@@ -340,16 +387,18 @@ def test_finalists_below_one_is_refused_before_anything_runs(tmp_path):
     db = tmp_path / "runs.db"
     assert_user_error(kernelband("optimize", "examples:vector_add", "--finalists", "0", "--db", str(db)),
                       "--finalists")
-    assert_user_error(kernelband("bench", "--suite", "examples", "--finalists", "0", "--db", str(db)), "--finalists")
+    assert_user_error(kernelband_here("bench", "--suite", "examples", "--finalists", "0", "--db", str(db)),
+                      "--finalists")
 
 
 def test_bad_input_leaves_no_new_database_behind(tmp_path):
     db = tmp_path / "new.db"
     assert_user_error(kernelband("optimize", "examples:vector_add", "--policy", "nope", "--db", str(db)), "policy")
-    assert_user_error(kernelband("optimize", "examples:vector_add", "--proposer", "bogus", "--db", str(db)),
+    assert_user_error(kernelband_here("optimize", "examples:vector_add", "--proposer", "bogus", "--db", str(db)),
                       "use auto, rewrite, llm or hybrid")
-    assert_user_error(kernelband("optimize", "examples:vector_add", "--resume", "--db", str(db)), "nothing to resume")
-    assert_user_error(kernelband("bench", "--suite", "nope", "--db", str(db)), "suite")
+    assert_user_error(kernelband_here("optimize", "examples:vector_add", "--resume", "--db", str(db)),
+                      "nothing to resume")
+    assert_user_error(kernelband_here("bench", "--suite", "nope", "--db", str(db)), "suite")
     assert not db.exists()
 
 
@@ -415,7 +464,7 @@ def test_flags_take_no_value_in_help():
 def test_iterations_zero_names_the_flag(tmp_path):
     proc = kernelband("optimize", "examples:vector_add", "--iterations", "0", "--db", str(tmp_path / "x.db"))
     assert_user_error(proc, "--iterations must be at least 1, not 0")
-    proc = kernelband("optimize", "examples:vector_add", "--batch", "0", "--db", str(tmp_path / "x.db"))
+    proc = kernelband_here("optimize", "examples:vector_add", "--batch", "0", "--db", str(tmp_path / "x.db"))
     assert_user_error(proc, "--batch must be at least 1, not 0")
 
 

@@ -8,8 +8,6 @@ import json
 import os
 import re
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -142,22 +140,29 @@ def test_an_older_database_gets_the_new_columns(tmp_path):
 
 
 def test_optimize_json_carries_the_counts_and_the_llm_flags(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KERNELBAND_LLM", "OPENAI"))}
+    """`optimize` and `report` through the typer app in this process (the LLM server is a thread of it): the
+    flags reach the proposer and the counts reach --json and the report."""
+    from typer.testing import CliRunner
+
+    from kernelband.cli import app as app_module
+
+    env = {k: None for k in os.environ if k.startswith(("KERNELBAND_LLM", "OPENAI"))}
     env["KERNELBAND_MODE"] = "interpreter"
     env["COLUMNS"] = "200"  # the report's tables at full width
     db = tmp_path / "runs.db"
+    runner = CliRunner()
     with serve() as server:
         server.script.extend([ok("no code, sorry"), status(429, {"error": {"message": "slow down"}}),
                               lambda h: send(h, 200, json.dumps(completion("late")).encode())])
-        proc = subprocess.run([sys.executable, "-m", "kernelband", "optimize", "examples:vector_add",
-                               "--proposer", "llm", "--model", MODEL, "--base-url", server.url, "-n", "2",
-                               "--llm-timeout", "30", "--llm-retries", "0", "--policy", "greedy", "--db", str(db),
-                               "--json"], capture_output=True, text=True, timeout=500, env=env)
-        assert proc.returncode == 0, proc.stderr[-2000:]
+        proc = runner.invoke(app_module.app, ["optimize", "examples:vector_add", "--proposer", "llm", "--model", MODEL,
+                                              "--base-url", server.url, "-n", "2", "--llm-timeout", "30",
+                                              "--llm-retries", "0", "--policy", "greedy", "--db", str(db), "--json"],
+                             env=env)
+        assert proc.exit_code == 0, (proc.stderr[-2000:], proc.exception)
         assert len(server.requests) == 2  # --llm-retries 0: the 429 is not retried
     summary = json.loads(proc.stdout)
     assert summary["proposals"] == {"no_code": 1, "rate_limited": 1}
-    text = subprocess.run([sys.executable, "-m", "kernelband", "report", str(summary["run_id"]), "--db", str(db),
-                           "--format", "text"], capture_output=True, text=True, timeout=300, env=env)
-    assert text.returncode == 0, text.stderr[-2000:]
+    text = runner.invoke(app_module.app, ["report", str(summary["run_id"]), "--db", str(db), "--format", "text"],
+                         env=env)
+    assert text.exit_code == 0, (text.stderr[-2000:], text.exception)
     assert "LLM calls" in text.stdout and "rate_limited" in text.stdout and "attempts" in text.stdout

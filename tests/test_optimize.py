@@ -9,10 +9,13 @@ import sqlite3
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from kernelband.cli import app as app_module
 from kernelband.store import Store
 
 pytestmark = pytest.mark.slow
@@ -21,6 +24,18 @@ pytestmark = pytest.mark.slow
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kernelband", *args], capture_output=True, text=True,
                           timeout=600, env=env or _env())
+
+
+def _invoke(*args: str) -> subprocess.CompletedProcess:
+    """The CLI in this process, for what does not test the process boundary (a signal, a kill, the command's
+    own exit): it saves the command's start (importing torch), a large part of what each call costs here. An
+    exception that escapes a command is written to stderr as a traceback, as the process would."""
+    unset = dict.fromkeys(("KERNELBAND_LLM_BASE_URL", "KERNELBAND_LLM_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"))
+    res = CliRunner().invoke(app_module.app, list(args), env={"KERNELBAND_MODE": "interpreter", **unset})
+    stderr = res.stderr
+    if res.exc_info is not None and not isinstance(res.exception, SystemExit):
+        stderr += "Traceback (most recent call last):\n" + "".join(traceback.format_exception(*res.exc_info))
+    return subprocess.CompletedProcess(list(args), res.exit_code, res.stdout, stderr)
 
 
 def _env() -> dict:
@@ -79,14 +94,15 @@ def test_optimize_end_to_end_with_the_rewriter(tmp_path: Path):
     assert "def add(" in best
     assert Path(summary["diff_path"]).exists()
 
-    listed = _cli("runs", "--db", str(db), "--json")
+    listed = _invoke("runs", "--db", str(db), "--json")
     assert listed.returncode == 0
     assert [r["id"] for r in json.loads(listed.stdout)] == [run.id]
 
 
 def test_resume_after_sigkill_reevaluates_nothing(tmp_path: Path):
     db = tmp_path / "runs.db"
-    args = ["optimize", "examples:vector_add", "--iterations", "4", "--seed", "7", "--db", str(db), "--json"]
+    args = ["optimize", "examples:vector_add", "--iterations", "3", "--seed", "7", "--finalists", "1", "--db", str(db),
+            "--json"]
     proc = subprocess.Popen([sys.executable, "-m", "kernelband", *args], env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 400
@@ -101,7 +117,7 @@ def test_resume_after_sigkill_reevaluates_nothing(tmp_path: Path):
                     rows = con.execute("SELECT candidate, created FROM evaluations").fetchall()
             except sqlite3.OperationalError:  # the file exists, its tables not yet: the run is starting
                 continue
-            if len(rows) >= 3:  # k0 and two children evaluated
+            if len(rows) >= 2:  # k0 and a child evaluated, the rest of the run to come
                 done_before = dict(rows)
                 break
     else:
@@ -114,12 +130,12 @@ def test_resume_after_sigkill_reevaluates_nothing(tmp_path: Path):
     assert store.run(run_id).status == "running"
     arms_before = {row["iteration"]: row["arms"] for row in store.iterations(run_id)}
 
-    resumed = _cli(*args, "--resume")
+    resumed = _invoke(*args, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     summary = json.loads(resumed.stdout)
     assert summary["run_id"] == run_id  # the same run, continued
     assert store.run(run_id).status == "done"
-    assert summary["iterations"] == 4
+    assert summary["iterations"] == 3
     after = {e["candidate"]: e["created"] for e in store.evaluations(run_id)}
     for cid, created in done_before.items():
         assert after[cid] == created, f"candidate {cid} was evaluated again"
@@ -137,7 +153,7 @@ def test_two_databases_keep_their_kernels_apart_and_resuming_a_finished_run_prin
             "--json"]
     paths = {}
     for name in ("a", "b"):
-        proc = _cli(*args, "--db", str(tmp_path / f"{name}.db"))
+        proc = _invoke(*args, "--db", str(tmp_path / f"{name}.db"))
         assert proc.returncode == 0, proc.stderr[-2000:]
         summary = json.loads(proc.stdout)
         assert summary["run_id"] == 1
@@ -146,13 +162,13 @@ def test_two_databases_keep_their_kernels_apart_and_resuming_a_finished_run_prin
     assert paths["a"] != paths["b"]
     store = Store(tmp_path / "a.db")
     evaluated = store.evaluations(1)
-    again = _cli(*args, "--db", str(tmp_path / "a.db"), "--resume")
+    again = _invoke(*args, "--db", str(tmp_path / "a.db"), "--resume")
     assert again.returncode == 0, again.stderr[-2000:]
     summary = json.loads(again.stdout)
     assert summary["run_id"] == 1 and summary["finished_before"] is True
     assert summary["best_path"] == str(paths["a"])
     assert store.evaluations(1) == evaluated and len(store.runs()) == 1
-    text = _cli(*args[:-1], "--db", str(tmp_path / "a.db"), "--resume")
+    text = _invoke(*args[:-1], "--db", str(tmp_path / "a.db"), "--resume")
     assert text.returncode == 0, text.stderr[-2000:]
     assert "run 1 had finished" in text.stdout and f"best kernel: {paths['a']}" in text.stdout
 
@@ -163,17 +179,17 @@ def test_a_starting_kernel_with_a_syntax_error_fails_the_run_naming_the_line(tmp
     broken.write_text(source.replace("    mask = offsets < n\n", "    mask = offsets < n)\n", 1))
     line = source.splitlines().index("    mask = offsets < n") + 1
     db = tmp_path / "x.db"
-    proc = _cli("optimize", str(broken), "--iterations", "1", "--db", str(db))
+    proc = _invoke("optimize", str(broken), "--iterations", "1", "--db", str(db))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].endswith(f"SyntaxError: unmatched ')' (line {line})"), proc.stderr
     [run] = Store(db).runs()
     assert run.status == "failed" and f"(line {line})" in run.reason
-    listed = _cli("runs", "--db", str(db))
+    listed = _invoke("runs", "--db", str(db))
     assert listed.returncode == 0 and "failed: " in listed.stdout and f"(line {line})" in listed.stdout
 
 
 def test_resume_with_nothing_to_resume_is_a_user_error(tmp_path: Path):
-    proc = _cli("optimize", "examples:vector_add", "--db", str(tmp_path / "x.db"), "--resume")
+    proc = _invoke("optimize", "examples:vector_add", "--db", str(tmp_path / "x.db"), "--resume")
     assert proc.returncode == 2
     assert "nothing to resume" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -188,7 +204,7 @@ def test_a_run_is_not_resumed_on_another_gpu_model(tmp_path: Path):
     store = Store(db)
     task = load_task("examples:vector_add")
     run = store.create_run(task.ref, task.key, "greedy", "rewrite", 0, {"iterations": 3}, device="NVIDIA H200")
-    proc = _cli("optimize", "examples:vector_add", "--policy", "greedy", "--seed", "0", "--db", str(db), "--resume")
+    proc = _invoke("optimize", "examples:vector_add", "--policy", "greedy", "--seed", "0", "--db", str(db), "--resume")
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: run {run} was measured on NVIDIA H200 and this "
@@ -199,22 +215,23 @@ def test_a_run_is_not_resumed_on_another_gpu_model(tmp_path: Path):
 
 
 def test_llm_proposer_without_endpoint_is_a_user_error(tmp_path: Path):
-    proc = _cli("optimize", "examples:vector_add", "--proposer", "llm", "--db", str(tmp_path / "x.db"))
+    proc = _invoke("optimize", "examples:vector_add", "--proposer", "llm", "--db", str(tmp_path / "x.db"))
     assert proc.returncode == 2
     assert "KERNELBAND_LLM_BASE_URL" in proc.stderr
 
 
 def test_an_llm_endpoint_that_cannot_be_reached_is_one_line_and_the_run_is_kept(tmp_path: Path):
     """A wrong --base-url: exit 2 and one line that says so, not ten iterations of `connection failed`; the
-    run stays in the store as `failed`, with the reason, for --resume once the endpoint is right."""
+    run stays in the store as `failed`, with the reason, for --resume once the endpoint is right. No retries:
+    the OpenAI client's backoff between them would only add seconds to the same verdict."""
     import socket
 
     with socket.socket() as sock:  # a port on this host where nothing listens
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
     db = tmp_path / "x.db"
-    proc = _cli("optimize", "examples:vector_add", "--proposer", "llm", "--base-url", url,
-                "--model", "m", "--iterations", "2", "--db", str(db))
+    proc = _invoke("optimize", "examples:vector_add", "--proposer", "llm", "--base-url", url,
+                "--model", "m", "--iterations", "2", "--llm-retries", "0", "--db", str(db))
     assert proc.returncode == 2, proc.stderr[-2000:]
     # the live display (on stderr, stdout being kept for --json) showed the run starting; then one error line
     lines = proc.stderr.strip().splitlines()
@@ -231,7 +248,7 @@ def test_an_unknown_policy_is_a_user_error_that_stores_no_run(tmp_path: Path):
     store = Store(db)  # a finished run already in the store
     store.finish_run(store.create_run("examples:vector_add", "k", "kernelband", "rewrite", 0, {}), "done", {})
     store.close()
-    proc = _cli("optimize", "examples:vector_add", "--policy", "bogus", "--db", str(db))
+    proc = _invoke("optimize", "examples:vector_add", "--policy", "bogus", "--db", str(db))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: unknown policy 'bogus'")
     assert [(r.policy, r.status) for r in Store(db).runs()] == [("kernelband", "done")]  # nothing added or lost
