@@ -4,11 +4,10 @@ and that the fused kernel gives the original's outputs in the interpreter."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 
 import pytest
+from interpreted import interpreted
 
 from kernelband.proposers.rewriter.proposer import options
 from kernelband.tasks import load_task
@@ -214,19 +213,6 @@ def test_the_inlined_kernel_gives_the_originals_outputs_bit_for_bit_in_the_inter
     with open(path, "w") as f:
         f.write(FLAT)
     interpreted(new, SAME_AS.format(path=path, same="torch.equal(a, b)"))
-
-
-def interpreted(source: str, check: str) -> None:
-    """Runs `check` (Python with `module` and `torch` in scope) against the source in a fresh interpreter-mode
-    process: Triton's interpreter patches triton.language while a kernel runs, and kernels other tests ran in
-    this process can leave that state behind."""
-    folder = tempfile.mkdtemp()
-    with open(os.path.join(folder, "kb_module.py"), "w") as f:
-        f.write(source)
-    script = "import torch\nimport kb_module as module\ntorch.manual_seed(0)\n" + check
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([folder, *sys.path])}
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 SAME_AS = """

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from interpreted import run_modules
 from test_rewrites_structural import MM, example, made
 
 from kernelband.proposers.rewriter.matmul_launch import CPU_SMS
@@ -194,10 +195,6 @@ def interpreted_pair(original: str, variant: str, check: str) -> None:
     """Runs `check` with `original` and `variant` (the two modules) and `torch` in scope, in a fresh
     interpreter-mode process; the variant's twin kernel `TWIN` is wrapped so that `grids` lists the grids it
     was launched on."""
-    folder = tempfile.mkdtemp()
-    for name, source in (("kb_original", original), ("kb_variant", variant)):
-        with open(os.path.join(folder, f"{name}.py"), "w") as f:
-            f.write(source)
     script = f"""
 import torch
 import kb_original as original
@@ -213,9 +210,7 @@ class Recorded:
     def __getattr__(self, name):
         return getattr(self.kernel, name)
 {check}"""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([folder, *sys.path])}
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_modules({"kb_original": original, "kb_variant": variant}, script)
 
 
 MATMUL_SHAPES = """

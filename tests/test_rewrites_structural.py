@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from interpreted import interpreted
 
 from kernelband.proposers.rewriter.inductor_configs import POINTWISE_XBLOCKS
 from kernelband.proposers.rewriter.proposer import options
@@ -421,19 +422,3 @@ assert torch.allclose(module.lse(short), torch.logsumexp(short, dim=1), atol=1e-
 """)
 
 
-def interpreted(source: str, check: str) -> None:
-    """Runs `check` (Python with `module` and `torch` in scope) against the source in a fresh interpreter-mode
-    process: Triton's interpreter patches triton.language while a kernel runs, and kernels other tests ran in
-    this process can leave that state behind."""
-    import os
-    import subprocess
-    import sys
-    import tempfile
-
-    folder = tempfile.mkdtemp()
-    with open(os.path.join(folder, "kb_module.py"), "w") as f:
-        f.write(source)
-    script = "import torch\nimport kb_module as module\ntorch.manual_seed(0)\n" + check
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([folder, *sys.path])}
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
