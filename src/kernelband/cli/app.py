@@ -13,11 +13,31 @@ from typing import NoReturn
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperCommand, TyperGroup
 
 from kernelband import __version__
 from kernelband.errors import UserError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+
+class _UntypedHelp:
+    """`--help` listed with no type: it takes no value, like the flags `flag` makes."""
+
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class Command(_UntypedHelp, TyperCommand):
+    pass
+
+
+class Group(_UntypedHelp, TyperGroup):
+    pass
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=Group,
                   help="Make Triton kernels faster, and prove it.")
 # Off a terminal (a file, a pipe) a table's width is what its cells need, up to this: rich's default of 80
 # columns there cuts task names and figures to "…". COLUMNS, where set, still rules.

@@ -9,13 +9,13 @@ from pathlib import Path
 import typer
 
 from kernelband import stacks
-from kernelband.cli.app import app, err, fail, flag, fmt, geo, out, run_store, versus
+from kernelband.cli.app import Command, app, err, fail, flag, fmt, geo, out, run_store, versus
 from kernelband.errors import UserError
 from kernelband.policies.base import DEFAULT_POLICY
 from kernelband.store import DEFAULT_DB
 
 
-@app.command("bench")
+@app.command("bench", cls=Command)
 def bench_cmd(
     suite: str = typer.Option("tritonbench-g-l12", "--suite", help="tritonbench-g-l12, tritonbench-g or examples"),
     policies: str = typer.Option(DEFAULT_POLICY, "--policies", help="comma-separated policies"),

@@ -8,11 +8,11 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from kernelband.cli.app import app, fail, flag, fmt, out, versus
+from kernelband.cli.app import Command, app, fail, flag, fmt, out, versus
 from kernelband.errors import UserError
 
 
-@app.command("eval")
+@app.command("eval", cls=Command)
 def eval_cmd(
     task: str = typer.Argument(..., help="examples:<name>, tritonbench:<name> or a task file"),
     candidate: Path | None = typer.Option(None, "--candidate", "-c", help="module to evaluate (default: the "
@@ -98,7 +98,7 @@ def feature_lines(features, interpreter: bool) -> list[str]:
     return lines
 
 
-@app.command("calibrate")
+@app.command("calibrate", cls=Command)
 def calibrate_cmd(
     force: bool = flag("--force", "measure again even if cached"),
     as_json: bool = flag("--json"),

@@ -8,12 +8,12 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from kernelband.cli.app import app, fail, fmt, out
+from kernelband.cli.app import Command, app, fail, fmt, out
 from kernelband.errors import UserError
 from kernelband.store import DEFAULT_DB
 
 
-@app.command("knowledge")
+@app.command("knowledge", cls=Command)
 def knowledge_cmd(
     db: Path = typer.Option(Path(DEFAULT_DB), "--db", help="the run database that holds the knowledge"),
     as_json: bool = typer.Option(False, "--json"),

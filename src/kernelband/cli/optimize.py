@@ -11,7 +11,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from kernelband.cli.app import app, err, fail, flag, fmt, out, run_store, versus
+from kernelband.cli.app import Command, app, err, fail, flag, fmt, out, run_store, versus
 from kernelband.errors import UserError
 from kernelband.policies.base import DEFAULT_POLICY, POLICIES
 from kernelband.search.core import outcome_counts_text
@@ -74,7 +74,7 @@ class LiveView:
                 self.live.refresh()
 
 
-@app.command("optimize")
+@app.command("optimize", cls=Command)
 def optimize_cmd(
     task: str = typer.Argument(..., help="examples:<name>, tritonbench:<name> or a task file"),
     policy: str = typer.Option(DEFAULT_POLICY, "--policy", help=f"one of {', '.join(POLICIES)}"),

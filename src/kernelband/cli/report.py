@@ -6,12 +6,12 @@ from pathlib import Path
 
 import typer
 
-from kernelband.cli.app import app, fail, out
+from kernelband.cli.app import Command, app, fail, out
 from kernelband.errors import UserError
 from kernelband.store import DEFAULT_DB
 
 
-@app.command("report")
+@app.command("report", cls=Command)
 def report_cmd(
     target: str = typer.Argument(..., metavar="RUN_OR_BENCH", help="bench:N, run:N, or N (a run id)"),
     db: Path = typer.Option(Path(DEFAULT_DB), "--db", help="the run database"),

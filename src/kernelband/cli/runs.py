@@ -9,12 +9,12 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from kernelband.cli.app import app, fail, flag, fmt, out, run_store
+from kernelband.cli.app import Command, app, fail, flag, fmt, out, run_store
 from kernelband.errors import UserError
 from kernelband.store import DEFAULT_DB
 
 
-@app.command("runs")
+@app.command("runs", cls=Command)
 def runs_cmd(
     db: Path = typer.Option(Path(DEFAULT_DB), "--db", help="the run database"),
     as_json: bool = flag("--json"),
@@ -42,7 +42,7 @@ def runs_cmd(
     out.print(table)
 
 
-@app.command("merge")
+@app.command("merge", cls=Command)
 def merge_cmd(
     source: Path = typer.Argument(..., help="the run database to copy from"),
     bench: int = typer.Argument(..., help="the bench in SOURCE to copy"),
@@ -59,7 +59,7 @@ def merge_cmd(
     out.print(f"bench {bench} of {source}: {copied} runs copied into bench {target} of {db}", highlight=False)
 
 
-@app.command("quarantine")
+@app.command("quarantine", cls=Command)
 def quarantine_cmd(
     bench: int = typer.Option(..., "--bench", help="the bench to keep clean"),
     since: str = typer.Option(..., "--since", help="the window's start, UTC (2026-11-25T11:08:31)"),

@@ -7,12 +7,12 @@ import json
 import typer
 from rich.table import Table
 
-from kernelband.cli.app import app, fail, flag, out
+from kernelband.cli.app import Command, app, fail, flag, out
 from kernelband.errors import UserError
 
 SUITES = ("examples", "tritonbench-g", "tritonbench-g-l12")
 
-@app.command("tasks")
+@app.command("tasks", cls=Command)
 def tasks_cmd(
     levels: list[str] | None = typer.Argument(None, hidden=True),
     suite: str = typer.Option("examples", "--suite", help=f"one of {', '.join(SUITES)}"),
