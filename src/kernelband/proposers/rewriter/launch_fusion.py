@@ -55,7 +55,6 @@ from kernelband.proposers.rewriter.launch_reading import (
     NotCertain,
     Rename,
     Side,
-    arg_of,
     between_of,
     check_host,
     fresh,
@@ -66,7 +65,7 @@ from kernelband.proposers.rewriter.launch_reading import (
     uses,
 )
 from kernelband.proposers.rewriter.source import Launch, ModuleSource
-from kernelband.proposers.rewriter.syntax import code, fresh_name, loads, subnodes
+from kernelband.proposers.rewriter.syntax import arg_of, code, fresh_name, loads, subnodes
 
 
 def _one_block(side: Side, call: cst.Call) -> bool:

@@ -25,14 +25,13 @@ from kernelband.proposers.rewriter.launch_reading import (
     NotCertain,
     Rename,
     Side,
-    arg_of,
     options_of,
     param_of,
     statement_of,
     uses,
 )
 from kernelband.proposers.rewriter.source import Launch, ModuleSource
-from kernelband.proposers.rewriter.syntax import code, dotted, fresh_name
+from kernelband.proposers.rewriter.syntax import arg_of, code, dotted, fresh_name
 
 ELEMENTWISE = frozenset({"where", "maximum", "minimum", "exp", "exp2", "log", "log2", "sqrt", "sqrt_rn", "rsqrt",
                          "abs", "sigmoid", "sin", "cos", "erf", "floor", "ceil", "fma", "fdiv", "div_rn", "clamp"})

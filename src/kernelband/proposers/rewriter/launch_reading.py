@@ -9,7 +9,7 @@ from collections import Counter
 
 import libcst as cst
 
-from kernelband.proposers.rewriter.source import Launch, ModuleSource
+from kernelband.proposers.rewriter.source import Launch, ModuleSource, add_chain
 from kernelband.proposers.rewriter.syntax import assigned, code, dotted, loads, subnodes
 
 ALLOCATIONS = frozenset({"empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
@@ -129,7 +129,7 @@ class Side:
             derived |= more
 
         def followed(node: cst.BaseExpression, seen: frozenset[str]) -> bool:
-            for term in _add_chain(node):
+            for term in add_chain(node):
                 if not isinstance(term, cst.Name):
                     if {n.value for n in loads(term)} & derived:
                         return False
@@ -148,20 +148,6 @@ class Side:
 
     def params_of(self, buffer: str) -> set[str]:
         return {p for p, i in self.launch.args.items() if code(self.launch.call.args[i].value) == buffer}
-
-
-def _add_chain(node: cst.BaseExpression) -> list[cst.BaseExpression]:
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
-        return _add_chain(node.left) + _add_chain(node.right)
-    return [node]
-
-
-def arg_of(call: cst.Call, index: int, keyword: str) -> cst.BaseExpression | None:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == keyword:
-            return arg.value
-    positional = [a for a in call.args if a.keyword is None]
-    return positional[index].value if index < len(positional) else None
 
 
 

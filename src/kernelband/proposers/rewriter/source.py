@@ -168,7 +168,7 @@ class Kernel:
         """The parameters an address expression is a pointer into: the bare names of its `+` chain,
         followed through locals (`row_ptr = x_ptr + row * stride`)."""
         found: set[str] = set()
-        for term in _add_terms(address):
+        for term in add_chain(address):
             if not isinstance(term, cst.Name) or term.value in seen:
                 continue
             if self.param(term.value) is not None:
@@ -198,9 +198,9 @@ class Kernel:
         return [p.name for p in self.params if p.name in read & written]
 
 
-def _add_terms(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+def add_chain(node: cst.BaseExpression) -> list[cst.BaseExpression]:
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
-        return _add_terms(node.left) + _add_terms(node.right)
+        return add_chain(node.left) + add_chain(node.right)
     return [node]
 
 

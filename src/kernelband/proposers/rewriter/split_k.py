@@ -55,6 +55,7 @@ from kernelband.proposers.rewriter.matmul_launch import (
 from kernelband.proposers.rewriter.single_pass import plain
 from kernelband.proposers.rewriter.source import ModuleSource
 from kernelband.proposers.rewriter.syntax import (
+    arg_of,
     assigned,
     code,
     dotted,
@@ -169,13 +170,6 @@ def _loop(dk: DotKernel) -> dict | str:
     return {"loop": loop, "before": before, "after": after, "store": store, "acc": acc, "end": end, "steps": steps}
 
 
-def _mask(store: cst.Call) -> cst.BaseExpression | None:
-    keyword = [a for a in store.args if a.keyword is not None and a.keyword.value == "mask"]
-    positional = [a for a in store.args if a.keyword is None]
-    found = keyword or positional[2:3]
-    return found[0].value if found else None
-
-
 def _twin(dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[str, str]]:
     kernel = dk.kernel
     tl = kernel.tl_name
@@ -187,7 +181,7 @@ def _twin(dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[
     # The epilogue against the workspace: the output's addresses and mask, from the workspace's base.
     ws_after = [renamed(s, dk.out, ws) for s in after]
     address = code(renamed(kernel.address(dk.store), dk.out, ws))
-    mask = _mask(dk.store)
+    mask = arg_of(dk.store, 2, "mask")
     masked = "" if mask is None else f", mask={code(renamed(mask, dk.out, ws))}"
     at = after.index(store_line)
     reduce = [*ws_after[:at], *ws_after[at + 1:]] + [cst.parse_statement(s) for s in (

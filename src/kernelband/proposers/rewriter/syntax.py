@@ -51,6 +51,16 @@ def int_value(node: cst.CSTNode | None) -> int | None:
     return None
 
 
+def arg_of(call: cst.Call, index: int, keyword: str) -> cst.BaseExpression | None:
+    """The argument a call passes as `keyword`, or as its positional argument `index` (`tl.store(p, v, mask)`:
+    mask is 2)."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    positional = [a for a in call.args if a.keyword is None]
+    return positional[index].value if index < len(positional) else None
+
+
 # Positional arguments of triton.Config after its kwargs dict, in Triton's order.
 CONFIG_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
