@@ -25,7 +25,7 @@ from kernelband.evaluation.context import (
 from kernelband.evaluation.gone import WorkerGone
 from kernelband.evaluation.pool import WorkerPool
 from kernelband.evaluation.records import out_of_memory
-from kernelband.evaluation.shapes import INTERPRETER_MAX_BYTES, INTERPRETER_SHAPES
+from kernelband.evaluation.shapes import INTERPRETER_SHAPES, selfcheck_order
 from kernelband.evaluation.workers import Worker
 from kernelband.tasks.model import Task, TaskInfo
 
@@ -119,22 +119,14 @@ class References:
         """
         info = worker.info
         interpreter = self.settings.mode == "interpreter"
-        order = sorted(info.shapes, key=lambda s: s.nbytes) if interpreter else list(info.shapes)
+        order = selfcheck_order(info, self.settings.mode)
         valid: set[int] = set()
         dropped: list[str] = []
         wanted = {False: INTERPRETER_SHAPES, True: 1}
-        big_tried = {False: False, True: False}
         for shape in order:
             if interpreter and not info.interpreter_shapes_given:
                 if sum(1 for i in valid if info.shapes[i].held_out == shape.held_out) >= wanted[shape.held_out]:
                     continue
-                # Past the size the interpreter runs (select_shapes), only the smallest shape is checked: the
-                # one select_shapes falls back to. A task whose small shapes are all dropped would otherwise
-                # run its largest, GPU-sized ones in Python, for minutes.
-                if shape.nbytes > INTERPRETER_MAX_BYTES:
-                    if big_tried[shape.held_out]:
-                        continue
-                    big_tried[shape.held_out] = True
             problem = None
             try:
                 lock = self.pool.gpu_lock

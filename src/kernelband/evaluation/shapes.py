@@ -36,6 +36,26 @@ def _smallest(shapes: list[ShapeInfo], k: int) -> list[ShapeInfo]:
     return sorted(small or ordered[:1], key=lambda s: s.index)
 
 
+def selfcheck_order(info: TaskInfo, mode: str) -> list[ShapeInfo]:
+    """The shapes the reference checks itself on, in the order it tries them. In interpreter mode the smallest
+    first and, unless the task gives its interpreter shapes, past INTERPRETER_MAX_BYTES only the smallest of
+    each kind: the one `_smallest` falls back to. A task whose small shapes are all dropped would otherwise run
+    its GPU-sized ones in Python, for minutes."""
+    if mode != "interpreter":
+        return list(info.shapes)
+    ordered = sorted(info.shapes, key=lambda s: s.nbytes)
+    if info.interpreter_shapes_given:
+        return ordered
+    kept, past = [], set()
+    for shape in ordered:
+        if shape.nbytes > INTERPRETER_MAX_BYTES:
+            if shape.held_out in past:
+                continue
+            past.add(shape.held_out)
+        kept.append(shape)
+    return kept
+
+
 def representative(shapes: list[ShapeInfo]) -> ShapeInfo:
     fitting = [s for s in shapes if s.nbytes <= REPRESENTATIVE_MAX_BYTES]
     return max(fitting, key=lambda s: s.nbytes) if fitting else min(shapes, key=lambda s: s.nbytes)
