@@ -23,10 +23,10 @@ from collections import defaultdict
 from pathlib import Path
 
 
-def eval_once(example: str, ncu: bool, timeout: float) -> dict:
+def eval_once(example: str, ncu: bool, timeout: float, baselines: bool = False) -> dict:
     """One `kernelband eval` of the example's own kernel, in a fresh process; its JSON record."""
     command = [sys.executable, "-c", "from kernelband.cli import main; main()", "eval", f"examples:{example}",
-               "--json"] + ([] if ncu else ["--no-ncu"])
+               "--json"] + ([] if ncu else ["--no-ncu"]) + ([] if baselines else ["--no-baselines"])
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
     if proc.returncode not in (0, 1) or not proc.stdout.strip():
         tail = (proc.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.02, help="largest |self-speedup - 1| allowed per shape")
     ap.add_argument("--examples", default="", help="comma-separated built-in examples (default: all)")
     ap.add_argument("--ncu", action="store_true", help="profile with Nsight Compute as eval does by default")
+    # torch.compile's baselines are timed after the candidate and do not enter its self-speedup; off, each fresh
+    # process skips their compile
+    ap.add_argument("--baselines", action="store_true", help="time torch eager and torch.compile as eval does")
     ap.add_argument("--timeout", type=float, default=900, help="seconds one eval may take")
     ap.add_argument("--out", type=Path, default=None, help="write the per-shape rows here as JSON")
     args = ap.parse_args(argv)
@@ -83,14 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     for example in chosen:
         results[example] = []
         for i in range(args.runs):
-            record = eval_once(example, args.ncu, args.timeout)
+            record = eval_once(example, args.ncu, args.timeout, args.baselines)
             results[example].append(record)
             devices.add(record.get("device") or "?")
             print(f"{example} {i + 1}/{args.runs}: {record['outcome']} "
                   f"{record.get('speedup') if record.get('speedup') is not None else '-'}", file=sys.stderr)
-    table = rows(results)
-    if args.out is not None:
-        args.out.write_text(json.dumps({"devices": sorted(devices), "runs": args.runs, "rows": table}, indent=1))
+        table = rows(results)
+        if args.out is not None:  # after each example, so that a run cut short keeps what it measured
+            args.out.write_text(json.dumps({"devices": sorted(devices), "runs": args.runs, "rows": table}, indent=1))
     print(f"| example | shape | worst abs(self-speedup - 1) | self-speedups ({', '.join(sorted(devices))}) |")
     print("|---|---|---|---|")
     for r in table:

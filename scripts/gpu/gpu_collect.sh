@@ -15,8 +15,9 @@ mkdir -p "$OUT"
 # the sweep's threads' stacks into its log (search_quality.py's SIGUSR1 handler: kernelband.stacks)
 pkill -USR1 -f '^python3 benchmarks/search_quality.py' && sleep 1  # not `timeout`, which USR1 ends
 cp ~/.cache/kernelband/calibration.json "$S/" 2>/dev/null
-for db in quality ab; do
-  [ -f "$S/$db.db" ] && python3 - "$S/$db.db" "$OUT/$db.db" <<'PY'
+for path in "$S"/*.db; do
+  db=$(basename "$path" .db)
+  [ -f "$path" ] && python3 - "$path" "$OUT/$db.db" <<'PY'
 import sqlite3, sys
 src, dst = sqlite3.connect(sys.argv[1], timeout=60), sqlite3.connect(sys.argv[2])
 src.backup(dst)
@@ -29,7 +30,8 @@ bench=$(cat "$S/quality.bench" 2>/dev/null)
 [ -f "$OUT/quality.db" ] && PYTHONPATH=src python3 tools/reference_drift.py "$OUT/quality.db" \
   ${bench:+--bench "$bench"} 2>/dev/null | head -n 1 | sed "s/^/${bench:+bench $bench: }/"
 # xz, as committed (docs/results/bench.db.xz): near-identical candidate sources compress far better than gzip
-for db in quality ab; do
+for path in "$OUT"/*.db; do
+  db=$(basename "$path" .db)
   [ -f "$OUT/$db.db" ] && python3 -c "import lzma, shutil, sys
 shutil.copyfileobj(open(sys.argv[1], 'rb'), lzma.open(sys.argv[1] + '.xz', 'wb', preset=9 | lzma.PRESET_EXTREME))" \
     "$OUT/$db.db" && rm "$OUT/$db.db"

@@ -38,9 +38,10 @@ def check_preset(preset: str) -> None:
 
 def evaluate(task: str | Task, candidate: str | Path | None = None, *, preset: str = "default",
              shapes: str = "search", seed: int | None = None, interpreter: bool = False,
-             use_ncu: bool | None = None, tritonbench: str | None = None) -> EvalResult:
+             use_ncu: bool | None = None, tritonbench: str | None = None, baselines: bool = True) -> EvalResult:
     """Evaluate one candidate of a task (None: the task's own starting kernel): correctness on every shape,
-    timing against the reference, features. Bad input raises `kernelband.errors.UserError`."""
+    timing against the reference, features; `baselines`: also time torch eager and torch.compile. Bad input
+    raises `kernelband.errors.UserError`."""
     check_preset(preset)
     which = SHAPES.get(shapes)
     if which is None:
@@ -49,7 +50,8 @@ def evaluate(task: str | Task, candidate: str | Path | None = None, *, preset: s
     source = candidate_source(candidate)
     from kernelband.evaluation.evaluator import Evaluator  # torch: only once the input is checked
 
-    with Evaluator(mode="interpreter" if interpreter else None, warm=1, preset=preset, use_ncu=use_ncu) as ev:
+    with Evaluator(mode="interpreter" if interpreter else None, warm=1, preset=preset, use_ncu=use_ncu,
+                   baselines=baselines) as ev:
         # A fresh process knows no usual time of the reference, which the timing needs to tell a disturbed
         # measurement and measure it again: learnt first, as a search's task set-up does (Timing.prime).
         ev.prime_timing(t, preset, which)

@@ -24,13 +24,15 @@ def eval_cmd(
     interpreter: bool = flag("--interpreter", "use the Triton interpreter even with a GPU"),
     tritonbench: str | None = typer.Option(None, "--tritonbench", help="TritonBench data (json or checkout)"),
     no_ncu: bool = flag("--no-ncu", "do not profile with Nsight Compute"),
+    no_baselines: bool = flag("--no-baselines", "do not time torch eager and torch.compile (no compile wait)"),
 ) -> None:
     """Evaluate a candidate kernel: correctness on every shape, timing against the reference, features."""
     from kernelband import api
 
     try:
         result = api.evaluate(task, candidate, preset=preset, shapes=shapes, seed=seed, interpreter=interpreter,
-                              use_ncu=False if no_ncu else None, tritonbench=tritonbench)
+                              use_ncu=False if no_ncu else None, tritonbench=tritonbench,
+                              baselines=not no_baselines)
     except UserError as exc:
         fail(str(exc))
     if as_json:

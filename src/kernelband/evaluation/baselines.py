@@ -68,10 +68,10 @@ class Baselines:
         ctx.result.seconds["baselines"] = time.perf_counter() - t0
 
     def _time(self, ctx: EvalContext, index: int, span: bool) -> Baseline:
-        if self.settings.mode == "interpreter":
-            return Baseline(None, None, INTERPRETER_SKIP, INTERPRETER_SKIP)
         if not self.enabled:
             return Baseline(None, None, NOT_ASKED, NOT_ASKED)
+        if self.settings.mode == "interpreter":
+            return Baseline(None, None, INTERPRETER_SKIP, INTERPRETER_SKIP)
         msg = {"op": "baselines", "shape": index, "seed": derive_seed(ctx.seed, index, 2),
                "preset": ctx.preset.wire(), "span": span, "compile": self.compile}
         limits = self.settings.limits
