@@ -551,3 +551,24 @@ def test_runs_in_flight_together_evaluate_a_source_they_both_reach_once():
     assert len(firsts) == len(seconds) == 1 and seconds[0].speedup == 2.0
     assert firsts[0].notes == seconds[0].notes[:-1]  # the same evaluation; the first run's result untouched
     assert gpus[1].fingerprint(task) == {"gpu": "H100"} and in_flight == {}
+
+
+def test_a_run_that_breaks_is_a_row_of_errors_and_its_gpu_goes_on_with_the_next(tmp_path: Path, monkeypatch):
+    """An exception out of one run (a worker that could not be started, say) is that run's error: the thread
+    that ran it takes the GPU's next run, and the sweep ends with every other run done and the error listed."""
+    store = Store(tmp_path / "b.db")
+    bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Standin()],
+                  RewriterProposer, on_event=lambda event: None)
+    ran = []
+
+    def run_job(job, evaluator):
+        if job.policy == "1":
+            raise RuntimeError("no worker could be started")
+        ran.append(job.policy)
+        return {"kind": "job_done"}
+
+    monkeypatch.setattr(bench, "run_job", run_job)
+    bench._queues = deal([_jobs("a", "123")], 1, lambda j: True)
+    bench._drain(0, Standin())
+    assert ran == ["2", "3"]
+    assert bench.errors == ["a 1 seed 0: RuntimeError: no worker could be started"]

@@ -898,3 +898,33 @@ def test_room_for_a_second_attempt_closes_idle_references_oldest_first_until_eno
     finally:
         pool._references.clear()
         pool.close()
+
+
+def test_a_worker_start_that_waits_for_the_gpu_longer_than_the_start_timeout_is_waited_for():
+    """A busy GPU's timings can hold it for minutes: a worker's start waiting that long for its shared hold has
+    not failed, so `acquire` waits for it rather than giving up at the start timeout (which bounds each step
+    of the start, not its waits for the GPU)."""
+    from kernelband.evaluation.pool import WorkerPool
+
+    pool = WorkerPool("interpreter", warm=0, start_timeout=8.0)
+    inside, leave = threading.Event(), threading.Event()
+    try:
+        def timing():
+            with pool.gpu_lock.exclusive():
+                inside.set()
+                leave.wait(120)
+
+        threading.Thread(target=timing, daemon=True).start()
+        assert inside.wait(5)
+        got: dict = {}
+        waiter = threading.Thread(target=lambda: got.update(worker=pool.acquire()), daemon=True)
+        waiter.start()
+        waiter.join(12)  # past the start timeout, the start still waiting for the GPU
+        assert waiter.is_alive() and not got
+        leave.set()
+        waiter.join(60)
+        assert got["worker"].ready is not None
+        pool.release(got["worker"])
+    finally:
+        leave.set()
+        pool.close()

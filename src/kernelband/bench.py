@@ -315,11 +315,13 @@ class Bench:
                 with self._lock:
                     self.fatal = self.fatal or exc
                 return
-            except UserError as exc:  # a broken task is a row in the report, not the end of the sweep
+            except Exception as exc:  # noqa: BLE001 - a broken task or run is a row in the report, not the end of
+                # this GPU's queue: the run is stored as failed with its reason (resumable), the queue goes on
+                error = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
                 with self._lock:
-                    self.errors.append(f"{job.task} {job.policy} seed {job.seed}: {exc}")
+                    self.errors.append(f"{job.task} {job.policy} seed {job.seed}: {error}")
                 self.on_event({"kind": "job_error", "task": job.task, "policy": job.policy, "seed": job.seed,
-                               "error": str(exc)})
+                               "error": error})
 
     def run_job(self, job: Job, evaluator) -> dict:
         """Runs (or resumes, or skips as finished) one run of the bench on `evaluator`; returns its event."""

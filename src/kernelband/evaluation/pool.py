@@ -42,6 +42,8 @@ class WorkerPool:
         self.base_dir = tempfile.mkdtemp(prefix="kernelband-", dir=shm)
         self._spares: list[Worker] = []
         self._starting = 0
+        self._failed_starts = 0
+        self._failure = ""
         self._cond = threading.Condition()
         self._references: OrderedDict[str, Worker] = OrderedDict()
         self._max_references = max_references
@@ -98,6 +100,7 @@ class WorkerPool:
             with self._cond:
                 self._starting -= 1
                 self._failure = str(exc)
+                self._failed_starts += 1
                 self._cond.notify_all()
             return
         with self._cond:
@@ -120,19 +123,22 @@ class WorkerPool:
         for _ in range(max(0, need)):
             threading.Thread(target=self._spawn, daemon=True, name="kernelband-worker-start").start()
 
-    def acquire(self, timeout: float | None = None) -> Worker:
-        """A ready worker for one candidate. Starts one now if none is warm."""
-        timeout = timeout or self.start_timeout
-        deadline = time.monotonic() + timeout
+    def acquire(self) -> Worker:
+        """A ready worker for one candidate: a warm one, else the next whose start ends. It waits as long as a
+        start is under way, with no deadline of its own: each start bounds its own steps (`Worker.wait_ready`)
+        but not its waits for the GPU lock, which a busy GPU's timings can hold for minutes. It raises once a
+        start that ends while it waits has failed."""
         with self._cond:
-            if not self._spares and self._starting == 0:
-                self._starting += 1
-                threading.Thread(target=self._spawn, daemon=True, name="kernelband-worker-start").start()
+            failed = self._failed_starts
             while not self._spares:
-                left = deadline - time.monotonic()
-                if left <= 0 or (self._starting == 0 and not self._spares):
-                    raise WorkerGone("crashed", f"no worker could be started: {getattr(self, '_failure', 'timeout')}")
-                self._cond.wait(min(left, 1.0))
+                if self._closed:
+                    raise WorkerGone("crashed", "the worker pool is closed")
+                if self._failed_starts > failed:
+                    raise WorkerGone("crashed", f"no worker could be started: {self._failure}")
+                if self._starting == 0:
+                    self._starting += 1
+                    threading.Thread(target=self._spawn, daemon=True, name="kernelband-worker-start").start()
+                self._cond.wait(1.0)
             worker = self._spares.pop(0)
             self.start_phases.append(worker.ready.phases)
         self._fill()
