@@ -7,6 +7,7 @@ built-in example and per shape, the worst deviation of the self-speedup from 1.0
 passes when every shape of every example stays within `--tolerance` (2 %) and every evaluation is `ok`.
 
     python benchmarks/eval_self.py [--runs 10] [--tolerance 0.02] [--examples softmax,matmul] [--out rows.json]
+    python benchmarks/eval_self.py --gpus 0,1,2,3 ...     # examples spread over four GPUs, each eval alone on one
 
 Exit status: 0 within the tolerance, 1 outside it (or an evaluation not ok), 2 for bad input. Run it on the
 GPU machine; in the interpreter (KERNELBAND_MODE=interpreter) the figures say nothing about a GPU.
@@ -17,17 +18,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 from collections import defaultdict
 from pathlib import Path
 
 
-def eval_once(example: str, ncu: bool, timeout: float, baselines: bool = False) -> dict:
-    """One `kernelband eval` of the example's own kernel, in a fresh process; its JSON record."""
+def eval_once(example: str, ncu: bool, timeout: float, baselines: bool = False, gpu: str | None = None) -> dict:
+    """One `kernelband eval` of the example's own kernel, in a fresh process (on GPU `gpu` alone where given);
+    its JSON record."""
     command = [sys.executable, "-c", "from kernelband.cli import main; main()", "eval", f"examples:{example}",
                "--json"] + ([] if ncu else ["--no-ncu"]) + ([] if baselines else ["--no-baselines"])
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+    env = dict(os.environ, **({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}))
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode not in (0, 1) or not proc.stdout.strip():
         tail = (proc.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
         return {"outcome": f"failed (exit {proc.returncode}): {tail}", "shapes": [], "device": ""}
@@ -70,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     # process skips their compile
     ap.add_argument("--baselines", action="store_true", help="time torch eager and torch.compile as eval does")
     ap.add_argument("--timeout", type=float, default=900, help="seconds one eval may take")
+    ap.add_argument("--gpus", default="", help="comma-separated GPU indices: one example at a time on each, its "
+                    "processes one after another (default: the visible GPU)")
     ap.add_argument("--out", type=Path, default=None, help="write the per-shape rows here as JSON")
     args = ap.parse_args(argv)
     known = list(example_names())
@@ -81,19 +88,38 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1 or args.tolerance < 0:
         print("error: --runs must be at least 1 and --tolerance at least 0", file=sys.stderr)
         return 2
-    results: dict[str, list[dict]] = {}
-    devices = set()
+    results: dict[str, list[dict]] = {e: [] for e in chosen}
+    devices: set[str] = set()
+    todo = queue.SimpleQueue()
     for example in chosen:
-        results[example] = []
-        for i in range(args.runs):
-            record = eval_once(example, args.ncu, args.timeout, args.baselines)
-            results[example].append(record)
-            devices.add(record.get("device") or "?")
-            print(f"{example} {i + 1}/{args.runs}: {record['outcome']} "
-                  f"{record.get('speedup') if record.get('speedup') is not None else '-'}", file=sys.stderr)
-        table = rows(results)
-        if args.out is not None:  # after each example, so that a run cut short keeps what it measured
-            args.out.write_text(json.dumps({"devices": sorted(devices), "runs": args.runs, "rows": table}, indent=1))
+        todo.put(example)
+    lock = threading.Lock()
+
+    def lane(gpu: str | None) -> None:  # one GPU's examples, each one's processes one after another
+        while True:
+            try:
+                example = todo.get_nowait()
+            except queue.Empty:
+                return
+            for i in range(args.runs):
+                record = eval_once(example, args.ncu, args.timeout, args.baselines, gpu)
+                with lock:
+                    results[example].append(record)
+                    devices.add(record.get("device") or "?")
+                    print(f"{example} {i + 1}/{args.runs}{'' if gpu is None else f' (GPU {gpu})'}: "
+                          f"{record['outcome']} {record.get('speedup') if record.get('speedup') is not None else '-'}",
+                          file=sys.stderr)
+            with lock:
+                if args.out is not None:  # after each example, so that a run cut short keeps what it measured
+                    args.out.write_text(json.dumps({"devices": sorted(devices), "runs": args.runs,
+                                                    "rows": rows(results)}, indent=1))
+
+    lanes = [threading.Thread(target=lane, args=(g,)) for g in ([g for g in args.gpus.split(",") if g] or [None])]
+    for t in lanes:
+        t.start()
+    for t in lanes:
+        t.join()
+    table = rows(results)
     print(f"| example | shape | worst abs(self-speedup - 1) | self-speedups ({', '.join(sorted(devices))}) |")
     print("|---|---|---|---|")
     for r in table:

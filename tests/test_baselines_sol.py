@@ -284,3 +284,32 @@ def test_an_evaluator_asked_for_no_baselines_says_so():
                         relative_limits=False, recheck_timings=False)
     off = Baselines(settings, references=None, enabled=False)
     assert off._time(None, 0, False) == baselines.Baseline(None, None, NOT_ASKED, NOT_ASKED)
+
+
+def test_a_tasks_baseline_is_what_the_baselines_time_where_it_has_one():
+    """examples:matmul's reference multiplies in float32, for accuracy; torch eager and torch.compile time its
+    `baseline()`, the half-precision `a @ b` a user runs (cuBLAS), which still agrees with the reference. A task
+    without one has its reference timed."""
+    import torch
+
+    from kernelband.tasks import load_task
+    from kernelband.worker.harness import PyFileHarness
+
+    def harness(name):
+        task = load_task(f"examples:{name}")
+        h = PyFileHarness(task.harness_source, task.harness_file, module=None)
+        h.describe("interpreter")
+        return h
+
+    matmul = harness("matmul")
+    inputs = matmul.make_inputs(0, "cpu")
+    timed = matmul.torch_reference(inputs)
+    assert timed.dtype == torch.float16 and timed.dtype == inputs[0].dtype
+    assert matmul.ns["baseline"].__code__ is not matmul.ns["reference"].__code__
+    assert torch.allclose(timed.float(), matmul.reference(inputs).float(), atol=matmul.atol, rtol=matmul.rtol)
+    calls = []
+    matmul.ns["baseline"] = lambda a, b: calls.append((a, b)) or a @ b
+    matmul.torch_reference(inputs)
+    assert calls and calls[0][0] is inputs[0]
+    softmax = harness("softmax")
+    assert softmax.torch_reference == softmax.reference

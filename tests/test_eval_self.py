@@ -72,3 +72,33 @@ def test_the_self_eval_script_refuses_an_unknown_example():
     proc = subprocess.run([sys.executable, str(SCRIPT), "--examples", "nope"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2 and proc.stderr.startswith("error: no built-in example nope")
+
+
+def test_the_self_eval_spreads_examples_over_gpus_one_process_at_a_time_on_each(monkeypatch):
+    """With --gpus, each example's fresh processes run one after another on one GPU, and the examples share
+    the GPUs: each eval has its GPU to itself, and ten processes of nine examples fit a session."""
+    import threading
+    import time
+
+    script = _script()
+    calls: list[tuple[str, str]] = []
+    busy: dict[str, int] = {}
+    overlap = []
+    lock = threading.Lock()
+
+    def eval_once(example, ncu, timeout, baselines=False, gpu=None):
+        with lock:
+            calls.append((example, gpu))
+            busy[gpu] = busy.get(gpu, 0) + 1
+            overlap.append(busy[gpu])
+        time.sleep(0.2)
+        with lock:
+            busy[gpu] -= 1
+        return {"outcome": "ok", "device": "d", "shapes": [{"label": "n=1", "speedup": 1.0}]}
+
+    monkeypatch.setattr(script, "eval_once", eval_once)
+    assert script.main(["--runs", "2", "--gpus", "0,1", "--examples", "vector_add,softmax"]) == 0
+    by_example = {e: {g for x, g in calls if x == e} for e in ("vector_add", "softmax")}
+    assert all(len(gpus) == 1 for gpus in by_example.values())
+    assert by_example["vector_add"] | by_example["softmax"] == {"0", "1"}
+    assert len(calls) == 4 and max(overlap) == 1

@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
-# The speed-of-light sweep behind BENCHMARKS.md's "Speed of light and torch baselines", staged for one device
-# session on four GPUs: the 29 level-1/2 tasks (l12.db) and the built-in examples (ex.db) searched at T = 10,
-# q = 4, seed 0 (`--seeds 1`) with the built-in rewriter, `kernelband` first on every task (stage 1, all GPUs),
-# then `coordinate` and `random` (stage 2, GPUs 0-2), so that a session cut short keeps the method's runs on
-# every task. Beside them on GPU 3 (the GPU lock is per physical GPU, so they queue with the benches' timing):
-# the fresh-process self-evaluation of the examples (benchmarks/eval_self.py) and the GPU tests of the
-# structural rewrites, the pinning and the baselines; once stage 1 is done, the handed-back modules timed again
-# in fresh processes on that GPU alone (scripts/gpu/handback_repeat.py). Each bench's report (`kernelband report
-# bench:N --db`) holds the per-task SOL fractions and the speedups over k0, torch eager and torch.compile.
+# The speed-of-light sweep behind BENCHMARKS.md's "Speed of light and torch baselines": the 29 level-1/2 tasks
+# (l12.db) and the built-in examples (ex.db) searched at T = 10, q = 4, seed 0 (`--seeds 1`) with the built-in
+# rewriter; `kernelband` on every task first (one bench), then `coordinate` and `random` (a second bench of the
+# same database). The whole sweep is about 4,700 evaluations (3,000 after reuse): more than one device session,
+# so each session resumes it from the databases of the last (docs/results/sol/*.db.xz, unpacked where $S has
+# none) and each bench picks up where it stopped.
+#
+# One session, in order:
+#   1. `kernelband calibrate`;
+#   2. unless SELF=0: the fresh-process self-evaluation of the examples (benchmarks/eval_self.py), one example
+#      at a time on each GPU, each process alone on its GPU; then the GPU tests of the structural rewrites, the
+#      pinning and the baselines;
+#   3. the benches, l12 on GPUs 0-2 and the examples on GPU 3 (never two benches on one GPU: on four H100s,
+#      two benches and a self-evaluation per GPU queued worker starts behind timings for minutes), then, once a
+#      bench is complete, the hand-back check of its autotuned kernels (scripts/gpu/handback_repeat.py).
+# Each bench's report (`kernelband report bench:N --db`) has the per-task SOL fractions and the speedups over k0,
+# torch eager and torch.compile.
 #
 # Detached, so that it outlives the device call that starts it:
 #   setsid nohup bash scripts/gpu/sol_sweep.sh > /dev/null 2>&1 < /dev/null &
 #   KB_STATE=kernelband-runs/sol bash scripts/gpu/gpu_collect.sh 575      # in each later call
-# Needs .wheels/ and .data/ carried with the call (scripts/gpu/carry.sh). SMOKE=1: two tiny benches on the
+# Needs .wheels/ and .data/ carried with the call (scripts/gpu/carry.sh). SMOKE=1: tiny benches on the
 # interpreter, the plumbing on a machine without a GPU.
 set -u
 cd "$(dirname "$0")/../.."
@@ -23,50 +31,64 @@ export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
 log() { echo "$(date -u +%T) $*" >> "$S/session.log"; }
 "$py" -c "import libcst" 2> /dev/null || "$py" -m pip install --no-index --no-deps -q .wheels/*.whl
+for part in l12 ex; do  # the last session's databases, to resume
+  [ -f "$S/$part.db" ] || [ ! -f "docs/results/sol/$part.db.xz" ] || xz -dc "docs/results/sol/$part.db.xz" > "$S/$part.db"
+done
 if [ "${SMOKE:-0}" = 1 ]; then
   declare -A suite=([l12]="--suite examples --tasks vector_add" [ex]="--suite examples --tasks softmax")
-  search=(-n 1 -q 1 --interpreter --no-ncu)
-  later=(); side=0
+  declare -A gpus=([l12]="" [ex]="")
+  search=(-n 1 -q 1) run=(--interpreter --no-ncu)
+  SELF=0
 else
   declare -A suite=([l12]="--suite tritonbench-g-l12" [ex]="--suite examples")
-  search=(-n 10 -q 4)
-  later=(--gpus 0,1,2); side=1
+  declare -A gpus=([l12]="--gpus 0,1,2" [ex]="--gpus 3")
+  search=(-n 10 -q 4) run=(--runs-per-gpu 2)
   log "calibrate"
   "$py" -m kernelband calibrate > "$S/calibrate.log" 2>&1
 fi
-stage() {  # name policies runs-per-gpu [bench options]: both suites at once, each into its own database
-  local name=$1 policies=$2 per=$3 pids=(); shift 3
-  for part in l12 ex; do
-    # shellcheck disable=SC2086
-    "$py" -m kernelband bench ${suite[$part]} --policies "$policies" --seeds 1 --proposer rewrite \
-      --db "$S/$part.db" "${search[@]}" --runs-per-gpu "$per" "$@" --json \
-      > "$S/bench-$part-$name.json" 2> "$S/bench-$part-$name.log" &
-    pids+=($!)
-  done
-  wait "${pids[@]}"  # not the side lane, which waits for stage 1
-  log "stage $name done"
-}
-if [ "$side" = 1 ]; then
-  (
-    export CUDA_VISIBLE_DEVICES=3
-    log "eval_self"
-    "$py" benchmarks/eval_self.py --runs 10 --tolerance 0.02 --out "$S/eval_self.json" > "$S/eval_self.log" 2>&1
-    log "gpu tests"
-    "$py" -m pytest -m gpu -q tests/test_rewrites_matmul.py tests/test_launch_fusion.py tests/test_pinning.py \
-      tests/test_baselines_sol.py > "$S/gpu_tests.log" 2>&1
-    while [ ! -f "$S/stage1" ]; do sleep 5; done
-    for part in l12 ex; do
-      log "handback $part"
-      "$py" scripts/gpu/handback_repeat.py --db "$S/$part.db" --bench 1 --json "$S/handback-$part.json" \
-        > "$S/handback-$part.log" 2>&1
-    done
-    log "side lane done"
-  ) &
+if [ "${SELF:-1}" = 1 ]; then
+  log "eval_self"
+  "$py" benchmarks/eval_self.py --runs 10 --tolerance 0.02 --gpus 0,1,2,3 --out "$S/eval_self.json" \
+    > "$S/eval_self.log" 2>&1
+  log "gpu tests"
+  "$py" -m pytest -m gpu -q tests/test_rewrites_matmul.py tests/test_launch_fusion.py tests/test_pinning.py \
+    tests/test_baselines_sol.py > "$S/gpu_tests.log" 2>&1
 fi
-log "stage 1"
-stage kernelband kernelband 3
-touch "$S/stage1"
-stage others coordinate,random 3 "${later[@]}"
+bench_of() {  # database policies -> "id status" of its bench planned with exactly these policies, if any
+  [ -f "$1" ] && "$py" - "$1" "$2" <<'PY'
+import json, sqlite3, sys
+for bench, config, status in sqlite3.connect(sys.argv[1]).execute("SELECT id, config, status FROM benches"):
+    if ",".join(json.loads(config)["policies"]) == sys.argv[2]:
+        print(bench, status)
+        break
+PY
+}
+lane() {  # one suite's benches, one after another, on its GPUs
+  local part=$1 name id status
+  for policies in kernelband coordinate,random; do
+    name=${policies%%,*}
+    read -r id status <<< "$(bench_of "$S/$part.db" "$policies")"
+    log "$part $policies: $([ -n "$id" ] && echo "bench $id, $status" || echo "new bench")"
+    # shellcheck disable=SC2086
+    if [ -n "$id" ]; then
+      [ "$status" = done ] || "$py" -m kernelband bench --resume "$id" --db "$S/$part.db" ${gpus[$part]} "${run[@]}" \
+        --json > "$S/bench-$part-$name.json" 2> "$S/bench-$part-$name.log"
+    else
+      "$py" -m kernelband bench ${suite[$part]} --policies "$policies" --seeds 1 --proposer rewrite \
+        --db "$S/$part.db" ${gpus[$part]} "${search[@]}" "${run[@]}" --json \
+        > "$S/bench-$part-$name.json" 2> "$S/bench-$part-$name.log"
+    fi
+    read -r id status <<< "$(bench_of "$S/$part.db" "$policies")"
+    log "$part $policies: bench $id $status"
+    if [ "${SMOKE:-0}" != 1 ] && [ "$status" = done ] && [ ! -f "$S/handback-$part-$name.json" ]; then
+      CUDA_VISIBLE_DEVICES=${gpus[$part]##*[ ,]} "$py" scripts/gpu/handback_repeat.py --db "$S/$part.db" \
+        --bench "$id" --json "$S/handback-$part-$name.json" > "$S/handback-$part-$name.log" 2>&1
+    fi
+  done
+  log "$part done"
+}
+lane l12 &
+lane ex &
 wait
 touch "$S/done"
 log "done"
