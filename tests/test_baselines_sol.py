@@ -90,6 +90,22 @@ def test_the_medians_over_all_shapes_and_over_shapes_of_at_least_16_mb():
     assert none.sol_median is None and none.sol_median_large is None
 
 
+def test_a_shape_whose_bound_even_the_reference_beats_has_no_sol_fraction_and_stays_out_of_the_medians():
+    """A fraction over 1 of a bound that the reference beats too says the task's bytes are overcounted, not
+    that the kernel is fast: no fraction is shown for it, and the medians are of the shapes with a true bound."""
+    shapes = [_shape(0, 32e6), _shape(1, 64e6), _shape(2, 64e6)]
+    cand = [0.032 / 0.8, 0.064 / 1.4, 0.064 / 1.5]  # two shapes at 1.4 and 1.5 of their data bound
+    ref = [0.032 / 0.7, 0.064 / 1.3, 0.064 / 1.3]  # and the reference over it as well
+    result, by_index = _timed(shapes, cand, ref)
+    sol.judge(shapes, result, by_index, {}, PEAKS)
+    assert [s.sol_fraction for s in result.shapes][1:] == [None, None] and result.ok
+    assert "byte count is too high" in result.shapes[1].note
+    assert result.sol_median == pytest.approx(0.8) and result.sol_median_large == pytest.approx(0.8)
+    told, by_index = _timed(shapes, cand, [0.1] * 3)  # the reference under the bound, the task says why
+    sol.judge(shapes, told, by_index, {}, PEAKS, overcounted="reads only the rows within each length")
+    assert [s.sol_fraction for s in told.shapes][1:] == [None, None] and told.sol_median == pytest.approx(0.8)
+
+
 # -- the calibration cache --------------------------------------------------------------------------------
 def test_an_old_cache_has_no_floor_and_a_calibration_reply_gives_one(tmp_path):
     path = tmp_path / "calibration.json"

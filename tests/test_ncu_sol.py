@@ -228,10 +228,10 @@ def test_a_bound_the_reference_also_beats_blames_the_task_not_the_candidate():
     assert "byte count is too high" in sr.note
 
 
-def test_a_task_that_overcounts_its_bytes_reports_the_bound_without_judging_by_it():
+def test_a_task_that_overcounts_its_bytes_reports_the_bound_without_judging_by_it_or_a_fraction_of_it():
     result, sr = _judge(cand_ms=0.5, ref_ms=1.0, overcounted="reads only the rows within each length")
     assert result.outcome == Outcome.OK and "speed_of_light" not in result.checks
-    assert sr.sol_fraction == pytest.approx(2.0)
+    assert sr.data_bound_ms == pytest.approx(1.0) and sr.sol_fraction is None  # not "2.0 of the speed of light"
     assert "reads only the rows within each length" in sr.note
 
 
