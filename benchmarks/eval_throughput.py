@@ -48,6 +48,7 @@ import psutil
 
 from kernelband import stacks
 from kernelband.errors import UserError, run_script
+from kernelband.evaluation import zygote
 from kernelband.evaluation.context import MEMORY_SHARE
 from kernelband.evaluation.evaluator import Evaluator
 from kernelband.evaluation.records import PRESETS, Preset
@@ -113,7 +114,7 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
     ev.pool.cpu_use()  # the workers' CPU from here
     started = len(ev.pool.start_phases)  # the workers handed out from here: one per candidate
     parent = psutil.Process()
-    cpu0 = parent.cpu_times()
+    cpu0, forked0 = parent.cpu_times(), zygote.ended_cpu()
     t0 = time.perf_counter()
     finished: list[float] = []  # seconds from the start at which each candidate's result came back
 
@@ -131,13 +132,14 @@ def part_pool(ev: Evaluator, names: list[str], report: dict, save, threads: int,
         done.set()
     elapsed = time.perf_counter() - t0
     lock = ev.pool.gpu_lock.stats(reset=True)
-    cpu1 = parent.cpu_times()
+    cpu1, forked1 = parent.cpu_times(), zygote.ended_cpu()
     # cores used on average, is a CPU the bottleneck? This process (the parent: loads, comparisons, messages),
     # the workers that ended during the part (their CPU reaches the parent's children's times once reaped:
-    # candidates, profilers under ncu), and the live workers by kind (Pool.cpu_use)
+    # candidates, profilers under ncu; a forked worker's, the zygote's, which reports it), and the live workers
+    # by kind (Pool.cpu_use)
     cores = {"parent": round((cpu1.user + cpu1.system - cpu0.user - cpu0.system) / elapsed, 2),
              "ended_workers": round((cpu1.children_user + cpu1.children_system - cpu0.children_user
-                                     - cpu0.children_system) / elapsed, 2),
+                                     - cpu0.children_system + forked1 - forked0) / elapsed, 2),
              "live_workers": {k: round((v[1] + v[2]) / elapsed, 2) for k, v in ev.pool.cpu_use().items()},
              "host_cores": os.cpu_count(), "load_per_core": round(os.getloadavg()[0] / (os.cpu_count() or 1), 2)}
     finished.sort()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from kernelband import protocol
-from kernelband.evaluation import ncu
+from kernelband.evaluation import ncu, zygote
 from kernelband.evaluation.env import worker_env
 from kernelband.evaluation.gone import WorkerGone
 
@@ -72,17 +72,31 @@ class Worker:
         self.ncu_log = os.path.join(self.dir, "ncu.csv")
         if profiler:
             prefix = ncu.command(self.ncu_log)
-        self.proc = subprocess.Popen(
-            prefix + [sys.executable, "-m", "kernelband.worker", "--fd", str(child.fileno()), "--dir", self.dir,
-                      "--mode", mode],
-            pass_fds=[child.fileno()], cwd=self.dir, env=worker_env(self.dir, mode, device_index),
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        env = worker_env(self.dir, mode, device_index)
+        self.proc = self._forked(mode, env, child) if not profiler else None
+        if self.proc is None:
+            self.proc = subprocess.Popen(
+                prefix + [sys.executable, "-m", "kernelband.worker", "--fd", str(child.fileno()), "--dir",
+                          self.dir, "--mode", mode],
+                pass_fds=[child.fileno()], cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
+                stderr=subprocess.STDOUT, start_new_session=True)
         child.close()
         self.ready: ReadyInfo | None = None
         self.lock = threading.Lock()
         self.asked: tuple[str, float] | None = None  # the request in progress: (op, since), for `snapshot`
         self.users = 0  # evaluations using this worker as their reference (see WorkerPool.reference)
         self._stopped: list[int] = []  # the front end's pids `pause` stopped (WorkerPool parks idle profilers)
+
+    def _forked(self, mode: str, env: dict[str, str], child: socket.socket) -> zygote.Child | None:
+        """The worker forked from this process's zygote, where there is one (evaluation/zygote.py); None: start
+        it as a process of its own."""
+        z = zygote.for_mode(mode)
+        if z is None:
+            return None
+        try:
+            return z.fork(self.dir, self.log_path, env, child)
+        except zygote.ZygoteGone:
+            return None
 
     def wait_ready(self, timeout: float, gpu=lambda step: nullcontext()) -> ReadyInfo:
         """Wait for the worker to import its libraries, then let it initialise CUDA ("context"), and then run

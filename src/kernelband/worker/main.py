@@ -545,10 +545,16 @@ def main() -> None:
     parser.add_argument("--dir", required=True)
     parser.add_argument("--mode", choices=["gpu", "interpreter"], required=True)
     args = parser.parse_args()
+    serve(args.fd, args.dir, args.mode)
+
+
+def serve(fd: int, workdir: str, mode: str) -> None:
+    """The worker's life on socket `fd`: its start, then one request after another until the parent closes
+    the socket (a process of its own: `main`, or a child of the zygote, worker/zygote.py)."""
     from kernelband import protocol
 
-    sock = socket.socket(fileno=args.fd)
-    worker = Worker(sock, args.dir, args.mode)
+    sock = socket.socket(fileno=fd)
+    worker = Worker(sock, workdir, mode)
     try:
         worker.load_libraries()
         protocol.send(sock, {"op": "loaded"})
