@@ -261,6 +261,38 @@ def test_a_stored_speed_of_light_verdict_that_the_task_now_waives_is_measured_ag
     assert reused.outcome == Outcome.OK and any("evaluation reused" in n for n in reused.notes)
 
 
+def test_a_stored_sol_fraction_of_a_bound_that_bounds_nothing_is_measured_again(tmp_path: Path):
+    """An evaluation stored with a SOL fraction on a shape whose data bound even the reference beats (1.37 of
+    it: flash_decode2_phi, run AP) is evaluated again, so that the medians never take it; one whose fraction is
+    a true one is reused."""
+    from kernelband.evaluation.records import EvalResult, Outcome, ShapeResult
+    from kernelband.search.core import source_hash
+
+    class Fingerprinted:
+        def fingerprint(self, task):
+            return {"gpu": "H100", "driver": "1", "triton": "3"}
+
+    store = Store(tmp_path / "bench.db")
+    bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Fingerprinted()],
+                  RewriterProposer)
+    task = load_task("examples:vector_add")
+    run = store.create_run("examples:vector_add", task.key, "greedy", "rewrite", 0, {}, device="H100",
+                           bench_id=bench.bench_id)
+    hashes = []
+    for i, (cand_ms, ref_ms) in enumerate([(0.073, 0.077), (0.2, 0.21)], start=1):  # bound 0.1 ms
+        child = task.module_source + f"\n# child {i}\n"
+        hashes.append(source_hash(child))
+        shape = ShapeResult(0, "n=1", False, correct=True, ref_ms=ref_ms, cand_ms=cand_ms, data_bound_ms=0.1,
+                            bound_ms=0.1, sol_fraction=0.1 / cand_ms)
+        store.add_candidate(run, i, child, hashes[-1], 0, "tiling", 1, 0)
+        store.add_evaluation(run, i, "search", EvalResult(task=task.key, outcome=Outcome.OK, speedup=1.05,
+                                                          shapes=[shape]))
+    lookup = bench._lookup(task, Fingerprinted())
+    assert lookup(hashes[0]) is None  # 1.37 of a bound the reference beats too: measured again
+    kept = lookup(hashes[1])  # a true fraction: reused
+    assert kept is not None and kept.shapes[0].sol_fraction == pytest.approx(0.5)
+
+
 def test_a_stored_out_of_memory_error_is_reused_only_if_it_came_with_the_gpu_alone(tmp_path: Path):
     """Before the evaluator tried a candidate that ran out of GPU memory again with the GPU alone, such an
     error may have been the other evaluations' doing: that source is evaluated again. One that ran out of

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kernelband.errors import SetupError, UserError
+from kernelband.evaluation import sol
 from kernelband.evaluation.records import RULES, EvalResult, Outcome, evaluated_again_alone, out_of_memory
 from kernelband.search.core import Strategy, source_hash
 from kernelband.search.loop import RunConfig
@@ -400,12 +401,14 @@ class Bench:
 
 def _stale_verdict(found: EvalResult, task) -> bool:
     """A stored verdict that today's rules would not give: `suspicious` only for beating a speed-of-light bound
-    that the task now says is no check (its byte count is too high), or an out-of-memory error from before
-    the evaluator tried such a candidate again with the GPU alone. Such a source is evaluated again rather
+    that the task now says is no check (its byte count is too high), a SOL fraction of such a bound, or an
+    out-of-memory error from before the evaluator tried such a candidate again with the GPU alone. Such a source is evaluated again rather
     than reused, so that two policies reaching it are not judged by two rule sets."""
     if found.outcome in (Outcome.RUNTIME_ERROR, Outcome.CRASHED) and out_of_memory(found.error):
         # out of memory with other evaluations' steps on the GPU: today's evaluator tries again alone
         return not evaluated_again_alone(found)
+    if any(s.sol_fraction is not None and sol.bound_void(s, task.bytes_overcounted) for s in found.shapes):
+        return True  # a fraction of a bound that bounds nothing, which today's evaluator no longer gives
     return (found.outcome == Outcome.SUSPICIOUS and set(found.checks) == {"speed_of_light"}
             and bool(task.bytes_overcounted))
 

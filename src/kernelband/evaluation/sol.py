@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from kernelband.evaluation.interleave import summarise
-from kernelband.evaluation.records import PRESETS, EvalResult, Outcome
+from kernelband.evaluation.records import PRESETS, EvalResult, Outcome, ShapeResult
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,14 @@ def tolerance(nbytes: float | None, flops: float | None, peaks: Peaks) -> float:
     bytes_ms, flops_ms = _terms_ms(nbytes, flops, peaks)
     compute = flops_ms is not None and (bytes_ms is None or flops_ms > bytes_ms)
     return COMPUTE_TOLERANCE if compute else BANDWIDTH_TOLERANCE
+
+
+def bound_void(sr: ShapeResult, overcounted: str, margin: float = BANDWIDTH_TOLERANCE) -> bool:
+    """Whether a timed shape's data bound bounds nothing: the candidate beats it by more than `margin`, and so
+    does the reference, or the task says its bytes are overcounted (`judge` gives such a shape no fraction)."""
+    if not sr.data_bound_ms or not sr.cand_ms or sr.data_bound_ms / sr.cand_ms <= margin:
+        return False
+    return bool(overcounted) or bool(sr.ref_ms and sr.data_bound_ms / sr.ref_ms > margin)
 
 
 def judge(shapes, result: EvalResult, by_index, io_bytes: dict[int, int], peaks: Peaks | None,
