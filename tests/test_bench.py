@@ -11,14 +11,12 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from invoke import invoke
 
 from kernelband.bench import Bench, BenchConfig, Job, SharedEvaluations, deal
-from kernelband.cli import app as app_module
 from kernelband.proposers.rewriter.proposer import RewriterProposer
 from kernelband.store import Store
 from kernelband.tasks import load_task
@@ -34,23 +32,19 @@ class Standin:
         self.kept = tasks
 
 
+class Fingerprinted:
+    """The evaluator of a bench that only looks up stored evaluations: it names its GPU and software."""
+
+    def fingerprint(self, task):
+        return {"gpu": "H100", "driver": "1", "triton": "3"}
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, KERNELBAND_MODE="interpreter")
     for key in ("KERNELBAND_LLM_BASE_URL", "KERNELBAND_LLM_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
         env.pop(key, None)
     return subprocess.run([sys.executable, "-m", "kernelband", *args], capture_output=True, text=True,
                           timeout=900, env=env)
-
-
-def _invoke(*args: str) -> subprocess.CompletedProcess:
-    """The CLI in this process, for a further call of a test whose first call was a process: it saves the
-    command's start (importing torch). An exception that escapes is written to stderr as a traceback."""
-    unset = dict.fromkeys(("KERNELBAND_LLM_BASE_URL", "KERNELBAND_LLM_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"))
-    res = CliRunner().invoke(app_module.app, list(args), env={"KERNELBAND_MODE": "interpreter", **unset})
-    stderr = res.stderr
-    if res.exc_info is not None and not isinstance(res.exception, SystemExit):
-        stderr += "Traceback (most recent call last):\n" + "".join(traceback.format_exception(*res.exc_info))
-    return subprocess.CompletedProcess(list(args), res.exit_code, res.stdout, stderr)
 
 
 @pytest.mark.slow
@@ -79,7 +73,7 @@ def test_bench_sweep_shares_evaluations_and_resumes(tmp_path: Path):
     # 128 -> 32) is evaluated once.
     assert any("evaluation reused" in t for t in texts)
 
-    again = _invoke("bench", "--resume", str(out["bench_id"]), "--db", str(db), "--json")
+    again = invoke("bench", "--resume", str(out["bench_id"]), "--db", str(db), "--json")
     assert again.returncode == 0, again.stderr[-2000:]
     assert again.stderr.count("finished earlier") == 4  # every run skipped
     with sqlite3.connect(db) as con:
@@ -114,7 +108,7 @@ def test_a_bench_keeps_the_strategies_it_began_with(tmp_path: Path):
         made = con.execute("SELECT strategy, rationale FROM candidates WHERE id > 0").fetchall()
     assert len(made) == 1 and all(st == "tiling" and why.startswith("coarsen:") for st, why in made), made
     # a resume takes the bench's strategies; another file is refused, not mixed in
-    again = _invoke("bench", "--resume", str(bench_id), "--db", str(db), "--strategies", str(spec))
+    again = invoke("bench", "--resume", str(bench_id), "--db", str(db), "--strategies", str(spec))
     assert again.returncode == 2 and "keeps the strategies it began with" in again.stderr
     assert "Traceback" not in again.stderr
 
@@ -233,10 +227,6 @@ def test_a_stored_speed_of_light_verdict_that_the_task_now_waives_is_measured_ag
     from kernelband.evaluation.records import EvalResult, Outcome
     from kernelband.search.core import source_hash
 
-    class Fingerprinted:
-        def fingerprint(self, task):
-            return {"gpu": "H100", "driver": "1", "triton": "3"}
-
     store = Store(tmp_path / "bench.db")
     config = BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"])
     bench = Bench(store, config, [Fingerprinted()], RewriterProposer)
@@ -268,10 +258,6 @@ def test_a_stored_sol_fraction_of_a_bound_that_bounds_nothing_is_measured_again(
     from kernelband.evaluation.records import EvalResult, Outcome, ShapeResult
     from kernelband.search.core import source_hash
 
-    class Fingerprinted:
-        def fingerprint(self, task):
-            return {"gpu": "H100", "driver": "1", "triton": "3"}
-
     store = Store(tmp_path / "bench.db")
     bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Fingerprinted()],
                   RewriterProposer)
@@ -299,10 +285,6 @@ def test_a_stored_out_of_memory_error_is_reused_only_if_it_came_with_the_gpu_alo
     memory alone too (`retried_alone`) is the candidate's own verdict and is reused."""
     from kernelband.evaluation.records import ALONE_NOTE, EvalResult, Outcome
     from kernelband.search.core import source_hash
-
-    class Fingerprinted:
-        def fingerprint(self, task):
-            return {"gpu": "H100", "driver": "1", "triton": "3"}
 
     store = Store(tmp_path / "bench.db")
     bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Fingerprinted()],
@@ -456,7 +438,7 @@ def test_bench_resume_runs_the_tasks_named_now_and_refuses_one_outside_the_plan(
     now = _cli("bench", "--resume", str(bench_id), "--tasks-now", "transpose", "--db", str(db), "--interpreter")
     assert now.returncode == 0, now.stderr[-2000:]
     assert now.stderr.count("finished earlier") == 1 and "transpose" in now.stderr and "vector_add" not in now.stderr
-    bad = _invoke("bench", "--resume", str(bench_id), "--tasks-now", "matmul", "--db", str(db), "--interpreter")
+    bad = invoke("bench", "--resume", str(bench_id), "--tasks-now", "matmul", "--db", str(db), "--interpreter")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines()[-1].endswith("not among the bench's tasks: matmul")
 

@@ -9,13 +9,11 @@ import sqlite3
 import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from invoke import invoke
 
-from kernelband.cli import app as app_module
 from kernelband.store import Store
 
 pytestmark = pytest.mark.slow
@@ -24,18 +22,6 @@ pytestmark = pytest.mark.slow
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kernelband", *args], capture_output=True, text=True,
                           timeout=600, env=env or _env())
-
-
-def _invoke(*args: str) -> subprocess.CompletedProcess:
-    """The CLI in this process, for what does not test the process boundary (a signal, a kill, the command's
-    own exit): it saves the command's start (importing torch), a large part of what each call costs here. An
-    exception that escapes a command is written to stderr as a traceback, as the process would."""
-    unset = dict.fromkeys(("KERNELBAND_LLM_BASE_URL", "KERNELBAND_LLM_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"))
-    res = CliRunner().invoke(app_module.app, list(args), env={"KERNELBAND_MODE": "interpreter", **unset})
-    stderr = res.stderr
-    if res.exc_info is not None and not isinstance(res.exception, SystemExit):
-        stderr += "Traceback (most recent call last):\n" + "".join(traceback.format_exception(*res.exc_info))
-    return subprocess.CompletedProcess(list(args), res.exit_code, res.stdout, stderr)
 
 
 def _env() -> dict:
@@ -94,7 +80,7 @@ def test_optimize_end_to_end_with_the_rewriter(tmp_path: Path):
     assert "def add(" in best
     assert Path(summary["diff_path"]).exists()
 
-    listed = _invoke("runs", "--db", str(db), "--json")
+    listed = invoke("runs", "--db", str(db), "--json")
     assert listed.returncode == 0
     assert [r["id"] for r in json.loads(listed.stdout)] == [run.id]
 
@@ -130,7 +116,7 @@ def test_resume_after_sigkill_reevaluates_nothing(tmp_path: Path):
     assert store.run(run_id).status == "running"
     arms_before = {row["iteration"]: row["arms"] for row in store.iterations(run_id)}
 
-    resumed = _invoke(*args, "--resume")
+    resumed = invoke(*args, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     summary = json.loads(resumed.stdout)
     assert summary["run_id"] == run_id  # the same run, continued
@@ -153,7 +139,7 @@ def test_two_databases_keep_their_kernels_apart_and_resuming_a_finished_run_prin
             "--json"]
     paths = {}
     for name in ("a", "b"):
-        proc = _invoke(*args, "--db", str(tmp_path / f"{name}.db"))
+        proc = invoke(*args, "--db", str(tmp_path / f"{name}.db"))
         assert proc.returncode == 0, proc.stderr[-2000:]
         summary = json.loads(proc.stdout)
         assert summary["run_id"] == 1
@@ -162,13 +148,13 @@ def test_two_databases_keep_their_kernels_apart_and_resuming_a_finished_run_prin
     assert paths["a"] != paths["b"]
     store = Store(tmp_path / "a.db")
     evaluated = store.evaluations(1)
-    again = _invoke(*args, "--db", str(tmp_path / "a.db"), "--resume")
+    again = invoke(*args, "--db", str(tmp_path / "a.db"), "--resume")
     assert again.returncode == 0, again.stderr[-2000:]
     summary = json.loads(again.stdout)
     assert summary["run_id"] == 1 and summary["finished_before"] is True
     assert summary["best_path"] == str(paths["a"])
     assert store.evaluations(1) == evaluated and len(store.runs()) == 1
-    text = _invoke(*args[:-1], "--db", str(tmp_path / "a.db"), "--resume")
+    text = invoke(*args[:-1], "--db", str(tmp_path / "a.db"), "--resume")
     assert text.returncode == 0, text.stderr[-2000:]
     assert "run 1 had finished" in text.stdout and f"best kernel: {paths['a']}" in text.stdout
 
@@ -179,17 +165,17 @@ def test_a_starting_kernel_with_a_syntax_error_fails_the_run_naming_the_line(tmp
     broken.write_text(source.replace("    mask = offsets < n\n", "    mask = offsets < n)\n", 1))
     line = source.splitlines().index("    mask = offsets < n") + 1
     db = tmp_path / "x.db"
-    proc = _invoke("optimize", str(broken), "--iterations", "1", "--db", str(db))
+    proc = invoke("optimize", str(broken), "--iterations", "1", "--db", str(db))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].endswith(f"SyntaxError: unmatched ')' (line {line})"), proc.stderr
     [run] = Store(db).runs()
     assert run.status == "failed" and f"(line {line})" in run.reason
-    listed = _invoke("runs", "--db", str(db))
+    listed = invoke("runs", "--db", str(db))
     assert listed.returncode == 0 and "failed: " in listed.stdout and f"(line {line})" in listed.stdout
 
 
 def test_resume_with_nothing_to_resume_is_a_user_error(tmp_path: Path):
-    proc = _invoke("optimize", "examples:vector_add", "--db", str(tmp_path / "x.db"), "--resume")
+    proc = invoke("optimize", "examples:vector_add", "--db", str(tmp_path / "x.db"), "--resume")
     assert proc.returncode == 2
     assert "nothing to resume" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -204,7 +190,7 @@ def test_a_run_is_not_resumed_on_another_gpu_model(tmp_path: Path):
     store = Store(db)
     task = load_task("examples:vector_add")
     run = store.create_run(task.ref, task.key, "greedy", "rewrite", 0, {"iterations": 3}, device="NVIDIA H200")
-    proc = _invoke("optimize", "examples:vector_add", "--policy", "greedy", "--seed", "0", "--db", str(db), "--resume")
+    proc = invoke("optimize", "examples:vector_add", "--policy", "greedy", "--seed", "0", "--db", str(db), "--resume")
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: run {run} was measured on NVIDIA H200 and this "
@@ -215,7 +201,7 @@ def test_a_run_is_not_resumed_on_another_gpu_model(tmp_path: Path):
 
 
 def test_llm_proposer_without_endpoint_is_a_user_error(tmp_path: Path):
-    proc = _invoke("optimize", "examples:vector_add", "--proposer", "llm", "--db", str(tmp_path / "x.db"))
+    proc = invoke("optimize", "examples:vector_add", "--proposer", "llm", "--db", str(tmp_path / "x.db"))
     assert proc.returncode == 2
     assert "KERNELBAND_LLM_BASE_URL" in proc.stderr
 
@@ -230,7 +216,7 @@ def test_an_llm_endpoint_that_cannot_be_reached_is_one_line_and_the_run_is_kept(
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
     db = tmp_path / "x.db"
-    proc = _invoke("optimize", "examples:vector_add", "--proposer", "llm", "--base-url", url,
+    proc = invoke("optimize", "examples:vector_add", "--proposer", "llm", "--base-url", url,
                 "--model", "m", "--iterations", "2", "--llm-retries", "0", "--db", str(db))
     assert proc.returncode == 2, proc.stderr[-2000:]
     # the live display (on stderr, stdout being kept for --json) showed the run starting; then one error line
@@ -248,7 +234,7 @@ def test_an_unknown_policy_is_a_user_error_that_stores_no_run(tmp_path: Path):
     store = Store(db)  # a finished run already in the store
     store.finish_run(store.create_run("examples:vector_add", "k", "kernelband", "rewrite", 0, {}), "done", {})
     store.close()
-    proc = _invoke("optimize", "examples:vector_add", "--policy", "bogus", "--db", str(db))
+    proc = invoke("optimize", "examples:vector_add", "--policy", "bogus", "--db", str(db))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: unknown policy 'bogus'")
     assert [(r.policy, r.status) for r in Store(db).runs()] == [("kernelband", "done")]  # nothing added or lost
