@@ -402,8 +402,9 @@ class Bench:
 def _stale_verdict(found: EvalResult, task) -> bool:
     """A stored verdict that today's rules would not give: `suspicious` only for beating a speed-of-light bound
     that the task now says is no check (its byte count is too high), a SOL fraction of such a bound, or an
-    out-of-memory error from before the evaluator tried such a candidate again with the GPU alone. Such a source is evaluated again rather
-    than reused, so that two policies reaching it are not judged by two rule sets."""
+    out-of-memory error from before the evaluator tried such a candidate again with the GPU alone. Such a
+    source is evaluated again rather than reused, so that two policies reaching it are not judged by two rule
+    sets."""
     if found.outcome in (Outcome.RUNTIME_ERROR, Outcome.CRASHED) and out_of_memory(found.error):
         # out of memory with other evaluations' steps on the GPU: today's evaluator tries again alone
         return not evaluated_again_alone(found)
