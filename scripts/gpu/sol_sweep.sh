@@ -30,10 +30,8 @@ export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 [ -f .data/tritonbench_g_tasks.json ] && export KERNELBAND_TRITONBENCH=$PWD/.data/tritonbench_g_tasks.json
 py=${PYTHON:-python3}
 log() { echo "$(date -u +%T) $*" >> "$S/session.log"; }
+db=("")  # the databases' suffix: none for an H100 sweep
 "$py" -c "import libcst" 2> /dev/null || "$py" -m pip install --no-index --no-deps -q .wheels/*.whl
-for part in l12 ex; do  # the last session's databases, to resume
-  [ -f "$S/$part.db" ] || [ ! -f "docs/results/sol/$part.db.xz" ] || xz -dc "docs/results/sol/$part.db.xz" > "$S/$part.db"
-done
 if [ "${SMOKE:-0}" = 1 ]; then
   declare -A suite=([l12]="--suite examples --tasks vector_add" [ex]="--suite examples --tasks softmax")
   declare -A gpus=([l12]="" [ex]="")
@@ -43,6 +41,16 @@ else
   declare -A suite=([l12]="--suite tritonbench-g-l12" [ex]="--suite examples")
   declare -A gpus=([l12]="--gpus 0,1,2" [ex]="--gpus 3")
   search=(-n 10 -q 4) run=(--runs-per-gpu 2)
+  # the committed databases are an H100 sweep, which a bench resumes on H100s only: on another model (an H200
+  # machine that came for an H100 one) the sweep begins anew in databases named for it
+  model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | grep -o 'H[0-9]\+')
+  [ "${model:-H100}" = H100 ] || db=("-${model,,}")
+  log "GPU model ${model:-unknown}: databases l12${db[0]}.db and ex${db[0]}.db"
+  for part in l12 ex; do  # the last session's databases, to resume
+    [ -n "${db[0]}" ] || [ -f "$S/$part.db" ] || [ ! -f "docs/results/sol/$part.db.xz" ] || "$py" -c "import lzma
+import shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "docs/results/sol/$part.db.xz" \
+      "$S/$part.db"
+  done
   log "calibrate"
   "$py" -m kernelband calibrate > "$S/calibrate.log" 2>&1
 fi
@@ -67,21 +75,21 @@ lane() {  # one suite's benches, one after another, on its GPUs
   local part=$1 name id status
   for policies in kernelband coordinate,random; do
     name=${policies%%,*}
-    read -r id status <<< "$(bench_of "$S/$part.db" "$policies")"
+    read -r id status <<< "$(bench_of "$S/$part${db[0]}.db" "$policies")"
     log "$part $policies: $([ -n "$id" ] && echo "bench $id, $status" || echo "new bench")"
     # shellcheck disable=SC2086
     if [ -n "$id" ]; then
-      [ "$status" = done ] || "$py" -m kernelband bench --resume "$id" --db "$S/$part.db" ${gpus[$part]} "${run[@]}" \
+      [ "$status" = done ] || "$py" -m kernelband bench --resume "$id" --db "$S/$part${db[0]}.db" ${gpus[$part]} "${run[@]}" \
         --json > "$S/bench-$part-$name.json" 2> "$S/bench-$part-$name.log"
     else
       "$py" -m kernelband bench ${suite[$part]} --policies "$policies" --seeds 1 --proposer rewrite \
-        --db "$S/$part.db" ${gpus[$part]} "${search[@]}" "${run[@]}" --json \
+        --db "$S/$part${db[0]}.db" ${gpus[$part]} "${search[@]}" "${run[@]}" --json \
         > "$S/bench-$part-$name.json" 2> "$S/bench-$part-$name.log"
     fi
-    read -r id status <<< "$(bench_of "$S/$part.db" "$policies")"
+    read -r id status <<< "$(bench_of "$S/$part${db[0]}.db" "$policies")"
     log "$part $policies: bench $id $status"
     if [ "${SMOKE:-0}" != 1 ] && [ "$status" = done ] && [ ! -f "$S/handback-$part-$name.json" ]; then
-      CUDA_VISIBLE_DEVICES=${gpus[$part]##*[ ,]} "$py" scripts/gpu/handback_repeat.py --db "$S/$part.db" \
+      CUDA_VISIBLE_DEVICES=${gpus[$part]##*[ ,]} "$py" scripts/gpu/handback_repeat.py --db "$S/$part${db[0]}.db" \
         --bench "$id" --json "$S/handback-$part-$name.json" > "$S/handback-$part-$name.log" 2>&1
     fi
   done
