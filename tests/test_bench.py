@@ -251,6 +251,18 @@ def test_a_stored_speed_of_light_verdict_that_the_task_now_waives_is_measured_ag
     assert reused.outcome == Outcome.OK and any("evaluation reused" in n for n in reused.notes)
 
 
+def _one_run(tmp_path: Path):
+    """A bench of examples:vector_add that only looks up stored evaluations, and one run of it to store them in:
+    (store, bench, task, run id)."""
+    store = Store(tmp_path / "bench.db")
+    bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Fingerprinted()],
+                  RewriterProposer)
+    task = load_task("examples:vector_add")
+    run = store.create_run("examples:vector_add", task.key, "greedy", "rewrite", 0, {}, device="H100",
+                           bench_id=bench.bench_id)
+    return store, bench, task, run
+
+
 def test_a_stored_sol_fraction_of_a_bound_that_bounds_nothing_is_measured_again(tmp_path: Path):
     """An evaluation stored with a SOL fraction on a shape whose data bound even the reference beats (1.37 of
     it: flash_decode2_phi, run AP) is evaluated again, so that the medians never take it; one whose fraction is
@@ -258,12 +270,7 @@ def test_a_stored_sol_fraction_of_a_bound_that_bounds_nothing_is_measured_again(
     from kernelband.evaluation.records import EvalResult, Outcome, ShapeResult
     from kernelband.search.core import source_hash
 
-    store = Store(tmp_path / "bench.db")
-    bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Fingerprinted()],
-                  RewriterProposer)
-    task = load_task("examples:vector_add")
-    run = store.create_run("examples:vector_add", task.key, "greedy", "rewrite", 0, {}, device="H100",
-                           bench_id=bench.bench_id)
+    store, bench, task, run = _one_run(tmp_path)
     hashes = []
     for i, (cand_ms, ref_ms) in enumerate([(0.073, 0.077), (0.2, 0.21)], start=1):  # bound 0.1 ms
         child = task.module_source + f"\n# child {i}\n"
@@ -286,12 +293,7 @@ def test_a_stored_out_of_memory_error_is_reused_only_if_it_came_with_the_gpu_alo
     from kernelband.evaluation.records import ALONE_NOTE, EvalResult, Outcome
     from kernelband.search.core import source_hash
 
-    store = Store(tmp_path / "bench.db")
-    bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Fingerprinted()],
-                  RewriterProposer)
-    task = load_task("examples:vector_add")
-    run = store.create_run("examples:vector_add", task.key, "greedy", "rewrite", 0, {}, device="H100",
-                           bench_id=bench.bench_id)
+    store, bench, task, run = _one_run(tmp_path)
     error = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB"
     sources = {}
     for i, notes in enumerate(([], [ALONE_NOTE.format(first=error, closed=0)]), 1):
