@@ -181,18 +181,14 @@ def judge(shapes, result: EvalResult, by_index, io_bytes: dict[int, int], peaks:
         if sr.data_bound_ms:
             # the check reads the bytes and FLOPs alone: a kernel cannot beat bandwidth, but the floor is an
             # estimate of a launch that a kernel may well beat
-            fraction = sr.data_bound_ms / sr.cand_ms
-            ref_fraction = sr.data_bound_ms / sr.ref_ms if sr.ref_ms else 0.0
             margin = tolerance(nbytes, shape.flops, peaks)
-            if fraction > margin:
-                # where the bytes are known to be overcounted the bound bounds nothing: no fraction of it is
-                # shown or enters the medians (flash_decode2_phi's large shapes read 1.37 of it)
-                if ref_fraction > margin:
-                    sr.note = "bound below even the reference's time: the task's byte count is too high"
-                    sr.sol_fraction = None
-                    continue
-                if overcounted:
-                    sr.note = f"faster than the bound, which is no check here: {overcounted}"
+            if sr.data_bound_ms / sr.cand_ms > margin:
+                if bound_void(sr, overcounted, margin):
+                    # the bound bounds nothing: no fraction of it is shown or enters the medians
+                    # (flash_decode2_phi's large shapes read 1.37 of it)
+                    reference_beats = bool(sr.ref_ms and sr.data_bound_ms / sr.ref_ms > margin)
+                    sr.note = ("bound below even the reference's time: the task's byte count is too high"
+                               if reference_beats else f"faster than the bound, which is no check here: {overcounted}")
                     sr.sol_fraction = None
                     continue
                 result.outcome, result.stage = Outcome.SUSPICIOUS, "timing"
