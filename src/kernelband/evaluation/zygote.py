@@ -91,7 +91,6 @@ class Zygote:
         self._ids = itertools.count()
         self._forks: dict[int, dict] = {}  # request id -> {"event", "pid"}
         self._children: dict[int, Child] = {}
-        self._early: dict[int, int] = {}  # exits reported before their fork's answer was read
         self._ready = threading.Event()
         self.alive = True
         self.ended_cpu = 0.0  # CPU seconds of the workers it forked that have ended
@@ -113,17 +112,13 @@ class Zygote:
                     elif msg["op"] == "forked":
                         waiting = self._forks.pop(msg["id"], None)
                         if waiting is not None:
-                            child = self._children[msg["pid"]] = Child(msg["pid"], self)
-                            if msg["pid"] in self._early:
-                                child._exited(self._early.pop(msg["pid"]))
-                            waiting["child"] = child
+                            # "forked" always comes before the child's "exit": the zygote reaps before it forks
+                            waiting["child"] = self._children[msg["pid"]] = Child(msg["pid"], self)
                             waiting["event"].set()
                     elif msg["op"] == "exit":
                         self.ended_cpu += msg.get("cpu", 0.0)
                         child = self._children.pop(msg["pid"], None)
-                        if child is None:
-                            self._early[msg["pid"]] = msg["code"]
-                        else:
+                        if child is not None:  # None: a fork whose caller had stopped waiting
                             child._exited(msg["code"])
         except (OSError, ValueError):
             pass
