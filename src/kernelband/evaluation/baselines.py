@@ -28,7 +28,7 @@ from kernelband.evaluation.reference import References
 from kernelband.evaluation.shapes import derive_seed
 
 INTERPRETER_SKIP = "the CPU interpreter: torch's times there say nothing about the GPU"
-NOT_ASKED = "not asked for (Evaluator(baselines=False))"
+NOT_ASKED = "not asked for (eval --no-baselines; baselines=False in the API)"
 NOT_TIMED = "the candidate was not timed on this shape"
 
 
