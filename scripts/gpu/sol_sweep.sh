@@ -10,7 +10,8 @@
 #   1. `kernelband calibrate`;
 #   2. unless SELF=0: the fresh-process self-evaluation of the examples (benchmarks/eval_self.py), one example
 #      at a time on each GPU, each process alone on its GPU; then the GPU tests of the structural rewrites, the
-#      pinning and the baselines;
+#      pinning and the baselines; then the zygote's check on a GPU (an eval with and without it, the hostile
+#      candidates with it);
 #   3. the benches, l12 on GPUs 0-2 and the examples on GPU 3 (never two benches on one GPU: on four H100s,
 #      two benches and a self-evaluation per GPU queued worker starts behind timings for minutes), then, once a
 #      bench is complete, the hand-back check of its autotuned kernels (scripts/gpu/handback_repeat.py).
@@ -61,6 +62,17 @@ if [ "${SELF:-1}" = 1 ]; then
   log "gpu tests"
   "$py" -m pytest -m gpu -q tests/test_rewrites_matmul.py tests/test_launch_fusion.py tests/test_pinning.py \
     tests/test_baselines_sol.py > "$S/gpu_tests.log" 2>&1
+  # workers forked from a zygote on a GPU (off there by default until checked): one eval each way, timed,
+  # and the hostile candidates with the zygote on
+  log "zygote"
+  for z in 0 1; do
+    start=$(date +%s.%N)
+    CUDA_VISIBLE_DEVICES=0 KERNELBAND_ZYGOTE=$z "$py" -m kernelband eval examples:softmax --json \
+      > "$S/zygote-$z.json" 2> "$S/zygote-$z.log"
+    echo "KERNELBAND_ZYGOTE=$z exit $? $(echo "$(date +%s.%N) - $start" | bc) s" >> "$S/zygote.txt"
+  done
+  CUDA_VISIBLE_DEVICES=0 KERNELBAND_ZYGOTE=1 timeout 400 "$py" -m pytest -m gpu -q tests/test_hostile.py \
+    > "$S/zygote_hostile.log" 2>&1
 fi
 bench_of() {  # database policies -> "id status" of its bench planned with exactly these policies, if any
   [ -f "$1" ] && "$py" - "$1" "$2" <<'PY'
