@@ -66,10 +66,10 @@ if [ "${SELF:-1}" = 1 ]; then
   # and the hostile candidates with the zygote on
   log "zygote"
   for z in 0 1; do
-    start=$(date +%s.%N)
+    start=$(date +%s%N)
     CUDA_VISIBLE_DEVICES=0 KERNELBAND_ZYGOTE=$z "$py" -m kernelband eval examples:softmax --json \
       > "$S/zygote-$z.json" 2> "$S/zygote-$z.log"
-    echo "KERNELBAND_ZYGOTE=$z exit $? $(echo "$(date +%s.%N) - $start" | bc) s" >> "$S/zygote.txt"
+    echo "KERNELBAND_ZYGOTE=$z exit $? $(( ($(date +%s%N) - start) / 1000000 )) ms" >> "$S/zygote.txt"
   done
   CUDA_VISIBLE_DEVICES=0 KERNELBAND_ZYGOTE=1 timeout 400 "$py" -m pytest -m gpu -q tests/test_hostile.py \
     > "$S/zygote_hostile.log" 2>&1
