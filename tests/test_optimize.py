@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from invoke import invoke
 
+from kernelband.cli import app as app_module
 from kernelband.store import Store
 
 pytestmark = pytest.mark.slow
@@ -132,7 +133,8 @@ def test_resume_after_sigkill_reevaluates_nothing(tmp_path: Path):
     assert len(store.runs()) == 1
 
 
-def test_two_databases_keep_their_kernels_apart_and_resuming_a_finished_run_prints_its_summary(tmp_path: Path):
+def test_two_databases_keep_their_kernels_apart_and_resuming_a_finished_run_prints_its_summary(tmp_path: Path,
+                                                                                            monkeypatch):
     """--db a.db and then --db b.db in one folder: each run 1 writes its best kernel into a folder named after
     its database. --resume of the finished run prints its stored summary and exits 0, evaluating nothing."""
     args = ["optimize", "examples:vector_add", "--iterations", "1", "--policy", "greedy", "--finalists", "1",
@@ -154,9 +156,13 @@ def test_two_databases_keep_their_kernels_apart_and_resuming_a_finished_run_prin
     assert summary["run_id"] == 1 and summary["finished_before"] is True
     assert summary["best_path"] == str(paths["a"])
     assert store.evaluations(1) == evaluated and len(store.runs()) == 1
+    # on a terminal narrower than the paths, each path still comes on one line (to copy whole)
+    monkeypatch.setattr(app_module.out, "width", 40)
+    assert len(f"best kernel: {paths['a']}") > 40
     text = invoke(*args[:-1], "--db", str(tmp_path / "a.db"), "--resume")
     assert text.returncode == 0, text.stderr[-2000:]
     assert "run 1 had finished" in text.stdout and f"best kernel: {paths['a']}" in text.stdout
+    assert f"run store:   {tmp_path / 'a.db'}" in text.stdout
 
 
 def test_a_starting_kernel_with_a_syntax_error_fails_the_run_naming_the_line(tmp_path: Path):

@@ -113,7 +113,8 @@ def bench_cmd(
                           "against_torch": versus_torch}, default=str))
         return
     out.print(f"bench {bench_id}: {len(runs)} runs on {where} in {store.path}; "
-              f"`kernelband report bench:{bench_id} --db {store.path} --out DIR` shows them", highlight=False)
+              f"`kernelband report bench:{bench_id} --db {store.path} --out DIR` shows them", highlight=False,
+              soft_wrap=True)
     for policy, v in versus_torch.items():
         out.print(f"{policy}: vs eager {geo(v['vs_eager_geomean'], v['n_vs_eager'])}, vs compile "
                   f"{geo(v['vs_compile_geomean'], v['n_vs_compile'])} (geometric means); SOL median "

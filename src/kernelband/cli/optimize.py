@@ -205,5 +205,7 @@ def _print_summary(summary, store) -> None:
     elif handback.get("form") == "autotuned":
         out.print(f"handed back autotuned ({handback['reason']}): {handback['detail']}", highlight=False)
     if summary.best_path:
-        out.print(f"best kernel: {summary.best_path}\ndiff:        {summary.diff_path}", highlight=False)
-    out.print(f"run store:   {store.path}", highlight=False)
+        # soft_wrap: a path longer than the terminal is never broken by a newline, so it copies whole
+        out.print(f"best kernel: {summary.best_path}\ndiff:        {summary.diff_path}", highlight=False,
+                  soft_wrap=True)
+    out.print(f"run store:   {store.path}", highlight=False, soft_wrap=True)
