@@ -7,6 +7,22 @@ import os
 import pytest
 
 os.environ.setdefault("KERNELBAND_MODE", "interpreter")
+# pytest-xdist's workers get COLUMNS=80 as from a terminal; the CLI tests read what a pipe gets (cli/app.py's
+# PIPE_WIDTH), however the suite is run.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (pyproject's addopts): two workers, as many as CI's cores, where each test mostly computes on
+    one core and waits on its worker processes for the rest; none where GPU tests are selected (`-m gpu`),
+    which time kernels on the one GPU that two workers would share. PYTEST_XDIST_AUTO_NUM_WORKERS overrides."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    expression = config.option.markexpr or ""
+    if "gpu" in expression and "not gpu" not in expression:
+        return 0
+    return 2 if len(os.sched_getaffinity(0)) > 1 else 0
 
 
 @pytest.fixture(scope="session")

@@ -194,6 +194,7 @@ def test_ray_bench_ends_every_train_run_before_a_test_run_starts(monkeypatch):
 
 
 @pytest.mark.ray
+@pytest.mark.xdist_group("ray-cluster")  # one cluster at a time on this machine
 @pytest.mark.slow
 def test_a_two_node_cluster_runs_the_same_runs_as_the_local_bench(cluster_of, evaluator, tmp_path: Path):
     local_db, ray_db = tmp_path / "local.db", tmp_path / "ray.db"
@@ -214,6 +215,7 @@ def test_a_two_node_cluster_runs_the_same_runs_as_the_local_bench(cluster_of, ev
 
 
 @pytest.mark.ray
+@pytest.mark.xdist_group("ray-cluster")  # one cluster at a time on this machine
 @pytest.mark.slow
 def test_a_node_lost_mid_bench_has_its_run_dealt_again_and_done_once(cluster_of, tmp_path: Path):
     cluster, nodes = cluster_of({}, {})
@@ -252,6 +254,7 @@ def test_a_node_lost_mid_bench_has_its_run_dealt_again_and_done_once(cluster_of,
 
 
 @pytest.mark.ray
+@pytest.mark.xdist_group("ray-cluster")  # one cluster at a time on this machine
 @pytest.mark.slow
 def test_a_driver_killed_mid_bench_is_resumed_to_the_end(cluster_of, tmp_path: Path):
     cluster, _ = cluster_of({}, {})
@@ -278,6 +281,7 @@ def test_a_driver_killed_mid_bench_is_resumed_to_the_end(cluster_of, tmp_path: P
 
 
 @pytest.mark.ray
+@pytest.mark.xdist_group("ray-cluster")  # one cluster at a time on this machine
 def test_a_cluster_of_two_gpu_models_is_refused_before_anything_runs(cluster_of, tmp_path: Path):
     from typer.testing import CliRunner
 

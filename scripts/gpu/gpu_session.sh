@@ -87,7 +87,7 @@ fi
 gpu_tests() {
   if [ "${GPU_TESTS:-1}" = 1 ]; then
     echo "== $(date -u +%FT%TZ) GPU fault tests"
-    timeout 420 python3 -m pytest -m gpu tests/test_hostile.py tests/test_kernels.py -q -p no:cacheprovider > "$S/gpu_tests.log" 2>&1
+    timeout 420 python3 -m pytest -o addopts= -m gpu tests/test_hostile.py tests/test_kernels.py -q -p no:cacheprovider > "$S/gpu_tests.log" 2>&1
     echo "gpu tests rc=$?"
   fi
 }

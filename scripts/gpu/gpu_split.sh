@@ -51,7 +51,7 @@ pool() {  # $1: GPU
 tests() {  # $1: GPU
   [ "${GPU_TESTS:-1}" = 0 ] && return 0
   # run AL: 27 passed in 461 s; run AO's 480 s limit cut the last one off (124 reads as a timeout)
-  CUDA_VISIBLE_DEVICES=$1 timeout "${TESTS_TIMEOUT_S:-720}" python3 -m pytest -m gpu tests/test_hostile.py \
+  CUDA_VISIBLE_DEVICES=$1 timeout "${TESTS_TIMEOUT_S:-720}" python3 -m pytest -o addopts= -m gpu tests/test_hostile.py \
     tests/test_kernels.py -q -p no:cacheprovider > "$S/gpu_tests.log" 2>&1
   ended "gpu tests"
   [ -n "${GPU1_CMD:-}" ] && CUDA_VISIBLE_DEVICES=$1 bash -c "$GPU1_CMD" > "$S/gpu1.log" 2>&1

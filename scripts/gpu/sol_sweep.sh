@@ -60,7 +60,7 @@ if [ "${SELF:-1}" = 1 ]; then
   "$py" benchmarks/eval_self.py --runs 10 --tolerance 0.02 --gpus 0,1,2,3 --out "$S/eval_self.json" \
     > "$S/eval_self.log" 2>&1
   log "gpu tests"
-  "$py" -m pytest -m gpu -q tests/test_rewrites_matmul.py tests/test_launch_fusion.py tests/test_pinning.py \
+  "$py" -m pytest -o addopts= -m gpu -q tests/test_rewrites_matmul.py tests/test_launch_fusion.py tests/test_pinning.py \
     tests/test_baselines_sol.py > "$S/gpu_tests.log" 2>&1
   # workers forked from a zygote on a GPU (off there by default until checked): one eval each way, timed,
   # and the hostile candidates with the zygote on
@@ -71,7 +71,7 @@ if [ "${SELF:-1}" = 1 ]; then
       > "$S/zygote-$z.json" 2> "$S/zygote-$z.log"
     echo "KERNELBAND_ZYGOTE=$z exit $? $(( ($(date +%s%N) - start) / 1000000 )) ms" >> "$S/zygote.txt"
   done
-  CUDA_VISIBLE_DEVICES=0 KERNELBAND_ZYGOTE=1 timeout 400 "$py" -m pytest -m gpu -q tests/test_hostile.py \
+  CUDA_VISIBLE_DEVICES=0 KERNELBAND_ZYGOTE=1 timeout 400 "$py" -m pytest -o addopts= -m gpu -q tests/test_hostile.py \
     > "$S/zygote_hostile.log" 2>&1
 fi
 bench_of() {  # database policies -> "id status" of its bench planned with exactly these policies, if any
