@@ -906,7 +906,7 @@ def test_a_worker_start_that_waits_for_the_gpu_longer_than_the_start_timeout_is_
     of the start, not its waits for the GPU)."""
     from kernelband.evaluation.pool import WorkerPool
 
-    pool = WorkerPool("interpreter", warm=0, start_timeout=8.0)
+    pool = WorkerPool("interpreter", warm=0, start_timeout=4.0)
     inside, leave = threading.Event(), threading.Event()
     try:
         def timing():
@@ -919,7 +919,7 @@ def test_a_worker_start_that_waits_for_the_gpu_longer_than_the_start_timeout_is_
         got: dict = {}
         waiter = threading.Thread(target=lambda: got.update(worker=pool.acquire()), daemon=True)
         waiter.start()
-        waiter.join(12)  # past the start timeout, the start still waiting for the GPU
+        waiter.join(6)  # past the start timeout, the start still waiting for the GPU
         assert waiter.is_alive() and not got
         leave.set()
         waiter.join(60)
