@@ -25,6 +25,13 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return 2 if len(os.sched_getaffinity(0)) > 1 else 0
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """The Ray cluster tests first: they run on one xdist worker one after another (one cluster at a time), the
+    longest stretch of the suite, which the other worker's tests then fill beside instead of after."""
+    items.sort(key=lambda item: item.get_closest_marker("ray") is None)
+
+
 @pytest.fixture(scope="session")
 def evaluator():
     from kernelband.evaluation.evaluator import Evaluator, Limits

@@ -247,6 +247,7 @@ def throughput(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
 
 
 @needs_tb
+@pytest.mark.xdist_group("throughput-run")  # on one xdist worker, so the module's one run serves both
 def test_the_throughput_pool_part_says_where_each_candidates_time_went_and_where_its_phi_came_from(throughput):
     """benchmarks/eval_throughput.py's pool part on the interpreter: per task, its seconds (the timing's phases
     among them) and whether its φ came from ncu; a rate with ncu off says so."""
@@ -289,6 +290,7 @@ def test_every_part_the_throughput_script_describes_is_one_it_takes():
 
 
 @needs_tb
+@pytest.mark.xdist_group("throughput-run")  # on one xdist worker, so the module's one run serves both
 def test_the_throughput_repeat_part_keeps_each_shapes_times_and_the_spread_of_its_iterations(throughput):
     """benchmarks/eval_throughput.py's repeat part on the interpreter: per evaluation, each search shape's time
     on both sides and, aligned with them, the CV of the measurement's iterations (None where one iteration ran,
