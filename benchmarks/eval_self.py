@@ -111,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
                           file=sys.stderr)
             with lock:
                 if args.out is not None:  # after each example, so that a run cut short keeps what it measured
+                    # each eval's whole record too: what a shape far off 1 was measured beside
                     args.out.write_text(json.dumps({"devices": sorted(devices), "runs": args.runs,
-                                                    "rows": rows(results)}, indent=1))
+                                                    "rows": rows(results), "records": results}, indent=1))
 
     lanes = [threading.Thread(target=lane, args=(g,)) for g in ([g for g in args.gpus.split(",") if g] or [None])]
     for t in lanes:

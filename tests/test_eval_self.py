@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "eval_self.py"
 
@@ -57,6 +59,10 @@ def test_the_self_eval_script_runs_fresh_evals_and_judges_each_shape(tmp_path):
     rows = data["rows"]
     assert rows and {r["example"] for r in rows} == {"vector_add"}
     assert all(len(r["speedups"]) == 1 and r["worst"] == round(abs(r["speedups"][0] - 1), 4) < 100 for r in rows)
+    [record] = data["records"]["vector_add"]  # the eval's whole record, each shape's two times in it
+    assert [s["speedup"] for s in record["shapes"] if s.get("speedup") is not None] == [
+        pytest.approx(s, abs=1e-4) for r in rows for s in r["speedups"]]
+    assert all(s["ref_ms"] > 0 and s["cand_ms"] > 0 for s in record["shapes"])
     assert "| vector_add | n=4096 |" in proc.stdout and "within 10000 %" in proc.stdout
     # the verdict: a shape outside the tolerance, or an evaluation that is not ok, fails
     script = _script()
