@@ -22,7 +22,8 @@ def pytest_xdist_auto_num_workers(config) -> int:
     expression = config.option.markexpr or ""
     if "gpu" in expression and "not gpu" not in expression:
         return 0
-    return 2 if len(os.sched_getaffinity(0)) > 1 else 0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return 2 if cpus > 1 else 0
 
 
 @pytest.hookimpl(trylast=True)
