@@ -215,6 +215,18 @@ def test_a_compute_bound_shape_may_beat_the_calibrated_matmul_rate_by_more():
     assert moved.outcome == Outcome.SUSPICIOUS
 
 
+def test_the_benchs_void_bound_test_agrees_with_the_verdict_on_a_compute_bound_shape():
+    """A tuned matmul and its reference both 10 % over the calibrated rate: within the compute margin, so the
+    fraction stands, and the bench's test of a stored fraction (`void_reason`, which reads the margin the verdict
+    recorded) agrees, instead of measuring that source again each time a policy reaches it."""
+    flops = 2e11
+    result, sr = _judge(cand_ms=2.0 / 1.10, ref_ms=2.0 / 1.10, flops=flops)
+    assert result.outcome == Outcome.OK and sr.sol_fraction == pytest.approx(1.10)
+    assert sr.sol_margin == sol.COMPUTE_TOLERANCE and sol.void_reason(sr, "") == ""
+    _, void = _judge(cand_ms=0.5, ref_ms=0.6)  # bytes set the bound, which both beat by far
+    assert void.sol_fraction is None and sol.void_reason(void, "") == void.note != ""
+
+
 def test_the_margin_follows_the_term_that_sets_the_bound():
     assert sol.tolerance(2e9, 1e12, PEAKS) == sol.COMPUTE_TOLERANCE  # 10 ms of FLOPs against 2 ms of bytes
     assert sol.tolerance(2e9, 1e9, PEAKS) == sol.BANDWIDTH_TOLERANCE

@@ -408,7 +408,7 @@ def _stale_verdict(found: EvalResult, task) -> bool:
     if found.outcome in (Outcome.RUNTIME_ERROR, Outcome.CRASHED) and out_of_memory(found.error):
         # out of memory with other evaluations' steps on the GPU: today's evaluator tries again alone
         return not evaluated_again_alone(found)
-    if any(s.sol_fraction is not None and sol.bound_void(s, task.bytes_overcounted) for s in found.shapes):
+    if any(s.sol_fraction is not None and sol.void_reason(s, task.bytes_overcounted) for s in found.shapes):
         return True  # a fraction of a bound that bounds nothing, which today's evaluator no longer gives
     return (found.outcome == Outcome.SUSPICIOUS and set(found.checks) == {"speed_of_light"}
             and bool(task.bytes_overcounted))

@@ -162,6 +162,7 @@ class ShapeResult:
     # max(bytes / bandwidth, flops / peak) alone: what the "faster than the bound" check compares with (the
     # floor is an estimate of the launch, no limit a kernel cannot beat)
     data_bound_ms: float | None = None
+    sol_margin: float | None = None  # how far below data_bound_ms a time may come before the check (sol.tolerance)
     moved_bytes: float | None = None  # the bytes the bound counts (sol.bound_bytes)
     # The task's torch reference timed on this shape under the same preset (evaluation/baselines.py): as
     # written (eager) and through torch.compile(mode="max-autotune-no-cudagraphs"); the reason where not timed

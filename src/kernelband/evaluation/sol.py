@@ -150,12 +150,17 @@ def tolerance(nbytes: float | None, flops: float | None, peaks: Peaks) -> float:
     return COMPUTE_TOLERANCE if compute else BANDWIDTH_TOLERANCE
 
 
-def bound_void(sr: ShapeResult, overcounted: str, margin: float = BANDWIDTH_TOLERANCE) -> bool:
-    """Whether a timed shape's data bound bounds nothing: the candidate beats it by more than `margin`, and so
-    does the reference, or the task says its bytes are overcounted (`judge` gives such a shape no fraction)."""
+def void_reason(sr: ShapeResult, overcounted: str) -> str:
+    """Why a timed shape's data bound bounds nothing ("" where it holds): the candidate beats it by more than
+    the shape's margin (`sr.sol_margin`, which `judge` records; the bandwidth one for an evaluation stored
+    before it did), and so does the reference, or the task says its bytes are overcounted. `judge` gives such
+    a shape no fraction; a bench measures again a stored one that has one."""
+    margin = sr.sol_margin or BANDWIDTH_TOLERANCE
     if not sr.data_bound_ms or not sr.cand_ms or sr.data_bound_ms / sr.cand_ms <= margin:
-        return False
-    return bool(overcounted) or bool(sr.ref_ms and sr.data_bound_ms / sr.ref_ms > margin)
+        return ""
+    if sr.ref_ms and sr.data_bound_ms / sr.ref_ms > margin:
+        return "bound below even the reference's time: the task's byte count is too high"
+    return f"faster than the bound, which is no check here: {overcounted}" if overcounted else ""
 
 
 def judge(shapes, result: EvalResult, by_index, io_bytes: dict[int, int], peaks: Peaks | None,
@@ -181,15 +186,13 @@ def judge(shapes, result: EvalResult, by_index, io_bytes: dict[int, int], peaks:
         if sr.data_bound_ms:
             # the check reads the bytes and FLOPs alone: a kernel cannot beat bandwidth, but the floor is an
             # estimate of a launch that a kernel may well beat
-            margin = tolerance(nbytes, shape.flops, peaks)
-            if sr.data_bound_ms / sr.cand_ms > margin:
-                if bound_void(sr, overcounted, margin):
+            sr.sol_margin = tolerance(nbytes, shape.flops, peaks)
+            if sr.data_bound_ms / sr.cand_ms > sr.sol_margin:
+                reason = void_reason(sr, overcounted)
+                if reason:
                     # the bound bounds nothing: no fraction of it is shown or enters the medians
                     # (flash_decode2_phi's large shapes read 1.37 of it)
-                    reference_beats = bool(sr.ref_ms and sr.data_bound_ms / sr.ref_ms > margin)
-                    sr.note = ("bound below even the reference's time: the task's byte count is too high"
-                               if reference_beats else f"faster than the bound, which is no check here: {overcounted}")
-                    sr.sol_fraction = None
+                    sr.note, sr.sol_fraction = reason, None
                     continue
                 result.outcome, result.stage = Outcome.SUSPICIOUS, "timing"
                 result.detail = (f"shape {shape.label}: {sr.cand_ms * 1e3:.2f} us is faster than the "
