@@ -4,6 +4,7 @@ start (importing torch), a large part of what each call costs here."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import traceback
 
@@ -12,6 +13,15 @@ from typer.testing import CliRunner
 from kernelband.cli import app as app_module
 
 LLM_SETTINGS = ("KERNELBAND_LLM_BASE_URL", "KERNELBAND_LLM_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL")
+
+
+def process_env() -> dict[str, str]:
+    """The environment of a `kernelband` process a test starts: the interpreter, and no LLM configured (the
+    rewriter is chosen without being asked)."""
+    env = dict(os.environ, KERNELBAND_MODE="interpreter")
+    for key in LLM_SETTINGS:
+        env.pop(key, None)
+    return env
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess:

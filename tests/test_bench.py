@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from invoke import invoke
+from invoke import invoke, process_env
 
 from kernelband.bench import Bench, BenchConfig, Job, SharedEvaluations, deal
 from kernelband.proposers.rewriter.proposer import RewriterProposer
@@ -40,11 +40,8 @@ class Fingerprinted:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, KERNELBAND_MODE="interpreter")
-    for key in ("KERNELBAND_LLM_BASE_URL", "KERNELBAND_LLM_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
-        env.pop(key, None)
     return subprocess.run([sys.executable, "-m", "kernelband", *args], capture_output=True, text=True,
-                          timeout=900, env=env)
+                          timeout=900, env=process_env())
 
 
 @pytest.mark.slow
@@ -219,6 +216,18 @@ def test_a_bench_can_run_some_of_its_tasks_first_in_a_given_order(tmp_path: Path
         Bench(store, config, [Standin()], RewriterProposer, bench_id=bench_id, tasks_now=["examples:matmul"])
 
 
+def _one_run(tmp_path: Path):
+    """A bench of examples:vector_add that only looks up stored evaluations, and one run of it to store them in:
+    (store, bench, task, run id)."""
+    store = Store(tmp_path / "bench.db")
+    bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Fingerprinted()],
+                  RewriterProposer)
+    task = load_task("examples:vector_add")
+    run = store.create_run("examples:vector_add", task.key, "greedy", "rewrite", 0, {}, device="H100",
+                           bench_id=bench.bench_id)
+    return store, bench, task, run
+
+
 def test_a_stored_speed_of_light_verdict_that_the_task_now_waives_is_measured_again(tmp_path: Path):
     """Within a bench a source's evaluation is reused by every run that reaches it, except a `suspicious` one
     whose only check was a speed-of-light bound the task now calls overcounted (flash_decode2_phi in bench 1
@@ -227,14 +236,9 @@ def test_a_stored_speed_of_light_verdict_that_the_task_now_waives_is_measured_ag
     from kernelband.evaluation.records import EvalResult, Outcome
     from kernelband.search.core import source_hash
 
-    store = Store(tmp_path / "bench.db")
-    config = BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"])
-    bench = Bench(store, config, [Fingerprinted()], RewriterProposer)
-    task = load_task("examples:vector_add")
+    store, bench, task, run = _one_run(tmp_path)
     child = task.module_source + "\n# a child\n"
     h = source_hash(child)
-    run = store.create_run("examples:vector_add", task.key, "greedy", "rewrite", 0, {}, device="H100",
-                           bench_id=bench.bench_id)
     store.add_candidate(run, 1, child, h, 0, "tiling", 1, 0)
     beat = EvalResult(task=task.key, outcome=Outcome.SUSPICIOUS, speedup=1.4, checks=["speed_of_light"])
     store.add_evaluation(run, 1, "search", beat)
@@ -249,18 +253,6 @@ def test_a_stored_speed_of_light_verdict_that_the_task_now_waives_is_measured_ag
     store.add_evaluation(again, 1, "search", EvalResult(task=task.key, outcome=Outcome.OK, speedup=1.4))
     reused = bench._lookup(task, Fingerprinted())(h)
     assert reused.outcome == Outcome.OK and any("evaluation reused" in n for n in reused.notes)
-
-
-def _one_run(tmp_path: Path):
-    """A bench of examples:vector_add that only looks up stored evaluations, and one run of it to store them in:
-    (store, bench, task, run id)."""
-    store = Store(tmp_path / "bench.db")
-    bench = Bench(store, BenchConfig("examples", ["greedy"], [0], tasks=["vector_add"]), [Fingerprinted()],
-                  RewriterProposer)
-    task = load_task("examples:vector_add")
-    run = store.create_run("examples:vector_add", task.key, "greedy", "rewrite", 0, {}, device="H100",
-                           bench_id=bench.bench_id)
-    return store, bench, task, run
 
 
 def test_a_stored_sol_fraction_of_a_bound_that_bounds_nothing_is_measured_again(tmp_path: Path):

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from invoke import invoke
+from invoke import invoke, process_env
 
 from kernelband.cli import app as app_module
 from kernelband.store import Store
@@ -22,15 +22,7 @@ pytestmark = pytest.mark.slow
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kernelband", *args], capture_output=True, text=True,
-                          timeout=600, env=env or _env())
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    env["KERNELBAND_MODE"] = "interpreter"
-    for key in ("KERNELBAND_LLM_BASE_URL", "KERNELBAND_LLM_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
-        env.pop(key, None)  # no LLM configured: the rewriter must be chosen without being asked
-    return env
+                          timeout=600, env=env or process_env())
 
 
 def test_optimize_end_to_end_with_the_rewriter(tmp_path: Path):
@@ -90,7 +82,7 @@ def test_resume_after_sigkill_reevaluates_nothing(tmp_path: Path):
     db = tmp_path / "runs.db"
     args = ["optimize", "examples:vector_add", "--iterations", "3", "--seed", "7", "--finalists", "1", "--db", str(db),
             "--json"]
-    proc = subprocess.Popen([sys.executable, "-m", "kernelband", *args], env=_env(),
+    proc = subprocess.Popen([sys.executable, "-m", "kernelband", *args], env=process_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 400
     done_before: dict[int, float] = {}
@@ -255,7 +247,7 @@ def test_ctrl_c_says_the_run_is_kept_and_how_to_resume_it(tmp_path: Path):
     db = tmp_path / "x.db"
     proc = subprocess.Popen([sys.executable, "-m", "kernelband", "optimize", "examples:vector_add", "--iterations",
                              "1000", "--db", str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_env(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            env=process_env(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:  # until the run is in the store
         try:

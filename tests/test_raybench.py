@@ -4,7 +4,6 @@ cluster of two GPU models refused. The cluster tests are skipped where Ray is no
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import subprocess
@@ -14,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from invoke import process_env
 
 from kernelband import raybench
 from kernelband.bench import Bench, BenchConfig
@@ -29,13 +29,6 @@ BENCH_ARGS = ("bench", "--suite", "examples", "--tasks", "vector_add", "--polici
 
 def _config() -> BenchConfig:
     return BenchConfig("examples", list(POLICIES), [0], iterations=1, proposer="rewrite", tasks=["vector_add"])
-
-
-def _env() -> dict:
-    env = dict(os.environ, KERNELBAND_MODE="interpreter")
-    for key in ("KERNELBAND_LLM_BASE_URL", "KERNELBAND_LLM_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
-        env.pop(key, None)
-    return env
 
 
 @pytest.fixture
@@ -260,7 +253,7 @@ def test_a_driver_killed_mid_bench_is_resumed_to_the_end(cluster_of, tmp_path: P
     cluster, _ = cluster_of({}, {})
     db = tmp_path / "ray.db"
     args = [sys.executable, "-m", "kernelband", *BENCH_ARGS, "--db", str(db), "--ray", cluster.address]
-    driver = subprocess.Popen(args, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(args, env=process_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and driver.poll() is None:
@@ -274,7 +267,7 @@ def test_a_driver_killed_mid_bench_is_resumed_to_the_end(cluster_of, tmp_path: P
     assert [s for *_, s in _runs(db)].count("done") < 2
     again = subprocess.run([sys.executable, "-m", "kernelband", "bench", "--resume", "1", "--db", str(db),
                             "--interpreter", "--runs-per-gpu", "1", "--ray", cluster.address],
-                           env=_env(), capture_output=True, text=True, timeout=600)
+                           env=process_env(), capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
     _assert_each_run_once_and_whole(db)
     assert Store(db).bench(1)["status"] == "done"
