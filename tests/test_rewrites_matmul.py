@@ -14,7 +14,7 @@ import pytest
 from interpreted import run_modules
 from test_rewrites_structural import MM, example, made
 
-from kernelband.proposers.rewriter.matmul_launch import CPU_SMS
+from kernelband.proposers.rewriter.rewrites.matmul_launch import CPU_SMS
 from kernelband.tasks import tritonbench as tb
 
 MATMUL = example("matmul").module_source

@@ -8,7 +8,7 @@ import re
 import pytest
 from interpreted import interpreted
 
-from kernelband.proposers.rewriter.inductor_configs import POINTWISE_XBLOCKS
+from kernelband.proposers.rewriter.rewrites.inductor_configs import POINTWISE_XBLOCKS
 from kernelband.proposers.rewriter.proposer import options
 
 ADD = '''\

@@ -24,8 +24,8 @@ import libcst as cst
 
 from kernelband.evaluation.records import TunedChoice, TunedConfig
 from kernelband.proposers.rewriter.edits import appended
-from kernelband.proposers.rewriter.source import Kernel, Launch, ModuleSource
-from kernelband.proposers.rewriter.syntax import code, fresh_name, literal_config, subnodes
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, literal_config, subnodes
 
 # Arguments of triton.autotune that change which configurations are tried, and so the choice itself.
 _UNPINNABLE = ("prune_configs_by",)

@@ -9,8 +9,8 @@ from typing import NamedTuple
 
 import libcst as cst
 
-from kernelband.proposers.rewriter.source import ModuleSource
-from kernelband.proposers.rewriter.syntax import loads, make_scope
+from kernelband.proposers.rewriter.analysis.source import ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import loads, make_scope
 
 Edit = Callable[[cst.CSTNode], cst.CSTNode | cst.FlattenSentinel | cst.RemovalSentinel]
 NO_SPACE = cst.SimpleWhitespace("")

@@ -31,23 +31,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kernelband.proposers.rewriter import inductor_configs, matmul_configs
-from kernelband.proposers.rewriter.autotune import autotune, config_sets
-from kernelband.proposers.rewriter.block_sizes import block_size, vector_width
-from kernelband.proposers.rewriter.cache_hints import cache_hints
-from kernelband.proposers.rewriter.coarsen import coarsen
-from kernelband.proposers.rewriter.contiguity_hints import contiguity_hints
+from kernelband.proposers.rewriter.rewrites import inductor_configs, matmul_configs
+from kernelband.proposers.rewriter.rewrites.autotune import autotune, config_sets
+from kernelband.proposers.rewriter.rewrites.block_sizes import block_size, vector_width
+from kernelband.proposers.rewriter.rewrites.cache_hints import cache_hints
+from kernelband.proposers.rewriter.rewrites.coarsen import coarsen
+from kernelband.proposers.rewriter.rewrites.contiguity_hints import contiguity_hints
 from kernelband.proposers.rewriter.edits import Found
-from kernelband.proposers.rewriter.fused_absmax import fused_absmax
-from kernelband.proposers.rewriter.grouped_ordering import grouped_ordering
-from kernelband.proposers.rewriter.launch_fusion import launch_fusion
-from kernelband.proposers.rewriter.launch_options import num_stages, num_warps
-from kernelband.proposers.rewriter.online_softmax import online_softmax
-from kernelband.proposers.rewriter.persistent_tiles import persistent_tiles
-from kernelband.proposers.rewriter.rows import rows
-from kernelband.proposers.rewriter.single_pass import single_pass
-from kernelband.proposers.rewriter.source import ModuleSource
-from kernelband.proposers.rewriter.split_k import split_k
+from kernelband.proposers.rewriter.rewrites.fused_absmax import fused_absmax
+from kernelband.proposers.rewriter.rewrites.grouped_ordering import grouped_ordering
+from kernelband.proposers.rewriter.rewrites.launch_fusion import launch_fusion
+from kernelband.proposers.rewriter.rewrites.launch_options import num_stages, num_warps
+from kernelband.proposers.rewriter.rewrites.online_softmax import online_softmax
+from kernelband.proposers.rewriter.rewrites.persistent_tiles import persistent_tiles
+from kernelband.proposers.rewriter.rewrites.rows import rows
+from kernelband.proposers.rewriter.rewrites.single_pass import single_pass
+from kernelband.proposers.rewriter.analysis.source import ModuleSource
+from kernelband.proposers.rewriter.rewrites.split_k import split_k
 
 REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "block_size": block_size,

@@ -10,7 +10,7 @@ from kernelband.proposers.rewriter.edits import (
     Variant,
     set_kwarg,
 )
-from kernelband.proposers.rewriter.source import Kernel, ModuleSource
+from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 
 
 # -- cache hints ---------------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from kernelband.proposers.rewriter.edits import (
     Variant,
     set_kwarg,
 )
-from kernelband.proposers.rewriter.source import Kernel, Launch, ModuleSource
-from kernelband.proposers.rewriter.syntax import code, int_value
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import code, int_value
 
 WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4, 5)

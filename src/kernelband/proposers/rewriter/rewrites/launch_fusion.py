@@ -50,8 +50,8 @@ import ast
 import libcst as cst
 
 from kernelband.proposers.rewriter.edits import Found, Variant, keyword_arg
-from kernelband.proposers.rewriter.launch_inline import inline
-from kernelband.proposers.rewriter.launch_reading import (
+from kernelband.proposers.rewriter.rewrites.launch_inline import inline
+from kernelband.proposers.rewriter.rewrites.launch_reading import (
     NotCertain,
     Rename,
     Side,
@@ -64,8 +64,8 @@ from kernelband.proposers.rewriter.launch_reading import (
     statement_of,
     uses,
 )
-from kernelband.proposers.rewriter.source import Launch, ModuleSource
-from kernelband.proposers.rewriter.syntax import arg_of, code, fresh_name, loads, subnodes
+from kernelband.proposers.rewriter.analysis.source import Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import arg_of, code, fresh_name, loads, subnodes
 
 
 def _one_block(side: Side, call: cst.Call) -> bool:

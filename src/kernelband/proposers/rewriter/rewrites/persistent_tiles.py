@@ -31,7 +31,7 @@ from __future__ import annotations
 import libcst as cst
 
 from kernelband.proposers.rewriter.edits import Found, Variant
-from kernelband.proposers.rewriter.matmul_launch import (
+from kernelband.proposers.rewriter.rewrites.matmul_launch import (
     branched,
     dot_kernel,
     host_names,
@@ -41,8 +41,8 @@ from kernelband.proposers.rewriter.matmul_launch import (
     twin_call,
     with_twin,
 )
-from kernelband.proposers.rewriter.source import Kernel, Launch, ModuleSource
-from kernelband.proposers.rewriter.syntax import assigned, code, dotted, fresh_name, int_value
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import assigned, code, dotted, fresh_name, int_value
 
 
 class _TileIds(cst.CSTTransformer):

@@ -9,8 +9,8 @@ from collections import Counter
 
 import libcst as cst
 
-from kernelband.proposers.rewriter.source import Launch, ModuleSource, add_chain
-from kernelband.proposers.rewriter.syntax import assigned, code, dotted, loads, subnodes
+from kernelband.proposers.rewriter.analysis.source import Launch, ModuleSource, add_chain
+from kernelband.proposers.rewriter.analysis.syntax import assigned, code, dotted, loads, subnodes
 
 ALLOCATIONS = frozenset({"empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
                          "empty_strided"})

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from kernelband.proposers.rewriter.source import Kernel, Launch, ModuleSource
-from kernelband.proposers.rewriter.syntax import Scope, code, int_value, subnodes
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import Scope, code, int_value, subnodes
 
 # Per-dimension bounds; a kernel with tl.dot keeps tiles within what its shared memory holds.
 MIN_BLOCK = 16

@@ -11,8 +11,8 @@ from kernelband.proposers.rewriter.edits import (
     Variant,
     statements,
 )
-from kernelband.proposers.rewriter.source import Kernel, ModuleSource
-from kernelband.proposers.rewriter.syntax import fresh_name, subnodes
+from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import fresh_name, subnodes
 
 GROUP_SIZES = (8, 4, 16)
 

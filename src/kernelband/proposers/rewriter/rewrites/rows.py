@@ -39,11 +39,11 @@ from collections import Counter
 
 import libcst as cst
 
-from kernelband.proposers.rewriter.coarsen import added_params, first_axis_variants
+from kernelband.proposers.rewriter.rewrites.coarsen import added_params, first_axis_variants
 from kernelband.proposers.rewriter.edits import Edit, Found, statements
-from kernelband.proposers.rewriter.knobs import MAX_PER_THREAD
-from kernelband.proposers.rewriter.source import Kernel, Launch, ModuleSource, launch_value, tile_terms
-from kernelband.proposers.rewriter.syntax import (
+from kernelband.proposers.rewriter.analysis.knobs import MAX_PER_THREAD
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, launch_value, tile_terms
+from kernelband.proposers.rewriter.analysis.syntax import (
     code,
     contains,
     dotted,

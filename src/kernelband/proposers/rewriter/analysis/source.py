@@ -22,7 +22,7 @@ from functools import cached_property
 
 import libcst as cst
 
-from kernelband.proposers.rewriter.syntax import (
+from kernelband.proposers.rewriter.analysis.syntax import (
     CDIV_NAMES,
     Scope,
     code,

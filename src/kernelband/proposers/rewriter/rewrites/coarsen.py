@@ -40,8 +40,8 @@ from functools import partial
 import libcst as cst
 
 from kernelband.proposers.rewriter.edits import Edit, Found, Variant, statements
-from kernelband.proposers.rewriter.source import Kernel, Launch, ModuleSource
-from kernelband.proposers.rewriter.syntax import assigned, code, fresh_name, subnodes
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import assigned, code, fresh_name, subnodes
 
 FACTORS = (2, 4, 8)
 

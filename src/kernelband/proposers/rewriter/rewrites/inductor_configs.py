@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from kernelband.proposers.rewriter.configs import (
+from kernelband.proposers.rewriter.rewrites.configs import (
     REDUCTIONS,
     Config,
     arange_extents,
@@ -26,8 +26,8 @@ from kernelband.proposers.rewriter.configs import (
     free_blocks,
     warps_for,
 )
-from kernelband.proposers.rewriter.source import Kernel, ModuleSource
-from kernelband.proposers.rewriter.syntax import dotted, subnodes
+from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import dotted, subnodes
 
 POINTWISE_XBLOCKS = ((1024, 4), (512, 8), (512, 2), (256, 4), (256, 1), (128, 2), (256, 8), (512, 4))
 REDUCTION_RBLOCKS = (1024, 2048, 512, 256, 4096, 8192, 128)

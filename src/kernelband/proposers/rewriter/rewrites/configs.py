@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from kernelband.proposers.rewriter.source import Kernel, ModuleSource
-from kernelband.proposers.rewriter.syntax import code, contains, int_value, loads, subnodes
+from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import code, contains, int_value, loads, subnodes
 
 Config = tuple[dict[str, int], int, int | None]  # block values, num_warps, num_stages (None: Triton's default)
 # The sets a chooser offers for one kernel, each (label, configs); or why it offers none.

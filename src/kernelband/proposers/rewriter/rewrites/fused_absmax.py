@@ -10,8 +10,8 @@ from kernelband.proposers.rewriter.edits import (
     Variant,
     replace_with,
 )
-from kernelband.proposers.rewriter.source import ModuleSource
-from kernelband.proposers.rewriter.syntax import code, dotted, subnodes
+from kernelband.proposers.rewriter.analysis.source import ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import code, dotted, subnodes
 
 # -- fusion (host side) ---------------------------------------------------------------------------------------
 # PyTorch's infinity norm is one reduction pass; `x.abs().max()` is two (abs writes a copy, max reads it),

@@ -20,7 +20,7 @@ import copy
 import libcst as cst
 
 from kernelband.proposers.rewriter.edits import Variant, keyword_arg
-from kernelband.proposers.rewriter.launch_reading import (
+from kernelband.proposers.rewriter.rewrites.launch_reading import (
     ALLOCATIONS,
     NotCertain,
     Rename,
@@ -30,8 +30,8 @@ from kernelband.proposers.rewriter.launch_reading import (
     statement_of,
     uses,
 )
-from kernelband.proposers.rewriter.source import Launch, ModuleSource
-from kernelband.proposers.rewriter.syntax import arg_of, code, dotted, fresh_name
+from kernelband.proposers.rewriter.analysis.source import Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import arg_of, code, dotted, fresh_name
 
 ELEMENTWISE = frozenset({"where", "maximum", "minimum", "exp", "exp2", "log", "log2", "sqrt", "sqrt_rn", "rsqrt",
                          "abs", "sigmoid", "sin", "cos", "erf", "floor", "ceil", "fma", "fdiv", "div_rn", "clamp"})

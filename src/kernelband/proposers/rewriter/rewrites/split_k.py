@@ -39,7 +39,7 @@ from __future__ import annotations
 import libcst as cst
 
 from kernelband.proposers.rewriter.edits import Found, Variant
-from kernelband.proposers.rewriter.matmul_launch import (
+from kernelband.proposers.rewriter.rewrites.matmul_launch import (
     DotKernel,
     Site,
     branched,
@@ -52,9 +52,9 @@ from kernelband.proposers.rewriter.matmul_launch import (
     twin_call,
     with_twin,
 )
-from kernelband.proposers.rewriter.single_pass import plain
-from kernelband.proposers.rewriter.source import ModuleSource
-from kernelband.proposers.rewriter.syntax import (
+from kernelband.proposers.rewriter.rewrites.single_pass import plain
+from kernelband.proposers.rewriter.analysis.source import ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import (
     arg_of,
     assigned,
     code,

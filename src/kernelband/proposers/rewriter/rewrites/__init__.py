@@ -1,0 +1,1 @@
+"""The rewrites, one module each; they read `analysis` and never re-derive its facts."""
