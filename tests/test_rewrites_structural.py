@@ -8,8 +8,8 @@ import re
 import pytest
 from interpreted import interpreted
 
-from kernelband.proposers.rewriter.rewrites.inductor_configs import POINTWISE_XBLOCKS
 from kernelband.proposers.rewriter.proposer import options
+from kernelband.proposers.rewriter.rewrites.inductor_configs import POINTWISE_XBLOCKS
 
 ADD = '''\
 import torch

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from kernelband.evaluation.records import TunedChoice, TunedConfig
-from kernelband.proposers.rewriter.edits import appended
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, literal_config, subnodes
+from kernelband.proposers.rewriter.edits import appended
 
 # Arguments of triton.autotune that change which configurations are tried, and so the choice itself.
 _UNPINNABLE = ("prune_configs_by",)

@@ -18,10 +18,10 @@ import libcst as cst
 
 from kernelband import pyast
 from kernelband.proposers.base import ProposerBase
+from kernelband.proposers.rewriter.analysis.source import ModuleSource
 from kernelband.proposers.rewriter.edits import Variant
 from kernelband.proposers.rewriter.priors import family, load_class, prior
 from kernelband.proposers.rewriter.registry import REWRITES
-from kernelband.proposers.rewriter.analysis.source import ModuleSource
 from kernelband.search.core import Candidate, Context, Proposal, Strategy, source_hash
 
 

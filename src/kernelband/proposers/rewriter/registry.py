@@ -31,13 +31,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kernelband.proposers.rewriter.analysis.source import ModuleSource
+from kernelband.proposers.rewriter.edits import Found
 from kernelband.proposers.rewriter.rewrites import inductor_configs, matmul_configs
 from kernelband.proposers.rewriter.rewrites.autotune import autotune, config_sets
 from kernelband.proposers.rewriter.rewrites.block_sizes import block_size, vector_width
 from kernelband.proposers.rewriter.rewrites.cache_hints import cache_hints
 from kernelband.proposers.rewriter.rewrites.coarsen import coarsen
 from kernelband.proposers.rewriter.rewrites.contiguity_hints import contiguity_hints
-from kernelband.proposers.rewriter.edits import Found
 from kernelband.proposers.rewriter.rewrites.fused_absmax import fused_absmax
 from kernelband.proposers.rewriter.rewrites.grouped_ordering import grouped_ordering
 from kernelband.proposers.rewriter.rewrites.launch_fusion import launch_fusion
@@ -46,7 +47,6 @@ from kernelband.proposers.rewriter.rewrites.online_softmax import online_softmax
 from kernelband.proposers.rewriter.rewrites.persistent_tiles import persistent_tiles
 from kernelband.proposers.rewriter.rewrites.rows import rows
 from kernelband.proposers.rewriter.rewrites.single_pass import single_pass
-from kernelband.proposers.rewriter.analysis.source import ModuleSource
 from kernelband.proposers.rewriter.rewrites.split_k import split_k
 
 REWRITES: dict[str, Callable[[ModuleSource], Found]] = {

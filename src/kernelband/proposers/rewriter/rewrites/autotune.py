@@ -10,7 +10,9 @@ from collections.abc import Callable
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis import knobs as knobs_mod
-from kernelband.proposers.rewriter.rewrites.configs import Chooser, Config
+from kernelband.proposers.rewriter.analysis.knobs import Knob
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, tile_terms
+from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, literal_config, loads, subnodes
 from kernelband.proposers.rewriter.edits import (
     Edit,
     Found,
@@ -22,7 +24,7 @@ from kernelband.proposers.rewriter.edits import (
     set_kwarg,
     without,
 )
-from kernelband.proposers.rewriter.analysis.knobs import Knob
+from kernelband.proposers.rewriter.rewrites.configs import Chooser, Config
 from kernelband.proposers.rewriter.rewrites.launch_options import (
     DEFAULT_STAGES,
     DEFAULT_WARPS,
@@ -30,8 +32,6 @@ from kernelband.proposers.rewriter.rewrites.launch_options import (
     WARPS,
     option_value,
 )
-from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, tile_terms
-from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, literal_config, loads, subnodes
 
 MAX_CONFIGS = 8
 MAX_NEW_CONFIGS = 12  # configs offered for a kernel that is autotuned already

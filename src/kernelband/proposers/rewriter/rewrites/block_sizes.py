@@ -5,6 +5,8 @@ each thread more elements (vector_width)."""
 from __future__ import annotations
 
 from kernelband.proposers.rewriter.analysis import knobs as knobs_mod
+from kernelband.proposers.rewriter.analysis.knobs import Knob
+from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.edits import (
     Found,
     Move,
@@ -13,13 +15,11 @@ from kernelband.proposers.rewriter.edits import (
     set_int,
     set_kwarg,
 )
-from kernelband.proposers.rewriter.analysis.knobs import Knob
 from kernelband.proposers.rewriter.rewrites.launch_options import (
     DEFAULT_WARPS,
     option_value,
     touches,
 )
-from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 
 
 # -- block sizes --------------------------------------------------------------------------------------------

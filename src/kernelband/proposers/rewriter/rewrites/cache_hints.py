@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.edits import (
     Found,
     Variant,
     set_kwarg,
 )
-from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 
 
 # -- cache hints ---------------------------------------------------------------------------------------------

@@ -39,9 +39,9 @@ from functools import partial
 
 import libcst as cst
 
-from kernelband.proposers.rewriter.edits import Edit, Found, Variant, statements
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import assigned, code, fresh_name, subnodes
+from kernelband.proposers.rewriter.edits import Edit, Found, Variant, statements
 
 FACTORS = (2, 4, 8)
 

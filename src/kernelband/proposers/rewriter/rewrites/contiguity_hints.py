@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from kernelband.proposers.rewriter.edits import Found, Variant
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import code, dotted, int_value, subnodes
+from kernelband.proposers.rewriter.edits import Found, Variant
 
 SCALAR_OPS = (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide, cst.Modulo)
 SCALAR_CALLS = ("program_id", "num_programs", "cdiv", "minimum", "maximum")

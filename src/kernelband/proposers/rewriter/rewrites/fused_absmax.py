@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.source import ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import code, dotted, subnodes
 from kernelband.proposers.rewriter.edits import (
     Found,
     Variant,
     replace_with,
 )
-from kernelband.proposers.rewriter.analysis.source import ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import code, dotted, subnodes
 
 # -- fusion (host side) ---------------------------------------------------------------------------------------
 # PyTorch's infinity norm is one reduction pass; `x.abs().max()` is two (abs writes a copy, max reads it),

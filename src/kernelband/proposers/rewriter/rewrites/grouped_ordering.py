@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import fresh_name, subnodes
 from kernelband.proposers.rewriter.edits import (
     Found,
     Variant,
     statements,
 )
-from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import fresh_name, subnodes
 
 GROUP_SIZES = (8, 4, 16)
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import dotted, subnodes
 from kernelband.proposers.rewriter.rewrites.configs import (
     REDUCTIONS,
     Config,
@@ -26,8 +28,6 @@ from kernelband.proposers.rewriter.rewrites.configs import (
     free_blocks,
     warps_for,
 )
-from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import dotted, subnodes
 
 POINTWISE_XBLOCKS = ((1024, 4), (512, 8), (512, 2), (256, 4), (256, 1), (128, 2), (256, 8), (512, 4))
 REDUCTION_RBLOCKS = (1024, 2048, 512, 256, 4096, 8192, 128)

@@ -49,6 +49,8 @@ import ast
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.source import Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import arg_of, code, fresh_name, loads, subnodes
 from kernelband.proposers.rewriter.edits import Found, Variant, keyword_arg
 from kernelband.proposers.rewriter.rewrites.launch_inline import inline
 from kernelband.proposers.rewriter.rewrites.launch_reading import (
@@ -64,8 +66,6 @@ from kernelband.proposers.rewriter.rewrites.launch_reading import (
     statement_of,
     uses,
 )
-from kernelband.proposers.rewriter.analysis.source import Launch, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import arg_of, code, fresh_name, loads, subnodes
 
 
 def _one_block(side: Side, call: cst.Call) -> bool:

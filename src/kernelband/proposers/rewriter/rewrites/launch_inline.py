@@ -19,6 +19,8 @@ import copy
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.source import Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import arg_of, code, dotted, fresh_name
 from kernelband.proposers.rewriter.edits import Variant, keyword_arg
 from kernelband.proposers.rewriter.rewrites.launch_reading import (
     ALLOCATIONS,
@@ -30,8 +32,6 @@ from kernelband.proposers.rewriter.rewrites.launch_reading import (
     statement_of,
     uses,
 )
-from kernelband.proposers.rewriter.analysis.source import Launch, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import arg_of, code, dotted, fresh_name
 
 ELEMENTWISE = frozenset({"where", "maximum", "minimum", "exp", "exp2", "log", "log2", "sqrt", "sqrt_rn", "rsqrt",
                          "abs", "sigmoid", "sin", "cos", "erf", "floor", "ceil", "fma", "fdiv", "div_rn", "clamp"})

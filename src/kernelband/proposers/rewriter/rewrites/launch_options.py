@@ -9,14 +9,14 @@ from collections.abc import Callable
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import code, int_value
 from kernelband.proposers.rewriter.edits import (
     Found,
     Move,
     Variant,
     set_kwarg,
 )
-from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import code, int_value
 
 WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4, 5)

@@ -13,8 +13,8 @@ A GROUP_M swizzle the kernel has stays as the launch sets it; `grouped_ordering`
 
 from __future__ import annotations
 
-from kernelband.proposers.rewriter.rewrites.configs import Config, free_blocks
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
+from kernelband.proposers.rewriter.rewrites.configs import Config, free_blocks
 
 TUTORIAL = ((128, 256, 64, 3, 8), (64, 256, 32, 4, 4), (128, 128, 32, 4, 4), (128, 64, 32, 4, 4),
             (64, 128, 32, 4, 4), (128, 32, 32, 4, 4), (64, 32, 32, 5, 2), (32, 64, 32, 5, 2))

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from kernelband.proposers.rewriter.edits import Found, Variant
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import assigned, code, fresh_name, int_value, loads
+from kernelband.proposers.rewriter.edits import Found, Variant
 
 NEG_INF_GUARD = '{tl}.where({new} == float("-inf"), 0.0, {tl}.exp({d}))'
 

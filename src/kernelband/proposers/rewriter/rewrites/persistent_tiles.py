@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import assigned, code, dotted, fresh_name, int_value
 from kernelband.proposers.rewriter.edits import Found, Variant
 from kernelband.proposers.rewriter.rewrites.matmul_launch import (
     branched,
@@ -41,8 +43,6 @@ from kernelband.proposers.rewriter.rewrites.matmul_launch import (
     twin_call,
     with_twin,
 )
-from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import assigned, code, dotted, fresh_name, int_value
 
 
 class _TileIds(cst.CSTTransformer):

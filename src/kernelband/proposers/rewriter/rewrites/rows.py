@@ -39,10 +39,14 @@ from collections import Counter
 
 import libcst as cst
 
-from kernelband.proposers.rewriter.rewrites.coarsen import added_params, first_axis_variants
-from kernelband.proposers.rewriter.edits import Edit, Found, statements
 from kernelband.proposers.rewriter.analysis.knobs import MAX_PER_THREAD
-from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, launch_value, tile_terms
+from kernelband.proposers.rewriter.analysis.source import (
+    Kernel,
+    Launch,
+    ModuleSource,
+    launch_value,
+    tile_terms,
+)
 from kernelband.proposers.rewriter.analysis.syntax import (
     code,
     contains,
@@ -52,6 +56,8 @@ from kernelband.proposers.rewriter.analysis.syntax import (
     loads,
     subnodes,
 )
+from kernelband.proposers.rewriter.edits import Edit, Found, statements
+from kernelband.proposers.rewriter.rewrites.coarsen import added_params, first_axis_variants
 
 FACTORS = (4, 16)
 ELEMENTWISE = frozenset({

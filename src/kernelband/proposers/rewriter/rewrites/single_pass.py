@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from kernelband.proposers.rewriter.rewrites.configs import arange_extents, broadcasts, free_blocks
-from kernelband.proposers.rewriter.edits import Found, Variant, set_kwarg
-from kernelband.proposers.rewriter.rewrites.inductor_configs import row_block_only
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import code, dotted, fresh_name, int_value, subnodes
+from kernelband.proposers.rewriter.edits import Found, Variant, set_kwarg
+from kernelband.proposers.rewriter.rewrites.configs import arange_extents, broadcasts, free_blocks
+from kernelband.proposers.rewriter.rewrites.inductor_configs import row_block_only
 
 MAX_ROW = 16384  # elements a row may have for the single-pass kernel: 32 per thread of 16 warps
 WARPS = "min(16, max(4, {block} // 256))"

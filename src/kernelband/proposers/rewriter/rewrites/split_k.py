@@ -38,6 +38,17 @@ from __future__ import annotations
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.source import ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import (
+    arg_of,
+    assigned,
+    code,
+    dotted,
+    fresh_name,
+    int_value,
+    loads,
+    subnodes,
+)
 from kernelband.proposers.rewriter.edits import Found, Variant
 from kernelband.proposers.rewriter.rewrites.matmul_launch import (
     DotKernel,
@@ -53,17 +64,6 @@ from kernelband.proposers.rewriter.rewrites.matmul_launch import (
     with_twin,
 )
 from kernelband.proposers.rewriter.rewrites.single_pass import plain
-from kernelband.proposers.rewriter.analysis.source import ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import (
-    arg_of,
-    assigned,
-    code,
-    dotted,
-    fresh_name,
-    int_value,
-    loads,
-    subnodes,
-)
 
 MAX_SPLIT = 16
 MIN_STEPS = 4  # BLOCK_K steps each split keeps at least
