@@ -297,17 +297,22 @@ def one_tuned_config(source: str) -> str:
 @pytest.mark.parametrize("rewrite, twin, shapes, check", [
     # 100 x 100 has 2 x 4 tiles on 4 programs, 50 x 70 has 3 on 3
     ("persistent_tiles", "matmul_kernel_persistent", [(100, 100, 40), (50, 70, 45)],
-     "assert torch.equal(got, want), (M, N, K)\n    assert len(grids) == 1, grids"),
+     "assert torch.equal(got, want), (M, N, K)\n    assert len(grids) == 1, grids\n"
+     "    assert variant.matmul_kernel_persistent.best_config.kwargs == original.matmul_kernel.best_config.kwargs"),
     # one 64 x 32 tile: SPLIT_K 4; 100 x 100 has 8 tiles: the original launch
     ("split_k", "matmul_kernel_split_k", [(16, 32, 512), (40, 20, 520), (100, 100, 40)],
      "assert torch.allclose(got.float(), want.float(), atol=1e-3, rtol=1e-2), (M, N, K)\n"
      "    assert [g(dict(BLOCK_M=64, BLOCK_N=32))[-1] for g in grids[:1]] == ([4] if M * N < 64 * 64 else []), M"),
 ])
 def test_on_an_autotuned_kernel_each_gives_the_originals_outputs_in_the_interpreter(rewrite, twin, shapes, check):
-    [(_, new)], _ = made(one_tuned_config(MATMUL), rewrite)
+    """Against the autotuned kernel the rewrite is made from, on the same config: the example's own 32 x 32
+    tiles make other tl.dot shapes, whose float32 sums np.matmul (the interpreter's tl.dot) may round
+    differently in the last bit, as OpenBLAS's Haswell kernel does, and a float16 output then by one ulp."""
+    tuned = one_tuned_config(MATMUL)
+    [(_, new)], _ = made(tuned, rewrite)
     assert new.count("triton.Config(") == 2
     check = MATMUL_SHAPES.replace("SHAPES", str(shapes)).replace("CHECK", check)
-    interpreted_pair(MATMUL, new, f"variant.{twin} = Recorded(variant.{twin})\n{check}")
+    interpreted_pair(tuned, new, f"variant.{twin} = Recorded(variant.{twin})\n{check}")
 
 
 MM_INTO = MM.replace("M, N, K, BLOCK_M: tl.constexpr", "M, N, K, stride_cm, BLOCK_M: tl.constexpr").replace(
