@@ -196,7 +196,7 @@ def test_matmul_configs_apply_to_the_matmul_example():
      "                    )", "mm_kernel has 1 unmasked tl.load/tl.store: a larger tile would reach past the end of "
      "its tensors"),
     ("BLOCK_K: tl.constexpr", "BLOCK_R: tl.constexpr",
-     "mm_kernel's block size BLOCK_R is not the one BLOCK_M, BLOCK_N or BLOCK_K"),
+     "mm_kernel's K tile (BLOCK_K) is not sized by a constexpr parameter"),
     ("        acc = tl.dot(a, b, acc)\n", "        acc += a * b\n", "mm_kernel has no tl.dot"),
 ])
 def test_matmul_configs_refuse_where_a_tile_size_is_not_free(old, new, reason):

@@ -1,5 +1,7 @@
-"""Block-size knobs: the values passed to a kernel's BLOCK/TILE constexprs that can be scaled without
-changing what the module computes (see `source` for the tiled/looped distinction).
+"""Block-size knobs: the values passed to a kernel's tile-size constexprs that can be scaled without changing
+what the module computes: a tile size that scales a program id ("tiled", the grid must follow it) or that a loop
+steps by ("looped", any value covers the same range), as `roles` finds them. A size that covers a whole
+dimension (`BLOCK = next_power_of_2(n_cols)`) is left alone: a smaller one would drop columns.
 
 A knob is found where a launch passes a block-size constexpr
 
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis import grids
+from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import Scope, code, int_value, subnodes
 
@@ -34,7 +38,6 @@ MAX_TILE_ELEMENTS = 16384  # the product of a launch's known block sizes, for ke
 # four warps (2,048 a thread, twice), and int8_quantization's autotune grid with num_warps=1 on its 128 x 512
 # tile (2,048 a thread; bench 1's num_warps=1 config on it too). 16 x 1,024 on four warps (128) compiled.
 MAX_PER_THREAD = 256
-PREFIXES = ("BLOCK_SIZE_", "BLOCK_", "TILE_SIZE_", "TILE_", "BLK_")
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,7 +71,7 @@ class Knob:
         top = MAX_DOT_BLOCK if self.kernel.uses_dot else MAX_BLOCK
         if value > top or (value < MIN_BLOCK and value < self.value):
             return False
-        if len(self.kernel.block_params) > 1 and not self.kernel.uses_dot:
+        if len(facts_of(self.kernel).tile_sizes) > 1 and not self.kernel.uses_dot:
             return _tile_elements(self, value) <= MAX_TILE_ELEMENTS
         return True
 
@@ -76,7 +79,7 @@ class Knob:
 def _tile_elements(knob: Knob, value: int) -> int:
     total = value ** len(knob.params)
     for launch in knob.launches:
-        for param in launch.kernel.block_params:
+        for param in facts_of(launch.kernel).tile_sizes:
             arg = launch.arg(param)
             if param not in knob.params and arg is not None and int_value(arg.value):
                 total *= int_value(arg.value)
@@ -84,7 +87,8 @@ def _tile_elements(knob: Knob, value: int) -> int:
 
 
 def role(kernel: Kernel, param: str) -> str | None:
-    return "tiled" if param in kernel.tiled else "looped" if param in kernel.looped else None
+    facts = facts_of(kernel)
+    return "tiled" if param in facts.tiled else "looped" if param in facts.looped else None
 
 
 def find(ms: ModuleSource) -> tuple[list[Knob], list[str]]:
@@ -98,7 +102,7 @@ def find(ms: ModuleSource) -> tuple[list[Knob], list[str]]:
             reasons.append(f"{kernel.name} is autotuned: its configs set the block sizes")
             continue
         literals = []
-        for param in kernel.block_params:
+        for param in facts_of(kernel).tile_sizes:
             arg = launch.arg(param)
             if role(kernel, param) is None:
                 reasons.append(f"{param} of {kernel.name} neither scales the program id nor steps a loop")
@@ -118,29 +122,13 @@ def find(ms: ModuleSource) -> tuple[list[Knob], list[str]]:
         if knob is not None:
             knobs.append(knob)
     order = {id(launch): i for i, launch in enumerate(ms.launches)}
-    knobs.sort(key=lambda k: (order[id(k.launches[0])], k.kernel.block_params.index(k.params[0])))
+    knobs.sort(key=lambda k: (order[id(k.launches[0])], facts_of(k.kernel).tile_sizes.index(k.params[0])))
     return knobs, reasons
 
 
 def _short(node: cst.CSTNode) -> str:
     text = code(node)
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _suffix(param: str) -> str:
-    upper = param.upper()
-    for prefix in PREFIXES:
-        if upper.startswith(prefix):
-            upper = upper[len(prefix):]
-            break
-    return upper.removesuffix("_SIZE")
-
-
-def _names_dimension(numerator: cst.BaseExpression, param: str) -> bool:
-    """cdiv(M, 32) serves BLOCK_M: the dividend is named like the constexpr's dimension."""
-    names = [n.value.upper() for n in subnodes(numerator, cst.Name)]
-    suffix = _suffix(param)
-    return bool(suffix) and any(n == suffix or n.endswith("_" + suffix) for n in names)
 
 
 def _literal_knobs(launch: Launch, params: list[str], reasons: list[str]) -> list[Knob]:
@@ -159,7 +147,7 @@ def _literal_knobs(launch: Launch, params: list[str], reasons: list[str]) -> lis
             by_value.setdefault(int_value(launch.arg(param).value), []).append(param)
     for value, group in by_value.items():
         same = [d for d in divisions if int_value(d.divisor) == value]
-        owners = {id(d): [p for p in group if _names_dimension(d.numerator, p)] for d in same}
+        owners = grids.owners(launch.kernel.ms, launch, same, group)
         separable = len(group) == 1 or all(len(o) == 1 for o in owners.values())
         parts = [(p,) for p in group] if separable else [tuple(group)]
         for part in parts:

@@ -1,18 +1,10 @@
-"""What the rewriter reads from a module's source: its Triton kernels, their launch sites, and the
-block-size values ("knobs") that can be changed without changing what the module computes.
+"""What the rewriter reads from a module's source: its Triton kernels, their launch sites and scopes.
 
 Everything here is read with libcst and keeps references to the nodes of one parsed tree, so that a
 rewrite can replace exactly those nodes and leave the rest of the file (comments, formatting) as it was.
 
-A block-size constexpr `P` of a kernel plays one of two roles that matter here:
-
-* tiled: `P` scales the program id (`pid * P`); the launch grid must then shrink or grow with it,
-  which holds when the grid is `lambda meta: (triton.cdiv(n, meta["P"]),)` or divides by the very value
-  passed as `P` (`triton.cdiv(n, P)`, `(n + P - 1) // P`);
-* looped: `P` is the step of a loop (`for start in range(0, n, P)`); any value covers the same range.
-
-A block size that does neither (one block covers a whole row: `BLOCK = next_power_of_2(n_cols)`) is
-left alone: making it smaller would drop columns.
+What the kernels compute (each constexpr's role, loops, accesses, ...) is the rest of this package's, read
+from here once (`facts`).
 """
 
 from __future__ import annotations
@@ -29,7 +21,6 @@ from kernelband.proposers.rewriter.analysis.syntax import (
     contains,
     dotted,
     int_value,
-    is_block_name,
     loads,
     make_scope,
     subnodes,
@@ -53,13 +44,10 @@ class Kernel:
     autotune: cst.Decorator | None
     heuristics: bool
     tl: frozenset[str]  # the names triton.language goes by in this module
+    ms: ModuleSource | None = None  # the module it is read from (the analysis's facts are kept there)
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
-
-    @property
-    def block_params(self) -> list[str]:
-        return [p.name for p in self.params if p.constexpr and is_block_name(p.name)]
 
     @cached_property
     def _calls(self) -> list[cst.Call]:
@@ -131,30 +119,6 @@ class Kernel:
                         changed = True
                         break
         return tainted
-
-    def _mentions_pid(self, node: cst.CSTNode) -> bool:
-        return contains(node, self.program_ids) or any(
-            n.value in self.pid_names for n in loads(node))
-
-    @cached_property
-    def tiled(self) -> set[str]:
-        """Block params that scale the program id: `pid * P`."""
-        found = set()
-        for op in subnodes(self.node.body, cst.BinaryOperation):
-            if not isinstance(op.operator, cst.Multiply):
-                continue
-            for this, other in ((op.left, op.right), (op.right, op.left)):
-                if isinstance(this, cst.Name) and this.value in self.block_params and self._mentions_pid(other):
-                    found.add(this.value)
-        return found
-
-    @cached_property
-    def looped(self) -> set[str]:
-        """Block params that a loop steps by (they appear in a `for` loop's iterator)."""
-        found = set()
-        for loop in subnodes(self.node.body, cst.For):
-            found |= {n.value for n in loads(loop.iter) if n.value in self.block_params}
-        return found - self.tiled
 
     @cached_property
     def pipelinable(self) -> bool:
@@ -411,6 +375,7 @@ class ModuleSource:
     def __init__(self, source: str) -> None:
         self.source = source
         self.module = cst.parse_module(source)
+        self.cache: dict[str, dict] = {}  # the analysis's facts, computed once (analysis/facts.py)
         parents = _Parents()
         self.module.visit(parents)
         self.parents = parents.parents
@@ -431,6 +396,7 @@ class ModuleSource:
             if isinstance(statement, cst.FunctionDef):
                 kernel = _kernel(statement, self.tl) if top is None else None
                 if kernel is not None:
+                    kernel.ms = self
                     self.kernels[kernel.name] = kernel
                     continue
                 self.scopes.append(make_scope(statement, top or statement.name.value))

@@ -4,13 +4,11 @@ the names an expression loads, and the scopes (module or function) that assign t
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import libcst as cst
 
-BLOCK_NAME = re.compile(r"BLOCK|TILE|BLK|CHUNK", re.IGNORECASE)
 CDIV_NAMES = ("cdiv",)  # triton.cdiv, tl.cdiv, cdiv
 EMPTY = cst.Module(body=[])
 
@@ -36,10 +34,6 @@ def fresh_name(base: str, used: set[str]) -> str:
         name, i = f"{base}_{i}", i + 1
     used.add(name)
     return name
-
-
-def is_block_name(name: str) -> bool:
-    return bool(BLOCK_NAME.search(name)) and "GROUP" not in name.upper()
 
 
 def int_value(node: cst.CSTNode | None) -> int | None:

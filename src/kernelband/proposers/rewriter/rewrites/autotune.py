@@ -10,6 +10,7 @@ from collections.abc import Callable
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis import knobs as knobs_mod
+from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.knobs import Knob
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, tile_terms
 from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, literal_config, loads, subnodes
@@ -77,7 +78,7 @@ def _tunable(kernel: Kernel, launches: list[Launch], knobs: list[Knob]) -> dict[
     """Block params with a knob of their own at every launch, whose argument can be dropped and whose
     grid can read them from meta."""
     tuned = {}
-    for param in kernel.block_params:
+    for param in facts_of(kernel).tile_sizes:
         at = {launch: k for k in knobs if k.params == (param,) for launch in k.launches}
         if all(launch in at and _droppable(launch, param) and _grid_edit(launch, {param: at[launch]}) is not None
                for launch in launches):
@@ -167,7 +168,7 @@ def _key(kernel: Kernel, tuned: set[str]) -> list[str]:
     """The arguments whose values change the best config: size-like ints, not pointers or strides (the
     autotune rewrite adds the element count of the tensors too: _sized_by)."""
     plain = [p.name for p in kernel.params if p.name not in tuned and p.name not in kernel.pointers
-             and p.name not in kernel.block_params and "stride" not in p.name.lower()]
+             and p.name not in facts_of(kernel).tile_sizes and "stride" not in p.name.lower()]
     sized = [n for n in plain if len(n) == 1 or any(w in n.lower() for w in SIZE_WORDS)]
     return sized or [n for n in plain if not any(p.constexpr for p in kernel.params if p.name == n)][:2]
 

@@ -5,6 +5,7 @@ each thread more elements (vector_width)."""
 from __future__ import annotations
 
 from kernelband.proposers.rewriter.analysis import knobs as knobs_mod
+from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.knobs import Knob
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.edits import (
@@ -81,4 +82,5 @@ def vector_width(ms: ModuleSource) -> Found:
 
 
 def _blocked(kernel: Kernel) -> bool:
-    return bool(kernel.tiled or kernel.looped)
+    facts = facts_of(kernel)
+    return bool(facts.tiled or facts.looped)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import code, contains, int_value, loads, subnodes
 
@@ -37,7 +38,7 @@ def tile_names(kernel: Kernel) -> set[str]:
     """The block-size constexprs and the locals whose value follows from one or from a tl.arange (loop
     variables stepping by one included): what may differ from one tile size to another."""
     aranges = {id(c) for c in kernel.calls("arange")}
-    tainted = set(kernel.block_params)
+    tainted = set(facts_of(kernel).tile_sizes)
 
     def follows(node: cst.CSTNode) -> bool:
         return contains(node, aranges) or any(n.value in tainted for n in loads(node))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import code, dotted, int_value, subnodes
 from kernelband.proposers.rewriter.edits import Found, Variant
@@ -100,7 +101,7 @@ def _arange_extent(kernel: Kernel, node: cst.BaseExpression) -> cst.BaseExpressi
             and all(a.keyword is None and not a.star for a in node.args) and int_value(node.args[0].value) == 0):
         return None
     extent = node.args[1].value
-    if isinstance(extent, cst.Name) and extent.value in kernel.block_params or int_value(extent) is not None:
+    if isinstance(extent, cst.Name) and extent.value in facts_of(kernel).tile_sizes or int_value(extent) is not None:
         return extent
     return None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import fresh_name, subnodes
 from kernelband.proposers.rewriter.edits import (
@@ -36,7 +37,7 @@ def _tiled_pids(kernel: Kernel) -> set[str]:
     for op in subnodes(kernel.node.body, cst.BinaryOperation):
         if isinstance(op.operator, cst.Multiply):
             pair = (op.left, op.right)
-            if any(isinstance(x, cst.Name) and x.value in kernel.block_params for x in pair):
+            if any(isinstance(x, cst.Name) and x.value in facts_of(kernel).tile_sizes for x in pair):
                 found |= {x.value for x in pair if isinstance(x, cst.Name)}
     return found
 

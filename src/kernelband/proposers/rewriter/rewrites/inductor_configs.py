@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import dotted, subnodes
 from kernelband.proposers.rewriter.rewrites.configs import (
@@ -68,7 +69,7 @@ def _stride(kernel: Kernel, parent: cst.CSTNode) -> bool:
     """`pid * P` (either order), where the other factor is the program id or derived from it."""
     if not (isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Multiply)):
         return False
-    other = parent.right if isinstance(parent.left, cst.Name) and parent.left.value in kernel.block_params \
+    other = parent.right if isinstance(parent.left, cst.Name) and parent.left.value in facts_of(kernel).tile_sizes \
         else parent.left
     return kernel.program_axis(other) is not None or (isinstance(other, cst.Name) and other.value in kernel.pid_names)
 
@@ -103,21 +104,22 @@ def row_block_only(ms: ModuleSource, kernel: Kernel, param: str) -> bool:
 def choose(ms: ModuleSource, kernel: Kernel) -> list[tuple[str, list[Config]]] | str:
     if kernel.uses_dot:
         return f"{kernel.name} tiles a tl.dot: matmul_configs tunes it"
-    if len(kernel.block_params) != 1:
-        return f"{kernel.name} has {len(kernel.block_params)} block-size constexprs, not one"
+    facts = facts_of(kernel)
+    if len(facts.tile_sizes) != 1:
+        return f"{kernel.name} has {len(facts.tile_sizes)} constexprs that size its tiles, not one"
     if why := free_blocks(kernel):
         return why
-    [param] = kernel.block_params
+    [param] = facts.tile_sizes
     if arange_extents(kernel) != {param} or broadcasts(kernel):
         return f"{kernel.name}'s tiles are not 1-D blocks of {param}"
     uses = _uses(ms, kernel, param)
-    if param in kernel.tiled:
+    if param in facts.tiled:
         if any(kernel.calls(name) for name in REDUCTIONS) or subnodes(kernel.node.body, cst.For):
             return f"{kernel.name} reduces or loops inside its block: not element-wise"
         if all(_extent(kernel, *u) or _stride(kernel, u[0]) or _hint(kernel, *u) for u in uses):
             return [("Inductor's pointwise configs", pointwise(param))]
         return f"{kernel.name} reads {param} other than as its arange extent and program stride"
-    if param in kernel.looped:
+    if param in facts.looped:
         if row_block_only(ms, kernel, param):
             return [("Inductor's reduction configs", reduction(param))]
         return f"{kernel.name} reads {param} other than as a loop step, arange extent and accumulator shape"

@@ -5,14 +5,16 @@ one-step grid around the starting tile. Two variants, one list each:
 * TorchInductor's mm configs (torch/_inductor/kernel/mm_common.py, `mm_kernel_configs`), the 8 of them
   with tiles of at least 64 x 64, which fit the large shapes that the 32 x 32 starting tiles waste.
 
-(BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps) as the sources write them. The kernel must have exactly one
-block size for each of M, N and K (named ..._M, ..._N, ..._K), M and N scaling the program id, K stepping its
-loop, and every load and store masked (`configs.free_blocks`): then any tile covers the same product.
+(BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps) as the sources write them. The kernel must be a plain GEMM
+(`analysis.dots`: the constexprs sizing its M, N and K tiles are read from the tiles' shapes, M and N scaling a
+program id, K stepping the loop that sums the product), and every load and store bounded
+(`configs.free_blocks`): then any tile covers the same product.
 A GROUP_M swizzle the kernel has stays as the launch sets it; `grouped_ordering` adds one.
 """
 
 from __future__ import annotations
 
+from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.rewrites.configs import Config, free_blocks
 
@@ -22,27 +24,19 @@ INDUCTOR = ((64, 64, 64, 3, 8), (64, 128, 32, 3, 4), (64, 128, 64, 3, 4), (128, 
             (128, 128, 32, 2, 8), (128, 128, 32, 3, 4), (128, 128, 64, 3, 4), (128, 128, 64, 5, 8))
 
 
-def _axis(name: str) -> str | None:
-    last = name.upper().rstrip("_")[-1:]
-    return last if last in ("M", "N", "K") else None
-
-
 def dot_axes(kernel: Kernel) -> dict[str, str] | str:
-    """The block size of each of M, N and K ({"M": "BLOCK_M", ...}) of a tl.dot kernel whose tiles may take any
-    size (module doc); or why it has none. split_k and persistent_tiles start from the same kernels."""
+    """The constexpr sizing each of M, N and K ({"M": "BLOCK_M", ...}) of a kernel that is a plain GEMM
+    (`analysis.dots`) whose tiles may take any size (module doc); or the fact that is missing. split_k and
+    persistent_tiles start from the same kernels."""
     if not kernel.uses_dot:
         return f"{kernel.name} has no tl.dot"
-    axes = {}
-    for param in kernel.block_params:
-        axis = _axis(param)
-        if axis is None or axis in axes:
-            return f"{kernel.name}'s block size {param} is not the one BLOCK_M, BLOCK_N or BLOCK_K"
-        axes[axis] = param
-    if set(axes) != {"M", "N", "K"}:
-        return f"{kernel.name} has no block size for each of M, N and K"
-    m, n, k = axes["M"], axes["N"], axes["K"]
-    if not ({m, n} <= kernel.tiled and k in kernel.looped):
-        return f"{kernel.name}'s {m} and {n} do not both scale the program id, or {k} does not step its loop"
+    dots = facts_of(kernel).dots
+    plain = dots.plain
+    if not plain:
+        return dots.all[0].why
+    if len({(d.m, d.n, d.k) for d in plain}) != 1:
+        return f"{kernel.name} has tl.dot calls over different tiles"
+    axes = plain[0].axes
     if why := free_blocks(kernel):
         return why
     return axes

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import code, dotted, fresh_name, int_value, subnodes
 from kernelband.proposers.rewriter.edits import Found, Variant, set_kwarg
@@ -153,10 +154,11 @@ def _why_not(ms: ModuleSource, kernel: Kernel) -> tuple[str, list[cst.For], str]
         return f"{kernel.name} is autotuned or has heuristics: its launch does not set its block size"
     if not ms.launches_of(kernel):
         return f"{kernel.name} is never launched as kernel[grid](...)"
-    if kernel.uses_dot or len(kernel.block_params) != 1 or kernel.tiled:
+    facts = facts_of(kernel)
+    if kernel.uses_dot or len(facts.tile_sizes) != 1 or facts.tiled:
         return f"{kernel.name} is not a row kernel with one block size that steps a loop"
-    [param] = kernel.block_params
-    if param not in kernel.looped or not row_block_only(ms, kernel, param):
+    [param] = facts.tile_sizes
+    if param not in facts.looped or not row_block_only(ms, kernel, param):
         return f"{kernel.name} reads {param} other than as a loop step, arange extent and accumulator shape"
     if why := free_blocks(kernel):
         return why

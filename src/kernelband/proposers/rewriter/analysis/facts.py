@@ -1,0 +1,75 @@
+"""The one analysis of a module that every rewrite reads: `kernel_facts(ms, kernel)` computes, once per parsed
+module and kernel, the canonical values, shapes, loops, accesses, constexpr roles, tl.dot operands and
+reductions (each its own module here), and keeps them for the next rewrite that asks. Like libcst's metadata
+providers: facts are derived once, and transforms only read them."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from kernelband.proposers.rewriter.analysis.accesses import Accesses
+from kernelband.proposers.rewriter.analysis.dots import Dots
+from kernelband.proposers.rewriter.analysis.loops import Loops
+from kernelband.proposers.rewriter.analysis.roles import Roles
+from kernelband.proposers.rewriter.analysis.shapes import Shapes
+from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
+from kernelband.proposers.rewriter.analysis.values import KernelValues
+
+
+class KernelFacts:
+    """Every fact about one kernel (each computed on first use)."""
+
+    def __init__(self, ms: ModuleSource, kernel: Kernel) -> None:
+        self.ms, self.kernel = ms, kernel
+
+    @cached_property
+    def values(self) -> KernelValues:
+        return KernelValues(self.ms, self.kernel)
+
+    @cached_property
+    def shapes(self) -> Shapes:
+        return Shapes(self.values)
+
+    @cached_property
+    def loops(self) -> Loops:
+        return Loops(self.values, self.shapes)
+
+    @cached_property
+    def accesses(self) -> Accesses:
+        return Accesses(self.values, self.shapes, self.loops)
+
+    @cached_property
+    def roles(self) -> Roles:
+        return Roles(self.values, self.shapes, self.loops, self.accesses)
+
+    @cached_property
+    def dots(self) -> Dots:
+        return Dots(self.roles, self.loops)
+
+    # -- what the block-size rewrites read ----------------------------------------------------------------------
+    @property
+    def tile_sizes(self) -> list[str]:
+        """The constexprs that size a tile, in parameter order."""
+        return self.roles.tile_sizes
+
+    @property
+    def tiled(self) -> set[str]:
+        """Tile sizes that scale a program id: the grid must follow them."""
+        return {p for p in self.tile_sizes if self.roles[p].tiles}
+
+    @property
+    def looped(self) -> set[str]:
+        """Tile sizes that a loop steps by (and that scale no program id): any value covers the same range."""
+        return {p for p in self.tile_sizes if self.roles[p].steps and not self.roles[p].tiles}
+
+
+def kernel_facts(ms: ModuleSource, kernel: Kernel) -> KernelFacts:
+    cache = ms.cache.setdefault("kernel_facts", {})
+    if kernel.name not in cache:
+        cache[kernel.name] = KernelFacts(ms, kernel)
+    return cache[kernel.name]
+
+
+def facts_of(kernel: Kernel) -> KernelFacts:
+    """The facts of a kernel of a parsed module."""
+    return kernel_facts(kernel.ms, kernel)

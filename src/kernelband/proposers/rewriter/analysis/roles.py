@@ -1,0 +1,225 @@
+"""The role of each constexpr of a kernel, found by data flow, whatever its name:
+
+* it sizes a tile: it is a `tl.arange` extent, a `tl.zeros`/`tl.full` shape or a block pointer's block_shape;
+* it tiles a program coordinate: an offset multiplies it by a value of `tl.program_id(a)` (`pid_m * BLOCK_M`),
+  directly ("0"), as the quotient or remainder of a 1-D program id split (`pid // n` is "0/div", `pid % n` is
+  "0/mod"), or otherwise ("0/other", a grouped order);
+* it steps a loop: the loop advances by it (`range(0, K, BLOCK_K)`, offsets `k * BLOCK_K` in
+  `range(tl.cdiv(K, BLOCK_K))`, `ptrs += BLOCK_K * stride`);
+* it covers a whole dimension: it sizes a tile that neither tiles a program coordinate nor steps a loop, so one
+  block holds all of it (`BLOCK = next_power_of_2(n_cols)`).
+
+A tile size is free (any power of two computes the same) where every access along its dimension is bounded (a
+mask that compares its offsets, a block pointer's boundary check, a descriptor, or offsets wrapped `% n` on a
+load) and nothing's result depends on its extent (a reshape, a scan, a sort). `unbounded` lists the accesses
+that are not; a rewrite may still change such a size behind a divisibility check on the host.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import libcst as cst
+
+from kernelband.proposers.rewriter.analysis.accesses import Access, Accesses
+from kernelband.proposers.rewriter.analysis.loops import Loop, Loops
+from kernelband.proposers.rewriter.analysis.shapes import SCANS, Shapes
+from kernelband.proposers.rewriter.analysis.syntax import subnodes
+from kernelband.proposers.rewriter.analysis.values import (
+    KernelValues,
+    factors,
+    is_call,
+    method_name,
+    pid_axes,
+    tl_name,
+)
+
+SHAPE_DEPENDENT = SCANS | {"reshape", "view", "broadcast_to", "join", "split", "interleave", "cat", "histogram",
+                           "gather", "permute", "trans"}
+
+
+@dataclass(eq=False)
+class Role:
+    param: str
+    sizes: bool = False
+    tiles: frozenset[str] = frozenset()
+    steps: tuple[Loop, ...] = ()
+    unbounded: tuple[Access, ...] = ()
+    shaped: tuple[str, ...] = ()  # the tl calls whose results depend on its extent
+    other: tuple[str, ...] = ()  # other uses that make its value matter (an `if`, a division, ...)
+
+    @property
+    def tiled(self) -> bool:
+        return bool(self.tiles)
+
+    @property
+    def looped(self) -> bool:
+        return bool(self.steps) and not self.tiles
+
+    @property
+    def whole(self) -> bool:
+        return self.sizes and not self.tiles and not self.steps
+
+    @property
+    def free(self) -> bool:
+        return self.sizes and not self.unbounded and not self.shaped
+
+    def why_not_free(self) -> str:
+        if not self.sizes:
+            return f"{self.param} sizes no tile"
+        if self.unbounded:
+            what = self.unbounded[0]
+            return f"a {what.kind} along {self.param} is not bounded by a mask or a boundary check"
+        if self.shaped:
+            return f"tl.{self.shaped[0]}'s result depends on the extent of {self.param}"
+        return ""
+
+
+def coordinate(other: ast.AST, axis: int) -> str:
+    """How a factor reads program id `axis`: "a", "a/div", "a/mod" or "a/other"."""
+    node = other
+    while tl_name(node) in ("multiple_of", "max_contiguous") or method_name(node) == "to":
+        node = node.args[0] if tl_name(node) else node.func.value
+    if is_call(node, "__pid"):
+        return f"{axis}"
+    if isinstance(node, ast.BinOp) and is_call(node.left, "__pid"):
+        if isinstance(node.op, ast.FloorDiv):
+            return f"{axis}/div"
+        if isinstance(node.op, ast.Mod):
+            return f"{axis}/mod"
+    return f"{axis}/other"
+
+
+class Roles:
+    def __init__(self, values: KernelValues, shapes: Shapes, loops: Loops, accesses: Accesses) -> None:
+        self.values, self.shapes, self.loops, self.accesses = values, shapes, loops, accesses
+        self.kernel = values.kernel
+
+    @cached_property
+    def expressions(self) -> list[ast.expr]:
+        """The canonical form of every expression the kernel evaluates: assigned values, call arguments, loop
+        headers and tests."""
+        out = []
+        body = self.kernel.node.body
+        for node in subnodes(body, cst.Assign) + subnodes(body, cst.AugAssign) + subnodes(body, cst.AnnAssign):
+            if node.value is not None:
+                out.append(self.values.expand(node.value))
+        for node in subnodes(body, cst.Expr):
+            out.append(self.values.expand(node.value))
+        for node in subnodes(body, cst.For):
+            out.append(self.values.expand(node.iter))
+        for node in subnodes(body, cst.If) + subnodes(body, cst.While):
+            out.append(self.values.expand(node.test))
+        return out
+
+    @cached_property
+    def constexprs(self) -> list[str]:
+        return [p.name for p in self.kernel.params if p.constexpr]
+
+    @cached_property
+    def all(self) -> dict[str, Role]:
+        roles = {name: Role(name) for name in self.constexprs}
+        sizes, tiles, shaped = self._walk(set(roles))
+        for name, role in roles.items():
+            role.sizes = name in sizes
+            role.tiles = frozenset(tiles.get(name, ()))
+            role.steps = tuple(self.loops.stepping(name))
+            role.shaped = tuple(sorted(shaped.get(name, ())))
+            role.unbounded = tuple(a for a in self.accesses.all if name in self._unbounded_dims(a))
+        return roles
+
+    def __getitem__(self, name: str) -> Role:
+        return self.all[name]
+
+    def get(self, name: str) -> Role | None:
+        return self.all.get(name)
+
+    @property
+    def tile_sizes(self) -> list[str]:
+        """The constexprs that size a tile, in parameter order: what block-size rewrites may change."""
+        return [name for name, role in self.all.items() if role.sizes]
+
+    def _walk(self, names: set[str]) -> tuple[set[str], dict[str, set[str]], dict[str, set[str]]]:
+        sizes: set[str] = set()
+        tiles: dict[str, set[str]] = {}
+        shaped: dict[str, set[str]] = {}
+        for expression in self.expressions:
+            for node in ast.walk(expression):
+                extents = self._extents(node)
+                sizes |= {n for e in extents for n in _names(e)} & names
+                if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+                    parts = factors(node)
+                    mine = [f.id for f in parts if isinstance(f, ast.Name) and f.id in names]
+                    for name in mine:
+                        for other in parts:
+                            for axis in pid_axes(other):
+                                tiles.setdefault(name, set()).add(coordinate(other, axis))
+                name = tl_name(node) or method_name(node)
+                if name in SHAPE_DEPENDENT and node.args:
+                    shape = self.shapes.of(node.args[0] if tl_name(node) else node.func.value)
+                    for dim in shape or ():
+                        if dim in names:
+                            shaped.setdefault(dim, set()).add(name)
+        return sizes, tiles, shaped
+
+    @staticmethod
+    def _extents(node: ast.AST) -> list[ast.AST]:
+        if is_call(node, "__arange") and len(node.args) == 2:
+            return [node.args[1]]
+        name = tl_name(node)
+        if name in ("zeros", "full"):
+            shape = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "shape"), None)
+            return list(shape.elts) if isinstance(shape, ast.Tuple | ast.List) else [shape] if shape else []
+        if name in ("make_block_ptr", "make_tensor_descriptor"):
+            shape = next((k.value for k in node.keywords if k.arg == "block_shape"), None)
+            if shape is None and len(node.args) > (4 if name == "make_block_ptr" else 3):
+                shape = node.args[4 if name == "make_block_ptr" else 3]
+            return list(shape.elts) if isinstance(shape, ast.Tuple | ast.List) else []
+        return []
+
+    def _unbounded_dims(self, access: Access) -> set[str]:
+        """The constexprs sizing a dimension of the access that nothing bounds."""
+        if access.bounded and access.form != "pointer":
+            return set()
+        constexprs = set(self.constexprs)
+        if access.form == "block_ptr":
+            return set(access.shape or ()) & constexprs
+        if access.address is None:
+            return set()
+        dims = set(access.shape or ()) | self._aranges(access.address)
+        dims &= constexprs
+        bounded: set[str] = set()
+        if access.mask is not None:
+            for node in self._followed(access.mask):
+                if isinstance(node, ast.Compare):
+                    bounded |= self._aranges(node)
+        if not access.store:  # offsets wrapped `% n` or clamped `tl.where(offs < n, offs, 0)` stay within n
+            for node in self._followed(access.address):
+                if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+                    bounded |= self._aranges(node.left)
+                elif tl_name(node) == "where" and node.args and isinstance(node.args[0], ast.Compare):
+                    bounded |= self._aranges(node.args[0])
+        return dims - bounded
+
+    def _followed(self, node: ast.AST, depth: int = 0) -> list[ast.AST]:
+        """Every node of a canonical form and of the first value of each carried local it reads."""
+        out = []
+        for sub in ast.walk(node):
+            out.append(sub)
+            if is_call(sub, "__var") and depth < 4:
+                definition = self.values.definition(sub.args[0].value)
+                if definition is not None:
+                    out.extend(self._followed(definition, depth + 1))
+        return out
+
+    def _aranges(self, node: ast.AST) -> set[str]:
+        return {ast.unparse(a.args[1]) for a in self._followed(node) if is_call(a, "__arange") and len(a.args) == 2}
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+__all__ = ["Role", "Roles", "coordinate", "field"]
