@@ -1,0 +1,293 @@
+"""C = A @ B in float16 with float32 accumulation, spelled seven ways."""
+
+from __future__ import annotations
+
+from respellings import Spelling
+
+INPUTS = """
+a = torch.randn(48, 72).half()
+b = (torch.randn(72, 40) * 72 ** -0.5).half()
+args = [a, b]
+"""
+TILES = ("matmul_configs", "split_k", "persistent_tiles", "grouped_ordering")
+
+# The tile size written as a literal in the grid, beside BM=32 passed as a constexpr; a 1-D grid split in the
+# kernel by `pid // n` and `pid % n`.
+LITERAL_GRID = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid = tl.program_id(0)
+    n_tiles = tl.cdiv(N, BN)
+    row = pid // n_tiles
+    col = pid % n_tiles
+    rm = row * BM + tl.arange(0, BM)
+    rn = col * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a_ptrs = a_ptr + rm[:, None] * sam + rk[None, :] * sak
+    b_ptrs = b_ptr + rk[:, None] * sbk + rn[None, :] * sbn
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (k + rk[None, :] < K), other=0.0)
+        b = tl.load(b_ptrs, mask=(k + rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK * sak
+        b_ptrs += BK * sbk
+    c_ptrs = c_ptr + rm[:, None] * scm + rn[None, :] * scn
+    tl.store(c_ptrs, acc.to(tl.float16), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def matmul(a, b):
+    M, K = a.shape
+    _, N = b.shape
+    c = torch.empty((M, N), device=a.device, dtype=torch.float16)
+    mm[(triton.cdiv(M, 32) * triton.cdiv(N, 32),)](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0),
+                                                   b.stride(1), c.stride(0), c.stride(1), BM=32, BN=32, BK=32)
+    return c
+'''
+
+# A 2-D grid of a tuple, the tiles held in local variables; `acc += tl.dot(a, b)`.
+TUPLE_GRID_VARIABLES = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def gemm_kernel(A, B, C, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                TILE_ROWS: tl.constexpr, TILE_COLS: tl.constexpr, TILE_DEPTH: tl.constexpr):
+    i = tl.program_id(axis=0)
+    j = tl.program_id(axis=1)
+    offs_i = i * TILE_ROWS + tl.arange(0, TILE_ROWS)
+    offs_j = j * TILE_COLS + tl.arange(0, TILE_COLS)
+    offs_d = tl.arange(0, TILE_DEPTH)
+    acc = tl.zeros((TILE_ROWS, TILE_COLS), dtype=tl.float32)
+    for d in range(0, K, TILE_DEPTH):
+        x = tl.load(A + offs_i[:, None] * stride_am + (d + offs_d)[None, :] * stride_ak,
+                    mask=(offs_i[:, None] < M) & ((d + offs_d)[None, :] < K), other=0.0)
+        y = tl.load(B + (d + offs_d)[:, None] * stride_bk + offs_j[None, :] * stride_bn,
+                    mask=((d + offs_d)[:, None] < K) & (offs_j[None, :] < N), other=0.0)
+        acc += tl.dot(x, y)
+    tl.store(C + offs_i[:, None] * stride_cm + offs_j[None, :] * stride_cn, acc.to(tl.float16),
+             mask=(offs_i[:, None] < M) & (offs_j[None, :] < N))
+
+
+def matmul(a, b):
+    M, K = a.shape
+    _, N = b.shape
+    c = torch.empty((M, N), device=a.device, dtype=torch.float16)
+    rows, cols, depth = 32, 32, 16
+    grid = (triton.cdiv(M, rows), triton.cdiv(N, cols))
+    gemm_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                      c.stride(1), rows, cols, depth)
+    return c
+'''
+
+# A lambda grid of meta, the tiles passed by keyword.
+LAMBDA_META = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                  stride_cn, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    a_ptrs = a_ptr + (offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn)
+    accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < K - k * BLOCK_SIZE_K), other=0.0)
+        b = tl.load(b_ptrs, mask=(offs_k[:, None] < K - k * BLOCK_SIZE_K) & (offs_n[None, :] < N), other=0.0)
+        accumulator = accumulator + tl.dot(a, b)
+        a_ptrs += BLOCK_SIZE_K * stride_ak
+        b_ptrs += BLOCK_SIZE_K * stride_bk
+    c = accumulator.to(tl.float16)
+    c_ptrs = c_ptr + stride_cm * offs_m[:, None] + stride_cn * offs_n[None, :]
+    tl.store(c_ptrs, c, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def matmul(a, b):
+    M, K = a.shape
+    _, N = b.shape
+    c = torch.empty((M, N), device=a.device, dtype=torch.float16)
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_SIZE_M"]), triton.cdiv(N, meta["BLOCK_SIZE_N"]))
+    matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                        c.stride(1), BLOCK_SIZE_M=32, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32, num_warps=4)
+    return c
+'''
+
+# A while loop over K.
+WHILE_LOOP = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def kernel(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pm = tl.program_id(0)
+    pn = tl.program_id(1)
+    rm = pm * BM + tl.arange(0, BM)
+    rn = pn * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    k = 0
+    while k < K:
+        a = tl.load(a_ptr + rm[:, None] * sam + (k + rk)[None, :] * sak,
+                    mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + (k + rk)[:, None] * sbk + rn[None, :] * sbn,
+                    mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+        k += BK
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(tl.float16),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def matmul(a, b):
+    M, K = a.shape
+    _, N = b.shape
+    c = torch.empty((M, N), device=a.device, dtype=torch.float16)
+    kernel[(triton.cdiv(M, 32), triton.cdiv(N, 32))](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0),
+                                                     b.stride(1), c.stride(0), c.stride(1), 32, 32, 32)
+    return c
+'''
+
+# Offsets from a helper @triton.jit function; the K loop over block indices, offsets `kk * BK`.
+HELPER = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tile(index, SIZE: tl.constexpr):
+    return index * SIZE + tl.arange(0, SIZE)
+
+
+@triton.jit
+def matmul_tiles(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid = tl.program_id(0)
+    grid_n = tl.cdiv(N, BN)
+    rm = tile(pid // grid_n, BM)
+    rn = tile(pid % grid_n, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for kk in range(tl.cdiv(K, BK)):
+        rk = tile(kk, BK)
+        a = tl.load(a_ptr + rm[:, None] * sam + rk[None, :] * sak, mask=(rm[:, None] < M) & (rk[None, :] < K),
+                    other=0.0)
+        b = tl.load(b_ptr + rk[:, None] * sbk + rn[None, :] * sbn, mask=(rk[:, None] < K) & (rn[None, :] < N),
+                    other=0.0)
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(tl.float16),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def matmul(a, b):
+    M, K = a.shape
+    _, N = b.shape
+    c = torch.empty((M, N), device=a.device, dtype=torch.float16)
+    BLOCK = 32
+    matmul_tiles[(triton.cdiv(M, BLOCK) * triton.cdiv(N, BLOCK),)](
+        a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        BM=BLOCK, BN=BLOCK, BK=BLOCK)
+    return c
+'''
+
+# A grid function of meta defined in the host function; pointers advanced with `p = p + step`.
+GRID_FUNCTION = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def linear(x_ptr, w_ptr, y_ptr, rows, cols, inner, sx0, sx1, sw0, sw1, sy0, sy1,
+           R: tl.constexpr, C: tl.constexpr, D: tl.constexpr):
+    r = tl.program_id(0)
+    c = tl.program_id(1)
+    ir = r * R + tl.arange(0, R)
+    ic = c * C + tl.arange(0, C)
+    idd = tl.arange(0, D)
+    xp = x_ptr + ir[:, None] * sx0 + idd[None, :] * sx1
+    wp = w_ptr + idd[:, None] * sw0 + ic[None, :] * sw1
+    total = tl.zeros((R, C), dtype=tl.float32)
+    for start in range(0, inner, D):
+        xs = tl.load(xp, mask=(ir[:, None] < rows) & (start + idd[None, :] < inner), other=0.0)
+        ws = tl.load(wp, mask=(start + idd[:, None] < inner) & (ic[None, :] < cols), other=0.0)
+        total = tl.dot(xs, ws, acc=total)
+        xp = xp + D * sx1
+        wp = wp + D * sw0
+    tl.store(y_ptr + ir[:, None] * sy0 + ic[None, :] * sy1, total.to(tl.float16),
+             mask=(ir[:, None] < rows) & (ic[None, :] < cols))
+
+
+def matmul(x, w):
+    rows, inner = x.shape
+    _, cols = w.shape
+    y = torch.empty((rows, cols), device=x.device, dtype=torch.float16)
+
+    def grid(META):
+        return (triton.cdiv(rows, META["R"]), triton.cdiv(cols, META["C"]))
+
+    linear[grid](x, w, y, rows, cols, inner, x.stride(0), x.stride(1), w.stride(0), w.stride(1), y.stride(0),
+                 y.stride(1), R=32, C=32, D=32)
+    return y
+'''
+
+# Block pointers (tl.make_block_ptr / tl.advance), bounded by boundary checks: the interpreter refuses them.
+BLOCK_POINTERS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm_block_ptr(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    a_block = tl.make_block_ptr(base=a_ptr, shape=(M, K), strides=(sam, sak), offsets=(pid_m * BM, 0),
+                                block_shape=(BM, BK), order=(1, 0))
+    b_block = tl.make_block_ptr(base=b_ptr, shape=(K, N), strides=(sbk, sbn), offsets=(0, pid_n * BN),
+                                block_shape=(BK, BN), order=(1, 0))
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_block, boundary_check=(0, 1), padding_option="zero")
+        b = tl.load(b_block, boundary_check=(0, 1), padding_option="zero")
+        acc = tl.dot(a, b, acc)
+        a_block = tl.advance(a_block, (0, BK))
+        b_block = tl.advance(b_block, (BK, 0))
+    c_block = tl.make_block_ptr(base=c_ptr, shape=(M, N), strides=(scm, scn), offsets=(pid_m * BM, pid_n * BN),
+                                block_shape=(BM, BN), order=(1, 0))
+    tl.store(c_block, acc.to(tl.float16), boundary_check=(0, 1))
+
+
+def matmul(a, b):
+    M, K = a.shape
+    _, N = b.shape
+    c = torch.empty((M, N), device=a.device, dtype=torch.float16)
+    mm_block_ptr[(triton.cdiv(M, 64), triton.cdiv(N, 64))](a, b, c, M, N, K, a.stride(0), a.stride(1),
+                                                           b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                                                           BM=64, BN=64, BK=32)
+    return c
+'''
+
+SPELLINGS = [
+    Spelling("gemm", name, source, "matmul", INPUTS, TILES, interpretable=name != "block_pointers")
+    for name, source in (("literal_grid", LITERAL_GRID), ("tuple_grid_variables", TUPLE_GRID_VARIABLES),
+                         ("lambda_meta", LAMBDA_META), ("while_loop", WHILE_LOOP), ("helper_jit", HELPER),
+                         ("grid_function", GRID_FUNCTION), ("block_pointers", BLOCK_POINTERS))
+]
