@@ -12,6 +12,7 @@ import textwrap
 from collections import Counter
 
 import pytest
+from interpreted import run_modules
 
 from kernelband.errors import UserError
 from kernelband.evaluation.records import EvalResult, Features, Outcome
@@ -392,8 +393,6 @@ def test_rows_with_numbers_at_the_launch_are_capped_where_the_rewrite_runs():
     ("    scale = tl.load(x_ptr)", "    tl.store(x_ptr, 1.0)\n    scale = tl.load(x_ptr)", "every row would write there"),
     ("    cols = tl.arange(0, BLOCK)\n", "    cols = tl.arange(0, BLOCK)\n    acc = tl.zeros((BLOCK, BLOCK), tl.float32)\n",
      "may make a tensor of more than one axis"),
-    ("    cols = tl.arange(0, BLOCK)\n", "    cols, other = tl.arange(0, BLOCK), 0\n",
-     "assigns cols, other in a way `rows` does not follow"),
 ])
 def test_rows_says_why_it_does_not_apply(old, new, reason):
     source = SOFTMAX_ROWS.replace(old, new)
@@ -411,6 +410,17 @@ def test_rows_follows_pointers_moved_in_place():
     new = variants(source, "rows")[0][1]
     assert "    x = tl.load(x_ptr + cols, mask=(cols < n_cols) & rows_mask" in new
     assert "    tl.store(out_ptr + cols, num / tl.sum(num, axis=1, keep_dims=True), mask=(cols < n_cols) & rows_mask)" in new
+
+
+def test_rows_reads_a_tuple_assignment_as_the_values_it_assigns():
+    """`cols, other = tl.arange(0, BLOCK), 0` is two assignments: rows follows cols through it, and the rows it
+    puts side by side give the original's outputs."""
+    source = SOFTMAX_ROWS.replace("    cols = tl.arange(0, BLOCK)\n", "    cols, other = tl.arange(0, BLOCK), 0\n")
+    made = variants(source, "rows")
+    assert made
+    run_modules({"kb_original": source, "kb_variant": made[0][1]},
+                "import torch\nimport kb_original as original\nimport kb_variant as variant\nx = torch.randn(6, 40)\n"
+                "assert torch.allclose(variant.softmax(x), original.softmax(x), atol=1e-6)")
 
 
 @pytest.mark.slow
@@ -733,6 +743,11 @@ class _FakeTl:
         return self.pid[axis]
 
     minimum = staticmethod(min)
+    maximum = staticmethod(max)
+
+    @staticmethod
+    def where(condition, a, b):
+        return a if condition else b
 
     def cdiv(self, a, b):
         return -(-a // b)
@@ -751,7 +766,7 @@ def _tiles(kernel_source: str, grid: tuple[int, int], pids, n_tiles: int) -> lis
 
 def test_grouped_ordering_is_a_permutation_of_the_tiles_of_a_2d_launch():
     made = dict(variants(MATMUL_2D, "grouped_ordering"))
-    new = made["grouped program order in mm_kernel: GROUP_M = 8 row tiles per column sweep (pid_m, pid_n)"]
+    new = made["grouped program order in mm_kernel: GROUP_M = 8 row tiles per column sweep"]
     assert "    GROUP_M = 8\n" in new and "pid_n = tl.program_id(axis=1)" not in new
     kernel = new.split("@triton.jit\n")[1].split("\n\n\n")[0]
     grid = (13, 5)
@@ -766,16 +781,21 @@ def test_grouped_ordering_of_a_1d_launch_split_by_division():
                               "    pid = tl.program_id(axis=0)\n    num_pid_n = tl.cdiv(N, BLOCK_N)\n"
                               "    pid_m = pid // num_pid_n\n    pid_n = pid % num_pid_n\n")
     new = dict(variants(one_d, "grouped_ordering"))[
-        "grouped program order in mm_kernel: GROUP_M = 4 row tiles per column sweep (pid_m, pid_n)"]
+        "grouped program order in mm_kernel: GROUP_M = 4 row tiles per column sweep"]
     kernel = new.split("@triton.jit\n")[1].split("\n\n\n")[0]
     grid = (7 * 3, 1)  # 7 row tiles x 3 column tiles, launched in one dimension
     tiles = _tiles(kernel, grid, [(i, 0) for i in range(21)], 3)
     assert sorted(tiles) == [(m, n) for m in range(7) for n in range(3)]
+    assert tiles[:3] == [(0, 0), (1, 0), (2, 0)]  # consecutive programs walk down a column of row tiles
+    grid = (7 * 3 + 2, 1)  # more programs than tiles: the two past them keep their own ids
+    tiles = _tiles(kernel, grid, [(i, 0) for i in range(23)], 3)
+    assert sorted(tiles) == sorted([(m, n) for m in range(7) for n in range(3)] + [(7, 0), (7, 1)])
 
 
 def test_grouped_ordering_needs_a_2d_tile_split():
     assert variants(ADD, "grouped_ordering") == []
-    assert any("no 2-D tile split" in r for r in options(ADD, ("grouped_ordering",)).reasons)
+    assert any("tiles are not a 2-D tiling of its program ids" in r
+               for r in options(ADD, ("grouped_ordering",)).reasons)
 
 
 # -- the proposer ---------------------------------------------------------------------------------------------
@@ -962,7 +982,7 @@ def test_an_inapplicable_strategy_proposes_nothing_and_says_why():
     assert not proposer.applicable(Candidate(0, ADD), STRATEGIES["reordering"])
     proposal = propose(ADD, "reordering")
     assert proposal.source is None and proposal.error.startswith("no reordering rewrite applies to this kernel: ")
-    assert "add_kernel has no 2-D tile split" in proposal.error
+    assert "add_kernel's tiles are not a 2-D tiling of its program ids" in proposal.error
     fusion = propose(ADD, "fusion")
     assert fusion.source is None and "no `x.abs().max()` on the host" in fusion.error
     assert not proposer.applicable(Candidate(0, ADD), STRATEGIES["fusion"])

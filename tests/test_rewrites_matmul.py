@@ -36,14 +36,18 @@ def test_split_k_adds_a_twin_that_splits_the_k_loop_and_launches_it_only_where_s
     assert ("        pid_k = tl.program_id(axis=2)\n"
             "        k_per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K\n"
             "        k_start = pid_k * k_per_split\n"
-            "        a_ptrs += (k_start // BLOCK_K).to(tl.int64) * (BLOCK_K * stride_ak)\n"
-            "        b_ptrs += (k_start // BLOCK_K).to(tl.int64) * (BLOCK_K * stride_bk)\n"
+            "        k_steps = (k_start // BLOCK_K).to(tl.int64)\n"
+            "        a_ptrs += k_steps * (BLOCK_K * stride_ak)\n"
+            "        b_ptrs += k_steps * (BLOCK_K * stride_bk)\n"
             "        for k in range(k_start, tl.minimum(K, k_start + k_per_split), BLOCK_K):\n") in partial
-    assert ("        c_ptrs = ws_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn\n"
-            "        tl.store((c_ptrs) + pid_k.to(tl.int64) * ws_span, acc, mask=") in partial
+    assert ("        ws_base = ws_ptr + pid_k.to(tl.int64) * ws_span\n"
+            "        c_ptrs = ws_base + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn\n"
+            "        tl.store(c_ptrs, acc, mask=") in partial
     reduce = twin[twin.index("    if REDUCE:\n"):twin.index("    else:\n")]
-    assert ("        for split in range(0, SPLIT_K):\n            acc += tl.load(ws_tile, mask=(offs_m[:, None] < M) & "
-            "(offs_n[None, :] < N), other=0.0)\n            ws_tile += ws_span\n") in reduce
+    assert ("        ws_base = ws_ptr\n        for split in range(0, SPLIT_K):\n"
+            "            c_ptrs = ws_base + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn\n"
+            "            acc += tl.load(c_ptrs, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N), other=0.0)\n"
+            "            ws_base += ws_span\n") in reduce
     assert reduce.endswith("        tl.store(c_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & "
                            "(offs_n[None, :] < N))\n")  # the kernel's own epilogue, on the sum
     assert ("    _split_k = max(1, min(16, _sms // max(1, _tiles), triton.cdiv(K, 4 * 32))) if len(_grid) <= 2 else 1\n"
@@ -63,14 +67,18 @@ MM_PTRS = MM.replace(
     "        acc = tl.dot(a, b, acc)\n", "        acc = tl.dot(a, b, acc)\n        a_ptrs += BLOCK_K\n")
 
 
+CARRIES = ("mm_kernel's K loop carries a_ptrs from one step to the next other than by a fixed increment: a split "
+           "cannot start part-way")
+
+
 @pytest.mark.parametrize("old, new, reason", [
     ("dtype=tl.float32)", "dtype=tl.float16)",
      "mm_kernel's accumulator acc does not start as float32 zeros before the K loop"),
     ("range(0, K, BLOCK_K)", "range(BLOCK_K, K, BLOCK_K)",
-     "mm_kernel's K loop is not `for k in range(0, K, BLOCK_K)` with K a parameter"),
+     "mm_kernel's K loop does not start at 0"),
     ("        a_ptrs += BLOCK_K\n", "        a_ptrs += BLOCK_K + k * 0\n",
-     "mm_kernel's K loop carries a_ptrs other than by a fixed increment"),
-    ("        a_ptrs += BLOCK_K\n", "        a_ptrs = a_ptrs * 1\n", "mm_kernel's K loop reads a_ptrs before it assigns it"),
+     CARRIES),
+    ("        a_ptrs += BLOCK_K\n", "        a_ptrs = a_ptrs * 1\n", CARRIES),
     ("        acc = tl.dot(a, b, acc)\n", "        acc = tl.dot(a, b, acc)\n        acc = acc * 0.5\n",
      "mm_kernel's tl.dot is not summed over a loop"),
     ("        acc = tl.dot(a, b, acc)\n", "        acc = tl.dot(a, b)\n", "mm_kernel's tl.dot is not summed over a loop"),
@@ -81,7 +89,7 @@ MM_PTRS = MM.replace(
     ("    tl.store(", "    acc = acc * 2.0\n    tl.store(",
      "mm_kernel reads what its K loop leaves (other than acc) after the loop, or changes acc"),
     ("    acc = tl.zeros(", "    c_first = tl.load(c_ptr)\n    acc = tl.zeros(", "mm_kernel reads and writes c_ptr"),
-    ("    tl.store(", "    tl.store(c_ptr, 0.0)\n    tl.store(", "mm_kernel has 2 tl.store calls, not one"),
+    ("    tl.store(", "    tl.store(c_ptr, 0.0)\n    tl.store(", "mm_kernel stores 2 times, not once"),
     ("    tl.store(", "    tl.atomic_add(", "mm_kernel has atomics or an early return"),
     ("pid_n = tl.program_id(axis=1)", "pid_n = tl.program_id(axis=2)",
      "mm_kernel reads the program id on an axis other than 0 and 1 (or on one not written as a number)"),

@@ -15,6 +15,7 @@ SAME_OUTPUTS = """
 import torch, importlib
 torch.manual_seed(0)
 {inputs}
+args = [a.to("{device}") if isinstance(a, torch.Tensor) else a for a in args]
 def clone(x):
     return x.clone() if isinstance(x, torch.Tensor) else x
 def flat(out):
@@ -96,13 +97,25 @@ def _run(modules: dict[str, str], script: str, interpret: bool) -> subprocess.Co
     return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
 
 
-def same_outputs(spelling: Spelling, variants: list[str]) -> None:
-    """Asserts that each variant's entry returns (and leaves in its tensor arguments) what the original's does."""
+def same_outputs(spelling: Spelling, variants: list[str], device: str = "cpu") -> None:
+    """Asserts that each variant's entry returns (and leaves in its tensor arguments) what the original's does:
+    in the interpreter on the CPU, compiled on a GPU."""
     modules = {"kb_original": spelling.source, **{f"kb_variant_{i}": v for i, v in enumerate(variants)}}
     script = SAME_OUTPUTS.format(inputs=spelling.inputs, entry=spelling.entry, count=len(variants),
-                                 atol=spelling.atol, rtol=spelling.rtol)
-    done = _run(modules, script, interpret=True)
+                                 atol=spelling.atol, rtol=spelling.rtol, device=device)
+    done = _run(modules, script, interpret=device == "cpu")
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def block_pointers_compile() -> bool:
+    """Whether this Triton still compiles tl.make_block_ptr (3.9 removed it for tensor descriptors)."""
+    script = ("import triton, triton.language as tl\n"
+              "from triton.backends.compiler import GPUTarget\nfrom triton.compiler import ASTSource\n"
+              "@triton.jit\ndef k(p, B: tl.constexpr):\n"
+              "    b = tl.make_block_ptr(p, (B,), (1,), (0,), (B,), (0,))\n    tl.store(b, tl.load(b))\n"
+              "triton.compile(ASTSource(k, {'p': '*fp32', 'B': 'constexpr'}, constexprs={(1,): 16}),"
+              " target=GPUTarget('cuda', 90, 32))\n")
+    return _run({}, script, interpret=False).returncode == 0
 
 
 def compiles_for_sm90(spelling: Spelling, sources: list[str]) -> None:

@@ -49,7 +49,7 @@ class Knob:
     nodes: tuple[cst.CSTNode, ...]  # integers to rewrite, or (value None) names to scale
     grid_nodes: frozenset[int]  # ids of the nodes that sit in a grid expression
     name: str | None  # the variable, for a named knob
-    kind: str  # "literal", "local", "module", "default" or "runtime"
+    kind: str  # "literal", "local", "module", "default", "runtime" or "shared" (a name several constexprs take)
     launches: tuple[Launch, ...]
 
     @property
@@ -118,8 +118,9 @@ def find(ms: ModuleSource) -> tuple[list[Knob], list[str]]:
                 reasons.append(f"{param} at the {launch.where} is an expression ({_short(arg.value)})")
         knobs.extend(_literal_knobs(launch, literals, reasons))
     for (_, name), uses in named.items():
-        knob = _named_knob(ms, name, uses, reasons)
-        if knob is not None:
+        if len({(id(launch.kernel), param) for launch, param, _ in uses}) > 1:
+            knobs.extend(_shared_knobs(ms, name, uses, reasons))
+        elif (knob := _named_knob(ms, name, uses, reasons)) is not None:
             knobs.append(knob)
     order = {id(launch): i for i, launch in enumerate(ms.launches)}
     knobs.sort(key=lambda k: (order[id(k.launches[0])], facts_of(k.kernel).tile_sizes.index(k.params[0])))
@@ -168,9 +169,6 @@ def _named_knob(ms: ModuleSource, name: str, uses: list[tuple[Launch, str, cst.N
     kind, value = ms.name_value(launch0.scope, name)
     literal = value if isinstance(value, cst.Integer) else None
     kind = kind if literal is not None else "runtime"
-    if any(launch.kernel is not kernel or param != param0 for launch, param, _ in uses):
-        reasons.append(f"{name} sets block sizes of several kernels or constexprs")
-        return None
     if not _only_launches_read(ms, name, [u[0] for u in uses], kind == "module"):
         reasons.append(f"{name} is used beyond the {launch0.where} and its grid")
         return None
@@ -192,6 +190,48 @@ def _named_knob(ms: ModuleSource, name: str, uses: list[tuple[Launch, str, cst.N
     unique = tuple({id(n): n for n in nodes}.values())
     return Knob(kernel, (param0,), role(kernel, param0), int_value(literal), unique, frozenset(grid_nodes),
                 name, kind, tuple(dict.fromkeys(u[0] for u in uses)))
+
+
+def _shared_knobs(ms: ModuleSource, name: str, uses: list[tuple[Launch, str, cst.Name]],
+                  reasons: list[str]) -> list[Knob]:
+    """One name passed as several constexprs (`BM=BLOCK, BN=BLOCK`): a knob for each, scaled where the launch
+    passes it and where the grid counts that constexpr's tiles (`grids.owners`), the name itself left alone."""
+    kernels = {id(launch.kernel) for launch, _, _ in uses}
+    launch0 = uses[0][0]
+    if len(kernels) > 1:
+        reasons.append(f"{name} sets the tile sizes of several kernels")
+        return []
+    kind, value = ms.name_value(launch0.scope, name)
+    if not _only_launches_read(ms, name, [u[0] for u in uses], kind == "module"):
+        reasons.append(f"{name} is used beyond the {launch0.where} and its grid")
+        return []
+    kernel = launch0.kernel
+    params = list(dict.fromkeys(param for _, param, _ in uses))
+    found = []
+    for param in params:
+        nodes: list[cst.CSTNode] = []
+        grid_nodes: set[int] = set()
+        launches = []
+        for launch, each, arg_name in uses:
+            if each != param:
+                continue
+            launches.append(launch)
+            nodes.append(arg_name)
+            divisions = [d for d in launch.ceil_divisions()
+                         if isinstance(d.divisor, cst.Name) and d.divisor.value == name]
+            owned = grids.owners(ms, launch, divisions, params)
+            mine = [d for d in divisions if owned[id(d)] == [param]]
+            if role(kernel, param) == "tiled" and not mine and param not in launch.meta_use[0]:
+                reasons.append(f"the grid of the {launch.where} does not count the tiles of {param} = {name}")
+                break
+            for division in mine:
+                nodes.extend(division.nodes)
+                grid_nodes |= {id(n) for n in division.nodes}
+        else:
+            unique = tuple({id(n): n for n in nodes}.values())
+            found.append(Knob(kernel, (param,), role(kernel, param), int_value(value), unique,
+                              frozenset(grid_nodes), name, "shared", tuple(dict.fromkeys(launches))))
+    return found
 
 
 def _only_launches_read(ms: ModuleSource, name: str, launches: list[Launch], module_wide: bool) -> bool:

@@ -263,7 +263,7 @@ class Launch:
         if isinstance(node, cst.Name):
             for fn in subnodes(self.scope.node, cst.FunctionDef):
                 if fn.name.value == node.value and len(fn.params.params) == 1:
-                    return fn.params.params[0].name.value, fn.body
+                    return fn.params.params[0].name.value, _returned(fn)
         return None
 
     @cached_property
@@ -309,6 +309,15 @@ class Launch:
         for node in self.region:
             found.extend(ceil_divisions(node))
         return found
+
+
+def _returned(fn: cst.FunctionDef) -> cst.CSTNode:
+    """What a one-statement function returns (`def grid(meta): return (...)`), else its body."""
+    body = fn.body.body
+    if len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) and len(body[0].body) == 1 \
+            and isinstance(body[0].body[0], cst.Return) and body[0].body[0].value is not None:
+        return body[0].body[0].value
+    return fn.body
 
 
 @dataclass

@@ -93,9 +93,16 @@ class _Loads(cst.CSTVisitor):
         return False
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
-        if not isinstance(node.target, cst.Name):
-            node.target.visit(self)
+        self._target(node.target)
         return False
+
+    def _target(self, target: cst.BaseExpression) -> None:
+        """A target binds its names; what else it holds (`x[i] = ...`, `a.b = ...`) is read."""
+        if isinstance(target, cst.Tuple | cst.List):
+            for element in target.elements:
+                self._target(element.value)
+        elif not isinstance(target, cst.Name):
+            target.visit(self)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
         if node.value is not None:
@@ -192,8 +199,10 @@ class _Assigns(cst.CSTVisitor):
         if isinstance(target, cst.Name):
             self.scope.assigns.setdefault(target.value, []).append(value)
         elif isinstance(target, cst.Tuple | cst.List):
-            for element in target.elements:
-                self._add(element.value, None)
+            values = value.elements if isinstance(value, cst.Tuple | cst.List) \
+                and len(value.elements) == len(target.elements) else None
+            for index, element in enumerate(target.elements):  # `a, b = 32, 64` gives each its value
+                self._add(element.value, values[index].value if values is not None else None)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:

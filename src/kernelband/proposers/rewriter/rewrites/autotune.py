@@ -296,7 +296,7 @@ class _ToMeta(cst.CSTTransformer):
         return node.visit(self)
 
     def depends(self, node: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool:
-        if any(id(n) in self.ids for n in subnodes(node, cst.Integer)):
+        if any(id(n) in self.ids for n in subnodes(node, cst.Integer) + subnodes(node, cst.Name)):
             return True
         for name in loads(node):
             value = self.launch.scope.value(name.value)
@@ -331,8 +331,8 @@ def _grid_edit(launch: Launch, tuned: dict[str, Knob]) -> list[tuple[cst.CSTNode
     if not need:
         return []
     ids = {id(n): p for p, k in need.items() for n in k.nodes
-           if id(n) in k.grid_nodes and isinstance(n, cst.Integer)}
-    names = {k.name: p for p, k in need.items() if k.name is not None}
+           if id(n) in k.grid_nodes and (isinstance(n, cst.Integer) or k.kind == "shared")}
+    names = {k.name: p for p, k in need.items() if k.name is not None and k.kind != "shared"}
     grid = launch.grid_value
     if len(grid) == 1 and isinstance(grid[0], cst.Lambda):
         converter = _ToMeta(launch, ids, names, grid[0].params.params[0].name.value)

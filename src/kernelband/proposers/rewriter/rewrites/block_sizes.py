@@ -25,7 +25,7 @@ from kernelband.proposers.rewriter.rewrites.launch_options import (
 
 # -- block sizes --------------------------------------------------------------------------------------------
 def _scaled(knob: Knob, factor: float, rewrite: str, why: str = "") -> Variant | None:
-    if knob.value is None:
+    if knob.value is None or knob.kind == "shared":
         return _scaled_at_runtime(knob, factor, rewrite, why)
     new = int(knob.value * factor)
     if new * 1.0 != knob.value * factor or not knob.allows(new):
@@ -46,7 +46,7 @@ def _move(knob: Knob, factor: float, rewrite: str) -> Move | None:
 
 
 def _scaled_at_runtime(knob: Knob, factor: float, rewrite: str, why: str) -> Variant | None:
-    if factor not in (2, 0.5):
+    if factor not in (2, 0.5) or (knob.value is not None and not knob.allows(int(knob.value * factor))):
         return None
     op = "* 2" if factor == 2 else "// 2"
     edits = tuple((node, replace_with(f"{knob.name} {op}", parenthesize=id(node) in knob.grid_nodes))

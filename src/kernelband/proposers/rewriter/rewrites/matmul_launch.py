@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, int_value, loads, subnodes
 from kernelband.proposers.rewriter.edits import Edit, appended, keyword_arg, statements
@@ -70,19 +71,18 @@ def dot_kernel(ms: ModuleSource, kernel: Kernel, autotuned: bool = False) -> Dot
         return f"{kernel.name} reads the program id on an axis other than 0 and 1 (or on one not written as a number)"
     if kernel.atomics or subnodes(kernel.node.body, cst.Return):
         return f"{kernel.name} has atomics or an early return"
-    if len(kernel.stores) != 1:
-        return f"{kernel.name} has {len(kernel.stores)} tl.store calls, not one"
-    [store] = kernel.stores
-    address = kernel.address(store)
-    bases = kernel.bases(address) if address is not None else set()
-    if len(bases) != 1:
-        return f"{kernel.name}'s tl.store does not write through one pointer parameter"
-    [out] = bases
-    if out in kernel.inplace:
+    accesses = facts_of(kernel).accesses
+    if len(accesses.stores) != 1:
+        return f"{kernel.name} stores {len(accesses.stores)} times, not once"
+    [store] = accesses.stores
+    if len(store.bases) != 1:
+        return f"{kernel.name}'s store does not write through one pointer parameter"
+    [out] = store.bases
+    if any(out in load.bases for load in accesses.loads):
         return f"{kernel.name} reads and writes {out}"
     if not ms.launches_of(kernel):
         return f"{kernel.name} is never launched as kernel[grid](...)"
-    return DotKernel(kernel, axes, out, store)
+    return DotKernel(kernel, axes, out, store.call)
 
 
 @dataclass
@@ -103,9 +103,16 @@ def site(ms: ModuleSource, dk: DotKernel, launch: Launch, meta: bool = False) ->
     if not (isinstance(parent, cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
             and launch.scope.name != "<module>"):
         return f"the {launch.where} is not a statement of its own in a function"
-    if launch.meta_grid is not None and not (meta and isinstance(launch.grid_value[0], cst.Lambda)):
-        return f"the grid of the {launch.where} is a function of the launch's constexprs"
     grid = launch.grid
+    evaluated = None
+    if launch.meta_grid is not None and not meta:
+        # The launch sets the constexprs the grid reads: the host evaluates the grid function on them.
+        keys, plain_use = launch.meta_use
+        passed = {key: launch.arg(key) for key in keys}
+        if not plain_use or any(a is None or a.star for a in passed.values()):
+            return f"the grid of the {launch.where} reads constexprs the launch does not pass"
+        values = ", ".join(f'"{key}": {code(a.value)}' for key, a in sorted(passed.items()))
+        evaluated = f"({code(grid[0])})({{{values}}})"
     if len(grid) > 2 or (len(grid) == 1 and isinstance(grid[0], cst.Tuple) and len(grid[0].elements) > 2):
         return f"the {launch.where} has a 3-D grid"
     if launch.meta_grid is None and any(isinstance(g, cst.Lambda) or isinstance(g, cst.Tuple) and any(
@@ -117,6 +124,8 @@ def site(ms: ModuleSource, dk: DotKernel, launch: Launch, meta: bool = False) ->
     if out is None or not plain(out.value):
         return f"the {launch.where} does not pass {dk.out} as a name"
     grid_code = code(grid[0]) if len(grid) == 1 else "(" + ", ".join(code(g) for g in grid) + ",)"
+    if evaluated is not None:
+        return Site(launch, line, evaluated, code(out.value), False)
     return Site(launch, line, grid_code, code(out.value), launch.meta_grid is not None)
 
 

@@ -143,7 +143,7 @@ def persistent_tiles(ms: ModuleSource) -> Found:
             reasons.append(f"{kernel.name} assigns its parameter {changed[0]}: the next tile would start from "
                            "the changed value")
             continue
-        sites = [site(ms, dk, launch, meta=True) for launch in ms.launches_of(kernel)]
+        sites = [site(ms, dk, launch, meta=kernel.autotune is not None) for launch in ms.launches_of(kernel)]
         extents = [_kernel_grid(s.launch) if not isinstance(s, str) and s.meta else None for s in sites]
         if why := next((s for s in [*sites, *extents] if isinstance(s, str)), None):
             reasons.append(why)

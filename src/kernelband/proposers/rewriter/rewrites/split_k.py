@@ -36,8 +36,12 @@ an autotuned kernel whose grid is not a lambda of its block sizes alone.
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.facts import facts_of
+from kernelband.proposers.rewriter.analysis.loops import Loop
 from kernelband.proposers.rewriter.analysis.source import ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import (
     arg_of,
@@ -47,8 +51,8 @@ from kernelband.proposers.rewriter.analysis.syntax import (
     fresh_name,
     int_value,
     loads,
-    subnodes,
 )
+from kernelband.proposers.rewriter.analysis.values import same, tl_name
 from kernelband.proposers.rewriter.edits import Found, Variant
 from kernelband.proposers.rewriter.rewrites.matmul_launch import (
     DotKernel,
@@ -74,100 +78,95 @@ WORKSPACE = ("torch.empty(({split}, {out}.untyped_storage().nbytes() // {out}.el
              "device={out}.device, dtype=torch.float32)")
 
 
-def _assign(statement: cst.CSTNode) -> tuple[str, cst.BaseExpression, bool] | None:
-    """(target, value, augmented) of `name = value` / `name += value`."""
-    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
-        return None
-    node = statement.body[0]
-    if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-        return node.targets[0].target.value, node.value, False
-    if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign) \
-            and isinstance(node.target, cst.Name):
-        return node.target.value, node.value, True
-    return None
-
-
 def _names(*nodes: cst.CSTNode) -> set[str]:
     return {n.value for n in loads(*nodes)}
 
 
-def _accumulates(dk: DotKernel, target: str, value: cst.BaseExpression, augmented: bool) -> bool:
-    """`acc = tl.dot(a, b, acc)`, `acc = tl.dot(a, b, acc=acc)`, `acc += tl.dot(a, b)`, `acc = acc + tl.dot(a, b)`."""
-    kernel = dk.kernel
-
-    def dot(node: cst.BaseExpression) -> bool:
-        return isinstance(node, cst.Call) and kernel.is_tl(node.func, "dot")
-
-    if augmented or (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add)
-                     and isinstance(value.left, cst.Name) and value.left.value == target):
-        term = value if augmented else value.right
-        return dot(term) and target not in _names(term)
-    if not dot(value):
-        return False
-    positional = [a for a in value.args if a.keyword is None]
-    acc = [a for a in value.args if a.keyword is not None and a.keyword.value == "acc"]
-    given = positional[2:3] or acc
-    others = [a for a in value.args if a not in given]
-    return len(given) == 1 and dotted(given[0].value) == target and target not in _names(*[a.value for a in others])
+def _increment(loop: Loop, name: str) -> tuple[str, str] | None:
+    """("add", E) for `name += E` / `name = name + E`, ("advance", OFFSETS) for `name = tl.advance(name, OFFSETS)`:
+    the code of one step of a carried increment, as the loop body writes it."""
+    for statement in loop.node.body.body:
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+            continue
+        small = statement.body[0]
+        if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) \
+                and dotted(small.target) == name:
+            return "add", code(small.value)
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and dotted(small.targets[0].target) == name:
+            value = small.value
+            if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add) \
+                    and dotted(value.left) == name:
+                return "add", code(value.right)
+            if isinstance(value, cst.Call) and (dotted(value.func) or "").endswith("advance") and value.args:
+                offsets = arg_of(value, 1, "offsets")
+                return ("advance", code(offsets)) if offsets is not None else None
+    return None
 
 
 def _loop(dk: DotKernel) -> dict | str:
-    """The K loop and what its twin needs; or why the kernel does not qualify."""
+    """The K loop and what its twin needs, read from the facts (`analysis.loops`, `dots`); or the fact that
+    makes a split's meaning uncertain."""
     kernel, block_k = dk.kernel, dk.axes["K"]
+    facts = facts_of(kernel)
+    dot = next(d for d in facts.dots.plain if d.axes == dk.axes)
+    loop, acc = dot.loop, dot.accumulator
     body = list(kernel.node.body.body)
-    loops = [loop for loop in body if isinstance(loop, cst.For)]
-    if len(loops) != 1 or len(subnodes(kernel.node.body, cst.For)) != 1 or subnodes(kernel.node.body, cst.While):
-        return f"{kernel.name} has a loop other than one K loop at the top of its body"
-    [loop] = loops
-    it = loop.iter
-    if not (isinstance(it, cst.Call) and dotted(it.func) == "range" and len(it.args) == 3
-            and all(a.keyword is None and not a.star for a in it.args) and int_value(it.args[0].value) == 0
-            and isinstance(it.args[1].value, cst.Name) and kernel.param(it.args[1].value.value) is not None
-            and not kernel.param(it.args[1].value.value).constexpr
-            and dotted(it.args[2].value) == block_k and isinstance(loop.target, cst.Name) and loop.orelse is None):
-        return f"{kernel.name}'s K loop is not `for k in range(0, K, {block_k})` with K a parameter"
-    end, target = it.args[1].value.value, loop.target.value
-    at = body.index(loop)
-    before, after = body[:at], body[at + 1:]
-    lines = [_assign(s) for s in loop.body.body]
-    if any(x is None for x in lines):
-        return f"{kernel.name}'s K loop body is not plain assignments"
-    accs = [t for t, v, aug in lines if _accumulates(dk, t, v, aug)]
-    if len(accs) != 1:
-        return f"{kernel.name}'s K loop does not accumulate one tl.dot"
-    [acc] = accs
-    in_loop = {t for t, _, _ in lines}
+    if loop.node not in body:
+        return f"the loop that sums {kernel.name}'s tl.dot sits inside a branch or another loop"
+    if loop.exits:
+        return f"{kernel.name}'s K loop can leave early: a split would not know where the others start"
+    if loop.form not in ("range", "cdiv", "while"):
+        return f"{kernel.name}'s K loop does not count its steps from a start to an end"
+    end = loop.end
+    if not (isinstance(end, ast.Name) and kernel.param(end.id) is not None and not kernel.param(end.id).constexpr):
+        return f"the extent of {kernel.name}'s K loop is not a parameter the launch passes"
+    if not same(loop.start, ast.Constant(0)):
+        return f"{kernel.name}'s K loop does not start at 0"
+    step = ast.unparse(loop.step) if loop.step is not None else None
+    if loop.form != "cdiv" and step != block_k:
+        return f"{kernel.name}'s K loop does not advance by one K tile ({block_k}) a step"
     steps = []
-    for name in dict.fromkeys(t for t, _, _ in lines if t != acc):
-        at = [i for i, (t, _, _) in enumerate(lines) if t == name]
-        _, value, augmented = lines[at[0]]
-        increment = value if augmented else value.right if (
-            isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add)
-            and dotted(value.left) == name) else None
-        if increment is not None:
-            if len(at) != 1 or _names(increment) & (in_loop | {target}):
-                return f"{kernel.name}'s K loop carries {name} other than by a fixed increment"
-            steps.append((name, increment))
-        elif any(name in _names(v) for _, v, _ in lines[:at[0] + 1]):
-            return f"{kernel.name}'s K loop reads {name} before it assigns it"
-    if sum(t == acc for t, _, _ in lines) != 1:
-        return f"{kernel.name}'s K loop assigns {acc} more than once"
-    if any(acc in _names(v) for t, v, _ in lines if t != acc):
+    for name, carried in loop.carried.items():
+        if name in (acc, loop.var):
+            continue
+        increment = _increment(loop, name) if carried.kind == "increment" else None
+        if increment is None:
+            return (f"{kernel.name}'s K loop carries {name} from one step to the next other than by a fixed "
+                    "increment: a split cannot start part-way")
+        steps.append((name, *increment))
+    updates = [s for s in loop.node.body.body if acc in assigned(s)]
+    if any(acc in _names(s) for s in loop.node.body.body if s not in updates):
         return f"{kernel.name}'s K loop reads {acc} other than to accumulate into it (each split holds part of it)"
-    init = [s for s in before if acc in assigned(s)]
-    zeros = _assign(init[0]) if len(init) == 1 else None
-    if not (zeros and isinstance(zeros[1], cst.Call) and kernel.is_tl(zeros[1].func, "zeros") and not zeros[2]
-            and any(dotted(a.value) in (f"{t}.float32" for t in kernel.tl) for a in zeros[1].args)):
+    init = facts.values.initial(acc)
+    if not (init is not None and tl_name(init) in ("zeros", "full")
+            and any(ast.unparse(k.value) == "tl.float32" for k in init.keywords if k.arg == "dtype")
+            or init is not None and tl_name(init) == "zeros" and any(ast.unparse(a) == "tl.float32"
+                                                                        for a in init.args[1:])):
         return f"{kernel.name}'s accumulator {acc} does not start as float32 zeros before the K loop"
-    if _names(*after) & (in_loop - {acc} | {target}) or acc in assigned(*after):
+    at = body.index(loop.node)
+    before, after = body[:at], body[at + 1:]
+    if _names(*after) & (assigned(loop.node.body) - {acc}) or acc in assigned(*after):
         return f"{kernel.name} reads what its K loop leaves (other than {acc}) after the loop, or changes {acc}"
-    if dk.out in _names(*before, loop):
+    if dk.out in _names(*before, loop.node):
         return f"{kernel.name} reads {dk.out} before its K loop ends"
     store = next((s for s in after if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
                   and isinstance(s.body[0], cst.Expr) and s.body[0].value is dk.store), None)
     if store is None:
         return f"{kernel.name}'s tl.store is not a statement of its own after the K loop"
-    return {"loop": loop, "before": before, "after": after, "store": store, "acc": acc, "end": end, "steps": steps}
+    if facts.accesses.of(dk.store).form == "descriptor":
+        return f"{kernel.name} stores through a tensor descriptor, whose workspace twin is not built here"
+    return {"loop": loop, "before": before, "after": after, "store": store, "acc": acc, "end": end.id,
+            "steps": steps}
+
+
+def _slice(after: list[cst.CSTNode], store: cst.CSTNode, needed: set[str]) -> list[cst.CSTNode]:
+    """The statements before the store that compute the names it addresses and masks with."""
+    kept = []
+    for statement in reversed(after[:after.index(store)]):
+        if assigned(statement) & needed:
+            kept.append(statement)
+            needed |= _names(statement)
+    return list(reversed(kept))
 
 
 def _twin(dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[str, str]]:
@@ -175,34 +174,65 @@ def _twin(dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[
     tl = kernel.tl_name
     node, p = new_params(kernel, [("ws_ptr", False), ("ws_span", False), ("SPLIT_K", True), ("REDUCE", True)])
     used = set(kernel.names) | set(p.values())
-    local = {n: fresh_name(n, used) for n in ("pid_k", "k_per_split", "k_start", "ws_tile", "split")}
+    local = {n: fresh_name(n, used) for n in ("pid_k", "k_per_split", "k_start", "ws_base", "split", "k_steps")}
     ws, span, acc, store_line = p["ws_ptr"], p["ws_span"], found["acc"], found["store"]
-    after = found["after"]
-    # The epilogue against the workspace: the output's addresses and mask, from the workspace's base.
-    ws_after = [renamed(s, dk.out, ws) for s in after]
-    address = code(renamed(kernel.address(dk.store), dk.out, ws))
-    mask = arg_of(dk.store, 2, "mask")
-    masked = "" if mask is None else f", mask={code(renamed(mask, dk.out, ws))}"
-    at = after.index(store_line)
-    reduce = [*ws_after[:at], *ws_after[at + 1:]] + [cst.parse_statement(s) for s in (
-        f"{local['ws_tile']} = {address}\n",
-        f"for {local['split']} in range(0, {p['SPLIT_K']}):\n"
-        f"    {acc} += {tl}.load({local['ws_tile']}{masked}{', other=0.0' if masked else ''})\n"
-        f"    {local['ws_tile']} += {span}\n")] + after
-    k_block = dk.axes["K"]
-    loop = found["loop"]
+    after, loop, k_block = found["after"], found["loop"], dk.axes["K"]
+    store = dk.store
+    block_ptr = facts_of(kernel).accesses.of(store).form == "block_ptr"
+    pointer = store.args[0].value
+    mask = arg_of(store, 2, "mask")
+    check = arg_of(store, 3, "boundary_check")
+    if block_ptr:
+        bounds = f", boundary_check={code(check)}, padding_option='zero'" if check is not None else ""
+    else:
+        bounds = f", mask={code(mask)}, other=0.0" if mask is not None else ""
+    # Each split's partial tile at the output's addresses, from the workspace's base for that split.
+    needed = _names(pointer) | (_names(mask) if mask is not None else set()) | (
+        _names(check) if check is not None else set())
+    addressing = [renamed(s, dk.out, local["ws_base"]) for s in _slice(after, store_line, set(needed))]
+    loop_text = (f"for {local['split']} in range(0, {p['SPLIT_K']}):\n"
+                 f"    {acc} += {tl}.load({code(renamed(pointer, dk.out, local['ws_base']))}{bounds})\n"
+                 f"    {local['ws_base']} += {span}\n")
+    summed = cst.parse_statement(loop_text)
+    summed = summed.with_changes(body=summed.body.with_changes(body=[*addressing, *summed.body.body]))
+    reduce = [cst.parse_statement(f"{local['ws_base']} = {ws}\n"), summed, *after]
     start = local["k_start"]
-    loop = loop.with_changes(iter=cst.parse_expression(
-        f"range({start}, {tl}.minimum({found['end']}, {start} + {local['k_per_split']}), {k_block})"))
+    end = found["end"]
+    if loop.form == "range":
+        new_loop = loop.node.with_changes(iter=cst.parse_expression(
+            f"range({start}, {tl}.minimum({end}, {start} + {local['k_per_split']}), {k_block})"))
+        head = []
+    elif loop.form == "cdiv":
+        new_loop = loop.node.with_changes(iter=cst.parse_expression(
+            f"range({start} // {k_block}, {tl}.minimum({tl}.cdiv({end}, {k_block}), "
+            f"({start} + {local['k_per_split']}) // {k_block}))"))
+        head = []
+    else:  # while: the variable starts at the split's start and stops at its end
+        test = loop.node.test
+        new_loop = loop.node.with_changes(test=test.with_changes(comparisons=[test.comparisons[0].with_changes(
+            comparator=cst.parse_expression(f"{tl}.minimum({end}, {start} + {local['k_per_split']})"))]))
+        head = [cst.parse_statement(f"{loop.var} = {start}\n")]
     partial = [cst.parse_statement(s) for s in (
         f"{local['pid_k']} = {tl}.program_id(axis=2)\n",
-        f"{local['k_per_split']} = {tl}.cdiv({tl}.cdiv({found['end']}, {k_block}), {p['SPLIT_K']}) * {k_block}\n",
-        f"{start} = {local['pid_k']} * {local['k_per_split']}\n")]
-    partial += [cst.parse_statement(f"{name} += ({start} // {k_block}).to({tl}.int64) * ({code(step)})\n")
-                for name, step in found["steps"]]
-    partial_store = cst.parse_statement(
-        f"{tl}.store(({address}) + {local['pid_k']}.to({tl}.int64) * {span}, {acc}{masked})\n")
-    partial += [loop, *ws_after[:at], partial_store, *ws_after[at + 1:]]
+        f"{local['k_per_split']} = {tl}.cdiv({tl}.cdiv({end}, {k_block}), {p['SPLIT_K']}) * {k_block}\n",
+        f"{start} = {local['pid_k']} * {local['k_per_split']}\n",
+        f"{local['k_steps']} = ({start} // {k_block}).to({tl}.int64)\n")]
+    for carried, kind, step in found["steps"]:
+        if kind == "add":
+            partial.append(cst.parse_statement(f"{carried} += {local['k_steps']} * ({step})\n"))
+        else:
+            offsets = cst.parse_expression(step)
+            scaled = ", ".join(f"{local['k_steps']} * ({code(e.value)})" for e in offsets.elements) \
+                if isinstance(offsets, cst.Tuple | cst.List) else None
+            if scaled is None:
+                raise ValueError("advance offsets that are not a tuple")
+            partial.append(cst.parse_statement(f"{carried} = {tl}.advance({carried}, ({scaled},))\n"))
+    partial += [*head, new_loop, cst.parse_statement(f"{local['ws_base']} = {ws} + {local['pid_k']}.to({tl}.int64)"
+                                                      f" * {span}\n")]
+    at = after.index(store_line)
+    partial_store = store_line.with_changes(body=[store_line.body[0].with_changes(value=store.with_changes(
+        args=[store.args[0], store.args[1].with_changes(value=cst.Name(acc)), *store.args[2:]]))])
+    partial += [renamed(s, dk.out, local["ws_base"]) for s in [*after[:at], partial_store, *after[at + 1:]]]
     branch = cst.parse_statement(f"if {p['REDUCE']}:\n    pass\nelse:\n    pass\n")
     branch = branch.with_changes(body=branch.body.with_changes(body=reduce),
                                  orelse=branch.orelse.with_changes(body=branch.orelse.body.with_changes(body=partial)))
