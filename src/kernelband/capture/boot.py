@@ -59,7 +59,11 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:
         code = _exit_code(exc)
     except BaseException as exc:  # noqa: BLE001 - the program's own failure: reported, and its exit code kept
-        traceback.print_exc()
+        tb = exc.__traceback__
+        while tb is not None and (tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__)
+                                  or tb.tb_frame.f_code.co_filename.startswith("<frozen")):
+            tb = tb.tb_next  # the program's traceback as python would print it: without this file and runpy
+        traceback.print_exception(type(exc), exc, tb)
         (raw_dir / FAILURE_FILE).write_text(f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
         code = 1
     wall_s = time.perf_counter() - t0

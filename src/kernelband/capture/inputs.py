@@ -97,7 +97,7 @@ def tensor(t: T, sizes: dict, device, saved: torch.Tensor | None = None) -> torc
     shape = _dims(t.shape, sizes)
     stride = t.stride if t.stride is not None else _dense_stride(t, shape)
     n = _span(shape, stride)
-    if saved is not None and saved.numel() >= n and str(device) != "meta":
+    if saved is not None and str(device) != "meta":
         flat = saved.to(device)
     else:
         flat = _draw(t, n, device)
@@ -106,12 +106,14 @@ def tensor(t: T, sizes: dict, device, saved: torch.Tensor | None = None) -> torc
 
 def build(args: list, sizes: dict, device, data_dir: str | None = None, case: str | None = None) -> tuple:
     """The arguments for one shape: `sizes` gives the size variables; `case` names a seen case whose kept
-    tensors lie in `data_dir` (drawn instead where the file is missing or the device is "meta")."""
+    tensors lie in `data_dir` (not read for the "meta" device, which builds no values)."""
     kept = {}
-    if case is not None and data_dir and str(device) != "meta":
-        path = os.path.join(data_dir, f"{case}.pt")
-        if os.path.exists(path):
-            kept = torch.load(path, map_location="cpu", weights_only=True)
+    if case is not None and str(device) != "meta" and any(isinstance(a, T) and a.saved is not None for a in args):
+        path = os.path.join(data_dir or "", f"{case}.pt")
+        if not data_dir or not os.path.exists(path):
+            raise FileNotFoundError(f"the kept values of case {case} are missing ({path}): keep the task's "
+                                    "<task>.data/ folder beside its file")
+        kept = torch.load(path, map_location="cpu", weights_only=True)
     out: list = []
     for a in args:
         if isinstance(a, T):
