@@ -115,6 +115,12 @@ class Keeper:
         return args
 
     def _queue_stats(self, tensor: records.Tensor, value: torch.Tensor) -> None:
+        try:
+            self._queue(tensor, value)
+        except (RuntimeError, TypeError):  # a dtype whose reductions torch lacks: drawn with the defaults
+            pass
+
+    def _queue(self, tensor: records.Tensor, value: torch.Tensor) -> None:
         with torch.no_grad():
             v = value.detach()
             if v.is_complex():

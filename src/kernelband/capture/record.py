@@ -90,6 +90,9 @@ class WallTimer:
     def collect(self, wait: bool) -> None:
         pass
 
+    def capturing(self) -> bool:
+        return False
+
 
 class CudaTimer:
     """Device time per launch: CUDA events on the launch's stream, read back in order once they have passed."""
@@ -102,6 +105,11 @@ class CudaTimer:
 
     def _event(self):
         return self.free.pop() if self.free else torch.cuda.Event(enable_timing=True)
+
+    def capturing(self) -> bool:
+        """Whether the launch goes into a CUDA graph being captured: it runs later, at each replay, and an
+        event recorded or a copy queued now would become part of the graph."""
+        return torch.cuda.is_current_stream_capturing()
 
     def _stream(self, handle: int):
         current = torch.cuda.current_stream()
@@ -154,6 +162,7 @@ class Recorder:
         self.launches = 0
         self.benchmark_launches = 0
         self.unattributed = 0
+        self.graph_launches = 0
         self.errors: list[str] = []
         self._cases = 0
         self._where: dict[object, int] = {}
@@ -311,6 +320,9 @@ class Recorder:
 
     def _launch(self, fn, values: dict, grid: list[int], options: dict, constexprs: list[str]) -> list | None:
         self.launches += 1
+        if self.timer.capturing():
+            self.graph_launches += 1
+            return None
         frame = self._entry_frame(sys._getframe(2))
         if frame is None:
             return None

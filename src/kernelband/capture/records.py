@@ -111,6 +111,7 @@ class Capture:
     launches: int
     benchmark_launches: int  # launched by an autotuner's benchmark: not the program's own work
     unattributed: int  # launches with no host frame outside Triton and torch, or no arguments to read
+    graph_launches: int  # launched into a CUDA graph being captured: they run at its replays, unseen
     program_dir: str
     worker_path: list[str]  # where a task's module can import from
     hook_errors: list[str] = field(default_factory=list)  # the first errors the hooks met (and kept from the program)

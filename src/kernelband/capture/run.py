@@ -158,6 +158,11 @@ def _write_tasks(capture: records.Capture, out: Path, raw: Path, top: int) -> tu
             if kernel is not None and not (kernel.cases and kernel.module_source):
                 notes.append(f"{label}: {kernel.module_note or 'no launch could be described'}; no task")
                 continue
+            other = [a for c in (kernel.cases if kernel else []) for a in c.args if a.kind == "other"]
+            if other:
+                notes.append(f"{label}: its argument {other[0].name} is a {other[0].value}, which a task cannot "
+                             "build; no task")
+                continue
             task = writer.write(capture, entry, kernel, out, raw, taken)
             if len(task.plan.shapes) < writer.plans.MIN_SHAPES:
                 task.path.unlink()
@@ -191,6 +196,12 @@ def _report(cap: records.Capture, out: Path, top: int, written: list[writer.Writ
     total = cap.time_ms
     report = Report(cap.command, _relative(out), cap.mode, cap.device, cap.wall_s, cap.hooks_s, cap.finish_s,
                     cap.launches, cap.benchmark_launches, cap.unattributed, total, notes=notes)
+    if cap.graph_launches:
+        report.notes.append(f"{cap.graph_launches} launches went into CUDA graphs being captured: their replays "
+                            "are not seen")
+    if cap.unattributed:
+        report.notes.append(f"{cap.unattributed} launches came from no host function outside Triton and torch "
+                            "(or carried no arguments to read): not counted")
     task_of = {(w.entry.name, w.entry.file, w.kernel.name if w.kernel else None): _relative(w.path)
                for w in written}
     rank = {id(e): i for i, e in enumerate(cap.entries)}
