@@ -1,6 +1,7 @@
 """A tiny language model's forward steps, built from KernelBand's example kernels and the gathers in
-gather.py: token and position embeddings, a residual add with an RMSNorm, the vocabulary projection, a
-softmax and the negative log-likelihood of the next token. Batches come in several lengths, as text does.
+gather.py: token and position embeddings, a residual add with an RMSNorm, the projection onto the (tied)
+token embeddings, a softmax and the negative log-likelihood of the next token. Batches come in several
+lengths, as text does.
 
     python examples/tiny_lm/step.py --steps 6                 # run it
     kernelband capture -- python examples/tiny_lm/step.py     # capture its kernels as tasks
@@ -19,25 +20,26 @@ from kernelband.tasks.examples.matmul import matmul_kernel
 from kernelband.tasks.examples.softmax import softmax
 
 
-def lm_head(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """h @ weight in float16 with float32 accumulation: the example matmul kernel, launched here."""
-    M, K = h.shape
-    N = weight.shape[1]
-    logits = torch.empty((M, N), device=h.device, dtype=torch.float16)
-    grid = (triton.cdiv(M, 32) * triton.cdiv(N, 32),)
-    matmul_kernel[grid](h, weight, logits, M, N, K, h.stride(0), h.stride(1), weight.stride(0), weight.stride(1),
-                        logits.stride(0), logits.stride(1), BLOCK_M=32, BLOCK_N=32, BLOCK_K=32,
-                        num_warps=4, num_stages=1)
-    return logits
+def lm_head(h: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """h @ table.T, the logits against the token embeddings (tied: the table's transposed view, no copy), in
+    float16 with float32 accumulation, launched here with the example matmul kernel."""
+    w = table.t()
+    out = torch.empty((h.shape[0], w.shape[1]), device=h.device, dtype=torch.float16)
+
+    def grid(meta):
+        return (triton.cdiv(out.shape[0], meta["BLOCK_M"]) * triton.cdiv(out.shape[1], meta["BLOCK_N"]),)
+
+    matmul_kernel[grid](h, w, out, *out.shape, h.shape[1], *h.stride(), *w.stride(), *out.stride(),
+                        BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=1)
+    return out
 
 
 class TinyLM:
     def __init__(self, vocab: int, dim: int, max_len: int, device: str, seed: int = 0):
         g = torch.Generator(device="cpu").manual_seed(seed)
-        self.tokens = (torch.randn(vocab, dim, generator=g) * 0.5).half().to(device)
-        self.positions = (torch.randn(max_len, dim, generator=g) * 0.5).half().to(device)
+        self.tokens = (torch.randn(vocab, dim, generator=g) * dim**-0.5).half().to(device)
+        self.positions = (torch.randn(max_len, dim, generator=g) * dim**-0.5).half().to(device)
         self.norm = (1 + 0.1 * torch.randn(dim, generator=g)).half().to(device)
-        self.out = (torch.randn(dim, vocab, generator=g) * dim**-0.5).half().to(device)
 
     def step(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         batch, length = ids.shape
@@ -45,7 +47,7 @@ class TinyLM:
         x = embedding(ids, self.tokens).view(batch * length, -1)
         p = embedding(positions, self.positions).view(batch * length, -1)
         h = add_rmsnorm(x, p, self.norm)
-        probs = softmax(lm_head(h, self.out).float())
+        probs = softmax(lm_head(h, self.tokens).float())
         return token_nll(probs, targets).mean()
 
 
