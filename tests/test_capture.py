@@ -329,3 +329,26 @@ def test_a_failing_program_or_one_that_launches_nothing_is_a_one_line_error(tmp_
     line = _one_line_error(_cli("capture", "--out", str(tmp_path / "b"), "--", "python", str(quiet)))
     assert "launched no Triton kernel" in line
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+# -- on a GPU: the compiled path for real ----------------------------------------------------------------------
+@pytest.mark.gpu
+def test_gpu_capture_times_kernels_by_cuda_events_and_its_tasks_evaluate_ok(tmp_path: Path):
+    """The example program on a GPU: every launch reaches the hooks with its arguments (none unattributed, no
+    hook error), device times come from CUDA events, and each task written evaluates `ok` there."""
+    env = {**process_env(), "KERNELBAND_MODE": "gpu"}
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run([sys.executable, "-m", "kernelband", "capture", "--out", str(tmp_path), "--json", "--",
+                           "python", str(STEP), "--steps", "6", "--batch", "4", "--scale", "8", "--dim", "256",
+                           "--vocab", "2048"], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["mode"] == "gpu" and report["launches"] == 7 * 6 and report["unattributed"] == 0
+    assert not [n for n in report["notes"] if "hooks met" in n], report["notes"]
+    assert {t["entry"] for t in report["tasks"]} == {"embedding", "add_rmsnorm", "lm_head", "softmax", "token_nll"}
+    assert all(k["time_ms"] > 0 for k in report["kernels"])
+    for t in report["tasks"]:
+        res = subprocess.run([sys.executable, "-m", "kernelband", "eval", str(tmp_path / Path(t["path"]).name),
+                              "--no-baselines", "--no-ncu", "--json"], capture_output=True, text=True, env=env,
+                             timeout=600)
+        assert json.loads(res.stdout)["outcome"] == "ok", (t["path"], res.stderr[-2000:])

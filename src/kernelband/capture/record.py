@@ -10,7 +10,7 @@ How a launch reaches it:
 * The interpreter has no launch hooks; there the recorder wraps `InterpretedFunction.run`, and a launch's
   device time is the wall time of its interpretation.
 
-The entry is the first frame above the launch outside Triton, torch, the standard library and KernelBand. A
+The entry is the first frame above the launch outside Triton, torch, the standard library and the capture. A
 call of the entry starts where its frame is new, or where its frame launches again from an earlier point in its
 code; its arguments are read then, from the frame. Launches an autotuner makes to benchmark its configs are
 counted apart: they are not the program's work. A hook never raises into the program: an error in it is counted
@@ -26,6 +26,7 @@ import sys
 import sysconfig
 import time
 from pathlib import Path
+from typing import Protocol
 
 import torch
 import triton
@@ -69,13 +70,27 @@ class _KernelState:
         self.budget = describe.Budget(max_bytes)
 
 
+class Timer(Protocol):
+    """How a launch's time is taken: `start` as it is launched (on `stream`, a driver handle, where there is
+    one), `stop` once it is queued; `collect` adds the times to their targets (`wait`: all of them, at the
+    end). `capturing` says whether launches go into a CUDA graph being captured, where nothing may be added."""
+
+    def start(self, targets: list, stream) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def collect(self, wait: bool) -> None: ...
+
+    def capturing(self) -> bool: ...
+
+
 class WallTimer:
     """Time per launch on the host's clock: the interpreter's, where the launch is the computation."""
 
     def __init__(self):
         self.open = None
 
-    def start(self, targets: list, handle) -> None:
+    def start(self, targets: list, stream) -> None:
         self.open = (time.perf_counter(), targets)
 
     def stop(self) -> None:
@@ -119,11 +134,11 @@ class CudaTimer:
             self.streams[handle] = torch.cuda.ExternalStream(handle)
         return self.streams[handle]
 
-    def start(self, targets: list, handle: int) -> None:
-        stream = self._stream(handle)
+    def start(self, targets: list, stream) -> None:
+        on = self._stream(stream)
         event = self._event()
-        event.record(stream)
-        self.open = (event, targets, stream)
+        event.record(on)
+        self.open = (event, targets, on)
 
     def stop(self) -> None:
         if self.open is None:
@@ -149,7 +164,7 @@ class CudaTimer:
 
 class Recorder:
     def __init__(self, data_dir: Path, max_bytes: int, worker_path: list[str], program_path: list[str],
-                 interpreter: bool | None = None, timer=None):
+                 interpreter: bool | None = None, timer: Timer | None = None):
         self.data_dir = data_dir
         self.max_bytes = max_bytes
         self.worker_path = worker_path
@@ -252,7 +267,7 @@ class Recorder:
             known = self._known.get(id(fn))
             if known is None:
                 known = self._known[id(fn)] = (fn, [p.name for p in fn.params if p.is_constexpr])
-            targets = self._launch(fn, dict(args), list(grid), options, known[1])
+            targets = self._launch(fn, dict(args), [int(g) for g in grid], options, known[1])
             if targets:
                 self.timer.start(targets, data.get("stream"))
         except Exception as exc:  # noqa: BLE001
@@ -352,7 +367,7 @@ class Recorder:
             keep = state.budget if entry.mode == "launch" else None  # entry mode keeps the entry's arguments
             cid = self._case_id()
             case = records.Case(cid, self.keeper.describe(names, args, cid, keep), grid=grid,
-                                constexprs={n: values[n] for n in constexprs}, options=options)
+                                constexprs={n: records.constant(values[n]) for n in constexprs}, options=options)
             state.cases[key] = case
             kernel.cases.append(case)
         if case is not None:

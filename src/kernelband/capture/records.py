@@ -41,6 +41,19 @@ class Tensor:
         return self.dtype.startswith(("float", "bfloat", "complex"))
 
 
+def constant(value) -> Any:
+    """A constexpr as JSON holds it: a number, bool, string or None as itself; anything else (a `tl.float16`)
+    as the code that names it, {"code": "triton.language.float16"}."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return {"code": repr(value)}
+
+
+def constant_code(value) -> str:
+    """The Python source of a constant `constant` recorded."""
+    return value["code"] if isinstance(value, dict) else repr(value)
+
+
 # The kinds of argument a case can describe; anything else is `other` and keeps its call out of the cases.
 KINDS = ("tensor", "int", "float", "bool", "none", "str", "dtype")
 
