@@ -8,7 +8,7 @@ the hooks took per launch (their own clock), the capture's finishing time (readi
 its whole command's time, and the tasks it wrote; with `--eval`, each task's `kernelband eval` outcome.
 
     python benchmarks/capture_overhead.py                       # CPU: the interpreter, the program's small sizes
-    python benchmarks/capture_overhead.py --steps 30 --batch 8 --scale 64 --dim 1024 --vocab 32000 --eval \\
+    python benchmarks/capture_overhead.py --steps 30 --batch 8 --scale 32 --dim 1024 --vocab 16384 --eval \\
         --out capture_overhead.json                            # GPU
 """
 
