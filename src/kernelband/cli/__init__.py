@@ -12,7 +12,7 @@ from kernelband.errors import UserError
 
 # Importing the command modules registers their commands, in the order --help lists them.
 # isort: off
-from kernelband.cli import evaluate, tasks, report, optimize, bench, runs, knowledge  # noqa: E402,F401
+from kernelband.cli import evaluate, tasks, capture, report, optimize, bench, runs, knowledge  # noqa: E402,F401
 # isort: on
 
 

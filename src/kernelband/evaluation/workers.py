@@ -154,8 +154,21 @@ class Worker:
         except (protocol.ProtocolError, OSError):
             raise self._death() from None
 
+    def _stage_data(self, message: dict) -> dict:
+        """A load of a task with files beside it (`Task.data_dir`): the files are copied into the worker's own
+        directory, the one place its sandbox lets it read, and the task names the copy."""
+        task = message.get("task") or {}
+        source = task.get("data_dir")
+        if message.get("op") != "load" or not source:
+            return message
+        copy = os.path.join(self.dir, "task-data")
+        if not os.path.isdir(copy):
+            shutil.copytree(source, copy)
+        return {**message, "task": {**task, "data_dir": copy}}
+
     def request(self, message: dict, timeout: float) -> dict:
         """Send one request and wait for its answer. Raises WorkerGone."""
+        message = self._stage_data(message)
         with self.lock:
             if self.proc.poll() is not None:
                 raise self._death()

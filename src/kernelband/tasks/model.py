@@ -29,6 +29,10 @@ class Task:
     # why the declared bytes per shape are more than the kernel must move (empty: they are a lower bound). The
     # speed-of-light bound is then reported but not a check: a kernel faster than it is not suspicious.
     bytes_overcounted: str = ""
+    # files the harness reads (a captured task's kept tensors: `<task>.data/` beside its file), and a digest of
+    # their contents: other files, another reference
+    data_dir: str = ""
+    data_digest: str = ""
 
     @property
     def key(self) -> str:
@@ -37,7 +41,7 @@ class Task:
         applied on a GPU, and adding them would part stored GPU sweeps from the tasks they measured."""
         h = hashlib.sha256()
         for part in (self.kind, self.name, self.module_source, self.harness_source, self.tests_source or "",
-                     repr(self.extra_loop_values)):
+                     repr(self.extra_loop_values), *([self.data_digest] if self.data_digest else [])):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()[:16]
@@ -47,7 +51,7 @@ class Task:
         return {"kind": self.kind, "name": self.name, "harness_source": self.harness_source,
                 "harness_file": self.harness_file, "tests_source": self.tests_source,
                 "extra_loop_values": list(self.extra_loop_values),
-                "interpreter_fixes": [list(f) for f in self.interpreter_fixes]}
+                "interpreter_fixes": [list(f) for f in self.interpreter_fixes], "data_dir": self.data_dir}
 
 
 @dataclass(frozen=True)

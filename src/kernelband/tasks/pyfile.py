@@ -11,6 +11,7 @@ entry function); below it, the task definition:
     ATOL, RTOL = 1e-3, 1e-1             # optional (these are the defaults)
     ALLOW_TORCH_ONLY = False            # optional
     TRITON_SHARE = 0.5                  # optional: the least share of the call's GPU kernel time in Triton
+    TASK_DATA                           # set by KernelBand: where the worker reads `<task>.data/` (or None)
     def make_inputs(device, **shape) -> tuple   # the entry's positional arguments
     def reference(*inputs)              # optional ground truth in plain torch
     def bytes_moved(**shape) -> int     # optional, for GB/s and the speed-of-light bound
@@ -22,6 +23,7 @@ A candidate is a module: the part above the marker, rewritten.
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
 from pathlib import Path
 
@@ -92,5 +94,19 @@ def load(path: Path, ref: str | None = None, name: str | None = None) -> Task:
         description = (ast.get_docstring(pyast.parse(module)) or "").strip().splitlines()[0]
     except (SyntaxError, IndexError):
         pass
+    data = path.with_suffix(".data")
+    data_dir = str(data.resolve()) if data.is_dir() else ""
     return Task(ref=ref or str(path), name=name or path.stem, kind="pyfile", module_source=module,
-                harness_source=harness, harness_file=str(path), description=description)
+                harness_source=harness, harness_file=str(path), description=description, data_dir=data_dir,
+                data_digest=_digest(data) if data_dir else "")
+
+
+def _digest(directory: Path) -> str:
+    """The names and contents of the files in `directory` (a task's data), as a hex digest."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in directory.iterdir() if p.is_file()):
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as stream:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]

@@ -146,7 +146,7 @@ def import_file(module_name: str, path: str) -> types.ModuleType:
 def for_task(task: dict, module: types.ModuleType, module_source: str, mode: str) -> Harness:
     """The harness of a task (as `Task.wire()` sends it) around the imported module under test."""
     if task["kind"] != "tritonbench":
-        return PyFileHarness(task["harness_source"], task["harness_file"], module)
+        return PyFileHarness(task["harness_source"], task["harness_file"], module, task.get("data_dir") or None)
     perf = task["harness_source"]
     if mode == "interpreter":  # smaller fixed sizes, so that the CPU gets through them
         for old, new in task.get("interpreter_fixes", []):
@@ -162,9 +162,12 @@ MIN_SEARCH_SHAPES = 10
 class PyFileHarness(Harness):
     """The harness part of a KernelBand task file."""
 
-    def __init__(self, harness_source: str, harness_file: str, module: types.ModuleType):
+    def __init__(self, harness_source: str, harness_file: str, module: types.ModuleType,
+                 data_dir: str | None = None):
         self.module = module
-        self.ns = _exec_module("kernelband_task_harness", harness_source, harness_file).__dict__
+        # TASK_DATA: where this worker reads the files beside the task (a captured task's kept tensors)
+        self.ns = _exec_module("kernelband_task_harness", harness_source, harness_file,
+                               extra={"TASK_DATA": data_dir}).__dict__
         missing = [n for n in ("ENTRY", "SHAPES", "make_inputs") if n not in self.ns]
         if missing:
             raise ValueError(f"the task definition lacks {', '.join(missing)}")
