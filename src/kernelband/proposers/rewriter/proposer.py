@@ -52,7 +52,11 @@ def options(source: str, rewrites: tuple[str, ...]) -> Options:
         if name not in REWRITES:
             reasons.append(f"no built-in rewrite is called {name!r}")
             continue
-        found = REWRITES[name](module)
+        try:
+            found = REWRITES[name](module)
+        except Exception as exc:  # noqa: BLE001 - a user's module the analysis cannot read costs a proposal, not the run
+            reasons.append(f"{name} could not read this module: {type(exc).__name__}: {exc}")
+            continue
         variants.extend(found.variants)
         reasons.extend(found.reasons)
     return Options(module, tuple(variants), tuple(dict.fromkeys(reasons)))

@@ -61,6 +61,17 @@ class Accesses:
                 found.append(access)
         return found
 
+    @cached_property
+    def atomics(self) -> list[tuple[cst.Call, frozenset[str]]]:
+        """Each tl.atomic_* call and the pointer parameters it updates."""
+        found = []
+        for call in subnodes(self.kernel.node.body, cst.Call):
+            name = (dotted(call.func) or "").rpartition(".")[2]
+            if name.startswith("atomic_") and any(self.kernel.is_tl(call.func, name) for _ in [0]):
+                pointer = arg_of(call, 0, "pointer")
+                found.append((call, self._bases(pointer) if pointer is not None else frozenset()))
+        return found
+
     @property
     def loads(self) -> list[Access]:
         return [a for a in self.all if not a.store]
@@ -163,7 +174,7 @@ class Accesses:
                     pending.append(base)
                 continue
             for term in add_terms(node):
-                if isinstance(term, ast.Name) and self.kernel.param(term.id) is not None:
+                if isinstance(term, ast.Name) and self.values.is_param(term.id):
                     found.add(term.id)
                 elif is_call(term, "__var"):
                     definition = self.values.definition(marker_arg(term))

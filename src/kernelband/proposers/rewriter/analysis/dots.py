@@ -41,14 +41,21 @@ class Dot:
 
 
 class Dots:
-    def __init__(self, roles: Roles, loops: Loops) -> None:
+    def __init__(self, roles: Roles, loops: Loops, callees: list[Dots] | None = None) -> None:
         self.roles, self.loops = roles, loops
+        self.callees = callees or []
         self.values, self.shapes, self.accesses = roles.values, roles.shapes, roles.accesses
         self.kernel = roles.kernel
 
     @cached_property
     def all(self) -> list[Dot]:
-        return [self._dot(c) for c in subnodes(self.kernel.node.body, cst.Call) if self.kernel.is_tl(c.func, "dot")]
+        """Its own tl.dot calls, then those in the helpers it calls (read in its terms)."""
+        own = [self._dot(c) for c in subnodes(self.kernel.node.body, cst.Call) if self.kernel.is_tl(c.func, "dot")]
+        return own + [d for callee in self.callees for d in callee.all]
+
+    def own(self, dot: Dot) -> bool:
+        """Whether the call is in this kernel's own body (not in a helper it calls)."""
+        return any(c is dot.call for c in subnodes(self.kernel.node.body, cst.Call))
 
     @property
     def plain(self) -> list[Dot]:
@@ -95,12 +102,10 @@ class Dots:
             return f"{name}'s tl.dot operands are not 2-D tiles of known shape"
         if a_shape[1] != b_shape[0]:
             return f"{name}'s tl.dot operands do not share their inner dimension"
-        constexprs = {p.name for p in self.kernel.params if p.constexpr}
+        constexprs = set(self.values.constexpr_names)
         for axis, dim in (("M", dot.m), ("N", dot.n), ("K", dot.k)):
             if dim not in constexprs:
                 return f"{name}'s {axis} tile ({dim}) is not sized by a constexpr parameter"
-        if dot.a is None or dot.b is None:
-            return f"{name}'s tl.dot operands are not each one load"
         if dot.loop is None or dot.accumulator is None:
             return f"{name}'s tl.dot is not summed over a loop"
         if dot.k not in dot.loop.block:

@@ -7,24 +7,48 @@ from __future__ import annotations
 
 from functools import cached_property
 
+import libcst as cst
+
 from kernelband.proposers.rewriter.analysis.accesses import Accesses
 from kernelband.proposers.rewriter.analysis.dots import Dots
 from kernelband.proposers.rewriter.analysis.loops import Loops
 from kernelband.proposers.rewriter.analysis.roles import Roles
 from kernelband.proposers.rewriter.analysis.shapes import Shapes
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import dotted, subnodes
 from kernelband.proposers.rewriter.analysis.values import KernelValues
+
+MAX_CALL_DEPTH = 3
 
 
 class KernelFacts:
-    """Every fact about one kernel (each computed on first use)."""
+    """Every fact about one kernel (each computed on first use). A helper's facts at one of its call sites
+    (`callees`) read in the calling kernel's terms: its parameters bound to what the caller passes."""
 
-    def __init__(self, ms: ModuleSource, kernel: Kernel) -> None:
+    def __init__(self, ms: ModuleSource, kernel: Kernel, bound: dict | None = None, caller: Kernel | None = None,
+                 depth: int = 0) -> None:
         self.ms, self.kernel = ms, kernel
+        self.bound, self.caller, self.depth = bound, caller, depth
 
     @cached_property
     def values(self) -> KernelValues:
-        return KernelValues(self.ms, self.kernel)
+        return KernelValues(self.ms, self.kernel, self.bound, self.caller)
+
+    @cached_property
+    def callees(self) -> list[KernelFacts]:
+        """The facts of each helper this kernel calls that does not read as one expression (it loops or
+        branches), at that call."""
+        found: list[KernelFacts] = []
+        if self.depth >= MAX_CALL_DEPTH:
+            return found
+        for call in subnodes(self.kernel.node.body, cst.Call):
+            helper = self.ms.kernels.get(dotted(call.func) or "")
+            if helper is None or helper is self.kernel or _straight_line(helper):
+                continue
+            bound = self.values.bind(helper.node, call)
+            if bound is not None:
+                found.append(KernelFacts(self.ms, helper, bound, self.caller or self.kernel, self.depth + 1))
+        return found
 
     @cached_property
     def shapes(self) -> Shapes:
@@ -40,11 +64,11 @@ class KernelFacts:
 
     @cached_property
     def roles(self) -> Roles:
-        return Roles(self.values, self.shapes, self.loops, self.accesses)
+        return Roles(self.values, self.shapes, self.loops, self.accesses, [c.roles for c in self.callees])
 
     @cached_property
     def dots(self) -> Dots:
-        return Dots(self.roles, self.loops)
+        return Dots(self.roles, self.loops, [c.dots for c in self.callees])
 
     # -- what the block-size rewrites read ----------------------------------------------------------------------
     @property
@@ -61,6 +85,11 @@ class KernelFacts:
     def looped(self) -> set[str]:
         """Tile sizes that a loop steps by (and that scale no program id): any value covers the same range."""
         return {p for p in self.tile_sizes if self.roles[p].steps and not self.roles[p].tiles}
+
+
+def _straight_line(helper: Kernel) -> bool:
+    """A helper that canonical forms inline: assignments and one return, nothing else."""
+    return all(isinstance(s, cst.SimpleStatementLine) for s in helper.node.body.body)
 
 
 def kernel_facts(ms: ModuleSource, kernel: Kernel) -> KernelFacts:

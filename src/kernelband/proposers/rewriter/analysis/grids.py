@@ -16,7 +16,7 @@ import ast
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.facts import kernel_facts
-from kernelband.proposers.rewriter.analysis.source import CeilDiv, Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.source import CeilDiv, Launch, ModuleSource, ceil_divisions
 from kernelband.proposers.rewriter.analysis.syntax import code, int_value, subnodes
 from kernelband.proposers.rewriter.analysis.values import is_call, names_in, tl_name
 
@@ -59,6 +59,14 @@ def _kernel_counts(ms: ModuleSource, launch: Launch, param: str) -> set[str]:
                     if value is not None:
                         found.add(code(value).strip())
     return found
+
+
+def ceil_divisions_in(node: cst.CSTNode) -> list[CeilDiv]:
+    return ceil_divisions(node)
+
+
+def numerator_codes(launch: Launch, division: CeilDiv) -> set[str]:
+    return _numerator_codes(launch, division)
 
 
 def _numerator_codes(launch: Launch, division: CeilDiv) -> set[str]:

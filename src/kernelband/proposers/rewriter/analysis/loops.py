@@ -152,7 +152,7 @@ class Loops:
         return var, init, self.values.expand(test.comparisons[0].comparator), self.values.expand(steps[0].value)
 
     def _block(self, loop: Loop) -> set[str]:
-        constexprs = {p.name for p in self.kernel.params if p.constexpr}
+        constexprs = set(self.values.constexpr_names)
         found = set()
         if loop.step is not None:
             found |= names_in(loop.step) & constexprs

@@ -93,9 +93,11 @@ def coordinate(other: ast.AST, axis: int) -> str:
 
 
 class Roles:
-    def __init__(self, values: KernelValues, shapes: Shapes, loops: Loops, accesses: Accesses) -> None:
+    def __init__(self, values: KernelValues, shapes: Shapes, loops: Loops, accesses: Accesses,
+                 callees: list[Roles] | None = None) -> None:
         self.values, self.shapes, self.loops, self.accesses = values, shapes, loops, accesses
         self.kernel = values.kernel
+        self.callees = callees or []  # the roles in the helpers it calls, in its own terms
 
     @cached_property
     def expressions(self) -> list[ast.expr]:
@@ -112,22 +114,33 @@ class Roles:
             out.append(self.values.expand(node.iter))
         for node in subnodes(body, cst.If) + subnodes(body, cst.While):
             out.append(self.values.expand(node.test))
+        for callee in self.callees:
+            out.extend(callee.expressions)
         return out
 
     @cached_property
     def constexprs(self) -> list[str]:
-        return [p.name for p in self.kernel.params if p.constexpr]
+        return list(self.values.constexpr_names)
 
     @cached_property
     def all(self) -> dict[str, Role]:
         roles = {name: Role(name) for name in self.constexprs}
-        sizes, tiles, shaped = self._walk(set(roles))
+        sizes, tiles, shaped = self._walk(set(roles), self._own_expressions())
         for name, role in roles.items():
             role.sizes = name in sizes
             role.tiles = frozenset(tiles.get(name, ()))
             role.steps = tuple(self.loops.stepping(name))
             role.shaped = tuple(sorted(shaped.get(name, ())))
             role.unbounded = tuple(a for a in self.accesses.all if name in self._unbounded_dims(a))
+        for callee in self.callees:  # what a helper does with a constexpr it is passed, it does for the kernel
+            for name, role in roles.items():
+                theirs = callee.all.get(name)
+                if theirs is not None:
+                    role.sizes |= theirs.sizes
+                    role.tiles |= theirs.tiles
+                    role.steps += theirs.steps
+                    role.unbounded += theirs.unbounded
+                    role.shaped = tuple(sorted(set(role.shaped) | set(theirs.shaped)))
         return roles
 
     def __getitem__(self, name: str) -> Role:
@@ -141,11 +154,15 @@ class Roles:
         """The constexprs that size a tile, in parameter order: what block-size rewrites may change."""
         return [name for name, role in self.all.items() if role.sizes]
 
-    def _walk(self, names: set[str]) -> tuple[set[str], dict[str, set[str]], dict[str, set[str]]]:
+    def _own_expressions(self) -> list[ast.expr]:
+        theirs = {id(e) for callee in self.callees for e in callee.expressions}
+        return [e for e in self.expressions if id(e) not in theirs]
+
+    def _walk(self, names: set[str], expressions: list[ast.expr]) -> tuple[set[str], dict, dict]:
         sizes: set[str] = set()
         tiles: dict[str, set[str]] = {}
         shaped: dict[str, set[str]] = {}
-        for expression in self.expressions:
+        for expression in expressions:
             for node in ast.walk(expression):
                 extents = self._extents(node)
                 sizes |= {n for e in extents for n in _names(e)} & names

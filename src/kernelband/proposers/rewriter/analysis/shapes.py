@@ -76,12 +76,12 @@ class Shapes:
             self._names[name] = None  # a cycle is unknown
             definition = self.values.definition(name)
             self._names[name] = self.of(definition) if definition is not None else (
-                () if self.kernel.param(name) else None)
+                () if self.values.is_param(name) else None)
         return self._names[name]
 
     @cached_property
     def params(self) -> set[str]:
-        return {p.name for p in self.kernel.params}
+        return self.values.param_names
 
     def of(self, node: ast.AST) -> Shape | None:  # noqa: C901 - one case per kind of expression
         if isinstance(node, ast.Constant):

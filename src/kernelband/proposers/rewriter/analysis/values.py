@@ -149,14 +149,41 @@ class _Canon(ast.NodeTransformer):
 class KernelValues:
     """The canonical forms of one kernel's expressions (module docstring)."""
 
-    def __init__(self, ms: ModuleSource, kernel: Kernel) -> None:
+    def __init__(self, ms: ModuleSource, kernel: Kernel, bound: Env | None = None,
+                 caller: Kernel | None = None) -> None:
+        """`bound`: a helper's parameters as its caller passes them, in the caller's canonical forms (`caller`):
+        then every fact of the helper reads in the caller's terms."""
         self.ms, self.kernel = ms, kernel
+        self.caller = caller
+        owner = caller or kernel
+        self.param_names = {p.name for p in owner.params}
+        self.constexpr_names = [p.name for p in owner.params if p.constexpr]
         self.tl_aliases = set(kernel.tl) | {"triton.language"}
         self.locals = set(kernel.scope.assigns) - set(kernel.scope.params)
         self.var_init: Env = {}
         self._env_at: dict[int, Env] = {}
         self._final: Env = {}
-        self._block(list(kernel.node.body.body), {})
+        self._block(list(kernel.node.body.body), dict(bound or {}))
+
+    def is_param(self, name: str) -> bool:
+        return name in self.param_names
+
+    def bind(self, helper: cst.FunctionDef, call: cst.Call) -> Env | None:
+        """The helper's parameters as this call passes them (defaults for those it does not), canonical."""
+        params = [p for p in (*helper.params.posonly_params, *helper.params.params)]
+        env: Env = {}
+        positional = [a for a in call.args if a.keyword is None]
+        if any(a.star for a in call.args) or len(positional) > len(params):
+            return None
+        for param, arg in zip(params, positional):
+            env[param.name.value] = self.expand(arg.value)
+        for arg in call.args:
+            if arg.keyword is not None:
+                env[arg.keyword.value] = self.expand(arg.value)
+        for param in params:
+            if param.name.value not in env and param.default is not None:
+                env[param.name.value] = parse_expression(param.default)
+        return env if {p.name.value for p in params} <= set(env) else None
 
     @cached_property
     def helpers(self) -> dict[str, cst.FunctionDef]:

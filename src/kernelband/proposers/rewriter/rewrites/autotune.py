@@ -22,10 +22,9 @@ from kernelband.proposers.rewriter.edits import (
     keyword_arg,
     parenthesized,
     replace_with,
-    set_kwarg,
     without,
 )
-from kernelband.proposers.rewriter.rewrites.configs import Chooser, Config
+from kernelband.proposers.rewriter.rewrites.configs import Chooser, ConfigSet
 from kernelband.proposers.rewriter.rewrites.launch_options import (
     DEFAULT_STAGES,
     DEFAULT_WARPS,
@@ -62,8 +61,6 @@ def autotune(ms: ModuleSource) -> Found:
 def _why_not_autotune(ms: ModuleSource, kernel: Kernel) -> str:
     if kernel.heuristics:
         return f"{kernel.name} has @triton.heuristics"
-    if kernel.atomics:
-        return f"{kernel.name} uses atomics: autotuning runs would add up"
     if not ms.launches_of(kernel):
         return f"{kernel.name} is never launched as kernel[grid](...)"
     if "triton" not in ms.imported:
@@ -98,9 +95,9 @@ def _base(knobs: dict[Launch, Knob], kernel: Kernel) -> int:
 
 
 def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: list[str],
-               config_set: tuple[str, str, list[Config]] | None = None) -> Variant | None:
+               config_set: tuple[str, ConfigSet] | None = None) -> Variant | None:
     """The kernel autotuned over the rewriter's grid around its launch values, or over `config_set`:
-    (rewrite, label, [(block values, num_warps, num_stages), ...]), a fixed list such as Inductor's."""
+    (rewrite, a fixed list such as Inductor's), after the launch's own config."""
     launches = ms.launches_of(kernel)
     tuned = _tunable(kernel, launches, knobs)
     edits: list[tuple[cst.CSTNode, Edit]] = []
@@ -120,28 +117,30 @@ def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: lis
     tile = max(math.prod(t) for t in tiles) if all(t and all(isinstance(x, int) for x in t) for t in tiles) else None
     configs = _config_grid(kernel, base, warps or DEFAULT_WARPS,
                            stages if launches[0].kwarg("num_stages") is not None else None, tile)
-    rewrite, label = "autotune", ""
+    rewrite, label, divides = "autotune", "", ()
     if config_set is not None:
-        rewrite, label, chosen = config_set
-        if set(tuned) != {p for values, _, _ in chosen for p in values}:
-            reasons.append(f"{label} set {', '.join(sorted({p for v, _, _ in chosen for p in v}))} but the "
-                           f"launches of {kernel.name} let autotune set {', '.join(tuned) or 'no block size'}")
+        rewrite, chosen = config_set
+        label, divides = chosen.label, chosen.divides
+        sets = {p for values, _, _ in chosen.configs for p in values}
+        if set(tuned) != sets:
+            reasons.append(f"{label} set {', '.join(sorted(sets))} but the launches of {kernel.name} let autotune "
+                           f"set {', '.join(tuned) or 'no block size'}")
             return None
-        configs = list(dict.fromkeys(_config_text(*c) for c in chosen))
+        own = configs[:1] if all(knob.value is not None for at in tuned.values() for knob in at.values()) else []
+        configs = list(dict.fromkeys(own + [_config_text(*c) for c in chosen.configs]))
         label = f"{label}: "
     key = _key(kernel, set(tuned))
-    sized = _sized_by(kernel, launches)
-    if sized is not None:  # the tensors' element count, as one more parameter in the key
-        name = fresh_name("tune_numel", set(kernel.names))
-        edits.append((kernel.node, _param_added(name)))
-        edits.extend((call, set_kwarg(name, total)) for call, total in sized)
-        key = [*key, name]
-    decorator = _decorator(configs, key, kernel.inplace)
+    key += [size for _, size in divides if size not in key]
+    prune = None
+    if divides:  # accesses along these tiles are not masked: a config runs only where its tiles divide the sizes
+        prune = fresh_name(f"_{kernel.name}_tiles_divide", {n for s in ms.scopes for n in s.assigns} | set(ms.kernels))
+        edits.append((kernel.node, _function_before(_divides_function(prune, divides))))
+    decorator = _decorator(configs, key, _restored(kernel), prune)
     edits.append((kernel.node, _add_decorator(kernel, decorator)))
     scope = launches[0].scope
     cleanup = (scope.name, frozenset(dead)) if len({x.scope.name for x in launches}) == 1 else None
     touched = frozenset({kernel.name} | {x.scope.top or kernel.name for x in launches})
-    staged = kernel.pipelinable or (config_set is not None and any(s is not None for _, _, s in config_set[2]))
+    staged = kernel.pipelinable or (config_set is not None and any(s is not None for _, _, s in config_set[1].configs))
     over = ", ".join([*tuned, "num_warps"] + (["num_stages"] if staged else []))
     return Variant(rewrite, f"{label}@triton.autotune on {kernel.name}: {len(configs)} configs over {over}, "
                    f"key {key}", touched, tuple(edits), cleanup if scope.name != "<module>" else None)
@@ -152,14 +151,16 @@ def config_sets(rewrite: str, choose: Chooser) -> Callable[[ModuleSource], Found
     def rewrite_fn(ms: ModuleSource) -> Found:
         variants, reasons = [], []
         for kernel in ms.kernels.values():
-            why = _why_not_autotune(ms, kernel) or (kernel.autotune is not None and f"{kernel.name} is autotuned")
+            why = _why_not_autotune(ms, kernel)
             sets = choose(ms, kernel) if not why else why
             if isinstance(sets, str):
                 reasons.append(sets)
                 continue
+            if kernel.autotune is not None:
+                variants.extend(v for chosen in sets if (v := _merged_configs(kernel, rewrite, chosen, reasons)))
+                continue
             knobs = [k for k in knobs_mod.find(ms)[0] if k.kernel is kernel]
-            variants.extend(v for label, chosen in sets
-                            if (v := _autotuned(ms, kernel, knobs, reasons, (rewrite, label, chosen))))
+            variants.extend(v for chosen in sets if (v := _autotuned(ms, kernel, knobs, reasons, (rewrite, chosen))))
         return Found(variants, reasons)
     return rewrite_fn
 
@@ -247,13 +248,43 @@ def _names(names: list[str]) -> str:
     return "[" + ", ".join(f'"{n}"' for n in names) + "]"
 
 
-def _decorator(configs: list[str], key: list[str], restore: list[str]) -> cst.Decorator:
+def _decorator(configs: list[str], key: list[str], restore: list[str], prune: str | None = None) -> cst.Decorator:
     lines = ["@triton.autotune(", "    configs=["] + [f"        {c}," for c in configs] + ["    ],"]
     lines.append(f"    key={_names(key)},")
-    if restore:  # the kernel writes what it reads: every tuning run must start from the same data
+    if restore:  # the kernel writes what it reads, or adds into it: every tuning run starts from the same data
         lines.append(f"    restore_value={_names(restore)},")
+    if prune is not None:
+        lines.append(f'    prune_configs_by={{"early_config_prune": {prune}}},')
     lines.append(")")
     return cst.parse_module("\n".join(lines) + "\ndef kernel():\n    pass\n").body[0].decorators[0]
+
+
+def _restored(kernel: Kernel) -> list[str]:
+    """Pointer parameters that a tuning run changes in a way the next run reads: both loaded and stored, or
+    the target of an atomic."""
+    accesses = facts_of(kernel).accesses
+    read = {b for a in accesses.loads for b in a.bases}
+    written = {b for a in accesses.stores for b in a.bases}
+    atomic = set().union(*[bases for _, bases in accesses.atomics]) if accesses.atomics else set()
+    return [p.name for p in kernel.params if p.name in (read & written) | atomic]
+
+
+def _divides_function(name: str, divides: tuple[tuple[str, str], ...]) -> cst.FunctionDef:
+    pairs = ", ".join(f'("{tile}", "{size}")' for tile, size in divides)
+    text = (f"def {name}(configs, named_args, **kwargs):\n"
+            f'    """The configs whose tiles divide the sizes they tile (the kernel\'s accesses along them are not '
+            'masked); the launch\'s own, first, where none does."""\n'
+            f"    kept = [c for c in configs if all(named_args[size] % c.kwargs[tile] == 0 for tile, size in "
+            f"({pairs},))]\n"
+            f"    return kept or configs[:1]\n")
+    return cst.parse_module(text).body[0]
+
+
+def _function_before(function: cst.FunctionDef) -> Edit:
+    def edit(node: cst.FunctionDef) -> cst.FlattenSentinel:
+        return cst.FlattenSentinel([function.with_changes(leading_lines=node.leading_lines),
+                                    node.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])])
+    return edit
 
 
 def _add_decorator(kernel: Kernel, decorator: cst.Decorator) -> Edit:
@@ -380,6 +411,64 @@ def _existing_configs(kernel: Kernel) -> tuple[cst.List, list[tuple[dict, int | 
         values, options = config
         parsed.append((values, options.get("num_warps"), options.get("num_stages")))
     return arg.value, parsed
+
+
+def _merged_configs(kernel: Kernel, rewrite: str, config_set: ConfigSet, reasons: list[str]) -> Variant | None:
+    """An autotuned kernel's own configs and the set's, one list: the set's tiles with the other values of the
+    kernel's first config (a group size, say), where the kernel's configs set every tile the set sets."""
+    label, chosen = config_set.label, config_set.configs
+    decorator = kernel.autotune.decorator
+    if config_set.divides and any(a.keyword is not None and a.keyword.value == "prune_configs_by"
+                                  for a in decorator.args):
+        reasons.append(f"{kernel.name}'s accesses along {config_set.divides[0][0]} are not masked, and its autotuner "
+                       "prunes its configs its own way already")
+        return None
+    found = _existing_configs(kernel)
+    if found is None:
+        reasons.append(f"the autotune configs of {kernel.name} are not a literal list of triton.Config")
+        return None
+    configs_list, parsed = found
+    tiles = {p for values, _, _ in chosen for p in values}
+    if not parsed or not all(tiles <= set(values) for values, _, _ in parsed):
+        reasons.append(f"{label} set {', '.join(sorted(tiles))}, which the autotune configs of {kernel.name} do not "
+                       "all set (the launch does)")
+        return None
+    base = parsed[0][0]
+    have = {_config_text(v, w or DEFAULT_WARPS, s) for v, w, s in parsed}
+    new = [text for values, warps, stages in chosen
+           if (text := _config_text({**base, **values}, warps, stages)) not in have]
+    new = list(dict.fromkeys(new))
+    if not new:
+        reasons.append(f"the autotune configs of {kernel.name} hold {label} already")
+        return None
+    elements = [cst.Element(cst.parse_expression(text)) for text in new]
+
+    def edit(node: cst.List) -> cst.List:
+        items = list(node.elements)
+        for element in elements:
+            items = appended(items, element)
+        return node.with_changes(elements=items)
+    edits: list[tuple[cst.CSTNode, Edit]] = [(configs_list, edit)]
+    if config_set.divides:  # the tiles must divide the sizes: the autotuner prunes the configs whose do not
+        ms = kernel.ms
+        prune = fresh_name(f"_{kernel.name}_tiles_divide", {n for s in ms.scopes for n in s.assigns} | set(ms.kernels))
+        key = next((a.value for a in decorator.args if a.keyword is not None and a.keyword.value == "key"), None)
+        if not isinstance(key, cst.List):
+            reasons.append(f"the autotune key of {kernel.name} is not a literal list")
+            return None
+        have_keys = {e.value.evaluated_value for e in key.elements if isinstance(e.value, cst.SimpleString)}
+        more = [cst.Element(cst.SimpleString(f'"{size}"')) for _, size in config_set.divides if size not in have_keys]
+
+        def keyed(node: cst.List) -> cst.List:
+            items = list(node.elements)
+            for element in more:
+                items = appended(items, element)
+            return node.with_changes(elements=items)
+        pruned = keyword_arg("prune_configs_by", cst.parse_expression(f'{{"early_config_prune": {prune}}}'))
+        edits += [(key, keyed), (decorator, lambda node: node.with_changes(args=appended(node.args, pruned))),
+                  (kernel.node, _function_before(_divides_function(prune, config_set.divides)))]
+    return Variant(rewrite, f"{label}: {len(new)} configs added to the {len(parsed)} of {kernel.name}'s autotuner",
+                   frozenset({kernel.name}), tuple(edits))
 
 
 def _more_configs(kernel: Kernel, reasons: list[str]) -> list[Variant]:

@@ -10,6 +10,7 @@ nothing reshapes, scans or sorts a tile (their results depend on its extent).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -18,8 +19,21 @@ from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import code, contains, int_value, loads, subnodes
 
 Config = tuple[dict[str, int], int, int | None]  # block values, num_warps, num_stages (None: Triton's default)
-# The sets a chooser offers for one kernel, each (label, configs); or why it offers none.
-Chooser = Callable[[ModuleSource, Kernel], list[tuple[str, list[Config]]] | str]
+
+
+@dataclass(frozen=True)
+class ConfigSet:
+    """A fixed list of configs for one kernel. `divides`: (tile, size) pairs of a kernel whose accesses along the
+    tile are not masked: a config is used only where its tile divides the size (the autotuner prunes the
+    others; the launch's own config stays where none does)."""
+
+    label: str
+    configs: list[Config]
+    divides: tuple[tuple[str, str], ...] = ()
+
+
+# The sets a chooser offers for one kernel; or why it offers none.
+Chooser = Callable[[ModuleSource, Kernel], list[ConfigSet] | str]
 
 SHAPE_CALLS = ("reshape", "view", "broadcast_to", "expand_dims", "trans", "permute", "join", "split",
                "interleave", "cat", "histogram", "cumsum", "cumprod", "associative_scan", "sort", "flip", "gather")

@@ -24,6 +24,7 @@ from kernelband.proposers.rewriter.analysis.syntax import dotted, subnodes
 from kernelband.proposers.rewriter.rewrites.configs import (
     REDUCTIONS,
     Config,
+    ConfigSet,
     arange_extents,
     broadcasts,
     free_blocks,
@@ -101,7 +102,7 @@ def row_block_only(ms: ModuleSource, kernel: Kernel, param: str) -> bool:
                for u in _uses(ms, kernel, param))
 
 
-def choose(ms: ModuleSource, kernel: Kernel) -> list[tuple[str, list[Config]]] | str:
+def choose(ms: ModuleSource, kernel: Kernel) -> list[ConfigSet] | str:
     if kernel.uses_dot:
         return f"{kernel.name} tiles a tl.dot: matmul_configs tunes it"
     facts = facts_of(kernel)
@@ -117,10 +118,10 @@ def choose(ms: ModuleSource, kernel: Kernel) -> list[tuple[str, list[Config]]] |
         if any(kernel.calls(name) for name in REDUCTIONS) or subnodes(kernel.node.body, cst.For):
             return f"{kernel.name} reduces or loops inside its block: not element-wise"
         if all(_extent(kernel, *u) or _stride(kernel, u[0]) or _hint(kernel, *u) for u in uses):
-            return [("Inductor's pointwise configs", pointwise(param))]
+            return [ConfigSet("Inductor's pointwise configs", pointwise(param))]
         return f"{kernel.name} reads {param} other than as its arange extent and program stride"
     if param in facts.looped:
         if row_block_only(ms, kernel, param):
-            return [("Inductor's reduction configs", reduction(param))]
+            return [ConfigSet("Inductor's reduction configs", reduction(param))]
         return f"{kernel.name} reads {param} other than as a loop step, arange extent and accumulator shape"
     return f"{kernel.name}'s {param} neither scales the program id nor steps a loop"

@@ -109,6 +109,9 @@ def _loop(dk: DotKernel) -> dict | str:
     kernel, block_k = dk.kernel, dk.axes["K"]
     facts = facts_of(kernel)
     dot = next(d for d in facts.dots.plain if d.axes == dk.axes)
+    if not facts.dots.own(dot):
+        return (f"{kernel.name}'s K loop is in a helper it calls: a split twin would need its own copy of the "
+                "helper")
     loop, acc = dot.loop, dot.accumulator
     body = list(kernel.node.body.body)
     if loop.node not in body:

@@ -1,0 +1,92 @@
+"""The size each tile constexpr tiles, as a parameter of the kernel: what a host-side check reads to know that a
+tile divides it, where the kernel's loads and stores along that tile are not masked.
+
+* A tile that a loop steps by tiles the loop's extent: `for k in range(0, K, BLOCK_K)` tiles K.
+* A tile that scales a program id tiles what the kernel counts its tiles over (`tl.cdiv(N, BLOCK_N)`, N a
+  parameter) or what the launch's grid divides by it (`triton.cdiv(M, BLOCK_M)` beside `M` passed as the
+  parameter M).
+"""
+
+from __future__ import annotations
+
+import ast
+
+import libcst as cst
+
+from kernelband.proposers.rewriter.analysis import grids
+from kernelband.proposers.rewriter.analysis.facts import facts_of
+from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import code, int_value
+from kernelband.proposers.rewriter.analysis.values import names_in, tl_name
+
+
+def _counted(kernel: Kernel, param: str) -> set[str]:
+    """Parameters X the kernel divides into tiles of `param`: `tl.cdiv(X, param)`."""
+    found = set()
+    for expression in facts_of(kernel).roles.expressions:
+        for node in ast.walk(expression):
+            if tl_name(node) == "cdiv" and len(node.args) == 2 and ast.unparse(node.args[1]) == param \
+                    and isinstance(node.args[0], ast.Name) and kernel.param(node.args[0].id) is not None:
+                found.add(node.args[0].id)
+    return found
+
+
+def _gridded(ms: ModuleSource, kernel: Kernel, param: str) -> set[str]:
+    """Parameters whose argument every launch's grid divides by the value it passes as `param`."""
+    found: set[str] | None = None
+    for launch in ms.launches_of(kernel):
+        passed = {code(launch.call.args[i].value).strip(): p for p, i in launch.args.items()
+                  if kernel.param(p) is not None and not kernel.param(p).constexpr}
+        here: set[str] = set()
+        if launch.meta_grid is not None:
+            meta, body = launch.meta_grid
+            for division in grids.ceil_divisions_in(body):
+                if code(division.divisor).strip() in (f'{meta}["{param}"]', f"{meta}['{param}']"):
+                    here |= {passed[t] for t in grids.numerator_codes(launch, division) if t in passed}
+        else:
+            arg = launch.arg(param)
+            value = int_value(arg.value) if arg is not None else None
+            divisions = [d for d in launch.ceil_divisions()
+                         if (value is not None and int_value(d.divisor) == value)
+                         or (arg is not None and isinstance(arg.value, cst.Name) and isinstance(d.divisor, cst.Name)
+                             and d.divisor.value == arg.value.value)]
+            owned = grids.owners(ms, launch, divisions, facts_of(kernel).tile_sizes)
+            for division in divisions:
+                if owned[id(division)] == [param]:
+                    here |= {passed[t] for t in grids.numerator_codes(launch, division) if t in passed}
+        found = here if found is None else found & here
+    return found or set()
+
+
+def extent(ms: ModuleSource, kernel: Kernel, param: str) -> str | None:
+    """The parameter naming the size `param` tiles, None where none is certain."""
+    facts = facts_of(kernel)
+    role = facts.roles.get(param)
+    if role is None:
+        return None
+    candidates: set[str] = set()
+    for loop in role.steps:
+        if isinstance(loop.end, ast.Name) and kernel.param(loop.end.id) is not None:
+            candidates.add(loop.end.id)
+        elif loop.end is not None and names_in(loop.end) - {"tl"}:
+            return None
+    if role.tiles:
+        candidates |= _counted(kernel, param) | _gridded(ms, kernel, param)
+    return candidates.pop() if len(candidates) == 1 else None
+
+
+def unbounded_extents(ms: ModuleSource, kernel: Kernel, params: list[str]) -> list[tuple[str, str]] | str:
+    """(tile, size) for each of `params` along which a load or store is not masked; or why a size is not
+    known as a parameter (then no check can say the tile divides it)."""
+    roles = facts_of(kernel).roles
+    pairs = []
+    for param in params:
+        if not roles[param].unbounded:
+            continue
+        size = extent(ms, kernel, param)
+        if size is None:
+            access = roles[param].unbounded[0]
+            return (f"a {access.kind} along {param} in {kernel.name} is not masked, and the size {param} tiles is "
+                    "not a parameter a check could read")
+        pairs.append((param, size))
+    return pairs
