@@ -215,15 +215,18 @@ def call_time(fn, gpu: bool, interpreter_calls: int = 1, synchronize=None, clock
 
 
 def _call_rounds(fn, calls: int, rounds: int, synchronize, clock) -> dict:
-    per_call = []
-    for _ in range(rounds):
-        synchronize()
-        t0 = clock()
-        for _ in range(calls):
-            fn()
-        synchronize()
-        per_call.append((clock() - t0) * 1000.0 / calls)
+    per_call = [back_to_back(fn, calls, synchronize, clock) for _ in range(rounds)]
     return {"call_ms": statistics.median(per_call), "calls": calls, "rounds": rounds}
+
+
+def back_to_back(fn, calls: int, synchronize, clock=time.perf_counter) -> float:
+    """One round: `calls` calls of `fn` one after another, synchronised before and after; ms per call."""
+    synchronize()
+    t0 = clock()
+    for _ in range(calls):
+        fn()
+    synchronize()
+    return (clock() - t0) * 1000.0 / calls
 
 
 def bench(fn, preset: dict, gpu: bool, guard, span: bool = False) -> tuple[list[float], int, dict]:
