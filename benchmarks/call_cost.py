@@ -10,7 +10,7 @@ configuration) and replayed with their grids worked out beforehand and the outpu
 best.py allocates them. The hand-back adds no host cost on a shape when best.py is within max(3 µs, 5 %) of that.
 
     python benchmarks/call_cost.py --db runs.db [--bench N] [--out call_cost.json]
-    python benchmarks/call_cost.py --make --db runs.db [--policy greedy -n 2 -q 2] [--examples a,b] ...
+    python benchmarks/call_cost.py --make --db runs.db [--policy greedy -n 1 -q 2] [--examples a,b] ...
 
 `--make` first runs `kernelband bench --suite examples` into the database (one run per example) to hand the
 modules back; without it the newest finished run of each built-in example in the database is measured. Exit
@@ -211,9 +211,9 @@ def main() -> int:
     parser.add_argument("--make", action="store_true", help="first hand the modules back: kernelband bench "
                         "--suite examples into --db")
     parser.add_argument("--policy", default="greedy", help="with --make: the policy")
-    parser.add_argument("-n", "--iterations", type=int, default=2, help="with --make: iterations per example")
+    parser.add_argument("-n", "--iterations", type=int, default=1, help="with --make: iterations per example")
     parser.add_argument("-q", "--batch", type=int, default=2, help="with --make: arms per iteration")
-    parser.add_argument("--finalists", type=int, default=2, help="with --make: kernels re-checked at the end")
+    parser.add_argument("--finalists", type=int, default=1, help="with --make: kernels re-checked at the end")
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--calls", type=int, default=CALLS, help="back-to-back calls a round, at most")
     parser.add_argument("--round-ms", type=float, default=ROUND_MS, help="fewer calls where a round would take longer")
