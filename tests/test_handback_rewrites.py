@@ -186,3 +186,47 @@ def test_the_report_says_what_else_was_done_to_the_module_handed_back():
 
     assert _handed_back_as({"form": "as_is", "dispatched": ["a", "b"], "cached": ["f_launch(n) -> grid"]}) \
         == "as is, the starting kernel on 2 shapes, launch values cached"
+
+
+TUNED_ROWS = '''
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 128}), triton.Config({"BLOCK": 256})], key=["n"])
+@triton.jit
+def k(x_ptr, n, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    pass
+
+
+def f(x):
+    n = x.numel()
+    k[(triton.cdiv(n, min(4, max(1, triton.next_power_of_2(n) // 1024))),)](
+        x, n, ROWS=min(4, max(1, triton.next_power_of_2(n) // 1024)))
+    return x
+'''
+
+
+def test_a_pinned_module_whose_rewrites_fail_goes_back_pinned_alone():
+    """Every rewrite first (pinned, launch values cached: the pinned launch and its fallback compute the same
+    values, so they move out of the `if`); that failing, the pinned module alone."""
+    from kernelband.evaluation.records import TunedChoice, TunedConfig
+
+    choice = TunedChoice("k", [4096, "torch.float32"], TunedConfig({"BLOCK": 128}, num_warps=4, num_stages=3))
+    tried = []
+
+    def evaluate(source):
+        tried.append(source)
+        ok = "f_launch" not in source  # the module with cached launch values fails here
+        return _result(1.2, 1.3) if ok else EvalResult(task="t", outcome=Outcome.RUNTIME_ERROR, detail="boom")
+
+    search = _result(1.2, 1.3)
+    search.tuned = [choice]
+    chosen = hand_back(TUNED_ROWS, search, _result(1.2, 1.3), evaluate, noise=1.0)
+    assert len(tried) == 2
+    assert "    ROWS, grid = f_launch(n)\n    if config is None:" in tried[0]  # both branches' values, moved
+    assert "k_tuned[grid](\n            x, n, ROWS=ROWS)" in tried[0] and "x, n, ROWS=ROWS, **config)" in tried[0]
+    assert chosen.source == tried[1] and chosen.handback.form is Form.PINNED and chosen.handback.cached == []
+    assert "f_launch" not in chosen.source and "k_config" in chosen.source
+    assert any("its launch values cached: the pinned module is runtime_error: boom" in n
+               for n in chosen.handback.notes)

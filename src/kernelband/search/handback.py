@@ -126,8 +126,9 @@ class _Form:
     cached: list[str] = field(default_factory=list)
 
     def what(self) -> str:
-        done = (["pinned"] if self.pinned else []) + (["dispatching to the starting kernel"] if self.dispatched
-                                                        else []) + (["launch values cached"] if self.cached else [])
+        done = [what for what, done in (("pinned", self.pinned), ("sending shapes to the starting kernel",
+                                                                  self.dispatched),
+                                        ("its launch values cached", self.cached)) if done]
         return "the module " + ", ".join(done)
 
 
@@ -155,30 +156,27 @@ def hand_back(source: str, search: EvalResult | None, check: EvalResult | None,
         return Chosen(source, as_searched, check)
     forms = _forms(source, pinned.source if pinned is not None else None, search, check, noise, start, objective,
                    as_searched.notes)
-    failures = []
+    failures: list[tuple[_Form, tuple[NotPinned, str]]] = []
     for form in forms:
         result = evaluate(form.source)
-        why = _rejected(form, result, check, noise, objective)
         if form.pinned:
             as_searched.pinned_speedup, as_searched.pinned_held_out_speedup = result.speedup, result.held_out_speedup
+        why = _rejected(form, result, check, noise, objective)
         if why is None:
             record = Handback(Form.PINNED if form.pinned else as_searched.form, as_searched.reason,
                               as_searched.detail, shapes=shape_times(result), dispatched=form.dispatched,
-                              cached=form.cached,
-                              notes=as_searched.notes + [f"{f.what()}: {w[1]}" for f, w in failures])
+                              cached=form.cached, notes=as_searched.notes + [f"{f.what()}: {w}" for f, (_, w) in failures])
             if form.pinned:
                 record.kernels, record.keys = pinned.kernels, pinned.keys
-                record.autotuned_speedup, record.detail = check.speedup, f"{pinned.keys} keys of " \
-                    f"{', '.join(pinned.kernels)} pinned"
+                record.detail = f"{pinned.keys} keys of {', '.join(pinned.kernels)} pinned"
+                record.autotuned_speedup = check.speedup
                 record.pinned_speedup, record.pinned_held_out_speedup = result.speedup, result.held_out_speedup
             return Chosen(form.source, record, result, autotuned=source if form.pinned else None)
         failures.append((form, why))
-    if not failures:
-        return Chosen(source, as_searched, check)
-    as_searched.notes += [f"{form.what()}: {why[1]}" for form, why in failures]
-    last = next(((f, w) for f, w in reversed(failures) if f.pinned), None)  # the pinned module alone
-    if last is not None and as_searched.reason is None:
-        return _autotuned(source, check, as_searched, *last[1])
+    as_searched.notes += [f"{form.what()}: {why}" for form, (_, why) in failures]
+    alone = [why for form, why in failures if form.pinned]  # the last: the pinned module alone
+    if alone and as_searched.reason is None:
+        return _autotuned(source, check, as_searched, *alone[-1])
     return Chosen(source, as_searched, check)
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from kernelband.proposers.rewriter.source import Launch, ModuleSource
+from kernelband.proposers.rewriter.source import _launch as launch_of  # the launch's arguments by parameter
 from kernelband.proposers.rewriter.syntax import Scope, code, contains, dotted, fresh_name, loads, subnodes
 from kernelband.search.module_edits import Replace, Unparenthesize, spaced, with_import
 
@@ -55,7 +56,7 @@ def cache_launch_values(source: str) -> Cached:
         fn = scope.node
         if not (isinstance(fn, cst.FunctionDef) and fn in ms.module.body and isinstance(fn.body, cst.IndentedBlock)):
             continue
-        launches = [launch for launch in ms.launches if launch.scope is scope]
+        launches = _launches(ms, scope)
         plan = _Plan(fn, scope, launches, constants, used, shadowed).make() if launches else None
         if plan is not None:
             replace[id(fn)] = plan.statements
@@ -64,6 +65,23 @@ def cache_launch_values(source: str) -> Cached:
         return Cached(source)
     module = with_import(ms.module.visit(Replace(replace)), "functools")
     return Cached(module.code, functions)
+
+
+def _launches(ms: ModuleSource, scope: Scope) -> list[Launch]:
+    """The launches in a function: of the module's kernels, and of the copies of them a module-level name binds
+    (`k_tuned = triton.autotune(...)(k)`: a pinned module's fallback, launched beside the pinned kernel)."""
+    found = [launch for launch in ms.launches if launch.scope is scope]
+    copies = {}
+    for name in ms.module_scope.assigns:
+        value = ms.module_scope.value(name)
+        if (isinstance(value, cst.Call) and len(value.args) == 1 and isinstance(value.args[0].value, cst.Name)
+                and value.args[0].value.value in ms.kernels):
+            copies[name] = ms.kernels[value.args[0].value.value]
+    nested = {id(c) for fn in subnodes(scope.node.body, cst.FunctionDef) for c in subnodes(fn, cst.Call)}
+    for call in subnodes(scope.node.body, cst.Call):
+        if isinstance(call.func, cst.Subscript) and dotted(call.func.value) in copies and id(call) not in nested:
+            found.append(launch_of(copies[dotted(call.func.value)], call, scope))
+    return found
 
 
 def _constants(ms: ModuleSource) -> frozenset[str]:
@@ -325,7 +343,8 @@ class _Plan:
         returned = [n for n in names if n in wanted]
         call = cst.parse_statement(f"{', '.join(returned)} = {function}({', '.join(inputs)})\n")
         new_fn = self.fn.with_changes(body=self.fn.body.with_changes(body=[*body, call, *rest]))
-        lines = "".join(f"    {n} = {code(v.visit(Unparenthesize()))}\n" for n, v in named)
+        lines = "".join(self._comments(n) + f"    {n} = {code(v.visit(Unparenthesize()))}{self._trailing(n)}\n"
+                        for n, v in named)
         text = (f"@functools.cache\n"
                 f"def {function}({', '.join(inputs)}):\n"
                 f'    """What {self.fn.name.value}\'s launches compute from the shape alone: once per shape, not on '
@@ -336,6 +355,22 @@ class _Plan:
         self.statements = [cached, new_fn]
         self.summary = f"{function}({', '.join(inputs)}) -> {', '.join(returned)}"
         return self
+
+
+    def _moved(self, name: str) -> cst.SimpleStatementLine | None:
+        """The statement a moved value came from, if it was one of the function's."""
+        return self.body[self.derived[name][0]] if name in self.derived else None
+
+    def _comments(self, name: str) -> str:
+        """The comment lines above a moved statement, which go with it."""
+        statement = self._moved(name)
+        lines = [line.comment.value for line in statement.leading_lines if line.comment] if statement else []
+        return "".join(f"    {line}\n" for line in lines)
+
+    def _trailing(self, name: str) -> str:
+        statement = self._moved(name)
+        comment = statement.trailing_whitespace.comment if statement is not None else None
+        return f"  {comment.value}" if comment is not None else ""
 
 
 class _Named(cst.CSTTransformer):
