@@ -478,6 +478,8 @@ def test_iterations_zero_names_the_flag(tmp_path):
     assert_user_error(proc, "--iterations must be at least 1, not 0")
     proc = kernelband_here("optimize", "examples:vector_add", "--batch", "0", "--db", str(tmp_path / "x.db"))
     assert_user_error(proc, "--batch must be at least 1, not 0")
+    proc = kernelband_here("optimize", "examples:vector_add", "--objective", "wall", "--db", str(tmp_path / "x.db"))
+    assert_user_error(proc, "--objective is device or call, not 'wall'")
 
 
 def test_eval_prints_the_wall_time_per_call_beside_the_device_time_as_interpreter_timings():
