@@ -465,10 +465,11 @@ def test_a_candidates_first_timing_measures_it_alone_first_and_retimes_it_when_o
     from kernelband.evaluation.records import EvalResult, Outcome, ShapeResult
 
     script = {"ref": [0.010, 0.010, 0.010], "cand": [0.005, 0.100, 0.005]}  # learn, pair, pair again
-    asked = []
+    asked, per_call = [], []
 
     def reply(who, message):
         asked.append(who)
+        per_call.append(message["call"])
         ms = script[who].pop(0)
         return {"ok": True, "times": [ms] * 5, "gpu_waits": 5, "call_ms": 3 * ms}
 
@@ -486,6 +487,7 @@ def test_a_candidates_first_timing_measures_it_alone_first_and_retimes_it_when_o
             ev.timing.time(ctx)
     shape = result.shapes[0]
     assert asked == ["ref", "cand", "ref", "cand", "ref", "cand"]
+    assert per_call == [False, False, True, True, True, True]  # a measurement that only learns: no per-call time
     assert (shape.retimed, shape.cand_ms, shape.speedup) == (1, 0.005, 2.0)
     assert (shape.call_ms, shape.ref_call_ms) == (pytest.approx(0.015), pytest.approx(0.030))
     assert result.call_speedup == pytest.approx(2.0)

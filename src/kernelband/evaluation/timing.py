@@ -41,9 +41,11 @@ def _short_so_far(total_ms: float, preset: Preset) -> bool:
     return preset.span_task_ms is None or total_ms < preset.span_task_ms
 
 
-def _time_message(index: int, seed: int, wire: dict) -> dict:
-    """A worker's `time` request for one shape, its timing inputs made from `seed`, timed by events."""
-    return {"op": "time", "shape": index, "seed": derive_seed(seed, index, 2), "preset": wire, "span": False}
+def _time_message(index: int, seed: int, wire: dict, call: bool = True) -> dict:
+    """A worker's `time` request for one shape, its timing inputs made from `seed`, timed by events; with `call`,
+    the wall time per call measured beside (not for a measurement that only learns a usual time)."""
+    return {"op": "time", "shape": index, "seed": derive_seed(seed, index, 2), "preset": wire, "span": False,
+            "call": call}
 
 
 class Timing:
@@ -119,9 +121,12 @@ class Timing:
             def learn(history: interleave.RefHistory, key: tuple, who: str, msg=msg, during=during,
                       timers=timers, measure=measure) -> float | None:
                 """One more measurement of one side alone, its usual time on this shape and timer: what the
-                pair's measurement of that side is compared with (None where the worker timed it otherwise)."""
+                pair's measurement of that side is compared with (None where the worker timed it otherwise). Its
+                wall time per call is not wanted: the pair's is the one kept."""
                 timers.clear()
+                msg["call"] = False
                 sample = measure(who)
+                msg["call"] = True
                 during.clear()
                 asked = "span" if msg["span"] else "events"
                 return self._learn(history, key, sample.times, preset) if timers == {asked} else None
@@ -222,7 +227,7 @@ class Timing:
             key = (ctx.task.key, preset.name, shape.index)
             expected = self.history.expected(key)
             if expected is None:
-                msg = _time_message(shape.index, ctx.seed, wire)
+                msg = _time_message(shape.index, ctx.seed, wire, call=False)
                 asked = time.perf_counter()
                 reply = self._ask_ref(ctx.task, ctx.ref, msg, f"timing {shape.label}")
                 _add_phases(result.seconds, reply, time.perf_counter() - asked)
@@ -258,7 +263,7 @@ class Timing:
             with self.pool.gpu_lock.doing("reference timing"), \
                     (self.pool.gpu_lock.exclusive() if todo else nullcontext()):
                 for shape in todo:
-                    msg = _time_message(shape.index, 0, wire)
+                    msg = _time_message(shape.index, 0, wire, call=False)
                     reply = self._ask_ref(task, ref, msg, f"timing {shape.label}")
                     if reply.get("ok"):
                         self._learn(self.history, (task.key, preset.name, shape.index), reply["times"], preset)

@@ -404,7 +404,7 @@ class Worker:
         try:
             self._seed(request["seed"])
             reply = time_shape(self.harness, request["shape"], request["preset"], self.gpu, self.guard,
-                               bool(request.get("span")), self.device)
+                               bool(request.get("span")), self.device, request.get("call", True))
         except BaseException as exc:  # noqa: BLE001
             return self._failed(exc)
         return {**reply, "tampered": self._tamper()}

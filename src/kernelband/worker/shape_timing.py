@@ -26,11 +26,12 @@ def placements(harness, index: int, preset: dict, device: str) -> list:
     return [in_own_pages(first) for _ in range(want)]
 
 
-def time_shape(harness, index: int, preset: dict, gpu: bool, guard, span: bool, device: str) -> dict:
+def time_shape(harness, index: int, preset: dict, gpu: bool, guard, span: bool, device: str,
+               call: bool = True) -> dict:
     """The reply to `time` (less `tampered`): the device times of the calls ("times", ms), the GPU waits queued,
-    how many copies of the inputs the calls cycled through, the wall time per call of back-to-back calls over
-    the same copies ("call_ms", with "calls" per round and "rounds"), and where the seconds went ("phases").
-    Raises what the module raises."""
+    how many copies of the inputs the calls cycled through, with `call` the wall time per call of back-to-back
+    calls over the same copies ("call_ms", with "calls" per round and "rounds"), and where the seconds went
+    ("phases"). Raises what the module raises."""
     t0 = time.perf_counter()
     copies = placements(harness, index, preset, device)
     made = time.perf_counter() - t0
@@ -42,6 +43,6 @@ def time_shape(harness, index: int, preset: dict, gpu: bool, guard, span: bool, 
     with unhooked():
         times, waits, info = bench(fn, preset, gpu, guard, span)
         t0 = time.perf_counter()
-        per_call = call_time(fn, gpu, int(preset.get("interpreter_rep", 1)))
+        per_call = call_time(fn, gpu, int(preset.get("interpreter_rep", 1))) if call else {}
     info.setdefault("phases", {}).update(inputs=made, call=time.perf_counter() - t0)
     return {"ok": True, "times": times, "gpu_waits": waits, "placements": len(copies), **info, **per_call}
