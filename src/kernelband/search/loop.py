@@ -152,7 +152,11 @@ class Search:
         # rewriter do without it, at about half the time per candidate (BENCHMARKS.md, pool-noncu).
         self.profile = policy.uses_profile or proposer.uses_profile
         self.knowledge = None  # knowledge carried across kernels (knowledge.Carry), set by open_search
-        self.objective = Objective(config.objective)
+
+    @property
+    def objective(self) -> Objective:
+        """What the run makes faster (its config's)."""
+        return Objective(self.config.objective)
 
     # -- the pieces ---------------------------------------------------------------------------
     def _evaluate(self, cid: int, source: str, which: str = "search", shapes: str | None = None) -> EvalResult:
