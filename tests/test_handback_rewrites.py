@@ -230,3 +230,14 @@ def test_a_pinned_module_whose_rewrites_fail_goes_back_pinned_alone():
     assert "f_launch" not in chosen.source and "k_config" in chosen.source
     assert any("its launch values cached: the pinned module is runtime_error: boom" in n
                for n in chosen.handback.notes)
+
+
+def test_a_name_the_function_declares_global_stays_where_it_is():
+    source = BRANCHED.replace("\nimport triton\n", "\nimport triton\nimport triton.language as tl\n\n\n"
+                              "@triton.jit\ndef k(x_ptr, n, BLOCK: tl.constexpr):\n    pass\n")
+    source = source.replace("    n = x.numel()\n", "    global LAST\n    n = x.numel()\n"
+                            "    LAST = min(4, max(1, triton.next_power_of_2(n) // 64))\n")
+    source = source.replace("BLOCK=min(1024, triton.next_power_of_2(n))", "BLOCK=min(1024, triton.next_power_of_2(n)) // LAST")
+    cached = cache_launch_values(source)
+    assert cached.functions == ["entry_launch(n) -> num_warps"]  # LAST is the module's: it stays in entry
+    assert "    LAST = min(4, max(1, triton.next_power_of_2(n) // 64))\n" in cached.source.split("def entry(x):")[1]

@@ -169,6 +169,7 @@ class _Plan:
                  used: set[str], shadowed: frozenset[str]):
         self.fn, self.scope, self.launches, self.constants, self.used = fn, scope, launches, constants, used
         self.body = list(fn.body.body)
+        self.declared = {n.name.value for d in subnodes(fn, cst.Global) + subnodes(fn, cst.Nonlocal) for n in d.names}
         # names the function or the module binds: a PURE_CALLS name among them is not the builtin or module
         self.shadowed = set(scope.assigns) | set(scope.params) | shadowed
         self.ints: dict[str, int] = {}  # integer names of the shape -> the statement that binds them (-1: a parameter)
@@ -177,7 +178,9 @@ class _Plan:
         self.summary = ""
 
     def _once(self, name: str) -> bool:
-        return len(self.scope.assigns.get(name, [])) == 1 and name not in self.scope.params
+        """Assigned once in the function, as a local of its own (not a parameter, not declared global)."""
+        return (len(self.scope.assigns.get(name, [])) == 1 and name not in self.scope.params
+                and name not in self.declared)
 
     def _pure(self, node: cst.CSTNode) -> set[str] | None:
         """The shape's integers an expression reads, where it reads nothing else and calls only PURE_CALLS (or
