@@ -203,6 +203,13 @@ def test_eval_of_the_starting_kernel_is_ok_with_the_full_record():
     assert "sol_median" in result and "sol_median_large" in result
     assert set(result["features"]) >= {"rho", "phi", "sources"}
     assert result["features"]["rho"]["block_dim_x"] == 128  # vector_add's BLOCK_SIZE
+    # the wall time per call beside the device time, both sides, and its runtime-weighted speedup (interpreter
+    # timings: the record says so, as for the device times)
+    search = [s for s in result["shapes"] if not s["held_out"]]
+    assert all(s["call_ms"] > 0 and s["ref_call_ms"] > 0 for s in result["shapes"])
+    assert result["call_speedup"] == pytest.approx(sum(s["ref_call_ms"] for s in search)
+                                                   / sum(s["call_ms"] for s in search))
+    assert result["seconds"]["timing_call"] > 0
 
 
 @pytest.mark.parametrize("script, args", [
@@ -471,6 +478,25 @@ def test_iterations_zero_names_the_flag(tmp_path):
     assert_user_error(proc, "--iterations must be at least 1, not 0")
     proc = kernelband_here("optimize", "examples:vector_add", "--batch", "0", "--db", str(tmp_path / "x.db"))
     assert_user_error(proc, "--batch must be at least 1, not 0")
+    proc = kernelband_here("optimize", "examples:vector_add", "--objective", "wall", "--db", str(tmp_path / "x.db"))
+    assert_user_error(proc, "--objective is device or call, not 'wall'")
+
+
+def test_eval_prints_the_wall_time_per_call_beside_the_device_time_as_interpreter_timings():
+    from kernelband.cli import app as app_module
+    from kernelband.cli.evaluate import _print_result
+    from kernelband.evaluation.records import EvalResult, Outcome, ShapeResult
+
+    shape = ShapeResult(0, "n=4096", False, correct=True, ref_ms=2.0, cand_ms=1.0, speedup=2.0, ref_call_ms=2.5,
+                        call_ms=3.125)
+    result = EvalResult(task="examples:vector_add", outcome=Outcome.OK, speedup=2.0, call_speedup=0.8,
+                        interpreter=True, shapes=[shape])
+    with app_module.out.capture() as captured:
+        _print_result(result)
+    text = captured.get()
+    assert "ref call interpreter ms" in text and "cand call interpreter ms" in text and "3.125" in text
+    assert "speedup 2.000x (runtime-weighted)   per call 0.800x" in text
+    assert "Triton-interpreter timings" in text
 
 
 def test_a_failed_candidate_shows_no_feature_lines():

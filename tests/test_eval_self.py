@@ -72,6 +72,9 @@ def test_the_self_eval_script_runs_fresh_evals_and_judges_each_shape(tmp_path):
     table = script.rows({"softmax": [{"outcome": "ok", "shapes": [{"label": "a", "speedup": 0.72}]},
                                      {"outcome": "ok", "shapes": [{"label": "a", "speedup": 1.01}]}]})
     assert table == [{"example": "softmax", "shape": "a", "speedups": [0.72, 1.01], "worst": 0.28, "failed": []}]
+    # the count the target is stated in: shapes within the tolerance in every run
+    assert script.within(table + [{**table[0], "shape": "b", "worst": 0.01}], 0.02) == 1
+    assert f"{len(rows)} of {len(rows)} shapes within 10000 % in all 1 runs" in proc.stdout
 
 
 def test_the_self_eval_script_refuses_an_unknown_example():

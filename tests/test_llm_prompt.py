@@ -91,3 +91,17 @@ def test_the_starting_kernel_is_described_by_the_task_description():
     perf = s[prompt.PERFORMANCE]  # k0 is not compared with itself
     assert "Speedup" not in perf and "(the starting kernel:" not in perf and "- n=4096: 0.01 ms, 25 %" in perf
     assert prompt.TRIED_HERE not in s and prompt.LINEAGE not in s
+
+
+def test_a_search_made_faster_per_call_tells_the_model_so_with_the_per_call_times():
+    from dataclasses import replace
+
+    from kernelband.search.core import Objective
+
+    cand = parent(objective=Objective.CALL)
+    cand.result = replace(cand.result, call_speedup=0.8, shapes=[
+        replace(s, ref_call_ms=0.030, call_ms=0.045) for s in cand.result.shapes])
+    perf = rendered(cand, context())[prompt.PERFORMANCE].splitlines()
+    assert perf[0].startswith("Speedup over the starting kernel per call: 0.800x (the wall time of back-to-back")
+    assert perf[2] == ("- n=4096: 0.01 ms (the starting kernel: 0.02 ms), 0.045 ms per call (the starting kernel: "
+                       "0.03 ms), 25 % of the speed of light")

@@ -35,6 +35,9 @@ def test_optimize_end_to_end_with_the_rewriter(tmp_path: Path):
     assert summary["iterations"] == 3 and summary["evaluations"] >= 1
     assert summary["best_outcome"] == "ok"
     assert summary["interpreter"] is True and summary["device"]  # labelled: interpreter timings
+    # both measures, whatever the objective (device, the default): the wall time per call beside the device time
+    assert summary["objective"] == "device" and summary["k0_self_call_speedup"] > 0
+    assert summary["best_call_speedup"] > 0 and summary["confirmed_call_speedup"] > 0
     # against torch: not timed on the interpreter, and the summary says why
     assert summary["best_vs_eager"] is None and "interpreter" in summary["vs_eager_skipped"]
     assert summary["best_vs_compile"] is None and "interpreter" in summary["vs_compile_skipped"]

@@ -67,14 +67,17 @@ def test_the_pinned_module_gives_the_autotuned_ones_results_on_every_shape(evalu
     assert result.tuned == []  # every key met was in the table: the fallback tuner never ran
 
 
-def test_a_key_the_search_never_met_falls_back_to_the_tuner_over_the_winning_configs(evaluator, vector_add,
-                                                                                      autotuned, tuned_result):
-    seen = [c for c in tuned_result.tuned if not c.held_out]
-    # two winners, whatever the interpreter's clock chose (a fallback of one config has nothing to tune)
-    other = next(t for t in seen[0].timings if (t.kwargs, t.num_warps) != (seen[1].chosen.kwargs,
-                                                                           seen[1].chosen.num_warps))
-    seen[0] = TunedChoice(seen[0].kernel, seen[0].key, TunedConfig(other.kwargs, other.num_warps, other.num_stages))
-    pinned = pin(autotuned, seen)
+def test_a_key_the_search_never_met_falls_back_to_the_winning_configs_and_the_starting_kernels_launch(
+        evaluator, vector_add, autotuned, tuned_result):
+    """The fallback tuner of a pinned module chooses among the configurations that won somewhere and the one the
+    starting kernel launches with (vector_add's: BLOCK_SIZE=128, num_warps=1), so that on a shape the search
+    never timed it can always choose what the starting kernel ran."""
+    seen = [c for c in tuned_result.tuned if not c.held_out][:2]
+    # two winners, neither of them the starting kernel's launch
+    won = [TunedConfig({"BLOCK_SIZE": 256}, 1, 3), TunedConfig({"BLOCK_SIZE": 128}, 2, 3)]
+    seen = [TunedChoice(c.kernel, c.key, config) for c, config in zip(seen, won)]
+    pinned = pin(autotuned, seen, start=vector_add.module_source)
+    assert 'triton.Config({"BLOCK_SIZE": 128}, num_warps=1, num_stages=3),\n    ],' in pinned.source
     result = evaluator.evaluate(vector_add, pinned.source, which="all", seed=5)
     assert result.ok, result.detail
     fell_back = result.tuned
@@ -82,7 +85,29 @@ def test_a_key_the_search_never_met_falls_back_to_the_tuner_over_the_winning_con
     assert {c.kernel for c in fell_back} == {"add_kernel_tuned"}
     winners = {json.dumps([c.chosen.kwargs, c.chosen.num_warps]) for c in seen}
     tried = {json.dumps([t.kwargs, t.num_warps]) for c in fell_back for t in c.timings}
-    assert tried == winners  # pruned to the configurations that won somewhere
+    assert tried == winners | {json.dumps([{"BLOCK_SIZE": 128}, 1])}
+    # without the starting kernel: the winners alone, as before
+    assert "num_warps=1, num_stages=3" not in pin(autotuned, seen).source
+
+
+def test_the_starting_kernels_launch_joins_the_fallback_only_where_it_says_it_in_numbers():
+    from kernelband.tasks import load_task
+
+    softmax = load_task("examples:softmax")
+    from kernelband.proposers.rewriter.proposer import options
+
+    found = options(softmax.module_source, ("inductor_configs",))
+    tuned = found.variants[0].apply(found.module)  # Inductor's reduction configs: none of them the starting one's
+    choice = TunedChoice("softmax_kernel", [1000, 4000, "torch.float32", "torch.float32"],
+                         TunedConfig({"BLOCK_SIZE": 1024}, num_warps=8, num_stages=1))
+    pinned = pin(tuned, [choice], start=softmax.module_source)
+    assert 'triton.Config({"BLOCK_SIZE": 128}, num_warps=1, num_stages=3),' in pinned.source
+    assert "among the configurations that won somewhere and the starting kernel's launch" in pinned.source
+    # a starting kernel that computes the tuned value at its launch: noted, not guessed
+    computed = softmax.module_source.replace("BLOCK_SIZE=128", "BLOCK_SIZE=triton.next_power_of_2(cols)")
+    pinned = pin(tuned, [choice], start=computed)
+    assert "num_warps=1, num_stages=3" not in pinned.source
+    assert any("computes BLOCK_SIZE at its launch" in n for n in pinned.notes)
 
 
 PRUNED = '''
@@ -157,9 +182,11 @@ def test_the_pinned_module_goes_back_with_its_own_figures_unless_it_is_slower_fa
     chosen = hand_back(SIMPLE, _ok(1.3, tuned=[choice]), _ok(1.2), evaluate(_ok(1.21)), noise=1.005)
     assert chosen.handback.form is Form.PINNED and chosen.check.speedup == 1.21
     assert chosen.source == evaluated[0] and chosen.autotuned == SIMPLE
-    assert "K_CONFIGS.get((x.numel(), *tensor_dtypes(x)))" in chosen.source
-    assert chosen.handback.shapes == [{"label": "n=1", "held_out": False, "ms": 0.5, "timer": "events",
-                                       "placements": 1}]
+    # the key's argument computed once, and the key looked up once per key, not on every call
+    assert "    n = x.numel()\n    config = k_config((n,), (x.dtype,))\n" in chosen.source
+    assert "@functools.cache\ndef k_config(values, dtypes):" in chosen.source and "import functools" in chosen.source
+    assert chosen.handback.shapes == [{"label": "n=1", "held_out": False, "ms": 0.5, "call_ms": None,
+                                       "timer": "events", "placements": 1}]
     # slower than the autotuned module by more than the noise floor (2 % here)
     slower = hand_back(SIMPLE, _ok(1.3, tuned=[choice]), _ok(1.2), evaluate(_ok(1.15)), noise=0.98)
     assert (slower.handback.form, slower.handback.reason) == (Form.AUTOTUNED, NotPinned.SLOWER)
@@ -294,7 +321,7 @@ def test_an_llm_style_module_is_pinned_at_a_nested_multi_line_launch():
         in pinned.source
     # the key as Triton computes it: the key arguments passed at the launch, then the other arguments' dtypes
     # (constexprs and a tensor's numbers have none)
-    assert "ROWS_KERNEL_CONFIGS.get((M, N, *tensor_dtypes(x, out)))" in pinned.source
+    assert "config = rows_kernel_config((M, N), (x.dtype, out.dtype))" in pinned.source
     # configs built by a function: the fallback tunes over all of them, with the decorator's other arguments
     assert "configs=_configs(),\n    key=[\"M\", \"N\"],\n    reset_to_zero=[\"out_ptr\"],\n)(rows_kernel)" \
         in pinned.source

@@ -95,7 +95,8 @@ HELD_OUT_FAILS = ("kernelband", "examples:softmax", 1)
 def _shapes(speedup: float, sol_scale: float) -> list[ShapeResult]:
     shapes = [ShapeResult(index=i, label=f"n={4096 << (2 * i)}", held_out=False, correct=True, ref_ms=1.0 + i,
                           cand_ms=(1.0 + i) / speedup, speedup=speedup, bound_ms=(1.0 + i) * sol,
-                          sol_fraction=min(1.0, sol * sol_scale)) for i, sol in enumerate(K0_SOL)]
+                          sol_fraction=min(1.0, sol * sol_scale), ref_call_ms=0.02 + i, call_ms=0.04 + i)
+              for i, sol in enumerate(K0_SOL)]
     return shapes + [ShapeResult(index=3, label="n=999983", held_out=True)]
 
 
@@ -359,7 +360,9 @@ def test_run_report(built, tmp_path):
     search = built["store"].evaluation(run_id, best)
     shapes = tables["shapes"].rows
     assert [r[0][0] for r in shapes] == [s.label for s in search.shapes]
-    assert shapes[0][4][0] == f"{search.shapes[0].speedup:.3f}" and shapes[0][5][0] == "0.995"  # k0 vs itself
+    assert shapes[0][4][0] == f"{search.shapes[0].speedup:.3f}" and shapes[0][8][0] == "0.995"  # k0 vs itself
+    # per call beside the device time: the wall times of back-to-back calls and their speedup
+    assert [c[0] for c in shapes[0][5:8]] == ["0.02", "0.04", "0.500"]
     html = page.read_text()
     assert "Trajectory" in html and "Per shape, against the reference and torch" in html and 'id="lineage"' in html
     assert "Speedup and Fast@1 per iteration" not in html

@@ -180,7 +180,9 @@ def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_si
     preset = dataclasses.replace(PRESETS["default"], name="span", timer="span")
     by_index, result, _ = timing(preset)
     assert asked == [("ref", 0, False), ("ref", 1, False),  # the task's time learnt by events: 0.01 ms
-                     ("ref", 0, True), ("cand", 0, True),  # so its short shapes by spans
+                     ("ref", 0, True), ("cand", 0, True),  # so its short shapes by spans: each side's usual
+                     ("ref", 0, True), ("cand", 0, True),  # time by spans learnt alone first, then the pair
+                     ("ref", 1, True), ("cand", 1, True),
                      ("cand", 1, True), ("ref", 1, True),  # the candidate's unreadable
                      ("cand", 1, False), ("ref", 1, False)]  # so both again by events
     assert (by_index[0].timer, by_index[0].ref_ms, by_index[0].speedup) == ("span", 0.002, 1.0)
@@ -409,12 +411,16 @@ def test_a_call_that_waits_for_the_gpu_is_reported_not_waited_for():
 
 
 def _scripted(times: dict[str, list[float]]):
-    """measure(who) returning the next scripted time of that side, as a one-iteration measurement."""
+    """measure(who) returning the next scripted time of that side, as a one-iteration measurement, its wall time
+    per call ten times its device time."""
+    from kernelband.evaluation.interleave import Sample
+
     calls: list[str] = []
 
-    def measure(who: str) -> list[float]:
+    def measure(who: str) -> Sample:
         calls.append(who)
-        return [times[who].pop(0)]
+        ms = times[who].pop(0)
+        return Sample([ms], 10 * ms)
     return measure, calls
 
 
@@ -427,6 +433,66 @@ def test_a_disturbed_reference_is_measured_again_and_the_nearest_attempt_kept():
     assert [a.ref_ms for a in attempts] == [0.300, 0.0101]  # the second attempt was within 1.2x: no third
     assert calls == ["ref", "cand", "ref", "cand"]
     assert (kept.ref_ms, kept.cand) == (0.0101, [[0.0052]])  # the pair from the undisturbed window
+
+
+def test_a_disturbed_candidate_is_measured_again_under_the_same_rule_as_the_reference():
+    """A one-shot eval's single candidate measurement 1.1-25x slow beside a clean reference: the candidate's
+    usual time (its measurement alone, first) tells it, and the pair is measured again, both sides; the attempt
+    nearest both usual times is kept, its per-call times with it."""
+    from kernelband.evaluation.interleave import measure_shape
+
+    measure, calls = _scripted({"ref": [0.0100, 0.0101], "cand": [0.250, 0.0051]})
+    kept, attempts = measure_shape(measure, rounds=1, ref_first=True, stat="median", expected=0.010,
+                                   threshold=1.2, retries=2, cand_expected=0.005)
+    assert [a.cand_ms for a in attempts] == [0.250, 0.0051] and calls == ["ref", "cand"] * 2
+    assert (kept.ref_ms, kept.cand_ms) == (0.0101, 0.0051)
+    assert (kept.cand_call, kept.ref_call) == (pytest.approx([0.051]), pytest.approx([0.101]))
+    # without the candidate's usual time, as before: only the reference is compared
+    measure, calls = _scripted({"ref": [0.0100], "cand": [0.250]})
+    kept, attempts = measure_shape(measure, 1, True, "median", expected=0.010, threshold=1.2, retries=2)
+    assert len(attempts) == 1 and kept.cand_ms == 0.250
+
+
+def test_a_candidates_first_timing_measures_it_alone_first_and_retimes_it_when_off():
+    """Timing.time with the worker's replies played by stand-ins (a GPU evaluator): the reference's and the
+    candidate's usual times are learnt from one measurement alone each; the pair's candidate side came out 20x
+    slow, so the shape is measured again; the note says which side was off, and the shape keeps the clean pair
+    with its per-call times."""
+    from types import SimpleNamespace
+
+    from kernelband.evaluation.context import EvalContext
+    from kernelband.evaluation.evaluator import Evaluator
+    from kernelband.evaluation.records import EvalResult, Outcome, ShapeResult
+
+    script = {"ref": [0.010, 0.010, 0.010], "cand": [0.005, 0.100, 0.005]}  # learn, pair, pair again
+    asked, per_call = [], []
+
+    def reply(who, message):
+        asked.append(who)
+        per_call.append(message["call"])
+        ms = script[who].pop(0)
+        return {"ok": True, "times": [ms] * 5, "gpu_waits": 5, "call_ms": 3 * ms}
+
+    result = EvalResult(task="t", outcome=Outcome.OK)
+    result.shapes = [ShapeResult(0, "s0", False, correct=True)]
+    with Evaluator(mode="interpreter", warm=0, use_ncu=False) as ev:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(ev.settings, "mode", "gpu")
+            mp.setattr(ev, "recheck_timings", True)
+            mp.setattr(ev.references, "ask", lambda task, worker, message, *a: reply("ref", message))
+            mp.setattr(context, "ask", lambda worker, message, *a: reply("cand", message))
+            shapes = [SimpleNamespace(index=0, label="s0", held_out=False)]
+            ctx = EvalContext(SimpleNamespace(key="t"), None, None, None, "src", shapes, PRESETS["paper"], 0, result,
+                              ev.pool.gpu_lock)
+            ev.timing.time(ctx)
+    shape = result.shapes[0]
+    assert asked == ["ref", "cand", "ref", "cand", "ref", "cand"]
+    assert per_call == [False, False, True, True, True, True]  # a measurement that only learns: no per-call time
+    assert (shape.retimed, shape.cand_ms, shape.speedup) == (1, 0.005, 2.0)
+    assert (shape.call_ms, shape.ref_call_ms) == (pytest.approx(0.015), pytest.approx(0.030))
+    assert result.call_speedup == pytest.approx(2.0)
+    note = next(n for n in result.notes if "measured again" in n)
+    assert "s0 (1.00/20.00, 1.00/1.00;" in note
 
 
 def test_retries_are_bounded_and_off_without_history_or_threshold():

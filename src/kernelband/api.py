@@ -61,6 +61,8 @@ def evaluate(task: str | Task, candidate: str | Path | None = None, *, preset: s
 def check_run_config(config: RunConfig) -> None:
     """Names the first setting that is out of range, as the command line spells it."""
     check_preset(config.preset)
+    if config.objective not in ("device", "call"):
+        raise UserError(f"--objective is device or call, not {config.objective!r}")
     for flag, value in (("--iterations", config.iterations), ("--batch", config.q),
                         ("--finalists", config.finalists), ("--evaluations", config.evaluations)):
         if value is not None and value < 1:
@@ -71,13 +73,14 @@ def optimize(task: str | Task, *, policy: str = DEFAULT_POLICY, proposer: str = 
              batch: int = 1, evaluations: int | None = None, preset: str = "default", finalists: int = 3,
              seed: int = 0, db: str | Path = DEFAULT_DB, strategies: str | None = None, resume: bool = False,
              interpreter: bool = False, use_ncu: bool | None = None, tritonbench: str | None = None,
-             on_event=None, knowledge: str | None = None) -> Summary:
+             on_event=None, knowledge: str | None = None, objective: str = "device") -> Summary:
     """Run one search into the run database `db` and return its summary. `proposer`: "rewrite", "llm", "hybrid"
     or "auto" (the LLM if one is configured in the environment). `knowledge`: where knowledge is carried across
-    kernels (None: `db`; "off"; or another run database). Bad input raises `UserError`."""
+    kernels (None: `db`; "off"; or another run database). `objective`: "device" (the kernels' time) or "call"
+    (the wall time per call, host cost included). Bad input raises `UserError`."""
     from kernelband.knowledge import knowledge_option
 
-    config = RunConfig(iterations, batch, evaluations, preset, finalists=finalists)
+    config = RunConfig(iterations, batch, evaluations, preset, finalists=finalists, objective=objective)
     check_run_config(config)
     carried_from = knowledge_option(knowledge)
     t = _task(task, tritonbench)

@@ -54,7 +54,7 @@ CREATE TABLE IF NOT EXISTS proposals (
 CREATE TABLE IF NOT EXISTS evaluations (
     run_id INTEGER NOT NULL REFERENCES runs(id),
     candidate INTEGER NOT NULL,
-    which TEXT NOT NULL,           -- search | held_out | handed_back (the module handed back, pinned)
+    which TEXT NOT NULL,           -- search | held_out | handed_back[_2] (the module handed back, rewritten)
     outcome TEXT NOT NULL,
     speedup REAL,
     result TEXT NOT NULL,          -- JSON EvalResult (with what its autotuners chose: `tuned`)

@@ -45,14 +45,15 @@ def eval_cmd(
 def _print_result(result) -> None:
     unit = "interpreter ms" if result.interpreter else "ms"
     table = Table(title=f"{result.task}  ({result.device}, preset {result.preset})", title_justify="left")
-    for col in ("shape", "ok", f"ref {unit}", f"cand {unit}", "speedup", "eager ms", "compile ms", "GB/s",
-                "TFLOP/s", "SOL"):
+    for col in ("shape", "ok", f"ref {unit}", f"cand {unit}", "speedup", f"ref call {unit}", f"cand call {unit}",
+                "eager ms", "compile ms", "GB/s", "TFLOP/s", "SOL"):
         table.add_column(col, justify="left" if col == "shape" else "right")
     for s in result.shapes:
         ok = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[s.correct]
         label = s.label + (" (held out)" if s.held_out else "")
         table.add_row(label[:60], ok, fmt(s.ref_ms, ".4g"), fmt(s.cand_ms, ".4g"), fmt(s.speedup, ".3f"),
-                      fmt(s.eager_ms, ".4g"), fmt(s.compiled_ms, ".4g"), fmt(s.gbps, ".1f"), fmt(s.tflops, ".2f"),
+                      fmt(s.ref_call_ms, ".4g"), fmt(s.call_ms, ".4g"), fmt(s.eager_ms, ".4g"),
+                      fmt(s.compiled_ms, ".4g"), fmt(s.gbps, ".1f"), fmt(s.tflops, ".2f"),
                       "-" if s.sol_fraction is None else f"{100 * s.sol_fraction:.0f}%")
     out.print(table)
     colour = "green" if result.ok else "red"
@@ -61,7 +62,12 @@ def _print_result(result) -> None:
         line += f"   speedup {result.speedup:.3f}x (runtime-weighted)"
     if result.held_out_speedup is not None:
         line += f"   held-out {result.held_out_speedup:.3f}x"
+    if result.call_speedup is not None:
+        line += f"   per call {result.call_speedup:.3f}x"
+        line += "" if result.held_out_call_speedup is None else f" (held-out {result.held_out_call_speedup:.3f}x)"
     out.print(line)
+    out.print("speedup: device time, the GPU kept ahead of the CPU; per call: the wall time of back-to-back calls, "
+              "host and device, as an eager program pays it", highlight=False, soft_wrap=True)
     out.print(baseline_line(result), highlight=False, soft_wrap=True)
     if result.detail:
         out.print(result.detail, highlight=False, soft_wrap=True)

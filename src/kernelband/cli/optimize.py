@@ -97,6 +97,9 @@ def optimize_cmd(
     preset: str = typer.Option("default", "--preset", help="timing protocol: default or paper"),
     finalists: int = typer.Option(3, "--finalists", help="fastest kernels re-measured at the end; the fastest "
                                   "on that re-measurement is handed back"),
+    objective: str = typer.Option("device", "--objective", help="what to make faster: device (the kernels' time, "
+                                  "the GPU kept ahead) or call (the wall time per call an eager program pays, host "
+                                  "cost included)"),
     seed: int = typer.Option(0, "--seed"),
     db: Path = typer.Option(Path(DEFAULT_DB), "--db", help="the run database"),
     resume: bool = flag("--resume", "resume the unfinished run with these settings"),
@@ -121,7 +124,7 @@ def optimize_cmd(
     from kernelband.tasks import load_task
 
     try:
-        config = RunConfig(iterations, batch, evaluations, preset, finalists=finalists)
+        config = RunConfig(iterations, batch, evaluations, preset, finalists=finalists, objective=objective)
         check_run_config(config)
         carried_from = knowledge_option(knowledge)
         t = load_task(task, tritonbench)
@@ -174,31 +177,40 @@ def _print_summary(summary, store) -> None:
         table.add_row(str(row["iteration"]), fmt(row["best_speedup"], ".3f"), fmt(row["iteration_speedup"], ".3f"),
                       str(row["pool_size"]), str(row["tokens"]), f"{row['seconds']:.1f}")
     out.print(table)
-    held = "" if summary.confirmed_speedup is None else f", re-measured {summary.confirmed_speedup:.3f}x"
-    held += "" if summary.held_out_speedup is None else f", held-out {summary.held_out_speedup:.3f}x"
     if summary.proposals:
         out.print(f"proposals: {outcome_counts_text(summary.proposals)}", highlight=False)
-    out.print(f"best: candidate {summary.best_candidate}, {summary.best_speedup:.3f}x over the starting kernel "
-              f"({summary.best_outcome}{held}); {summary.evaluations} evaluations", highlight=False)
+    for line in best_lines(summary):
+        out.print(line, highlight=False)
     out.print(f"against torch: {versus('vs eager', summary.best_vs_eager, summary.vs_eager_skipped)}, "
               f"{versus('vs compile', summary.best_vs_compile, summary.vs_compile_skipped)}; SOL median "
               f"{fmt(summary.best_sol_fraction, '.2f')} (shapes >= 16 MB: {fmt(summary.best_sol_large, '.2f')})",
               highlight=False)
     if summary.finalists:
+        confirmed = "confirmed_call_speedup" if summary.objective == "call" else "confirmed_speedup"
         rows = "; ".join(f"candidate {f['candidate']} {f['speedup']:.3f}x -> "
-                         + (f"{f['confirmed_speedup']:.3f}x" if f["confirmed_speedup"] else f["outcome"])
+                         + (f"{f[confirmed]:.3f}x" if f.get(confirmed) else f["outcome"])
                          for f in summary.finalists)
         out.print(f"finalists, re-measured on fresh inputs (the fastest wins; the starting kernel if none is "
                   f"faster): {rows}", highlight=False)
     if summary.k0_self_speedup is not None:
-        out.print(f"noise floor: the starting kernel timed against itself gave {summary.k0_self_speedup:.3f}x",
-                  highlight=False)
+        per_call = "" if summary.k0_self_call_speedup is None else f" ({summary.k0_self_call_speedup:.3f}x per call)"
+        out.print(f"noise floor: the starting kernel timed against itself gave {summary.k0_self_speedup:.3f}x"
+                  f"{per_call}", highlight=False)
     if summary.interpreter:
         out.print("[yellow]interpreter timings[/]: the kernels ran in the Triton interpreter on the CPU; these "
                   "speedups say nothing about GPU speed (run on a GPU machine for real ones)", highlight=False)
     if summary.stopped:
         out.print(f"stopped early: {summary.stopped}", highlight=False)
+    if summary.held_out_slower:
+        out.print(f"[yellow]warning[/]: the kernel handed back is slower than the starting kernel on held-out "
+                  f"shapes: {', '.join(summary.held_out_slower)}", highlight=False, soft_wrap=True)
     handback = summary.handback or {}
+    if handback.get("dispatched"):
+        out.print(f"the starting kernel is called on {', '.join(handback['dispatched'])}, where the search measured "
+                  f"it faster", highlight=False, soft_wrap=True)
+    if handback.get("cached"):
+        out.print(f"launch values computed once per shape: {'; '.join(handback['cached'])}", highlight=False,
+                  soft_wrap=True)
     if handback.get("form") == "pinned":
         out.print(f"autotuning pinned: {handback['detail']}; the figures above are the pinned module's "
                   f"(the autotuned one re-measured {fmt(handback.get('autotuned_speedup'), '.3f')}x)", highlight=False)
@@ -209,3 +221,21 @@ def _print_summary(summary, store) -> None:
         out.print(f"best kernel: {summary.best_path}\ndiff:        {summary.diff_path}", highlight=False,
                   soft_wrap=True)
     out.print(f"run store:   {store.path}", highlight=False, soft_wrap=True)
+
+
+def best_lines(summary) -> list[str]:
+    """The kernel handed back, on both measures whatever the run made faster: the device time and the wall time
+    per call; the objective's first."""
+    per_call = "" if summary.best_call_speedup is None else f", {summary.best_call_speedup:.3f}x per call"
+    held = [f"re-measured {summary.confirmed_speedup:.3f}x" if summary.confirmed_speedup is not None else "",
+            f"held-out {summary.held_out_speedup:.3f}x" if summary.held_out_speedup is not None else "",
+            f"per call re-measured {summary.confirmed_call_speedup:.3f}x"
+            if summary.confirmed_call_speedup is not None else "",
+            f"held-out {summary.held_out_call_speedup:.3f}x" if summary.held_out_call_speedup is not None else ""]
+    lines = [f"best: candidate {summary.best_candidate}, {summary.best_speedup:.3f}x over the starting kernel by "
+             f"device time{per_call} ({', '.join([summary.best_outcome, *[h for h in held if h]])}); "
+             f"{summary.evaluations} evaluations"]
+    if summary.objective == "call":
+        lines.append("objective: the wall time per call (--objective call): the search, the choice and the verdict "
+                     "read the per-call figures")
+    return lines

@@ -1,14 +1,14 @@
-"""Timing one shape: the reference and the candidate in turn, and a second look when the reference is off.
+"""Timing one shape: the reference and the candidate in turn, and a second look when either side is off.
 
 The reference kernel is the same in every evaluation of a task, so after a few evaluations its time on
-each shape is known. Anything else using the GPU or the host's CPU during a measurement (a compile in
-another worker, another process, a CPU starved by the host's other work) can only make a measurement
-slower. So when the reference comes out more than `threshold` times its usual time, the measurement
-window was disturbed: both sides are measured again, up to `retries` more times, and the attempt whose
-reference is nearest its usual time is kept (its candidate time with it: the pair shared a window).
-
-What this does not catch: a disturbed candidate measurement beside a clean reference one. That makes a
-candidate look slower than it is, never faster, so a reported speedup errs low, not high.
+each shape is known; a candidate's time on a shape is known once it has been measured alone. Anything else
+using the GPU or the host's CPU during a measurement (a compile in another worker, another process, a CPU
+starved by the host's other work) can only make a measurement slower. So when either side comes out more
+than `threshold` times its usual time, the measurement window was disturbed: both sides are measured again,
+up to `retries` more times, and the attempt whose two sides are nearest their usual times is kept (the pair
+shared a window). The same rule holds for both sides: a side with no usual time yet is measured once alone
+first (evaluation/timing.py), and its usual time is the smallest of fewer than three measurements, else their
+median (`RefHistory`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 import statistics
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def trimmed_mean(times: list[float], cut: float = 0.1) -> float:
@@ -46,9 +46,9 @@ def summarise(rounds: list[list[float]], stat: str) -> tuple[float | None, float
 
 
 class RefHistory:
-    """The reference's recent times per (task, preset, shape) in one evaluator, and what to expect next:
-    the smallest of fewer than three (a disturbed first measurement is only ever too slow), else the
-    median."""
+    """A side's recent times per key (the reference's: task, preset, shape; a candidate's: its source's hash
+    too) in one evaluator, and what to expect next: the smallest of fewer than three (a disturbed first
+    measurement is only ever too slow), else the median."""
 
     def __init__(self, keep: int = 20):
         self.keep = keep
@@ -70,33 +70,63 @@ class RefHistory:
 
 
 @dataclass
+class Sample:
+    """One measurement of one side: its iterations' device times (ms) and, measured beside them, the wall time
+    per call of back-to-back calls (ms; None where the worker did not measure it)."""
+
+    times: list[float]
+    call_ms: float | None = None
+
+
+@dataclass
 class Attempt:
     ref: list[list[float]]  # per measurement, its iterations' times (ms)
     cand: list[list[float]]
     ref_ms: float | None
+    cand_ms: float | None = None
+    ref_call: list[float] = field(default_factory=list)  # per measurement, its wall time per call (ms)
+    cand_call: list[float] = field(default_factory=list)
+
+    def off(self, expected: float | None, cand_expected: float | None) -> float:
+        """How far the attempt's sides are from their usual times: the sum of |log(time / usual)| over the
+        sides that have one."""
+        pairs = [(self.ref_ms, expected), (self.cand_ms, cand_expected)]
+        if any(usual and not ms for ms, usual in pairs):
+            return math.inf
+        return sum(abs(math.log(ms / usual)) for ms, usual in pairs if usual)
 
 
-def measure_shape(measure: Callable[[str], list[float]], rounds: int, ref_first: bool, stat: str,
-                  expected: float | None, threshold: float, retries: int) -> tuple[Attempt, list[Attempt]]:
+def measure_shape(measure: Callable[[str], Sample], rounds: int, ref_first: bool, stat: str,
+                  expected: float | None, threshold: float, retries: int,
+                  cand_expected: float | None = None) -> tuple[Attempt, list[Attempt]]:
     """`measure("ref")` / `measure("cand")` time one side once. Returns the attempt kept and all of them.
 
     An attempt is `rounds` ABBA rounds (who goes first in round 0: the reference if `ref_first`). A new
-    attempt follows while the last one's reference time exceeds `expected * threshold` (`threshold` 0 or
-    no `expected`: never), at most `retries` times."""
+    attempt follows while the last one's reference time exceeds `expected * threshold` or its candidate time
+    `cand_expected * threshold` (`threshold` 0, or neither side's usual time known: never), at most `retries`
+    times."""
     attempts: list[Attempt] = []
     for _ in range(1 + max(0, retries)):
-        ref_times: list[list[float]] = []
-        cand_times: list[list[float]] = []
+        samples: dict[str, list[Sample]] = {"ref": [], "cand": []}
         for r in range(rounds):
             order = ("ref", "cand") if (r % 2 == 0) == ref_first else ("cand", "ref")
             for who in order:
-                (ref_times if who == "ref" else cand_times).append(measure(who))
-        ref_ms = summarise(ref_times, stat)[0]
-        attempts.append(Attempt(ref_times, cand_times, ref_ms))
-        if not (expected and threshold and ref_ms) or ref_ms <= expected * threshold:
+                samples[who].append(measure(who))
+        ref, cand = samples["ref"], samples["cand"]
+        attempt = Attempt([x.times for x in ref], [x.times for x in cand], summarise([x.times for x in ref], stat)[0],
+                          summarise([x.times for x in cand], stat)[0],
+                          [x.call_ms for x in ref if x.call_ms is not None],
+                          [x.call_ms for x in cand if x.call_ms is not None])
+        attempts.append(attempt)
+        if not threshold or not any(_over(ms, usual, threshold) for ms, usual in
+                                    ((attempt.ref_ms, expected), (attempt.cand_ms, cand_expected))):
             break
-    if expected and len(attempts) > 1:
-        kept = min(attempts, key=lambda a: abs(math.log(a.ref_ms / expected)) if a.ref_ms else math.inf)
+    if len(attempts) > 1:
+        kept = min(attempts, key=lambda a: a.off(expected, cand_expected))
     else:
         kept = attempts[-1]
     return kept, attempts
+
+
+def _over(ms: float | None, usual: float | None, threshold: float) -> bool:
+    return bool(usual and ms) and ms > usual * threshold

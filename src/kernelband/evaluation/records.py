@@ -86,8 +86,11 @@ class Preset:
 # 0.1 ms are timed by the calls' spans (Preset.placements, Preset.timer, Preset.span_task_ms). Rules 6: under
 # `default`, a measurement is the mean of its middle 80 % of iterations, not their median (Preset.stat). Rules 7:
 # a candidate's outputs must be plain tensors, its kernels must end in the timed region, and its Triton kernels
-# must take the task's TRITON_SHARE of its GPU kernel time (worker/audit.py).
-RULES = 7
+# must take the task's TRITON_SHARE of its GPU kernel time (worker/audit.py). Rules 8: a shape is measured again
+# when its candidate comes out over `recheck` times its usual time too, not only its reference; a side with no
+# usual time on a shape and timer (a candidate's first timing, a task's first under spans) is measured alone once
+# first (evaluation/interleave.py).
+RULES = 8
 
 # The note of an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`).
 NCU_SKIPPED = "ncu: not run (the search's policy and proposer do not use φ)"
@@ -177,6 +180,10 @@ class ShapeResult:
     placements: int = 1  # copies of the inputs the timing cycled through (Preset.placements), the fewer side's
     timer: str = "events"  # "events", "span" (Preset.timer), or "mixed": one side's spans could not be read, so
     # both sides were timed again by events
+    # The wall time per call of back-to-back calls, synchronised once, beside the device times above: what an eager
+    # program pays per call, the host's work included (worker/timing.py, `call_time`); ms
+    call_ms: float | None = None
+    ref_call_ms: float | None = None
 
 
 @dataclass
@@ -245,6 +252,9 @@ class EvalResult:
     stage: str = ""  # the stage the outcome was decided in
     speedup: float | None = None  # runtime-weighted: sum(ref ms) / sum(candidate ms), search shapes
     held_out_speedup: float | None = None
+    # the same on the wall time per call (ShapeResult.call_ms): sum(ref_call_ms) / sum(call_ms)
+    call_speedup: float | None = None
+    held_out_call_speedup: float | None = None
     shapes: list[ShapeResult] = field(default_factory=list)
     features: Features = field(default_factory=Features)
     checks: list[str] = field(default_factory=list)  # anti-cheat checks that fired

@@ -1,12 +1,16 @@
-"""Timing: reference and candidate in turn on each shape, with the reference's history, retiming and spans.
+"""Timing: reference and candidate in turn on each shape, with both sides' histories, retiming and spans.
 
 Who goes first alternates from shape to shape, ABBA over the rounds, so that drift cancels. A shape whose
-reference comes out off its usual time in this evaluator is measured again (evaluation/interleave.py). In a
-short task, short shapes are timed by the calls' spans on the GPU (Preset.timer).
+reference or candidate comes out off its usual time in this evaluator is measured again
+(evaluation/interleave.py). In a short task, short shapes are timed by the calls' spans on the GPU
+(Preset.timer). Beside each measurement's device times the worker measures the wall time per call of
+back-to-back calls (`call_ms`): what an eager program pays, host cost included.
 """
 
 from __future__ import annotations
 
+import hashlib
+import statistics
 import time
 from contextlib import nullcontext
 
@@ -21,7 +25,7 @@ from kernelband.tasks.model import Task
 # Where a timing's seconds go, summed over its measurements into EvalResult.seconds: the worker's making of
 # the inputs, its probe of the call's host time (timing.ahead_for), the estimate and do_bench, and the whole
 # request as the parent saw it (the rest: the message both ways and the worker's freeing of memory).
-TIMING_PHASES = {"inputs": "timing_inputs", "probe": "timing_probe", "bench": "timing_bench"}
+TIMING_PHASES = {"inputs": "timing_inputs", "probe": "timing_probe", "bench": "timing_bench", "call": "timing_call"}
 
 
 def _add_phases(seconds: dict[str, float], reply: dict, request_s: float) -> None:
@@ -37,9 +41,11 @@ def _short_so_far(total_ms: float, preset: Preset) -> bool:
     return preset.span_task_ms is None or total_ms < preset.span_task_ms
 
 
-def _time_message(index: int, seed: int, wire: dict) -> dict:
-    """A worker's `time` request for one shape, its timing inputs made from `seed`, timed by events."""
-    return {"op": "time", "shape": index, "seed": derive_seed(seed, index, 2), "preset": wire, "span": False}
+def _time_message(index: int, seed: int, wire: dict, call: bool = True) -> dict:
+    """A worker's `time` request for one shape, its timing inputs made from `seed`, timed by events; with `call`,
+    the wall time per call measured beside (not for a measurement that only learns a usual time)."""
+    return {"op": "time", "shape": index, "seed": derive_seed(seed, index, 2), "preset": wire, "span": False,
+            "call": call}
 
 
 class Timing:
@@ -49,8 +55,10 @@ class Timing:
         self.settings = settings
         self.pool = pool
         self.references = references
-        # The reference's recent times per task, preset and shape: a time far off them is measured again.
+        # The reference's recent times per task, preset and shape, and each candidate's (the source's hash
+        # added to the key): a time far off them is measured again.
         self.history = interleave.RefHistory()
+        self.cand_history = interleave.RefHistory()
         # (task key, preset name) -> whether its short shapes were last timed by spans (`_short_task`)
         self._short_tasks: dict[tuple[str, str], bool] = {}
 
@@ -65,6 +73,7 @@ class Timing:
                                                             ctx.result, ctx.by_index)
         shapes, mode = ctx.shapes, self.settings.mode
         wire = preset.wire()
+        mine = hashlib.sha256(ctx.source.encode()).hexdigest()[:16]  # the candidate's part of its history's key
         timed = 0
         unwaited = 0  # measurements that asked for the GPU-ahead wait and got none
         retimed, synced = [], {"ref": 0, "cand": 0}
@@ -86,7 +95,7 @@ class Timing:
             placed: list[int] = []  # copies of the inputs each measurement cycled through
 
             def measure(who: str, msg=msg, sr=sr, syncs=syncs, during=during, placed=placed,
-                        timers=timers) -> list[float]:
+                        timers=timers) -> interleave.Sample:
                 nonlocal unwaited
                 during.append(self.pool.activity_now())
                 asked = time.perf_counter()
@@ -104,40 +113,66 @@ class Timing:
                 timers.add(reply.get("timer", "events"))
                 if reply.get("span_error"):
                     span_errors.append(f"{sr.label} ({who}: {reply['span_error']})")
-                return reply["times"]
+                return interleave.Sample(reply["times"], reply.get("call_ms"))
 
             key = (task.key, preset.name, shape.index)
+            cand_key = (*key, mine)
+
+            def learn(history: interleave.RefHistory, key: tuple, who: str, msg=msg, during=during,
+                      timers=timers, measure=measure) -> float | None:
+                """One more measurement of one side alone, its usual time on this shape and timer: what the
+                pair's measurement of that side is compared with (None where the worker timed it otherwise). Its
+                wall time per call is not wanted: the pair's is the one kept."""
+                timers.clear()
+                msg["call"] = False
+                sample = measure(who)
+                msg["call"] = True
+                during.clear()
+                asked = "span" if msg["span"] else "events"
+                return self._learn(history, key, sample.times, preset) if timers == {asked} else None
+
             expected = self.history.expected(key) if checked else None
             if checked and expected is None:
                 # a task's first timing in this evaluator (unless `prime` ran): one more measurement
                 # of the reference alone, so that its pair's reference has something to be compared with
-                expected = self._learn(key, measure("ref"), preset)
-                during.clear()
-            by_events = key, expected
+                expected = learn(self.history, key, "ref")
+            by_events = key, cand_key
             if spans and expected is not None and expected < preset.span_below_ms:
-                # short by events: both sides timed by their spans, with a history of their own
+                # short by events: both sides timed by their spans, with histories of their own
                 msg["span"] = True
-                key = (*key, "span")
+                key, cand_key = (*key, "span"), (*cand_key, "span")
                 expected = self.history.expected(key)
+                if expected is None:
+                    expected = learn(self.history, key, "ref")
+            # the same rule for the candidate: its first timing on this shape in this evaluator measures it
+            # alone once more first
+            cand_expected = self.cand_history.expected(cand_key) if checked else None
+            if checked and cand_expected is None:
+                cand_expected = learn(self.cand_history, cand_key, "cand")
             timers.clear()
             kept, attempts = interleave.measure_shape(measure, rounds, sr.timed_first == "ref", preset.stat,
-                                                      expected, preset.recheck, preset.retries)
+                                                      expected, preset.recheck, preset.retries, cand_expected)
             mixed = len(timers) > 1
             if mixed:  # one side's spans unreadable: both sides again by events, never one of each
                 msg["span"] = False
-                key, expected = by_events
+                key, cand_key = by_events
+                expected, cand_expected = self.history.expected(key), self.cand_history.expected(cand_key)
                 kept, attempts = interleave.measure_shape(measure, rounds, sr.timed_first == "ref", preset.stat,
-                                                          expected, preset.recheck, preset.retries)
+                                                          expected, preset.recheck, preset.retries, cand_expected)
             sr.ref_ms, sr.ref_cv, sr.ref_rounds = interleave.summarise(kept.ref, preset.stat)
             sr.cand_ms, sr.cand_cv, sr.cand_rounds = interleave.summarise(kept.cand, preset.stat)
             sr.speedup = sr.ref_ms / sr.cand_ms if sr.cand_ms else None
+            sr.ref_call_ms = statistics.fmean(kept.ref_call) if kept.ref_call else None
+            sr.call_ms = statistics.fmean(kept.cand_call) if kept.cand_call else None
             if checked and sr.ref_ms:
                 self.history.add(key, sr.ref_ms)
+            if checked and sr.cand_ms:
+                self.cand_history.add(cand_key, sr.cand_ms)
             if len(attempts) > 1:
                 sr.retimed = len(attempts) - 1
                 window = during[:2 * rounds]  # the first attempt's measurements
                 first = {k: max(d.get(k, 0) for d in window) for k in sorted({k for d in window for k in d})}
-                retimed.append(f"{sr.label} ({', '.join(f'{a.ref_ms / expected:.2f}' for a in attempts)}; "
+                retimed.append(f"{sr.label} ({', '.join(_off(a, expected, cand_expected) for a in attempts)}; "
                                f"meanwhile {first})")
             sr.host_sync = ",".join(sorted(syncs))
             sr.placements = min(placed, default=1)
@@ -145,11 +180,11 @@ class Timing:
             for who in syncs:
                 synced[who] += 1
         if retimed:
-            result.notes.append("timing: measured again where the reference came out over "
+            result.notes.append("timing: measured again where the reference or the candidate came out over "
                                 f"{preset.recheck:g}x its usual time (another process or the host's CPU "
-                                "disturbed the GPU), keeping the attempt nearest its usual time; per shape, the "
-                                "reference's time over its usual in each attempt, and the work off the GPU "
-                                "lock during the first: " + "; ".join(retimed))
+                                "disturbed the GPU), keeping the attempt nearest the usual times; per shape, "
+                                "each side's time over its usual in each attempt (ref/cand), and the work off "
+                                "the GPU lock during the first: " + "; ".join(retimed))
         if span_errors:
             result.notes.append("timing: the calls' spans could not be read from CUPTI's record, so both sides "
                                 "of the shape were timed by events: " + "; ".join(span_errors[:5]))
@@ -168,6 +203,8 @@ class Timing:
             result.speedup = sum(x.ref_ms for x in search) / sum(x.cand_ms for x in search)
         if held:
             result.held_out_speedup = sum(x.ref_ms for x in held) / sum(x.cand_ms for x in held)
+        result.call_speedup = _call_speedup(search)
+        result.held_out_call_speedup = _call_speedup(held)
 
     def _short_task(self, ctx: EvalContext, wire: dict) -> bool:
         """Whether the reference takes under `preset.span_task_ms` over the search shapes to time, by events
@@ -190,21 +227,22 @@ class Timing:
             key = (ctx.task.key, preset.name, shape.index)
             expected = self.history.expected(key)
             if expected is None:
-                msg = _time_message(shape.index, ctx.seed, wire)
+                msg = _time_message(shape.index, ctx.seed, wire, call=False)
                 asked = time.perf_counter()
                 reply = self._ask_ref(ctx.task, ctx.ref, msg, f"timing {shape.label}")
                 _add_phases(result.seconds, reply, time.perf_counter() - asked)
-                expected = self._learn(key, reply["times"], preset)
+                expected = self._learn(self.history, key, reply["times"], preset)
             total += expected or 0.0
             if not _short_so_far(total, preset):
                 return False
         return True
 
-    def _learn(self, key: tuple, times: list[float], preset: Preset) -> float | None:
-        """The reference's usual time on a shape, from its first measurement in this evaluator."""
+    @staticmethod
+    def _learn(history: interleave.RefHistory, key: tuple, times: list[float], preset: Preset) -> float | None:
+        """A side's usual time on a shape, from its first measurement in this evaluator."""
         expected = interleave.summarise([times], preset.stat)[0]
         if expected:
-            self.history.add(key, expected)
+            history.add(key, expected)
         return expected
 
     def prime(self, task: Task, preset: str | Preset, which: str = "search") -> int:
@@ -225,10 +263,10 @@ class Timing:
             with self.pool.gpu_lock.doing("reference timing"), \
                     (self.pool.gpu_lock.exclusive() if todo else nullcontext()):
                 for shape in todo:
-                    msg = _time_message(shape.index, 0, wire)
+                    msg = _time_message(shape.index, 0, wire, call=False)
                     reply = self._ask_ref(task, ref, msg, f"timing {shape.label}")
                     if reply.get("ok"):
-                        self._learn((task.key, preset.name, shape.index), reply["times"], preset)
+                        self._learn(self.history, (task.key, preset.name, shape.index), reply["times"], preset)
                         measured += 1
         if preset.timer == "span":
             # the task's length known from these times, for reports of how its short shapes are timed; the
@@ -238,3 +276,18 @@ class Timing:
             if usual and None not in usual:
                 self._short_tasks[task.key, preset.name] = _short_so_far(sum(usual), preset)
         return measured
+
+
+def _call_speedup(shapes: list) -> float | None:
+    """Runtime-weighted over `shapes` like the speedup, on the wall time per call: sum(reference call ms) /
+    sum(candidate call ms); None where a shape lacks either."""
+    if not shapes or any(x.call_ms is None or x.ref_call_ms is None for x in shapes):
+        return None
+    total = sum(x.call_ms for x in shapes)
+    return sum(x.ref_call_ms for x in shapes) / total if total > 0 else None
+
+
+def _off(attempt: interleave.Attempt, expected: float | None, cand_expected: float | None) -> str:
+    """`1.31/0.99`: an attempt's reference and candidate time over their usual ones (- where not known)."""
+    return "/".join(f"{ms / usual:.2f}" if ms and usual else "-"
+                    for ms, usual in ((attempt.ref_ms, expected), (attempt.cand_ms, cand_expected)))

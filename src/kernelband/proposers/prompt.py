@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 
 from kernelband.evaluation.records import PHI_KEYS
-from kernelband.search.core import Attempt, Candidate, Context, Strategy
+from kernelband.search.core import Attempt, Candidate, Context, Objective, Strategy
 
 # What each phi feature means, for the prompt: (unit, meaning).
 PHI_MEANINGS = {
@@ -132,8 +132,13 @@ def performance_summary(parent: Candidate) -> str:
     result = parent.result
     if result is None or not parent.valid:
         return ""
+    per_call = parent.objective == Objective.CALL
     if parent.parent is None:  # k0 is the yardstick: its speedup is 1 by definition
         lines = ["Its times are the baseline that every speedup is measured against."]
+    elif per_call:
+        lines = [f"Speedup over the starting kernel per call: {parent.speedup:.3f}x (the wall time of back-to-back "
+                 f"calls, the host's Python and launches included, runtime-weighted over the shapes: what this "
+                 f"search makes faster)."]
     else:
         lines = [f"Speedup over the starting kernel: {parent.speedup:.3f}x (runtime-weighted over the shapes)."]
     if result.interpreter:
@@ -145,6 +150,10 @@ def performance_summary(parent: Candidate) -> str:
         line = f"- {s.label}: {s.cand_ms:.4g} ms"
         if s.ref_ms is not None and parent.parent is not None:
             line += f" (the starting kernel: {s.ref_ms:.4g} ms)"
+        if per_call and s.call_ms is not None:
+            line += f", {s.call_ms:.4g} ms per call" + (f" (the starting kernel: {s.ref_call_ms:.4g} ms)"
+                                                       if s.ref_call_ms is not None and parent.parent is not None
+                                                       else "")
         if s.sol_fraction is not None:
             line += f", {100 * s.sol_fraction:.0f} % of the speed of light"
             fractions.append(s.sol_fraction)

@@ -124,6 +124,10 @@ class RunFacts:
     vs_eager: float | None = None
     vs_compile: float | None = None
     sol_large: float | None = None
+    # the same kernel per call (the wall time of back-to-back calls), and the measure the run made faster
+    best_call: float | None = None
+    confirmed_call: float | None = None
+    objective: str = "device"
 
     @property
     def correct(self) -> bool:
@@ -136,9 +140,14 @@ class RunFacts:
 
     @property
     def faster(self) -> bool | None:
-        """Faster on evidence (see DEFINITIONS['faster_task_pct']); None: not re-measured, no verdict."""
+        """Faster on evidence (see DEFINITIONS['faster_task_pct']), on the run's objective; None: not re-measured,
+        no verdict."""
+        summary = self.row.summary or {}
+        if self.objective == "call":
+            return faster_verdict(self.best_candidate, self.best_outcome, self.confirmed_call,
+                                  summary.get("held_out_call_speedup"), summary.get("k0_self_call_speedup"))
         return faster_verdict(self.best_candidate, self.best_outcome, self.confirmed, self.held_out,
-                              (self.row.summary or {}).get("k0_self_speedup"))
+                              summary.get("k0_self_speedup"))
 
     def current_at(self, t: int) -> float | None:
         return self.current.get(t)
@@ -194,7 +203,9 @@ def run_facts(store: Store, row: RunRow) -> RunFacts:
         best_outcome=best_outcome, held_out=summary.get("held_out_speedup"), sol_fraction=sol,
         tokens=summary.get("tokens", its[-1]["tokens"] if its else 0), reason=reason, search=search,
         confirmed=summary.get("confirmed_speedup"), top_failed=top_failed, vs_eager=summary.get("best_vs_eager"),
-        vs_compile=summary.get("best_vs_compile"), sol_large=summary.get("best_sol_large"))
+        vs_compile=summary.get("best_vs_compile"), sol_large=summary.get("best_sol_large"),
+        best_call=summary.get("best_call_speedup"), confirmed_call=summary.get("confirmed_call_speedup"),
+        objective=summary.get("objective", "device"))
 
 
 # -- aggregation -----------------------------------------------------------------------------------
@@ -441,7 +452,9 @@ def report_data(store: Store, bench_or_run) -> dict:
         "warnings": ([single.INTERPRETER_WARNING] if any(single.interpreter_run(f.row) for f in facts) else [])
                     + _warnings(bench, summary, facts, common),
         "trajectory": single.trajectory(store, ident) if kind == "run" else [],
-        "shapes": single.shape_table(store, ident, facts[0].best_candidate) if kind == "run" and good else [],
+        "shapes": single.shape_table(store, ident, facts[0].best_candidate,
+                                     ((facts[0].row.summary or {}).get("handback") or {}).get("evaluation"))
+        if kind == "run" and good else [],
         "focus_run": focus.row.id if focus else None,
         "pool": pool_projection(store, focus) if focus else None,
         "lineage": lineage(store, focus) if focus else None,
@@ -559,14 +572,17 @@ def _task_row(f: RunFacts) -> dict:
             "sol_large": f.sol_large, "vs_eager": f.vs_eager, "vs_compile": f.vs_compile, "evaluations": f.evaluations,
             "evals_ok": f.evals_ok, "best_generated": f.best_generated, "tokens": f.tokens,
             "k0_self_speedup": (f.row.summary or {}).get("k0_self_speedup"), "faster": f.faster,
-            "iterations": f.last_iteration, "handed_back_as": _handed_back_as((f.row.summary or {}).get("handback"))}
+            "iterations": f.last_iteration, "handed_back_as": _handed_back_as((f.row.summary or {}).get("handback")),
+            "best_call_speedup": f.best_call, "confirmed_call": f.confirmed_call, "objective": f.objective}
 
 
 def _handed_back_as(handback: dict | None) -> str:
-    """"pinned", "autotuned (<why not pinned>)", "as is"; "" for runs from before the pinning."""
+    """"pinned", "autotuned (<why not pinned>)", "as is", each with what else was done to it (the starting kernel
+    called on some shapes, launch values cached); "" for runs from before the pinning."""
     if not handback:
         return ""
     form = handback.get("form", "")
-    if form == "autotuned":
-        return f"autotuned ({handback.get('reason')})"
-    return form.replace("_", " ")
+    said = f"autotuned ({handback.get('reason')})" if form == "autotuned" else form.replace("_", " ")
+    if handback.get("dispatched"):
+        said += f", the starting kernel on {len(handback['dispatched'])} shapes"
+    return said + (", launch values cached" if handback.get("cached") else "")

@@ -36,16 +36,21 @@ def trajectory(store: Store, run_id: int) -> list[dict]:
     return rows
 
 
-def shape_table(store: Store, run_id: int, best_candidate: int | None) -> list[dict]:
-    """Per shape: the reference's and the kernel handed back's times in the same evaluation (its final check on
-    the search and held-out shapes where there is one, else its search evaluation), the speedup, the starting
-    kernel against the reference on that shape (the noise floor) and both speed-of-light fractions."""
+def shape_table(store: Store, run_id: int, best_candidate: int | None, evaluation: str | None = None) -> list[dict]:
+    """Per shape: the reference's and the kernel handed back's times in the same evaluation (the one whose figures
+    the run reports, `evaluation`, else its final check on the search and held-out shapes where there is one, else
+    its search evaluation), by device time and per call, the speedups, the starting kernel against the reference
+    on that shape (the noise floor) and both speed-of-light fractions."""
     k0 = store.evaluation(run_id, 0, "search")
     if k0 is None:
         return []
     best: EvalResult | None = k0
     if best_candidate not in (None, 0):
-        final = store.evaluation(run_id, best_candidate, "held_out")
+        final = None
+        for which in dict.fromkeys([evaluation or "held_out", "held_out"]):
+            final = store.evaluation(run_id, best_candidate, which)
+            if final is not None and final.shapes:
+                break
         best = final if final is not None and final.shapes else store.evaluation(run_id, best_candidate)
     if best is None:
         return []
@@ -56,6 +61,8 @@ def shape_table(store: Store, run_id: int, best_candidate: int | None) -> list[d
         rows.append({"label": s.label, "held_out": s.held_out, "ref_ms": s.ref_ms, "best_ms": s.cand_ms,
                      "speedup": s.speedup, "correct": s.correct,
                      "k0_self": base.speedup if base is not None else None,
+                     "ref_call_ms": s.ref_call_ms, "best_call_ms": s.call_ms,
+                     "call_speedup": s.ref_call_ms / s.call_ms if s.ref_call_ms and s.call_ms else None,
                      "eager_ms": s.eager_ms, "compiled_ms": s.compiled_ms,
                      "k0_sol": base.sol_fraction if base is not None else None, "best_sol": s.sol_fraction})
     return rows

@@ -4,7 +4,8 @@ that the search loop drives live with their implementations: `proposers.base.Pro
 
 Times are relative to the starting kernel k0. Every evaluation times the candidate against k0 in the
 same session (interleaved), so a candidate's `time` is `1 / speedup`: k0 has time 1.0, a kernel twice as
-fast has 0.5. Comparing two candidates through k0 cancels the drift between their sessions.
+fast has 0.5. Comparing two candidates through k0 cancels the drift between their sessions. Which speedup
+counts is the run's `Objective`: the device time (the default) or the wall time per call.
 """
 
 from __future__ import annotations
@@ -14,10 +15,32 @@ import hashlib
 from dataclasses import dataclass, field
 from enum import Enum
 
-from kernelband.evaluation.records import EvalResult, Outcome
+from kernelband.evaluation.records import EvalResult, Outcome, ShapeResult
 from kernelband.tasks.model import ShapeInfo
 
 RESOURCES = ("SM", "DRAM", "L2")
+
+
+class Objective(str, Enum):
+    """What a run makes faster: the reward, the choice of the kernel handed back and the verdict read it."""
+
+    DEVICE = "device"  # the device time, the GPU kept ahead of the CPU: the field's convention, and what a
+    # program that replays CUDA graphs sees
+    CALL = "call"  # the wall time per call of back-to-back calls: what an eager program pays, host cost included
+
+
+def objective_speedup(result: EvalResult | None, objective: Objective | str) -> float | None:
+    """The runtime-weighted speedup over the search shapes on the objective's measure."""
+    if result is None:
+        return None
+    return result.call_speedup if objective == Objective.CALL else result.speedup
+
+
+def shape_speedup(shape: ShapeResult, objective: Objective | str) -> float | None:
+    """One shape's speedup on the objective's measure."""
+    if objective == Objective.CALL:
+        return shape.ref_call_ms / shape.call_ms if shape.ref_call_ms and shape.call_ms else None
+    return shape.speedup
 
 
 @dataclass(frozen=True)
@@ -88,6 +111,7 @@ class Candidate:
     iteration: int = 0  # the iteration that proposed it; 0 for k0
     result: EvalResult | None = None
     rationale: str = ""
+    objective: Objective = Objective.DEVICE  # the run's: which of the result's speedups counts
 
     @property
     def hash(self) -> str:
@@ -95,17 +119,18 @@ class Candidate:
 
     @property
     def valid(self) -> bool:
-        return self.result is not None and self.result.outcome == Outcome.OK and bool(self.result.speedup)
+        return (self.result is not None and self.result.outcome == Outcome.OK
+                and bool(objective_speedup(self.result, self.objective)))
 
     @property
     def speedup(self) -> float | None:
-        """Over k0, runtime-weighted over the search shapes."""
-        return self.result.speedup if self.valid else None
+        """Over k0, runtime-weighted over the search shapes, on the run's objective."""
+        return objective_speedup(self.result, self.objective) if self.valid else None
 
     @property
     def time(self) -> float | None:
         """Relative to k0 (k0 = 1.0)."""
-        return 1.0 / self.result.speedup if self.valid else None
+        return 1.0 / self.speedup if self.valid else None
 
     @property
     def rho(self) -> dict[str, float | None]:

@@ -31,13 +31,16 @@ from kernelband.search.core import (
     Attempt,
     Candidate,
     Context,
+    Objective,
     Proposal,
     ProposalOutcome,
     Strategy,
     normalized_hash,
+    objective_speedup,
     source_hash,
 )
-from kernelband.search.handback import hand_back, write_files
+from kernelband.search.dispatch import Start
+from kernelband.search.handback import hand_back, held_out_slower, write_files
 from kernelband.store import RunStatus, Store
 from kernelband.tasks.model import Task
 
@@ -55,6 +58,7 @@ class RunConfig:
     preset: str = "default"
     held_out: bool = True  # re-check the best kernels at the end: search shapes again and the held-out shapes
     finalists: int = 3  # how many of the fastest kernels are re-checked; the fastest on the re-check wins
+    objective: str = "device"  # what the reward, the choice and the verdict read (core.Objective)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -70,7 +74,7 @@ class Summary:
     iterations: int
     evaluations: int
     best_candidate: int
-    best_speedup: float
+    best_speedup: float  # by device time, whatever the objective (best_call_speedup: per call)
     best_outcome: str
     held_out_speedup: float | None
     best_sol_fraction: float | None
@@ -105,6 +109,17 @@ class Summary:
     handback: dict = field(default_factory=dict)
     # --resume of a run that had finished: this is its stored summary, and nothing ran
     finished_before: bool = False
+    # What the run made faster (core.Objective): the reward, the choice of the kernel handed back and the
+    # verdict read the device time ("device") or the wall time per call ("call"); per_iteration's speedups are
+    # on it. Every speedup above is by device time; these are the same figures per call.
+    objective: str = "device"
+    best_call_speedup: float | None = None
+    confirmed_call_speedup: float | None = None
+    held_out_call_speedup: float | None = None
+    k0_self_call_speedup: float | None = None
+    # the held-out shapes (labels) on which the final check found the kernel handed back slower than the
+    # starting kernel, on the objective, by more than the noise floor (handback.held_out_slower)
+    held_out_slower: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -137,6 +152,11 @@ class Search:
         # rewriter do without it, at about half the time per candidate (BENCHMARKS.md, pool-noncu).
         self.profile = policy.uses_profile or proposer.uses_profile
         self.knowledge = None  # knowledge carried across kernels (knowledge.Carry), set by open_search
+
+    @property
+    def objective(self) -> Objective:
+        """What the run makes faster (its config's)."""
+        return Objective(self.config.objective)
 
     # -- the pieces ---------------------------------------------------------------------------
     def _evaluate(self, cid: int, source: str, which: str = "search", shapes: str | None = None) -> EvalResult:
@@ -223,10 +243,10 @@ class Search:
         result = self._evaluate(0, source)
         if result.outcome != Outcome.OK:
             raise UserError(f"{self.task.ref}: the starting kernel itself is {result.outcome.value}: {result.detail}")
-        k0 = Candidate(0, source, result=result, rationale="the starting kernel")
-        self.k0_self_speedup = result.speedup
+        k0 = Candidate(0, source, result=result, rationale="the starting kernel", objective=self.objective)
+        self.k0_self_speedup, self.k0_self_call_speedup = result.speedup, result.call_speedup
         # k0 is the reference: its time is 1.0 by definition; the measured self-speedup is the noise floor.
-        result.speedup = 1.0
+        result.speedup = result.call_speedup = 1.0
         self.candidates.append(k0)
         self.known[normalized_hash(source)] = 0
         self.store.set_device(self.run_id, result.device)
@@ -346,7 +366,8 @@ class Search:
         if cid is not None:
             self.known.setdefault(normalized_hash(proposal.source), cid)
             self.candidates.append(Candidate(cid, proposal.source, parent=arm.candidate, strategy=arm.strategy,
-                                             iteration=iteration, rationale=proposal.rationale))
+                                             iteration=iteration, rationale=proposal.rationale,
+                                             objective=self.objective))
         return cid
 
     def _learn(self, arm: Arm, proposal: Proposal, cid: int | None, result: EvalResult | None) -> dict:
@@ -414,8 +435,10 @@ class Search:
                   for c in ranked[:max(1, self.config.finalists)] if c.id != 0]
         finalists = [{"candidate": c.id, "speedup": c.speedup, "outcome": r.outcome.value,
                       "confirmed_speedup": r.speedup if r.ok else None,
-                      "held_out_speedup": r.held_out_speedup if r.ok else None} for c, r in checks]
-        passed = [(r.speedup, -c.id, c, r) for c, r in checks if r.ok and r.speedup]
+                      "held_out_speedup": r.held_out_speedup if r.ok else None,
+                      "confirmed_call_speedup": r.call_speedup if r.ok else None} for c, r in checks]
+        passed = [(objective_speedup(r, self.objective), -c.id, c, r) for c, r in checks
+                  if r.ok and objective_speedup(r, self.objective)]
         if not passed:
             return k0, None, finalists
         speedup, _, chosen, check = max(passed, key=lambda x: x[:2])
@@ -423,8 +446,13 @@ class Search:
 
     def _finish(self, iterations: int, per_iteration: list[dict], stopped: str, seconds: float) -> Summary:
         best, held, finalists = self._choose()
-        chosen = hand_back(best.source, best.result, held, self._evaluate_handed_back(best), self.k0_self_speedup,
-                           starting=best.id == 0)
+        noise = self.k0_self_call_speedup if self.objective == Objective.CALL else self.k0_self_speedup
+        info = self.evaluator.info(self.task)
+        start = Start(self.task.module_source, info.entry, info.shapes)
+        evaluate, stored = self._evaluate_handed_back(best)
+        chosen = hand_back(best.source, best.result, held, evaluate, noise, starting=best.id == 0, start=start,
+                           objective=self.objective)
+        chosen.handback.evaluation = stored.get(chosen.source, "held_out" if chosen.check is not None else "")
         held = chosen.check
         checked = held is not None and held.ok
         unchecked = 1.0 if best.id == 0 else None  # k0 as the best is 1.0 by definition
@@ -434,7 +462,7 @@ class Search:
         against = held if checked else best.result
         summary = Summary(run_id=self.run_id, task=self.task.ref, policy=self.policy.name,
                           proposer=self.proposer.name, seed=self.seed, iterations=iterations,
-                          evaluations=self.evaluations, best_candidate=best.id, best_speedup=best.speedup,
+                          evaluations=self.evaluations, best_candidate=best.id, best_speedup=best.result.speedup,
                           best_outcome=(held.outcome.value if held is not None else best.result.outcome.value),
                           held_out_speedup=held.held_out_speedup if checked else unchecked,
                           best_sol_fraction=statistics.median(fractions) if fractions else None,
@@ -447,7 +475,12 @@ class Search:
                           best_vs_compile=against.speedup_vs_compile, vs_eager_skipped=against.vs_eager_skipped,
                           vs_compile_skipped=against.vs_compile_skipped,
                           best_sol_large=statistics.median(large) if large else None,
-                          handback=chosen.handback.to_dict(), proposals=dict(self.proposals))
+                          handback=chosen.handback.to_dict(), proposals=dict(self.proposals),
+                          objective=self.objective.value, best_call_speedup=best.result.call_speedup,
+                          confirmed_call_speedup=held.call_speedup if checked else unchecked,
+                          held_out_call_speedup=held.held_out_call_speedup if checked else unchecked,
+                          k0_self_call_speedup=self.k0_self_call_speedup,
+                          held_out_slower=held_out_slower(held if checked else None, noise, self.objective))
         if self.out_dir is not None:
             summary.best_path, summary.diff_path = write_files(self.out_dir / f"run-{self.run_id}", chosen,
                                                                self.task.module_source, self.task.name)
@@ -455,10 +488,18 @@ class Search:
         self.on_event({"kind": "done", "seconds": seconds, **summary.to_dict()})
         return summary
 
-    def _evaluate_handed_back(self, best: Candidate) -> Callable[[str], EvalResult]:
-        """Evaluates the module handed back for `best` (its pinned form) on the search and held-out shapes, in a
-        fresh worker like any candidate; stored beside the candidate's own evaluations."""
-        return lambda source: self._evaluate(best.id, source, which="handed_back", shapes="all")
+    def _evaluate_handed_back(self, best: Candidate) -> tuple[Callable[[str], EvalResult], dict[str, str]]:
+        """Evaluates a module that may be handed back for `best` (its rewritten forms, handback.py) on the search
+        and held-out shapes, in a fresh worker like any candidate; stored beside the candidate's own evaluations,
+        the first as "handed_back", a second as "handed_back_2". With it, where each source's evaluation is
+        stored."""
+        stored: dict[str, str] = {}
+
+        def evaluate(source: str) -> EvalResult:
+            stored[source] = "handed_back" if not stored else f"handed_back_{len(stored) + 1}"
+            return self._evaluate(best.id, source, which=stored[source], shapes="all")
+
+        return evaluate, stored
 
 
 def profiled(result: EvalResult) -> bool:

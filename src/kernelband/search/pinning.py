@@ -5,9 +5,13 @@ An autotuner in the user's process times its configurations with Triton's defaul
 process does; for a kernel of a few µs that choice is a draw, and the speed the search measured is then a
 promise the user's program may not keep. The pinned module makes the choice once, the evaluator's, in code a
 person would write: the kernel without `@triton.autotune`, a table {key: configuration} beside it, and at each
-launch one lookup of the key, computed from the launch's arguments the way Triton computes it (the values of
-the `key=[...]` arguments passed at the launch, then the dtypes of the arguments that have one). A key the
-search never met goes to an autotuned copy of the kernel, over only the configurations that won somewhere.
+launch one lookup of the key the way Triton computes it (the values of the `key=[...]` arguments passed at the
+launch, then the dtypes of the arguments that have one). The lookup is a cached function of those values and
+dtypes (`functools.cache`), so a key is looked up once, as Triton's autotuner looks up a key it has tuned; a key
+argument computed at the launch is named once and read by both. A key the search never met goes to an
+autotuned copy of the kernel, over the configurations that won somewhere and the starting kernel's own launch
+configuration (where the starting kernel says it in numbers): on a shape the search never timed, the fallback
+can always choose what the starting kernel ran.
 
 `pin` returns the pinned source, or why the module cannot be pinned (the module is then handed back as it
 is): a `prune_configs_by`, a config's own `pre_hook`, a launch whose arguments cannot be read (a starred
@@ -24,14 +28,22 @@ import libcst as cst
 
 from kernelband.evaluation.records import TunedChoice, TunedConfig
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, literal_config, subnodes
+from kernelband.proposers.rewriter.analysis.syntax import (
+    code,
+    dotted,
+    fresh_name,
+    int_value,
+    literal_config,
+    loads,
+    subnodes,
+)
 from kernelband.proposers.rewriter.edits import appended
+from kernelband.search.module_edits import Replace, with_import
 
 # Arguments of triton.autotune that change which configurations are tried, and so the choice itself.
 _UNPINNABLE = ("prune_configs_by",)
-# triton.Config's defaults, for a configuration that does not say its options
+# triton.Config's defaults, for a configuration that does not say its options (and a launch's)
 _DEFAULTS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
-HELPER = "tensor_dtypes"
 
 
 @dataclass
@@ -47,10 +59,11 @@ class CannotPin(Exception):
     pass
 
 
-def pin(source: str, choices: list[TunedChoice]) -> Pinned:
-    """The module with each autotuned kernel's recorded choices pinned (see the module's docstring)."""
+def pin(source: str, choices: list[TunedChoice], start: str | None = None) -> Pinned:
+    """The module with each autotuned kernel's recorded choices pinned (see the module's docstring); `start`: the
+    starting kernel's source, whose launch configuration joins the fallback's."""
     try:
-        return _Pinning(source, choices).run()
+        return _Pinning(source, choices, start).run()
     except CannotPin as exc:
         return Pinned(None, str(exc))
     except cst.ParserSyntaxError as exc:
@@ -82,12 +95,18 @@ def _dict_code(values: dict) -> str:
 
 
 class _Pinning:
-    def __init__(self, source: str, choices: list[TunedChoice]):
+    def __init__(self, source: str, choices: list[TunedChoice], start: str | None = None):
         self.source = source
         self.ms = ModuleSource(source)
         self.choices = choices
+        try:
+            self.start = ModuleSource(start) if start is not None else None
+        except cst.ParserSyntaxError:
+            self.start = None
         self.used = {n.value for n in subnodes(self.ms.module, cst.Name)}
         self.replace: dict[int, list[cst.BaseStatement]] = {}  # id(original statement) -> its replacement
+        self.taken: dict[int, set[str]] = {}  # per launching function: the names its new locals must not take
+        self.added: set[str] = set()  # the module-level names the pinning adds
         self.notes: list[str] = []
         self.pinned: list[str] = []
         self.keys = 0
@@ -96,23 +115,14 @@ class _Pinning:
         tuned = [k for k in self.ms.kernels.values() if k.autotune is not None]
         if not tuned:
             raise CannotPin("no @triton.autotune decorator on a @triton.jit kernel that the pinning can read")
-        helper = fresh_name(HELPER, self.used)
         for kernel in tuned:
-            self._kernel(kernel, helper)
+            self._kernel(kernel)
         if not self.pinned:
             raise CannotPin("; ".join(self.notes) or "no autotuner chose anything during the search")
-        first = next(k for k in tuned if k.name in self.pinned)
-        helper_def = cst.parse_module(
-            f"def {helper}(*args):\n"
-            f'    """The dtypes of a launch\'s tensor arguments: the part of an autotuner\'s key that Triton adds '
-            f'itself."""\n'
-            f"    return tuple(str(a.dtype) for a in args if hasattr(a, \"dtype\"))\n").body[0]
-        self.replace[id(first.node)] = [helper_def.with_changes(leading_lines=first.node.leading_lines),
-                                        *self.replace[id(first.node)]]
-        module = self.ms.module.visit(_Replace(self.replace))
+        module = with_import(self.ms.module.visit(Replace(self.replace)), "functools")
         return Pinned(module.code, kernels=self.pinned, keys=self.keys, notes=self.notes)
 
-    def _kernel(self, kernel: Kernel, helper: str) -> None:
+    def _kernel(self, kernel: Kernel) -> None:
         mine = [c for c in self.choices if c.kernel == kernel.name]
         if not mine:
             self.notes.append(f"{kernel.name} stays autotuned: its autotuner chose nothing during the search")
@@ -153,26 +163,44 @@ class _Pinning:
             raise CannotPin(f"{kernel.name} is never launched as {kernel.name}[grid](...) in the module")
         names = {
             "table": fresh_name(f"{kernel.name.upper()}_CONFIGS", self.used),
+            "lookup": fresh_name(f"{kernel.name}_config", self.used),
             "tuner": fresh_name(f"{kernel.name}_tuned", self.used),
         }
+        self.added |= set(names.values())
+        # the tensors among a launch's arguments: every one has a dtype where each key holds as many dtypes
+        dtypes = {len(c.key) - len([n for n in key_names if n in launches[0].args]) for c in mine}
         for launch in launches:
-            self._launch(launch, list(key_names), names, helper)
+            self._launch(launch, list(key_names), names, dtypes)
         winners = list({json.dumps(c, sort_keys=True): c for c in table.values()}.values())
-        pruned = self._winning_configs(configs.value, winners)
+        start, why = self._starting_config(kernel, configs.value)
+        if why:
+            self.notes.append(why)
+        pruned = self._winning_configs(configs.value, winners, start)
         rest = [f"{a.keyword.value}={code(a.value)}" for a in call.args
                 if a.keyword is not None and a.keyword.value not in ("configs", "key")]
         rows = "\n".join(f"    ({', '.join(_literal(v) for v in k)}{',' if len(k) == 1 else ''}): {_dict_code(c)},"
                          for k, c in table.items())
         autotune = code(call.func)
-        configs_code = ("[\n" + "".join(f"        {c},\n" for c in pruned) + "    ]" if pruned is not None
-                        else code(configs.value))
+        if pruned is not None:
+            configs_code = "[\n" + "".join(f"        {c},\n" for c in pruned) + "    ]"
+        elif start is not None:  # the decorator's own list, whatever it holds, and the starting kernel's
+            configs_code = f"[*{code(configs.value)}, {start}]"
+        else:
+            configs_code = code(configs.value)
         tuner_args = "".join(f"    {a},\n" for a in [f"configs={configs_code}", f"key={code(key.value)}", *rest])
+        fallback = ("the configurations that won somewhere" if pruned is not None else "the decorator's configurations")
+        fallback += " and the starting kernel's launch" if start is not None else ""
         text = (f"# The configuration the search's autotuner chose for each key it met: the `key` arguments' values,\n"
                 f"# then the tensors' dtypes (how Triton's autotuner keys its choices).\n"
-                f"{names['table']} = {{\n{rows}\n}}\n"
-                + ("# A key the search never met is tuned, among the configurations that won somewhere.\n"
-                   if pruned is not None else "# A key the search never met is tuned.\n")
-                + f"{names['tuner']} = {autotune}(\n{tuner_args})({kernel.name})\n")
+                f"{names['table']} = {{\n{rows}\n}}\n\n\n"
+                f"@functools.cache\n"
+                f"def {names['lookup']}(values, dtypes):\n"
+                f'    """The configuration chosen for a key, looked up once per key: `values` are the `key` arguments\'\n'
+                f"    values, `dtypes` those of the launch's other arguments (None where one has none); None for a key\n"
+                f'    the search never met."""\n'
+                f"    return {names['table']}.get((*values, *(str(d) for d in dtypes if d is not None)))\n\n\n"
+                f"# A key the search never met is tuned, among {fallback}.\n"
+                f"{names['tuner']} = {autotune}(\n{tuner_args})({kernel.name})\n")
         decorators = [d for d in kernel.node.decorators if d is not kernel.autotune]
         plain = kernel.node.with_changes(decorators=decorators)
         if decorators and kernel.node.decorators[0] is kernel.autotune:
@@ -187,7 +215,7 @@ class _Pinning:
         self.pinned.append(kernel.name)
         self.keys += len(table)
 
-    def _launch(self, launch: Launch, key_names: list[str], names: dict[str, str], helper: str) -> None:
+    def _launch(self, launch: Launch, key_names: list[str], names: dict[str, str], dtypes: set[int]) -> None:
         where = launch.where
         statement = self.ms.parents.get(id(self.ms.parents.get(id(launch.call))))
         expr = self.ms.parents.get(id(launch.call))
@@ -202,16 +230,25 @@ class _Pinning:
                  if a.keyword is not None and a.keyword.value in ("num_warps", "num_stages", "num_ctas", "maxnreg")]
         if clash:
             raise CannotPin(f"the {where} sets {', '.join(clash)} itself")
-        key_values = [code(passed[n]) for n in key_names if n in passed]
+        # a key argument computed at the launch gets a name: the key and the launch read the one value
+        named, computed = {}, []
+        taken = self._locals(launch)
+        for n in key_names:
+            if n in passed and not isinstance(passed[n], cst.Name | cst.Integer | cst.Float | cst.SimpleString):
+                named[id(passed[n])] = cst.Name(fresh_name(n, taken))
+                computed.append(f"{named[id(passed[n])].value} = {code(passed[n])}\n")
+        key_values = [code(named.get(id(passed[n]), passed[n])) for n in key_names if n in passed]
         constexprs = {p.name for p in launch.kernel.params if p.constexpr}
         tensors = [code(v) for n, v in passed.items()
                    if n not in key_names and n not in constexprs and not _never_a_tensor(v)]
-        parts = [*key_values, *([f"*{helper}({', '.join(tensors)})"] if tensors else [])]
-        key = f"({', '.join(parts)}{',' if len(parts) == 1 and not tensors else ''})"
-        local = fresh_name("config", self.used)
-        tuned = launch.call.with_changes(func=launch.subscript.with_changes(value=cst.Name(names["tuner"])))
-        pinned = launch.call.with_changes(args=appended(launch.call.args, cst.Arg(cst.Name(local), star="**")))
-        text = (f"{local} = {names['table']}.get({key})\n"
+        sure = dtypes == {len(tensors)}  # every key held a dtype for each: they are all tensors
+        of = [f"{t}.dtype" if sure else f'getattr({t}, "dtype", None)' for t in tensors]
+        local = fresh_name("config", taken)
+        call = launch.call.visit(Replace(named)) if named else launch.call
+        tuned = call.with_changes(func=launch.subscript.with_changes(value=cst.Name(names["tuner"])))
+        pinned = call.with_changes(args=appended(call.args, cst.Arg(cst.Name(local), star="**")))
+        text = ("".join(computed)
+                + f"{local} = {names['lookup']}({_tuple_code(key_values)}, {_tuple_code(of)})\n"
                 f"if {local} is None:  # a key the search never met\n"
                 f"    {_TUNED}\n"
                 f"else:\n"
@@ -222,10 +259,20 @@ class _Pinning:
         body[0] = body[0].with_changes(leading_lines=statement.leading_lines)
         self.replace[id(statement)] = list(body)
 
+    def _locals(self, launch: Launch) -> set[str]:
+        """The names a local of the launching function must not take: its own, those it reads, the module's and
+        those this pinning added (shared by the function's launches)."""
+        scope = launch.scope
+        if id(scope) not in self.taken:
+            self.taken[id(scope)] = (set(scope.assigns) | set(scope.params) | {n.value for n in loads(scope.node)}
+                                     | set(self.ms.module_scope.assigns) | self.ms.imported | self.added)
+        return self.taken[id(scope)]
+
     @staticmethod
-    def _winning_configs(configs: cst.BaseExpression, winners: list[dict]) -> list[str] | None:
+    def _winning_configs(configs: cst.BaseExpression, winners: list[dict], start: str | None) -> list[str] | None:
         """The code of the winners as the decorator writes them, in its order, when its configs are a literal
-        list that holds every one of them; None otherwise (the fallback then keeps the decorator's own list)."""
+        list that holds every one of them, and the starting kernel's configuration `start` (code) after them
+        where none of them is it; None otherwise (the fallback then keeps the decorator's own list)."""
         if not isinstance(configs, cst.List):
             return None
         listed = []
@@ -234,8 +281,53 @@ class _Pinning:
             if parsed is None:
                 return None
             listed.append((parsed, code(element.value)))
+        if not all(any(w == parsed for parsed, _ in listed) for w in winners):
+            return None
         kept = [text for parsed, text in listed if parsed in winners]
-        return kept if all(any(w == parsed for parsed, _ in listed) for w in winners) else None
+        if start is not None and _parse_config(cst.parse_expression(start)) not in winners:
+            kept.append(start)
+        return kept
+
+    def _starting_config(self, kernel: Kernel, configs: cst.BaseExpression) -> tuple[str | None, str]:
+        """The launch configuration the starting kernel runs this kernel with, as a `triton.Config` (code), over
+        the parameters the decorator's configs set; or None and why not (no starting kernel given, no kernel of
+        that name launched there, a value it computes at the launch, launches that disagree)."""
+        if self.start is None:
+            return None, ""
+        theirs = self.start.kernels.get(kernel.name)
+        launches = self.start.launches_of(theirs) if theirs is not None else []
+        if not launches:
+            return None, (f"{kernel.name}: the starting kernel does not launch a kernel of that name, so its "
+                          f"launch is not among the fallback's configurations")
+        elements = configs.elements if isinstance(configs, cst.List) else []
+        parsed = [literal_config(e.value) for e in elements]
+        if elements and None not in parsed:
+            tuned = {k for p in parsed for k in p[0]}
+        else:  # configs built by code: the constexprs the launches leave to the autotuner
+            passed = {name for launch in self.ms.launches_of(kernel) for name in launch.args}
+            tuned = {p.name for p in kernel.params if p.constexpr and p.default is None and p.name not in passed}
+        found = set()
+        for launch in launches:
+            values = {}
+            for name in (*sorted(tuned), *_DEFAULTS):
+                arg = launch.arg(name)
+                param = theirs.param(name)
+                node = arg.value if arg is not None else param.default if param is not None else None
+                value = int_value(node) if node is not None else _DEFAULTS.get(name)
+                if value is None and name in tuned:
+                    return None, (f"{kernel.name}: the starting kernel computes {name} at its launch, so its launch "
+                                  f"is not among the fallback's configurations")
+                values[name] = value
+            found.add(json.dumps(values, sort_keys=True))
+        if len(found) > 1:
+            return None, (f"{kernel.name}: the starting kernel launches it with {len(found)} configurations; none "
+                          f"joins the fallback's")
+        values = json.loads(found.pop())
+        kwargs = {k: values[k] for k in sorted(tuned)}
+        prefix = dotted(elements[0].value.func) if elements and isinstance(elements[0].value, cst.Call) else None
+        options_code = "".join(f", {k}={values[k]}" for k in _DEFAULTS
+                               if values[k] is not None and (k in ("num_warps", "num_stages") or values[k] != 1))
+        return f"{prefix or 'triton.Config'}({_dict_code(kwargs)}{options_code})", ""
 
 
 # Tensor methods that give a number: an argument computed by one has no dtype for the key.
@@ -263,6 +355,10 @@ def _parse_config(node: cst.BaseExpression) -> dict | None:
                                num_ctas=given.get("num_ctas"), maxnreg=given.get("maxnreg")))
 
 
+def _tuple_code(items: list[str]) -> str:
+    return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+
+
 _TUNED, _PINNED = "__kernelband_tuned_launch__", "__kernelband_pinned_launch__"
 
 
@@ -275,15 +371,3 @@ class _Put(cst.CSTTransformer):
 
     def leave_Name(self, original_node, updated_node):
         return self.nodes.get(original_node.value, updated_node)
-
-
-class _Replace(cst.CSTTransformer):
-    def __init__(self, replace: dict[int, list[cst.BaseStatement]]):
-        super().__init__()
-        self.replace = replace
-
-    def on_leave(self, original_node, updated_node):
-        new = self.replace.get(id(original_node))
-        if new is None:
-            return updated_node
-        return cst.FlattenSentinel(new)

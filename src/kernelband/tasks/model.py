@@ -66,6 +66,9 @@ class ShapeInfo:
     added: bool = False  # a shape KernelBand added to the task's own
     group: str = "search"
     position: int = 0
+    # the entry's positional arguments as the harness passes them: each tensor's shape, None for anything else;
+    # None where the harness does not call the entry itself (TritonBench's performance scripts)
+    args: tuple[tuple[int, ...] | None, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,8 @@ class TaskInfo:
 
     @classmethod
     def from_wire(cls, d: dict) -> TaskInfo:
-        shapes = tuple(ShapeInfo(**{k: v for k, v in s.items() if k in ShapeInfo.__dataclass_fields__})
+        shapes = tuple(ShapeInfo(**{k: v for k, v in s.items() if k in ShapeInfo.__dataclass_fields__ and k != "args"},
+                                 args=_arg_shapes(s.get("args")))
                        for s in d["shapes"])
         return cls(entry=d["entry"], atol=float(d["atol"]), rtol=float(d["rtol"]),
                    allow_torch_only=bool(d["allow_torch_only"]), has_tests=bool(d["has_tests"]),
@@ -99,3 +103,7 @@ class TaskInfo:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _arg_shapes(args: list | None) -> tuple[tuple[int, ...] | None, ...] | None:
+    return None if args is None else tuple(None if a is None else tuple(int(n) for n in a) for a in args)

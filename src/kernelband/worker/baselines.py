@@ -1,7 +1,7 @@
 """The task's torch reference timed in its worker: as written (torch eager) and through torch.compile.
 
 Each is timed by `timing.bench`, the code that times the reference and the candidates, under the same
-preset, on the same copies of the shape's inputs (`Worker._placements`) and with the timer the shape's
+preset, on the same copies of the shape's inputs (`shape_timing.placements`) and with the timer the shape's
 reference got (events or spans). torch.compile gets a fresh compilation per shape (`torch._dynamo.reset`,
 static shapes): the same compiled function across shapes would recompile up to dynamo's cache limit and then
 fall back to eager without a word. Its compilation and max-autotune's own benchmarks run before the timing,

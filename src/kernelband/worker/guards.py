@@ -40,7 +40,8 @@ class LaunchLog:
 LOG = LaunchLog()
 
 
-def _grid_of(grid, kwargs: dict, arg_names: list[str], args: tuple) -> list[int]:
+def launch_grid(grid, kwargs: dict, arg_names: list[str], args: tuple) -> list[int]:
+    """A launch's grid as numbers: a grid function called with the launch's arguments by name ([] if it fails)."""
     try:
         if callable(grid):
             meta = dict(zip(arg_names, args))
@@ -60,7 +61,7 @@ def _describe(fn, args, kwargs, grid, kernel) -> Launch:
         if isinstance(value, int) and not isinstance(value, bool) and name.upper() == name and "BLOCK" in name:
             constexprs[name] = value
     inner = getattr(fn, "fn", fn)
-    launch = Launch(kernel=getattr(inner, "__name__", "kernel"), grid=_grid_of(grid, kwargs, arg_names, args),
+    launch = Launch(kernel=getattr(inner, "__name__", "kernel"), grid=launch_grid(grid, kwargs, arg_names, args),
                     constexprs=constexprs)
     launch.num_warps = kwargs.get("num_warps")
     launch.num_stages = kwargs.get("num_stages")

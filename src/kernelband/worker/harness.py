@@ -204,9 +204,11 @@ class PyFileHarness(Harness):
             bytes_fn, flops_fn = self.ns.get("bytes_moved"), self.ns.get("flops")
             with torch.device("meta"):
                 inputs = self.ns["make_inputs"](device="meta", **params)
+            called = tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)  # as `call` passes them
             shapes.append({
                 "index": i, "label": _label(params), "held_out": i >= len(search), "added": False,
                 "inputs": _describe_inputs(inputs), "nbytes": nbytes(inputs),
+                "args": [list(a.shape) if isinstance(a, torch.Tensor) else None for a in called],
                 "bytes": float(bytes_fn(**params)) if bytes_fn else None,
                 "flops": float(flops_fn(**params)) if flops_fn else None,
             })

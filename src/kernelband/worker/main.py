@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import os
 import random
 import socket
@@ -401,41 +400,14 @@ class Worker:
                 "tampered": self._tamper()}
 
     def op_time(self, request: dict) -> dict:
-        from kernelband.worker.timing import bench
-        index, seed, preset = request["shape"], request["seed"], request["preset"]
+        from kernelband.worker.shape_timing import time_shape
         try:
-            t0 = time.perf_counter()
-            self._seed(seed)
-            copies = self._placements(index, preset)
-            made = time.perf_counter() - t0
-            turn = itertools.cycle(copies)
-
-            def fn():
-                return self.harness.call(next(turn))
-
-            from kernelband.worker.guards import unhooked
-            with unhooked():
-                times, waits, info = bench(fn, preset, self.gpu, self.guard, bool(request.get("span")))
+            self._seed(request["seed"])
+            reply = time_shape(self.harness, request["shape"], request["preset"], self.gpu, self.guard,
+                               bool(request.get("span")), self.device, request.get("call", True))
         except BaseException as exc:  # noqa: BLE001
             return self._failed(exc)
-        info.setdefault("phases", {})["inputs"] = made
-        return {"ok": True, "times": times, "gpu_waits": waits, "placements": len(copies), **info,
-                "tampered": self._tamper()}
-
-    def _placements(self, index: int, preset: dict) -> list:
-        """The shape's inputs, or as many copies of them (the same values, other addresses) as
-        `preset["placements"]` asks and `preset["placement_mib"]` holds. With more than one, each copy's tensors
-        lie in allocations of their own (`harness.in_own_pages`): other physical pages, not only other
-        addresses in the caching allocator's shared segment."""
-        from kernelband.worker.harness import in_own_pages, own_pages_bytes
-        first = self.harness.make_inputs(index, self.device)
-        want = int(preset.get("placements") or 1)
-        if want > 1:
-            cost = max(own_pages_bytes(first), 1)
-            want = min(want, int(float(preset.get("placement_mib", 64.0)) * 2**20 // cost))
-        if want <= 1:
-            return [first]
-        return [in_own_pages(first) for _ in range(want)]
+        return {**reply, "tampered": self._tamper()}
 
     def op_features(self, request: dict) -> dict:
         """Launch configuration, compiled resources and memory footprint on one shape."""
@@ -523,8 +495,9 @@ class Worker:
     def op_baselines(self, request: dict) -> dict:
         """The task's torch reference timed as written and compiled, as `op_time` times the module."""
         from kernelband.worker.baselines import time_baselines
+        from kernelband.worker.shape_timing import placements
         self._seed(request["seed"])
-        copies = self._placements(request["shape"], request["preset"])
+        copies = placements(self.harness, request["shape"], request["preset"], self.device)
         return time_baselines(self.harness.torch_reference, copies, request, self.gpu, self.guard)
 
     def op_exit(self, request: dict) -> dict:

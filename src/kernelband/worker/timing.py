@@ -183,6 +183,53 @@ def warm_profiler() -> float:
     return time.perf_counter() - t0
 
 
+# The per-call wall time (`call_time`): rounds of back-to-back calls, each round about CALL_ROUND_MS long (at
+# least one call, at most MAX_CALLS) and all of them together about CALL_BUDGET_MS (at least one round, at most
+# CALL_ROUNDS); the median round's time per call. A few hundred calls of a µs kernel a round: the host's time per
+# call is what moves, and it is steady over that many; the budget keeps it a small part of a shape's timing.
+CALL_ROUND_MS = 5.0
+CALL_BUDGET_MS = 20.0
+CALL_ROUNDS = 3
+MAX_CALLS = 300
+
+
+def call_time(fn, gpu: bool, interpreter_calls: int = 1, synchronize=None, clock=time.perf_counter) -> dict:
+    """What an eager program pays per call of `fn`, host and device: back-to-back calls with no flush and no
+    GPU-ahead wait, synchronised once per round, the round's wall time over its calls. Where the GPU's work per
+    call is small, this is the host's time to launch (argument handling, allocations, the launches' Python),
+    which the device time (`bench`, the GPU kept ahead) never shows. {"call_ms": the median round's ms per call,
+    "calls": calls per round, "rounds": rounds}. On the interpreter the calls run on the CPU one after another:
+    `interpreter_calls` of them in one round."""
+    if not gpu:
+        return _call_rounds(fn, max(1, interpreter_calls), 1, lambda: None, clock)
+    if synchronize is None:
+        import torch
+        synchronize = torch.cuda.synchronize
+    synchronize()
+    t0 = clock()
+    fn()
+    synchronize()
+    once_ms = max((clock() - t0) * 1000.0, 1e-4)  # a first estimate, its synchronisation included
+    calls = int(min(MAX_CALLS, max(1, CALL_ROUND_MS // once_ms)))
+    rounds = int(min(CALL_ROUNDS, max(1, CALL_BUDGET_MS // (calls * once_ms))))
+    return _call_rounds(fn, calls, rounds, synchronize, clock)
+
+
+def _call_rounds(fn, calls: int, rounds: int, synchronize, clock) -> dict:
+    per_call = [back_to_back(fn, calls, synchronize, clock) for _ in range(rounds)]
+    return {"call_ms": statistics.median(per_call), "calls": calls, "rounds": rounds}
+
+
+def back_to_back(fn, calls: int, synchronize, clock=time.perf_counter) -> float:
+    """One round: `calls` calls of `fn` one after another, synchronised before and after; ms per call."""
+    synchronize()
+    t0 = clock()
+    for _ in range(calls):
+        fn()
+    synchronize()
+    return (clock() - t0) * 1000.0 / calls
+
+
 def bench(fn, preset: dict, gpu: bool, guard, span: bool = False) -> tuple[list[float], int, dict]:
     """Per-iteration times in milliseconds, how many GPU waits were queued (see `gpu_ahead`), and
     {"ahead_us", "host_sync"} (see `ahead_for`) with "phases": seconds spent probing the host time

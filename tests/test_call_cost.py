@@ -1,0 +1,78 @@
+"""benchmarks/call_cost.py: the per-call wall time of the starting kernel, of a handed-back module and of that
+module's kernels launched directly (its figures come from a GPU; here its plumbing, on the interpreter)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from interpreted import interpreted
+
+from kernelband.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "call_cost.py"
+
+
+def _handed_back(add_rmsnorm_source: str) -> str:
+    from kernelband.proposers.rewriter.proposer import options
+    from kernelband.search.launch_cache import cache_launch_values
+
+    found = options(add_rmsnorm_source, ("rows",))
+    return cache_launch_values(found.variants[0].apply(found.module)).source
+
+
+def test_the_direct_launches_are_the_modules_own_with_their_grids_worked_out():
+    from kernelband.tasks import load_task
+
+    source = _handed_back(load_task("examples:add_rmsnorm").module_source)
+    interpreted(source, f"""
+import sys
+sys.path.insert(0, {str(ROOT / "benchmarks")!r})
+import call_cost
+x, y, w = torch.randn(11, 700).half(), torch.randn(11, 700).half(), torch.randn(700).half()
+call = lambda: module.add_rmsnorm(x, y, w)
+direct = call_cost.launched_directly(call, (x, y, w), "cpu")
+theirs, ours = call_cost.record_launches(call), call_cost.record_launches(direct)
+assert [fn for fn, *_ in ours] == [fn for fn, *_ in theirs]  # the same kernels
+assert [kw for _, _, kw, _ in ours] == [kw for _, _, kw, _ in theirs]
+assert [tuple(grid) for *_, grid in ours] == [(3,), (11,)]  # numbers, worked out once
+# the inputs are the call's own; the outputs and the intermediate are allocated anew
+assert ours[0][1][0] is x and ours[0][1][2] is not theirs[0][1][2]
+assert ours[0][1][2] is ours[1][1][1]  # the intermediate the second launch reads is the one the first wrote
+""")
+
+
+def test_the_script_measures_each_examples_smallest_and_largest_shape_in_a_fresh_process(tmp_path: Path):
+    from kernelband.tasks import load_task
+
+    task = load_task("examples:add_rmsnorm")
+    best = tmp_path / "run-1" / "best.py"
+    best.parent.mkdir()
+    best.write_text(_handed_back(task.module_source))
+    store = Store(tmp_path / "runs.db")
+    run = store.create_run(task.ref, task.key, "greedy", "rewrite", 0, {"preset": "default"})
+    store.finish_run(run, "done", {"best_path": str(best), "best_candidate": 3, "handback": {
+        "form": "as_is", "cached": ["add_rmsnorm_launch(rows, cols) -> block, ROWS, grid"]}})
+    store.close()
+    out = tmp_path / "call_cost.json"
+    env = {**os.environ, "KERNELBAND_MODE": "interpreter"}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--db", str(tmp_path / "runs.db"), "--rounds", "2",
+                           "--calls", "1", "--out", str(out)], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]  # interpreter times: the verdict means nothing here
+    data = json.loads(out.read_text())
+    assert data["devices"] == ["Triton interpreter (CPU)"]
+    [measured] = data["runs"]
+    assert measured["task"] == "examples:add_rmsnorm" and "error" not in measured
+    assert [r["label"] for r in measured["rows"]] == ["rows=8, cols=256", "rows=11, cols=700"]  # smallest, largest
+    for row in measured["rows"]:
+        assert all(row[f"{v}_us"] > 0 and len(row["times"][v]["rounds"]) == 2 for v in ("start", "handed_back",
+                                                                                        "direct"))
+        assert row["over_direct_us"] == row["handed_back_us"] - row["direct_us"]
+    assert "| add_rmsnorm | rows=8, cols=256 |" in proc.stdout and "launch values cached" in proc.stdout
+    bad = subprocess.run([sys.executable, str(SCRIPT), "--db", str(tmp_path / "missing.db")], capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: no run database")
