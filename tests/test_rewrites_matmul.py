@@ -129,7 +129,8 @@ def test_split_k_on_an_autotuned_kernel_chooses_the_split_from_the_autotuners_co
 
 def test_split_k_and_persistent_tiles_leave_element_wise_kernels_alone():
     for rewrite in ("split_k", "persistent_tiles"):
-        assert made(example("vector_add").module_source, rewrite) == ([], ("add_kernel has no tl.dot",))
+        assert made(example("vector_add").module_source, rewrite) == (
+            [], ("add_kernel has no tl.dot, nor calls a helper that has one",))
 
 
 # -- persistent_tiles -----------------------------------------------------------------------------------------
@@ -158,22 +159,33 @@ def test_persistent_tiles_on_an_autotuned_2d_grid_compute_both_extents_in_the_ke
     assert "    grid_0 = tl.cdiv(M, BLOCK_M)\n    grid_1 = tl.cdiv(N, BLOCK_N)\n" in persistent
 
 
-def test_persistent_tiles_refuse_a_kernel_that_changes_a_parameter():
-    source = MM_PTRS.replace("    a_ptrs = a_ptr + ", "    a_ptr += 0\n    a_ptrs = a_ptr + ")
-    assert made(source, "persistent_tiles") == ([], ("mm_kernel assigns its parameter a_ptr: the next tile would "
-                                                     "start from the changed value",))
+def test_persistent_tiles_start_each_tile_from_the_parameters_as_passed():
+    """A kernel that moves a pointer parameter (`a_ptr += row * stride`): in the persistent twin the parameter is
+    a local of each tile, set from the value passed, so the second tile of a program does not start from the
+    first tile's moved pointer."""
+    source = MM_PTRS.replace("    a_ptrs = a_ptr + offs_m[:, None] * K", "    a_ptr += pid_m * BLOCK_M * K\n"
+                             "    a_ptrs = a_ptr + tl.arange(0, BLOCK_M)[:, None] * K")
+    [(_, new)], _ = made(source, "persistent_tiles")
+    twin = kernel_text(new, "mm_kernel_persistent")
+    assert "        a_ptr_tile = a_ptr\n" in twin and "a_ptr_tile += pid_m * BLOCK_M * K" in twin
+    interpreted_pair(source, new, "a = torch.randn(70, 45).half(); b = torch.randn(45, 50).half()\n"
+                     "assert torch.equal(variant.mm(a, b), original.mm(a, b))")
 
 
-def test_the_tritonbench_matmul_is_refused_for_its_unmasked_loads():
+def test_the_tritonbench_matmul_keeps_its_tiles_where_only_the_host_knows_the_sizes_they_tile():
+    """Its store is not masked and its sizes are constants of the kernel's, the grid's M a host value the kernel
+    is not passed: no check could say a new tile divides them, so matmul_configs refuses, saying so;
+    persistent_tiles, which keeps the tiles, applies."""
     path = tb.find()
     if path is None:
         pytest.skip("no TritonBench-G data")
     from kernelband.tasks import load_task
 
     source = load_task("tritonbench:matmul_kernel").module_source
-    for rewrite in ("split_k", "persistent_tiles"):
-        assert made(source, rewrite)[1] == ("matmul_kernel has 3 unmasked tl.load/tl.store: a larger tile would "
-                                            "reach past the end of its tensors",)
+    assert made(source, "matmul_configs")[1] == (
+        "a store along BLOCK_SIZE_M in matmul_kernel is not masked, and the size BLOCK_SIZE_M tiles is not a "
+        "parameter a check could read",)
+    assert len(made(source, "persistent_tiles")[0]) == 1
 
 
 def test_persistent_tiles_on_an_autotuned_kernel_compute_the_grid_in_the_kernel():

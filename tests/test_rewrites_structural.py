@@ -7,6 +7,7 @@ import re
 
 import pytest
 from interpreted import interpreted
+from test_rewrite_correctness import one_config_each
 
 from kernelband.proposers.rewriter.proposer import options
 from kernelband.proposers.rewriter.rewrites.inductor_configs import POINTWISE_XBLOCKS
@@ -106,8 +107,9 @@ def example(name: str):
 # -- inductor_configs -----------------------------------------------------------------------------------------
 def test_an_element_wise_kernel_gets_inductors_pointwise_configs():
     [(rationale, new)] = made(ADD, "inductor_configs")[0]
-    assert rationale.startswith("Inductor's pointwise configs: @triton.autotune on add_kernel: 8 configs")
-    assert configs(new) == [f'{{"BLOCK": {x}}}, num_warps={w}, num_stages=1' for x, w in POINTWISE_XBLOCKS]
+    assert rationale.startswith("Inductor's pointwise configs: @triton.autotune on add_kernel: 9 configs")
+    assert configs(new)[0] == '{"BLOCK": 128}, num_warps=4'  # the launch's own config first
+    assert configs(new)[1:] == [f'{{"BLOCK": {x}}}, num_warps={w}, num_stages=1' for x, w in POINTWISE_XBLOCKS]
     assert ('    add_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, out, n, '
             'tune_numel=x.numel() + y.numel() + out.numel())\n') in new
 
@@ -116,7 +118,8 @@ def test_a_row_kernel_gets_inductors_reduction_configs():
     [(rationale, new)] = made(ROW_SUM, "inductor_configs")[0]
     assert rationale.startswith("Inductor's reduction configs: @triton.autotune on row_sum_kernel")
     blocks = [(int(b), int(w)) for b, w in re.findall(r'"BLOCK": (\d+)}, num_warps=(\d+)', new)]
-    assert blocks == [(1024, 8), (2048, 16), (2048, 8), (512, 4), (256, 2), (4096, 16), (8192, 16), (128, 2)]
+    assert blocks == [(64, 4), (1024, 8), (2048, 16), (2048, 8), (512, 4), (256, 2), (4096, 16), (8192, 16),
+                      (128, 2)]  # the launch's own first
     assert "row_sum_kernel[(x.shape[0],)](x, out, x.shape[1], tune_numel=" in new
 
 
@@ -169,7 +172,8 @@ def test_inductor_configs_leave_tl_dot_and_2d_tiles_and_autotuned_kernels_alone(
     assert made(example("transpose").module_source, "inductor_configs")[1] == (
         "transpose_kernel's tiles are not 1-D blocks of BLOCK",)
     [(_, tuned)] = made(ADD, "inductor_configs")[0]
-    assert made(tuned, "inductor_configs") == ([], ("add_kernel is autotuned",))
+    assert made(tuned, "inductor_configs") == (
+        [], ("the autotune configs of add_kernel hold Inductor's pointwise configs already",))
 
 
 # -- matmul_configs -------------------------------------------------------------------------------------------
@@ -177,9 +181,10 @@ def test_a_dot_kernel_gets_the_tutorials_and_inductors_matmul_configs():
     variants, _ = made(MM, "matmul_configs")
     assert [r.split(":")[0] for r, _ in variants] == ["Triton's matmul tutorial configs", "Inductor's mm configs"]
     tutorial, inductor = (configs(new) for _, new in variants)
-    assert tutorial[0] == '{"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}, num_warps=8, num_stages=3'
+    assert tutorial[0] == inductor[0] == '{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}, num_warps=4'  # the launch's
+    assert tutorial[1] == '{"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}, num_warps=8, num_stages=3'
     assert '{"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}, num_warps=8, num_stages=5' in inductor
-    assert len(tutorial) == len(inductor) == 8
+    assert len(tutorial) == len(inductor) == 9
     new = variants[0][1]
     assert ('    mm_kernel[lambda meta: (triton.cdiv(M, meta["BLOCK_M"]), triton.cdiv(N, meta["BLOCK_N"]))](a, b, c, M, N, '
             'K, tune_numel=a.numel() + b.numel() + c.numel())\n') in new
@@ -192,18 +197,40 @@ def test_matmul_configs_apply_to_the_matmul_example():
 
 
 @pytest.mark.parametrize("old, new, reason", [
-    ("                    mask=(offs_m[:, None] < M) & ((k + offs_k)[None, :] < K), other=0.0)",
-     "                    )", "mm_kernel has 1 unmasked tl.load/tl.store: a larger tile would reach past the end of "
-     "its tensors"),
-    ("BLOCK_K: tl.constexpr", "BLOCK_R: tl.constexpr",
-     "mm_kernel's K tile (BLOCK_K) is not sized by a constexpr parameter"),
-    ("        acc = tl.dot(a, b, acc)\n", "        acc += a * b\n", "mm_kernel has no tl.dot"),
+    ("        acc = tl.dot(a, b, acc)\n", "        acc += a * b\n", "mm_kernel has no tl.dot, nor calls a helper that has one"),
+    ("    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n",
+     "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) + tl.cumsum(tl.zeros((BLOCK_M, BLOCK_N), "
+     "dtype=tl.float32), 1)\n", "tl.cumsum's result depends on the extent of BLOCK_N"),
 ])
 def test_matmul_configs_refuse_where_a_tile_size_is_not_free(old, new, reason):
     source = MM.replace(old, new)
     assert source != MM
     variants, reasons = made(source, "matmul_configs")
     assert not variants and reasons[0] == reason
+
+
+UNMASKED_A = MM.replace("                    mask=(offs_m[:, None] < M) & ((k + offs_k)[None, :] < K), other=0.0)",
+                        "                    )")
+
+
+def test_a_tile_along_which_a_load_is_not_masked_is_tuned_behind_a_check_that_it_divides_the_size():
+    """A is read without a mask: a config's tiles must divide M and K. The autotuner prunes the others (the
+    launch's own config stays where none does), and M and K are in its key, so each size is pruned anew."""
+    variants, _ = made(UNMASKED_A, "matmul_configs")
+    assert len(variants) == 2
+    new = variants[0][1]
+    assert 'prune_configs_by={"early_config_prune": _mm_kernel_tiles_divide}' in new
+    assert ("    kept = [c for c in configs if all(named_args[size] % c.kwargs[tile] == 0 for tile, size in "
+            '(("BLOCK_M", "M"), ("BLOCK_K", "K"),))]\n    return kept or configs[:1]\n') in new
+    assert "key=[\"M\", \"N\", \"K\", \"tune_numel\"]" in new
+    interpreted(new, "class C:\n    def __init__(self, **kwargs):\n        self.kwargs = kwargs\n"
+                "configs = [C(BLOCK_M=32, BLOCK_K=32), C(BLOCK_M=64, BLOCK_K=64), C(BLOCK_M=128, BLOCK_K=32)]\n"
+                "kept = module._mm_kernel_tiles_divide(configs, {'M': 192, 'K': 64, 'N': 5})\n"
+                "assert kept == configs[:2], kept\n"
+                "assert module._mm_kernel_tiles_divide(configs, {'M': 48, 'K': 48, 'N': 5}) == configs[:1]\n")
+    for _, each in one_config_each(new):  # every config alone, on sizes they all divide
+        interpreted(each, "a = torch.randn(128, 128).half(); b = torch.randn(128, 40).half()\n"
+                    "assert torch.allclose(module.mm(a, b).float(), a.float() @ b.float(), atol=0.05, rtol=0.01)\n")
 
 
 def test_a_config_set_needs_every_block_size_it_sets_to_be_free_at_the_launch():

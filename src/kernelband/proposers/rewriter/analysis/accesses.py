@@ -12,7 +12,7 @@ and the innermost loop it sits in.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import libcst as cst
@@ -31,7 +31,7 @@ from kernelband.proposers.rewriter.analysis.values import (
 
 @dataclass(eq=False)
 class Access:
-    call: cst.Call
+    call: cst.Call = field(repr=False)
     store: bool
     form: str  # "pointer", "block_ptr" or "descriptor"
     address: ast.expr | None  # canonical: the pointer, the block pointer, or the descriptor's offsets

@@ -7,7 +7,7 @@ not from the names."""
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import libcst as cst
@@ -21,7 +21,7 @@ from kernelband.proposers.rewriter.analysis.values import same, tl_name
 
 @dataclass(eq=False)
 class Dot:
-    call: cst.Call
+    call: cst.Call = field(repr=False)
     a: Access | None
     b: Access | None
     m: str | None  # the constexprs sizing the M, N and K dimensions
@@ -60,6 +60,18 @@ class Dots:
     @property
     def plain(self) -> list[Dot]:
         return [d for d in self.all if d.plain]
+
+    @property
+    def gemm(self) -> Dot | None:
+        """The kernel's one product, where all its tl.dot work is a plain GEMM: every tl.dot an A tile times a B
+        tile summed over the same K loop into one accumulator (an unrolled pair of dots into the same sum
+        counts as one); None otherwise."""
+        dots = self.all
+        if not dots or not all(d.plain for d in dots):
+            return None
+        if len({(d.m, d.n, d.k, d.accumulator, id(d.loop.node)) for d in dots}) != 1:
+            return None
+        return dots[0]
 
     def _operand(self, node: ast.expr) -> Access | None:
         loads = [n for n in ast.walk(node) if tl_name(n) == "load"]

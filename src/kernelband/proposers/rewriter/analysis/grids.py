@@ -87,22 +87,14 @@ def owners(ms: ModuleSource, launch: Launch, divisions: list[CeilDiv], params: l
     found: dict[int, list[str]] = {}
     for division in divisions:
         dimension = _grid_dimension(launch, division)
-        mine = []
-        for param in params:
-            role = roles.get(param)
-            if role is None or not role.tiles:
-                continue
-            axes = {int(c.split("/")[0]) for c in role.tiles}
-            direct = {c for c in role.tiles if "/" not in c}
-            if dimension is not None and dimension not in axes:
-                continue
-            sharing = [p for p in params if p != param and roles.get(p) is not None
-                       and {int(c.split("/")[0]) for c in roles[p].tiles} & axes]
-            if direct and not sharing:
-                mine.append(param)
-            elif _kernel_counts(ms, launch, param) & _numerator_codes(launch, division):
-                mine.append(param)
-        found[id(division)] = mine
+        tiling = [p for p in params if roles.get(p) is not None and roles[p].tiles]
+        direct = [p for p in tiling if dimension is not None and str(dimension) in roles[p].tiles]
+        if len(direct) == 1:  # one constexpr alone scales this program id as it is
+            found[id(division)] = direct
+            continue
+        found[id(division)] = [p for p in tiling
+                               if (dimension is None or dimension in {int(c.split("/")[0]) for c in roles[p].tiles})
+                               and _kernel_counts(ms, launch, p) & _numerator_codes(launch, division)]
     # A 1-D split counts one constexpr's tiles in the kernel (`pid % cdiv(N, BLOCK_N)`) and leaves the other's
     # to the quotient: where one division of a grid dimension and one constexpr tiling it are left, they pair.
     by_dimension: dict[int | None, list[CeilDiv]] = {}

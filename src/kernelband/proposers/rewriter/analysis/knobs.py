@@ -18,7 +18,7 @@ output buffer, say), and a tiled constexpr only when the grid follows it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import libcst as cst
 
@@ -42,15 +42,15 @@ MAX_PER_THREAD = 256
 
 @dataclass(frozen=True, eq=False)
 class Knob:
-    kernel: Kernel
+    kernel: Kernel = field(repr=False)
     params: tuple[str, ...]  # the constexprs it sets (more than one when a grid literal serves several)
     role: str  # "tiled" or "looped"
     value: int | None  # None: known only at run time
-    nodes: tuple[cst.CSTNode, ...]  # integers to rewrite, or (value None) names to scale
+    nodes: tuple[cst.CSTNode, ...] = field(repr=False)  # integers to rewrite, or (value None) names to scale
     grid_nodes: frozenset[int]  # ids of the nodes that sit in a grid expression
     name: str | None  # the variable, for a named knob
     kind: str  # "literal", "local", "module", "default", "runtime" or "shared" (a name several constexprs take)
-    launches: tuple[Launch, ...]
+    launches: tuple[Launch, ...] = field(repr=False)
 
     @property
     def label(self) -> str:

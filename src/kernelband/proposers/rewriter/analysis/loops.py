@@ -52,7 +52,7 @@ class Carried:
 
 @dataclass(eq=False)
 class Loop:
-    node: cst.For | cst.While
+    node: cst.For | cst.While = field(repr=False)
     var: str | None
     start: ast.expr | None  # canonical forms; None where not known
     end: ast.expr | None

@@ -48,7 +48,7 @@ class Role:
     steps: tuple[Loop, ...] = ()
     unbounded: tuple[Access, ...] = ()
     shaped: tuple[str, ...] = ()  # the tl calls whose results depend on its extent
-    other: tuple[str, ...] = ()  # other uses that make its value matter (an `if`, a division, ...)
+    other: tuple[str, ...] = ()  # uses as a value beyond tiling (a comparison, `P // 2`, ...): the code of each
 
     @property
     def tiled(self) -> bool:
@@ -66,6 +66,11 @@ class Role:
     def free(self) -> bool:
         return self.sizes and not self.unbounded and not self.shaped
 
+    @property
+    def only_tiles(self) -> bool:
+        """It is read only as a tile's size: extents, shapes, offsets, steps, tile counts and hints."""
+        return not self.other
+
     def why_not_free(self) -> str:
         if not self.sizes:
             return f"{self.param} sizes no tile"
@@ -74,6 +79,8 @@ class Role:
             return f"a {what.kind} along {self.param} is not bounded by a mask or a boundary check"
         if self.shaped:
             return f"tl.{self.shaped[0]}'s result depends on the extent of {self.param}"
+        if self.other:
+            return f"{self.param} is also read as a value (`{self.other[0]}`), not only as a tile's size"
         return ""
 
 
@@ -126,11 +133,13 @@ class Roles:
     def all(self) -> dict[str, Role]:
         roles = {name: Role(name) for name in self.constexprs}
         sizes, tiles, shaped = self._walk(set(roles), self._own_expressions())
+        other = self._other_uses(set(roles), self._own_expressions())
         for name, role in roles.items():
             role.sizes = name in sizes
             role.tiles = frozenset(tiles.get(name, ()))
             role.steps = tuple(self.loops.stepping(name))
             role.shaped = tuple(sorted(shaped.get(name, ())))
+            role.other = tuple(dict.fromkeys(other.get(name, ())))
             role.unbounded = tuple(a for a in self.accesses.all if name in self._unbounded_dims(a))
         for callee in self.callees:  # what a helper does with a constexpr it is passed, it does for the kernel
             for name, role in roles.items():
@@ -141,6 +150,7 @@ class Roles:
                     role.steps += theirs.steps
                     role.unbounded += theirs.unbounded
                     role.shaped = tuple(sorted(set(role.shaped) | set(theirs.shaped)))
+                    role.other = tuple(dict.fromkeys(role.other + theirs.other))
         return roles
 
     def __getitem__(self, name: str) -> Role:
@@ -174,9 +184,16 @@ class Roles:
                             for axis in pid_axes(other):
                                 tiles.setdefault(name, set()).add(coordinate(other, axis))
                 name = tl_name(node) or method_name(node)
-                if name in SHAPE_DEPENDENT and node.args:
+                if name in SHAPE_DEPENDENT and (node.args or method_name(node)):
                     shape = self.shapes.of(node.args[0] if tl_name(node) else node.func.value)
-                    for dim in shape or ():
+                    dims = list(shape or ())
+                    if name in SCANS and dims:  # a scan depends on the extent of the axis it runs along
+                        axis = next((k.value for k in node.keywords if k.arg == "axis"),
+                                    node.args[1] if tl_name(node) and len(node.args) > 1 else ast.Constant(0))
+                        if isinstance(axis, ast.Constant) and isinstance(axis.value, int) \
+                                and -len(dims) <= axis.value < len(dims):
+                            dims = [dims[axis.value]]
+                    for dim in dims:
                         if dim in names:
                             shaped.setdefault(dim, set()).add(name)
         return sizes, tiles, shaped
@@ -195,6 +212,54 @@ class Roles:
                 shape = node.args[4 if name == "make_block_ptr" else 3]
             return list(shape.elts) if isinstance(shape, ast.Tuple | ast.List) else []
         return []
+
+    def _other_uses(self, names: set[str], expressions: list[ast.expr]) -> dict[str, list[str]]:
+        """For each name, the code of the expressions that read it other than as a tile's size: not a tl.arange
+        extent, a shape, a factor of a product (an offset, a step, a stride), a range's step, a tile count
+        (`tl.cdiv(n, P)`, `(n + P - 1) // P`), a hint's value, the end of a tile (`pid * P + P`), or an argument
+        of a helper (whose own uses are read in the helper)."""
+        found: dict[str, list[str]] = {}
+        for expression in expressions:
+            parents: dict[int, ast.AST] = {}
+            for node in ast.walk(expression):
+                for child in ast.iter_child_nodes(node):
+                    parents[id(child)] = node
+            for node in ast.walk(expression):
+                if isinstance(node, ast.Name) and node.id in names and not self._tile_use(node, parents):
+                    parent = parents.get(id(node), node)
+                    found.setdefault(node.id, []).append(ast.unparse(parent)[:60])
+        return found
+
+    def _tile_use(self, node: ast.Name, parents: dict[int, ast.AST]) -> bool:
+        parent = parents.get(id(node))
+        if parent is None:
+            return False
+        name = tl_name(parent)
+        if is_call(parent, "__arange") or name in ("zeros", "full", "cdiv", "multiple_of", "max_contiguous",
+                                                      "max_constancy", "make_block_ptr", "make_tensor_descriptor",
+                                                      "advance", "static_range", "range"):
+            return True
+        if isinstance(parent, ast.Tuple | ast.List | ast.keyword):
+            return True  # a shape, a block's offsets, an advance's step
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Mult):
+            return True
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id == "range":
+            return True
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in self.values.helpers:
+            return True  # a helper's argument: read where the helper uses it
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.FloorDiv) and parent.right is node:
+            return True  # a tile count
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add | ast.Sub):
+            grand = parents.get(id(parent))
+            while isinstance(grand, ast.BinOp) and isinstance(grand.op, ast.Add | ast.Sub):
+                grand = parents.get(id(grand))
+            if isinstance(grand, ast.BinOp) and isinstance(grand.op, ast.FloorDiv) \
+                    and ast.unparse(grand.right) == node.id:
+                return True  # the `+ P - 1` of a ceiling division
+            other = parent.right if parent.left is node else parent.left
+            return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult) and node.id in
+                       {f.id for f in factors(n) if isinstance(f, ast.Name)} for n in ast.walk(other))  # a tile's end
+        return False
 
     def _unbounded_dims(self, access: Access) -> set[str]:
         """The constexprs sizing a dimension of the access that nothing bounds."""

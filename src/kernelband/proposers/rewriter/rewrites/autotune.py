@@ -22,6 +22,7 @@ from kernelband.proposers.rewriter.edits import (
     keyword_arg,
     parenthesized,
     replace_with,
+    set_kwarg,
     without,
 )
 from kernelband.proposers.rewriter.rewrites.configs import Chooser, ConfigSet
@@ -100,6 +101,13 @@ def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: lis
     (rewrite, a fixed list such as Inductor's), after the launch's own config."""
     launches = ms.launches_of(kernel)
     tuned = _tunable(kernel, launches, knobs)
+    if config_set is not None:  # the set's tiles are tuned; the launch keeps setting any other
+        sets = {p for values, _, _ in config_set[1].configs for p in values}
+        if not sets <= set(tuned):
+            reasons.append(f"{config_set[1].label} set {', '.join(sorted(sets))} but the launches of {kernel.name} "
+                           f"let autotune set {', '.join(tuned) or 'no block size'}")
+            return None
+        tuned = {p: at for p, at in tuned.items() if p in sets}
     edits: list[tuple[cst.CSTNode, Edit]] = []
     dead: set[str] = set()
     for launch in launches:
@@ -121,22 +129,24 @@ def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: lis
     if config_set is not None:
         rewrite, chosen = config_set
         label, divides = chosen.label, chosen.divides
-        sets = {p for values, _, _ in chosen.configs for p in values}
-        if set(tuned) != sets:
-            reasons.append(f"{label} set {', '.join(sorted(sets))} but the launches of {kernel.name} let autotune "
-                           f"set {', '.join(tuned) or 'no block size'}")
-            return None
         own = configs[:1] if all(knob.value is not None for at in tuned.values() for knob in at.values()) else []
         configs = list(dict.fromkeys(own + [_config_text(*c) for c in chosen.configs]))
         label = f"{label}: "
     key = _key(kernel, set(tuned))
     key += [size for _, size in divides if size not in key]
+    sized = _sized_by(kernel, launches)
+    if sized is not None:  # the tensors' element count, as one more parameter in the key
+        name = fresh_name("tune_numel", set(kernel.names))
+        edits.append((kernel.node, _param_added(name)))
+        edits.extend((call, set_kwarg(name, total)) for call, total in sized)
+        key = [*key, name]
     prune = None
     if divides:  # accesses along these tiles are not masked: a config runs only where its tiles divide the sizes
         prune = fresh_name(f"_{kernel.name}_tiles_divide", {n for s in ms.scopes for n in s.assigns} | set(ms.kernels))
-        edits.append((kernel.node, _function_before(_divides_function(prune, divides))))
     decorator = _decorator(configs, key, _restored(kernel), prune)
     edits.append((kernel.node, _add_decorator(kernel, decorator)))
+    if prune is not None:  # last: it turns the kernel's node into the function and the kernel
+        edits.append((kernel.node, _function_before(_divides_function(prune, divides))))
     scope = launches[0].scope
     cleanup = (scope.name, frozenset(dead)) if len({x.scope.name for x in launches}) == 1 else None
     touched = frozenset({kernel.name} | {x.scope.top or kernel.name for x in launches})
@@ -395,7 +405,7 @@ def _new_grid(launch: Launch, converted: list[cst.BaseExpression], meta: str) ->
     return launch.subscript, lambda node: node.with_changes(slice=new_slice)
 
 
-def _existing_configs(kernel: Kernel) -> tuple[cst.List, list[tuple[dict, int | None, int | None]]] | None:
+def existing_configs(kernel: Kernel) -> tuple[cst.List, list[tuple[dict, int | None, int | None]]] | None:
     call = kernel.autotune.decorator
     if not isinstance(call, cst.Call):
         return None
@@ -423,7 +433,7 @@ def _merged_configs(kernel: Kernel, rewrite: str, config_set: ConfigSet, reasons
         reasons.append(f"{kernel.name}'s accesses along {config_set.divides[0][0]} are not masked, and its autotuner "
                        "prunes its configs its own way already")
         return None
-    found = _existing_configs(kernel)
+    found = existing_configs(kernel)
     if found is None:
         reasons.append(f"the autotune configs of {kernel.name} are not a literal list of triton.Config")
         return None
@@ -473,7 +483,7 @@ def _merged_configs(kernel: Kernel, rewrite: str, config_set: ConfigSet, reasons
 
 def _more_configs(kernel: Kernel, reasons: list[str]) -> list[Variant]:
     """One variant per config next to an existing one (one change at a time) that is not there yet."""
-    found = _existing_configs(kernel)
+    found = existing_configs(kernel)
     if found is None:
         reasons.append(f"the autotune configs of {kernel.name} are not a literal list of triton.Config")
         return []

@@ -7,18 +7,30 @@ one-step grid around the starting tile. Two variants, one list each:
 
 (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps) as the sources write them. The kernel must be a plain GEMM
 (`analysis.dots`: the constexprs sizing its M, N and K tiles are read from the tiles' shapes, M and N scaling a
-program id, K stepping the loop that sums the product), and every load and store bounded
-(`configs.free_blocks`): then any tile covers the same product.
-A GROUP_M swizzle the kernel has stays as the launch sets it; `grouped_ordering` adds one.
+program id, K stepping the loop that sums the product), with its accesses along each tile bounded, or each tile
+checked to divide the size it tiles (`extents`: the autotuner prunes the configs whose tiles do not): then any
+tile covers the same product. A GROUP_M swizzle the kernel has stays as the launch sets it; `grouped_ordering`
+adds one.
+
+Any other tl.dot kernel (attention, say) gets the tiles of Triton's fused-attention tutorial on its free tiles:
+a tile that scales a program id takes the tutorial's BLOCK_M values, one that a loop steps by its BLOCK_N
+values. A tile is free when every access along it is bounded, nothing's result depends on its extent, and the
+kernel reads it only as a tile's size (`roles`); a config keeps the order the launch's values have between two
+tiles (BLOCK_M >= BLOCK_N stays so, equal tiles stay equal), which the kernel may rely on.
 """
 
 from __future__ import annotations
 
+from kernelband.proposers.rewriter.analysis import knobs
 from kernelband.proposers.rewriter.analysis.extents import unbounded_extents
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.rewrites.configs import ConfigSet
 
+# (a tile that scales a program id, a tile a loop steps by, num_stages, num_warps): 06-fused-attention.py's tiles
+ATTENTION = ((128, 64, 3, 8), (128, 32, 3, 4), (64, 64, 3, 4), (64, 32, 3, 4), (128, 128, 2, 8), (64, 64, 4, 4),
+             (128, 64, 4, 8), (32, 32, 3, 4), (128, 128, 3, 8), (64, 64, 2, 4))
+MAX_ATTENTION_CONFIGS = 8
 TUTORIAL = ((128, 256, 64, 3, 8), (64, 256, 32, 4, 4), (128, 128, 32, 4, 4), (128, 64, 32, 4, 4),
             (64, 128, 32, 4, 4), (128, 32, 32, 4, 4), (64, 32, 32, 5, 2), (32, 64, 32, 5, 2))
 INDUCTOR = ((64, 64, 64, 3, 8), (64, 128, 32, 3, 4), (64, 128, 64, 3, 4), (128, 64, 32, 3, 4),
@@ -55,10 +67,70 @@ def free_axes(ms: ModuleSource, kernel: Kernel) -> tuple[dict[str, str], tuple[t
     return axes, tuple(divides)
 
 
+def _order(a: int | str | None, b: int | str | None) -> int:
+    """-1, 0 or 1 between two launch values; 0 where not known (two names, or a name and a number): equal
+    tiles keep every relation a kernel may rely on (each divides the other)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return (a > b) - (a < b)
+    return 0
+
+
+def _launched(ms: ModuleSource, kernel: Kernel) -> dict[str, int | str]:
+    """What the launch sets each tile to: a number, or the name of the value it passes (the same name for two
+    tiles means equal tiles); for an autotuned kernel, its first config's values."""
+    if kernel.autotune is not None:
+        found = _existing(kernel)
+        return dict(found[0][0]) if found else {}
+    return {k.params[0]: k.value if k.value is not None else k.name
+            for k in knobs.find(ms)[0] if k.kernel is kernel and len(k.params) == 1}
+
+
+def _existing(kernel: Kernel) -> list | None:
+    from kernelband.proposers.rewriter.rewrites.autotune import existing_configs
+
+    found = existing_configs(kernel)
+    return found[1] if found is not None else None
+
+
+def free_tiles(ms: ModuleSource, kernel: Kernel) -> ConfigSet | str:
+    """The fused-attention tutorial's tiles on a tl.dot kernel's free tiles (module doc), or why none is free."""
+    facts = facts_of(kernel)
+    if not facts.dots.all:
+        return f"{kernel.name} has no tl.dot, nor calls a helper that has one"
+    launched = _launched(ms, kernel)
+    free, why = [], ""
+    for param in facts.tile_sizes:
+        role = facts.roles[param]
+        if not (role.tiles or role.steps):
+            continue
+        reason = role.why_not_free()
+        if reason and role.unbounded and not role.shaped and not role.other:
+            divides = unbounded_extents(ms, kernel, [param])
+            reason = divides if isinstance(divides, str) else ""
+        if reason or launched.get(param) is None:
+            why = why or reason or f"the launch of {kernel.name} does not set {param} where it can be changed"
+            continue
+        free.append(param)
+    if not free:
+        return why or f"{kernel.name} has no tile that scales a program id or steps a loop"
+    divides = unbounded_extents(ms, kernel, free)
+    if isinstance(divides, str):
+        return divides
+    configs = []
+    for tiled, stepped, stages, warps in ATTENTION:
+        values = {p: tiled if facts.roles[p].tiles else stepped for p in free}
+        if all(_order(values[p], values[q]) == _order(launched[p], launched[q]) for p in free for q in free):
+            configs.append((values, warps, stages))
+    if not configs:
+        return f"no tile of the fused-attention tutorial keeps the order of {kernel.name}'s launch values"
+    return ConfigSet("Triton's fused-attention tutorial tiles", configs[:MAX_ATTENTION_CONFIGS], tuple(divides))
+
+
 def choose(ms: ModuleSource, kernel: Kernel) -> list[ConfigSet] | str:
     found = free_axes(ms, kernel)
     if isinstance(found, str):
-        return found
+        other = free_tiles(ms, kernel) if not any(d.plain for d in facts_of(kernel).dots.all) else found
+        return [other] if isinstance(other, ConfigSet) else other
     axes, divides = found
     m, n, k = axes["M"], axes["N"], axes["K"]
     return [ConfigSet(label, [({m: bm, n: bn, k: bk}, warps, stages) for bm, bn, bk, stages, warps in table], divides)

@@ -20,8 +20,9 @@ its constexpr X, each name as the parameter the launch passes that name for, and
 grid becomes `lambda meta: (min(SMs, tiles(meta)),)`, always the twin (a grid of at most SMs tiles gives one
 tile a program, as the original does).
 
-Refused, as not certain (beyond `matmul_launch.dot_kernel`): a kernel that assigns one of its parameters (the
-next tile of the same program would start from the changed value); a grid lambda that reads anything else
+A parameter the kernel assigns (`GROUP_M = min(..., GROUP_M)`) becomes a local of each tile, set from the value
+passed at the tile's start, so the next tile of the same program starts where the original program did.
+Refused, as not certain (beyond `matmul_launch.dot_kernel`): a grid lambda that reads anything else
 (a name the launch does not pass, a call but cdiv) or uses meta other than as meta["NAME"]; launches with
 different kinds of grid.
 """
@@ -33,6 +34,7 @@ import libcst as cst
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import assigned, code, dotted, fresh_name, int_value
 from kernelband.proposers.rewriter.edits import Found, Variant
+from kernelband.proposers.rewriter.rewrites.launch_reading import Rename
 from kernelband.proposers.rewriter.rewrites.matmul_launch import (
     branched,
     dot_kernel,
@@ -124,9 +126,14 @@ def _twin(kernel: Kernel, name: str, extents: list[str] | None) -> tuple[cst.Fun
         setup = [cst.parse_statement(f"{p['G0']} = {extents[0]}\n"),
                  cst.parse_statement(f"{p['G1']} = {extents[1] if len(extents) > 1 else 1}\n")]
     body = kernel.node.body.visit(_TileIds(kernel, tile, p["G0"], p["G1"]))
+    # A parameter the kernel assigns is a local of each tile's, starting from the value passed.
+    changed = sorted(assigned(kernel.node.body) & {q.name for q in kernel.params})
+    copies = {name: fresh_name(f"{name}_tile", used) for name in changed}
+    body = body.visit(Rename(copies))
+    starts = [cst.parse_statement(f"{copy} = {name}\n") for name, copy in copies.items()]
     loop = cst.parse_statement(f"for {tile} in range({tl}.program_id(axis=0), {p['G0']} * {p['G1']}, "
                                f"{p['NUM_PROGS']}):\n    pass\n")
-    loop = loop.with_changes(body=loop.body.with_changes(body=body.body), leading_lines=[cst.EmptyLine(
+    loop = loop.with_changes(body=loop.body.with_changes(body=[*starts, *body.body]), leading_lines=[cst.EmptyLine(
         comment=cst.Comment(f"# Persistent tiles: {p['NUM_PROGS']} programs, each taking every "
                             f"{p['NUM_PROGS']}-th tile of the original grid"))])
     return node.with_changes(name=cst.Name(name), body=node.body.with_changes(body=[*setup, loop])), p
@@ -138,10 +145,6 @@ def persistent_tiles(ms: ModuleSource) -> Found:
         dk = dot_kernel(ms, kernel, autotuned=True)
         if isinstance(dk, str):
             reasons.append(dk)
-            continue
-        if changed := sorted(assigned(kernel.node.body) & {p.name for p in kernel.params}):
-            reasons.append(f"{kernel.name} assigns its parameter {changed[0]}: the next tile would start from "
-                           "the changed value")
             continue
         sites = [site(ms, dk, launch, meta=kernel.autotune is not None) for launch in ms.launches_of(kernel)]
         extents = [_kernel_grid(s.launch) if not isinstance(s, str) and s.meta else None for s in sites]
