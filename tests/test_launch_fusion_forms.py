@@ -210,3 +210,18 @@ def test_each_form_gives_the_originals_outputs_in_the_interpreter(source, names)
     [(_, new)] = made(source)[0]
     run_modules({"kb_original": source, "kb_variant": new}, SAME.format(names=names))
 
+
+@pytest.mark.slow
+def test_every_variant_of_the_fusion_spellings_compiles_for_sm90():
+    """The interpreter runs no type checks: each fused kernel of the corpus (tests/respellings/fusion.py), and its
+    original, compiled as an H100 would (Triton's own type rules, an `if` whose branches set names)."""
+    pytest.importorskip("triton.backends.nvidia")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from respellings.check import compiles_for_sm90
+    from respellings.fusion import SPELLINGS
+
+    for spelling in SPELLINGS:
+        compiles_for_sm90(spelling, [spelling.source, *[new for _, new in made(spelling.source)[0]]])
