@@ -3,11 +3,8 @@ and that the fused kernel gives the original's outputs in the interpreter."""
 
 from __future__ import annotations
 
-import os
-import tempfile
-
 import pytest
-from interpreted import interpreted
+from interpreted import run_modules
 
 from kernelband.proposers.rewriter.proposer import options
 from kernelband.tasks import load_task
@@ -239,11 +236,7 @@ def test_a_sum_stored_by_the_inlined_kernel_holds_the_originals_values_in_the_in
     """On rows the fused kernel covers (contiguous) and on a transposed x, whose sum the guard leaves to the two
     launches of the original (whose output is then not every element of `out`: only the sums are compared)."""
     [(_, new)] = made(RETURNED)[0]
-    folder = tempfile.mkdtemp()
-    path = os.path.join(folder, "original.py")
-    with open(path, "w") as f:
-        f.write(RETURNED)
-    interpreted(new, SAME_AS.format(path=path, same="all(torch.equal(p, q) for p, q in zip(a, b))") + """
+    same_as(RETURNED, new, "all(torch.equal(p, q) for p, q in zip(a, b))", """
 x, y = (torch.randn(300, 7, dtype=torch.float16).t() for _ in range(2))
 w = torch.randn(300, dtype=torch.float16)
 a, b = original.add_rmsnorm(x, y, w), module.add_rmsnorm(x, y, w)
@@ -254,18 +247,10 @@ assert torch.equal(a[1], b[1])
 @pytest.mark.slow
 def test_the_inlined_kernel_gives_the_originals_outputs_bit_for_bit_in_the_interpreter():
     [(_, new)] = made(FLAT)[0]
-    folder = tempfile.mkdtemp()
-    path = os.path.join(folder, "original.py")
-    with open(path, "w") as f:
-        f.write(FLAT)
-    interpreted(new, SAME_AS.format(path=path, same="torch.equal(a, b)"))
+    same_as(FLAT, new, "torch.equal(a, b)")
 
 
 SAME_AS = """
-import importlib.util
-spec = importlib.util.spec_from_file_location("original", {path!r})
-original = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(original)
 for rows, cols in [(8, 256), (11, 700), (5, 333), (3, 1), (1, 2048)]:
     x, y, w = (torch.randn(rows, cols, dtype=torch.float16) for _ in range(3))
     w = w[0]
@@ -274,28 +259,27 @@ for rows, cols in [(8, 256), (11, 700), (5, 333), (3, 1), (1, 2048)]:
 """
 
 
+def same_as(original: str, new: str, same: str, more: str = "") -> None:
+    """Runs the original and the new module on the same inputs in a fresh interpreter process, checking `same` of
+    their outputs a and b (then `more`)."""
+    run_modules({"kb_original": original, "kb_module": new}, "import torch\nimport kb_module as module\n"
+                "import kb_original as original\ntorch.manual_seed(0)\n" + SAME_AS.format(same=same) + more)
+
+
 @pytest.mark.slow
 def test_the_fused_example_gives_the_originals_outputs_bit_for_bit_in_the_interpreter(evaluator):
     task = load_task(TASK)
     [(_, new)] = made(task.module_source)[0]
     result = evaluator.evaluate(task, new, seed=4)  # against the reference, on every interpreter shape
     assert result.ok, (result.outcome, result.detail, result.error[-2000:])
-    folder = tempfile.mkdtemp()
-    path = os.path.join(folder, "original.py")
-    with open(path, "w") as f:
-        f.write(task.module_source)
-    interpreted(new, SAME_AS.format(path=path, same="torch.equal(a, b)"))
+    same_as(task.module_source, new, "torch.equal(a, b)")
 
 
 @pytest.mark.slow
 def test_a_kept_intermediate_holds_the_originals_values_in_the_interpreter():
     base = source().replace(*RETURNS_H)
     [(_, new)] = made(base)[0]
-    folder = tempfile.mkdtemp()
-    path = os.path.join(folder, "original.py")
-    with open(path, "w") as f:
-        f.write(base)
-    interpreted(new, SAME_AS.format(path=path, same="all(torch.equal(p, q) for p, q in zip(a, b))"))
+    same_as(base, new, "all(torch.equal(p, q) for p, q in zip(a, b))")
 
 
 @pytest.mark.gpu

@@ -5,6 +5,7 @@ loops; a helper @triton.jit), a two-stage max and two independent launches."""
 
 from __future__ import annotations
 
+from kernelband.tasks import load_task
 from respellings import Spelling
 
 INPUTS = """
@@ -15,42 +16,7 @@ args = [x, y, w]
 """
 
 # Row kernels on one grid (the example's), the host returning the sum too: the fused kernel keeps its store.
-ROWS_RETURNING_SUM = '''
-import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, h_ptr, n_cols, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(axis=0)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * n_cols + cols, mask=mask)
-    y = tl.load(y_ptr + row * n_cols + cols, mask=mask)
-    tl.store(h_ptr + row * n_cols + cols, x + y, mask=mask)
-
-
-@triton.jit
-def rmsnorm_kernel(out_ptr, h_ptr, w_ptr, n_cols, eps, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(axis=0)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    h = tl.load(h_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(h * h, axis=0) / n_cols + eps)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * n_cols + cols, (h * rstd * w).to(tl.float16), mask=mask)
-
-
-def add_rmsnorm(x, y, weight):
-    rows, cols = x.shape
-    h = torch.empty_like(x)
-    out = torch.empty_like(x)
-    block = triton.next_power_of_2(cols)
-    add_kernel[(rows,)](x, y, h, cols, BLOCK_SIZE=block, num_warps=4)
-    rmsnorm_kernel[(rows,)](out, h, weight, cols, 1e-6, BLOCK_SIZE=block, num_warps=4)
-    return out, h
-'''
+ROWS_RETURNING_SUM = load_task("examples:add_rmsnorm").module_source.replace("    return out\n", "    return out, h\n")
 
 # One `lambda meta:` grid for both row kernels, a literal block size, strides passed, the program id named
 # otherwise and the sum scaled; the host does not return the sum.
