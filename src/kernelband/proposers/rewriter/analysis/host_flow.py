@@ -155,11 +155,11 @@ def reaching(name: str, path: Path) -> cst.BaseExpression | None:
         for statement in reversed(step.block[:step.index]):
             if name not in assigned(statement):
                 continue
-            if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-                small = statement.body[0]
-                if isinstance(small, cst.Assign) and len(small.targets) == 1 \
-                        and isinstance(small.targets[0].target, cst.Name):
-                    return small.value
+            smalls = statement.body if isinstance(statement, cst.SimpleStatementLine) else [statement]
+            small = next(s for s in reversed(smalls) if name in assigned(s))
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                    and isinstance(small.targets[0].target, cst.Name):
+                return small.value
             return None
     return None
 
@@ -168,7 +168,7 @@ def grid(launch: Launch, path: Path) -> tuple[list[str] | None, str]:
     """The grid of a launch as the host code of each dimension, evaluated where the launch is (a tuple, a name
     bound to one, or `lambda meta: ...` reading only constexprs the launch passes); else None and why."""
     dims = launch.grid
-    if len(dims) != 1:
+    if len(dims) != 1 or isinstance(launch.subscript.slice[0].comma, cst.Comma):  # kernel[a, b], kernel[n,]
         return [code(g).strip() for g in dims], ""
     node = dims[0]
     if isinstance(node, cst.Name):

@@ -99,6 +99,9 @@ def _check_site(site: Site) -> None:
     if site.statement is None:
         raise NotCertain(f"the host keeps what the {site.where} returns (the compiled kernel), or the launch is "
                          "part of a larger expression")
+    if any(arg.star for arg in site.launch.call.args):
+        raise NotCertain(f"the {site.where} passes arguments unpacked from a sequence: which tensor each parameter "
+                         "gets is not known")
     if site.touches.unknown:
         raise NotCertain(f"{site.kernel.name} has an access whose pointer reaches no parameter here "
                          f"(`{site.touches.unknown[0]}`): which tensor it touches is not known")
