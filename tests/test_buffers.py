@@ -125,3 +125,12 @@ def test_a_grid_is_read_where_its_launch_is():
     assert f.grid(first) == (["triton.cdiv(64, 16)"], "")
     assert f.grid(second) == (["triton.cdiv(64, (32))", "2"], "")
     assert f.grid(third)[0] is None and "block sizes its launch does not pass" in f.grid(third)[1]
+
+
+def test_a_value_set_on_a_line_of_several_statements_reaches_the_launch_and_a_trailing_comma_makes_a_grid():
+    f = host("""    a = torch.empty_like(x); n = 64
+    copy[4,](x, a, n, B=16)
+""")
+    [site] = f.sites
+    assert f.grid(site) == (["4"], "")
+    assert f.reaching("n", site).value == "64" and f.fresh("a")

@@ -225,3 +225,10 @@ def test_every_variant_of_the_fusion_spellings_compiles_for_sm90():
 
     for spelling in SPELLINGS:
         compiles_for_sm90(spelling, [spelling.source, *[new for _, new in made(spelling.source)[0]]])
+
+
+def test_a_launch_whose_arguments_come_from_a_sequence_is_refused():
+    unpacked = INDEPENDENT.replace("scale[grid](x, a, rows, cols, 2.0, B=32)",
+                                   "args = (x, a, rows, cols)\n    scale[grid](*args, 2.0, B=32)")
+    assert made(unpacked) == ([], ("the scale launch in both passes arguments unpacked from a sequence: which tensor "
+                                   "each parameter gets is not known",))
