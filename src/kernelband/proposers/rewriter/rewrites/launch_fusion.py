@@ -181,7 +181,7 @@ def _same_grid(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: Mo
     if not _one_block(one, store):
         raise NotCertain(f"{k1.name}'s store to {h} is not one 1-D block `... + tl.arange(0, B)` under a mask over it")
     address, where = one.canonical(k1.address(store)), one.canonical(mask)
-    h2 = two.params_of(h)
+    h2 = b.params_of(h)
     reads = [c for c in k2.loads if k2.bases(k2.address(c)) & h2]
     for load in reads:
         if two.canonical(k2.address(load)) != address or two.canonical(arg_of(load, 1, "mask")) != where:

@@ -83,9 +83,6 @@ class Side:
     def canonical(self, node: cst.BaseExpression | None) -> str:
         return "" if node is None else ast.dump(self.expand(node))
 
-    def params_of(self, buffer: str) -> set[str]:
-        return self.site.params_of(buffer)
-
 
 # -- the host function ------------------------------------------------------------------------------------
 def pure(node: cst.CSTNode) -> bool:
