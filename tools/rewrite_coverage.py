@@ -42,10 +42,11 @@ STRUCTURAL = {
     "persistent_tiles": "a tl.dot kernel on min(SMs, tiles) programs, each looping over the tiles of the original "
                         "grid with the program id replaced by the tile's, where there are more tiles than SMs "
                         "(an autotuned kernel counts its tiles from the grid lambda, in the kernel)",
-    "launch_fusion": "two launches in a row with the same grid, the second reading what the first stored at the "
-                     "same addresses under the same mask, as one kernel holding that value in registers; the "
-                     "store kept only where the host reads the buffer again; or an element-wise kernel over a "
-                     "flattened tensor computed where the next kernel reads its output",
+    "launch_fusion": "two launches that run one after the other (analysis/buffers.py) as one: on one grid, the "
+                     "second reading what the same program of the first stored, in registers (the store kept "
+                     "where the host uses the buffer); an element-wise kernel over a flattened tensor computed "
+                     "where the next reads its output; a two-stage reduction combined by the last program; "
+                     "independent launches as one grid of both",
 }
 
 

@@ -78,6 +78,15 @@ class _Rename(cst.CSTTransformer):
     def leave_Attribute(self, original_node, updated_node):
         return updated_node.with_changes(attr=original_node.attr)
 
+    def leave_Call(self, original_node, updated_node):
+        """Keywords name parameters of the function called: those of tl.load (mask=), torch.empty (dtype=) and
+        other imported functions keep their names."""
+        func = original_node.func.value if isinstance(original_node.func, cst.Subscript) else original_node.func
+        if isinstance(func, cst.Name) and func.value in self.mapping:
+            return updated_node
+        return updated_node.with_changes(args=[
+            new.with_changes(keyword=old.keyword) for old, new in zip(original_node.args, updated_node.args)])
+
     def leave_SimpleString(self, original_node, updated_node):
         text = updated_node.evaluated_value if isinstance(updated_node.evaluated_value, str) else None
         if text in self.mapping:  # meta["BLOCK_M"], triton.Config({"BLOCK_M": ...}), key=["M"]

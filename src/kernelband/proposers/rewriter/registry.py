@@ -22,9 +22,10 @@ variant it can make of it, in a fixed order, with the reasons it cannot do more.
     split_k           a tl.dot kernel's K loop split over a third grid axis where its M x N tiles leave SMs idle,
                       the float32 partials summed in order (split_k.py)
     persistent_tiles  a tl.dot kernel on one program per SM, each looping over the tiles (persistent_tiles.py)
-    launch_fusion     two launches in a row, the second reading what the first wrote at the same addresses, as
-                      one kernel that keeps the value in registers; an element-wise first kernel over a flattened
-                      tensor computed where the second reads its output (launch_fusion.py, launch_inline.py)
+    launch_fusion     two launches that run one after the other as one (analysis/buffers.py): the second reading
+                      what the same program of the first wrote, kept in registers; an element-wise kernel over a
+                      flattened tensor computed where the next reads its output; a two-stage reduction whose last
+                      program combines; independent launches as one grid (launch_fusion.py and its launch_*.py)
 """
 
 from __future__ import annotations

@@ -156,6 +156,11 @@ class Accesses:
             return axes >= set(range(rank))
         return isinstance(check, cst.Integer) and rank == 1 and check.evaluated_value == 0
 
+    def bases_of(self, address: ast.AST | cst.CSTNode | None) -> frozenset[str]:
+        """The pointer parameters among the terms of an address (through block pointers and carried locals): what
+        an atomic or a helper handed a pointer reaches, as much as a load or a store."""
+        return self._bases(address)
+
     def _bases(self, address: ast.AST | cst.CSTNode | None) -> frozenset[str]:
         """The pointer parameters among the terms of an address (through block pointers and carried locals)."""
         if address is None:
@@ -183,4 +188,6 @@ class Accesses:
                     pending.append(term.args[0])
                 elif isinstance(term, ast.Subscript):
                     pending.append(term.value)
+                elif isinstance(term, ast.BinOp) and isinstance(term.op, ast.Sub):
+                    pending.append(term.left)  # `p + offs - n`: a pointer less an offset
         return frozenset(found)

@@ -1,7 +1,20 @@
-"""launch_fusion: two launches one after the other in a host function, where the second kernel reads, at the
-very addresses and under the very mask, a buffer the first one wrote, as one launch of a new kernel whose body
-is the first kernel's body followed by the second's. The second kernel's loads of that buffer become the
-value the first one stored, kept in registers:
+"""launch_fusion: two launches that run one after the other in a host function (analysis/buffers.py: on one
+path, no other launch between them) as one launch. What the pair does with memory decides the form:
+
+- the second kernel reads a buffer the first one writes, on the same grid, at the very addresses and under the
+  very mask the same program wrote it: one kernel whose body is the first kernel's body followed by the
+  second's, the value kept in registers (below);
+- ... on another grid, the first kernel element-wise over its tensors flattened: it is computed where the
+  second reads its output (launch_inline.py);
+- ... the second kernel one program combining what the first one's programs wrote (a two-stage reduction): the
+  last program of the first kernel to finish combines (launch_reduction.py);
+- neither kernel touches what the other writes: one launch whose programs run one body or the other by program
+  id (launch_horizontal.py).
+
+Anything else is refused with the fact that is missing: a buffer the second kernel writes that the first one
+reads, a name that may be the same memory as another, a program reading what another program writes.
+
+The same-grid form:
 
     add_kernel[(rows,)](x, y, h, cols, BLOCK=B)          add_kernel_rmsnorm_kernel_fused[(rows,)](
     rmsnorm_kernel[(rows,)](out, h, w, cols, eps, BLOCK=B)     x_ptr=x, y_ptr=y, h_ptr=h, ..., out_ptr=out, ...)
@@ -12,35 +25,19 @@ value the first one stored, kept in registers:
 
 Program p of the fused kernel runs program p of the first kernel, then program p of the second. That is the
 same computation when program p of the second reads, of what the first kernel writes, only what program p of
-the first wrote, and nothing the other programs could change in between:
-
-- both launches have the same grid, written the same way, read from names nothing reassigns in between (a
-  `lambda meta:` grid is refused: it depends on the block sizes);
-- the first kernel stores the intermediate once, in a statement of its body's top level, and does not read
-  it; every load of it in the second kernel has the same address and mask as that store, once each local is
-  replaced by its value (a local assigned more than once, or inside a block, is refused), each parameter by
-  what the launch passes for it, and `tl.program_id(axis=0)` written any way; both access a 1-D block,
-  `... + tl.arange(0, B)` with no other arange: within a program no two lanes share an address. Across
-  programs the first kernel is taken to write each element once, as a kernel without a data race does;
-- the intermediate, and every other buffer either kernel stores to, is a tensor the function allocates
-  (`torch.empty_like(x)`, ...): no other name can alias it; the second kernel stores to none of the first
-  kernel's buffers, the first to none of the second's except the intermediate;
-- between the launches come only assignments of names the first launch does not read, with no call but size
-  and allocation ones (`triton.cdiv`, `x.stride(0)`, `torch.empty(...)`), reading no written tensor but for
-  its sizes; the second launch's arguments read the written tensors only for their sizes: the fused launch
-  takes the second launch's place;
-- neither kernel is autotuned or uses atomics, and the first returns nowhere early.
+the first wrote: both launches have the same grid; the first kernel stores the intermediate once, in a
+statement of its body's top level, and does not read it; every load of it in the second kernel has the same
+address and mask as that store, in the launches' terms (analysis/values.py: each local by the value that
+reaches it, each parameter by what the launch passes); both access one 1-D block `... + tl.arange(0, B)`:
+within a program no two lanes share an address. Across programs the first kernel is taken to write each element
+once, as a kernel without a data race does. Neither kernel is autotuned or uses atomics, and the first returns
+nowhere early.
 
 The stored value is cast to the intermediate's element type, as tl.store casts it, so the registers hold the
 value the load would have read. The intermediate stays allocated; its store is dropped where the function
-reads it nowhere but in the two launches (not returned, not passed on), and kept otherwise. The fused launch
+uses it nowhere but in the two launches (not returned, read or passed on), and kept otherwise. The fused launch
 passes every argument by keyword and takes the second launch's num_warps, num_stages and num_ctas, then those
-of the first that the second does not set: they do not change what a kernel computes. Other compiler options
-(enable_fp_fusion, ...) must be the same at both launches.
-
-Launches with different grids are the second form, an element-wise first kernel over a flattened tensor
-inlined into its reader (launch_inline.py). What both forms read of the kernels and the host function is in
-launch_reading.py.
+of the first that the second does not set: they do not change what a kernel computes.
 """
 
 from __future__ import annotations
@@ -49,23 +46,33 @@ import ast
 
 import libcst as cst
 
-from kernelband.proposers.rewriter.analysis.source import Launch, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import arg_of, code, fresh_name, loads, subnodes
+from kernelband.proposers.rewriter.analysis.buffers import HostFunction, Site, host_functions
+from kernelband.proposers.rewriter.analysis.host_flow import Order
+from kernelband.proposers.rewriter.analysis.source import ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import arg_of, code, fresh_name, subnodes
+from kernelband.proposers.rewriter.analysis.values import is_call
 from kernelband.proposers.rewriter.edits import Found, Variant, keyword_arg
+from kernelband.proposers.rewriter.rewrites.launch_horizontal import horizontal
 from kernelband.proposers.rewriter.rewrites.launch_inline import inline
 from kernelband.proposers.rewriter.rewrites.launch_reading import (
     NotCertain,
     Rename,
     Side,
-    between_of,
-    check_host,
-    fresh,
+    check_arguments,
+    check_options,
+    globals_clash,
+    joined_params,
+    launch_args,
+    one_program,
     options_of,
-    param_of,
+    renames_of,
     same_grid,
-    statement_of,
-    uses,
+    used_names,
 )
+from kernelband.proposers.rewriter.rewrites.launch_reduction import reduction
+from kernelband.proposers.rewriter.rewrites.launch_sites import Moved
+
+USE = {"returned": "returns it", "handed on": "hands it on", "read": "reads it again"}
 
 
 def _one_block(side: Side, call: cst.Call) -> bool:
@@ -74,8 +81,7 @@ def _one_block(side: Side, call: cst.Call) -> bool:
     for it (`tl.where(mask, value, ...)`) are all one block of B."""
     tree = side.expand(side.kernel.address(call))
     mask = side.expand(arg_of(call, 2, "mask") or cst.Name("None"))
-    aranges = [[n for n in ast.walk(t) if isinstance(n, ast.Call) and ast.unparse(n.func).endswith(".arange")]
-               for t in (tree, mask)]
+    aranges = [[n for n in ast.walk(t) if is_call(n, "__arange")] for t in (tree, mask)]
     if [len(a) for a in aranges] != [1, 1] or ast.dump(aranges[0][0]) != ast.dump(aranges[1][0]) or any(
             isinstance(n, ast.Subscript) for t in (tree, mask) for n in ast.walk(t)):
         return False
@@ -89,46 +95,79 @@ def _one_block(side: Side, call: cst.Call) -> bool:
     return any(t is aranges[0][0] for t in terms)
 
 
-def _pair(ms: ModuleSource, first: Launch, second: Launch) -> Variant:
-    one, two = Side(ms, first), Side(ms, second)
-    k1, k2 = first.kernel, second.kernel
+def _check_site(site: Site) -> None:
+    if site.statement is None:
+        raise NotCertain(f"the host keeps what the {site.where} returns (the compiled kernel), or the launch is "
+                         "part of a larger expression")
+    if any(arg.star for arg in site.launch.call.args):
+        raise NotCertain(f"the {site.where} passes arguments unpacked from a sequence: which tensor each parameter "
+                         "gets is not known")
+    if site.touches.unknown:
+        raise NotCertain(f"{site.kernel.name} has an access whose pointer reaches no parameter here "
+                         f"(`{site.touches.unknown[0]}`): which tensor it touches is not known")
+    for passed in site.passed.values():
+        if passed.root is None:
+            raise NotCertain(f"the {site.where} passes `{passed.code}` for {passed.param}: which tensor it is, is "
+                             "not known")
+
+
+def _fuse(ms: ModuleSource, host: HostFunction, a: Site, b: Site, order: Order) -> Variant:
+    for site in (a, b):
+        _check_site(site)
+    k1, k2 = a.kernel, b.kernel
+    for w in sorted(b.writes):
+        for t in sorted(a.reads | a.writes):
+            if host.may_alias(w, t, (b, a)):
+                verb = "writes" if t in a.writes else "reads"
+                same = f"{w}, which {k1.name} also {verb}" if w == t else \
+                    f"{w}, which may be the memory {k1.name} {verb} as {t}"
+                raise NotCertain(f"{k2.name} writes {same}: in one launch the order of their accesses to it "
+                                 "is not certain")
+    flows = sorted((w, r) for w in a.writes for r in b.reads if host.may_alias(w, r, (a, b)))
+    for w, r in flows:
+        if w != r:
+            raise NotCertain(f"{k2.name} reads {r}, which may be the memory {k1.name} writes as {w}")
+    used = used_names(ms, k1, k2)
+    moved = Moved(host, a, b, order, used)
+    check_arguments(host, a, b)
+    check_options(a, b)
+    shared = sorted({w for w, _ in flows})
+    if not shared:
+        return horizontal(ms, host, a, b, moved, used)
+    if one_program(host, b):
+        return reduction(ms, host, a, b, moved, used, shared)
+    grid = same_grid(host, a, b, moved.dims())
+    if len(shared) > 1:
+        raise NotCertain(f"{k2.name} reads {', '.join(shared)}, which {k1.name} writes" + (
+            "" if grid else f", on another grid: its programs may read what other programs of {k1.name} write"))
+    [h] = shared
+    if grid:
+        return _same_grid(ms, host, a, b, moved, h, used)
+    try:
+        return inline(ms, host, a, b, moved, h, used)
+    except NotCertain as why:
+        raise NotCertain(f"{k2.name} reads {h} on another grid than {k1.name} writes it (a program may read what "
+                         f"other programs wrote), and {why}") from None
+
+
+def _same_grid(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: Moved, h: str,
+               used: set[str]) -> Variant:
+    k1, k2 = a.kernel, b.kernel
+    one = Side(a, {p.name: code(moved.arg(p.name)).strip() for p in k1.params if moved.arg(p.name) is not None})
+    two = Side(b)
     for kernel in (k1, k2):
         if kernel.autotune is not None or kernel.heuristics:
-            raise NotCertain(f"{kernel.name} is autotuned or has heuristics")
+            raise NotCertain(f"{kernel.name} is autotuned or has heuristics: the fused kernel would have one "
+                             "config for both")
         if kernel.atomics:
             raise NotCertain(f"{kernel.name} uses atomics")
     if code(k1.jit) != code(k2.jit) or isinstance(k1.jit.decorator, cst.Call):
         raise NotCertain(f"{k1.name} and {k2.name} are not both plain @triton.jit")
     if subnodes(k1.node.body, cst.Return):
         raise NotCertain(f"{k1.name} returns early: the second kernel's part would not run")
-    written = one.buffers(k1.stores)
-    shared = written & (two.buffers(k2.loads))
-    if not shared:
-        raise NotCertain(f"{k2.name} reads nothing {k1.name} writes")
-    if len(shared) > 1:
-        raise NotCertain(f"{k2.name} reads more than one buffer {k1.name} writes ({', '.join(sorted(shared))})")
-    [h] = shared
-    tensors = written | two.buffers(k2.stores) | one.buffers(k1.loads) | two.buffers(k2.loads)
-    one.check_followed(tensors)
-    two.check_followed(tensors)
-    between = between_of(ms, first, second)
-    check_host(one, two, between, written)
-    stored_by_two = two.buffers(k2.stores)
-    for buffer in written | stored_by_two:
-        if not fresh(ms, first, buffer):
-            raise NotCertain(f"{buffer} is not a tensor {first.scope.name} allocates: another name may alias it")
-    if stored_by_two & (one.buffers(k1.loads) | written):
-        raise NotCertain(f"{k2.name} writes a buffer {k1.name} reads or writes")
-    if h in one.buffers(k1.loads):
+    if h in a.reads:
         raise NotCertain(f"{k1.name} reads {h} as well as writing it")
-    if (written - {h}) & (two.buffers(k2.loads) | stored_by_two):
-        raise NotCertain(f"{k2.name} reads or writes another buffer {k1.name} writes")
-    if not same_grid(first, second):
-        try:
-            return inline(ms, one, two, h, written)
-        except NotCertain as why:
-            raise NotCertain(f"the {first.where} and the {second.where} have different grids, and {why}") from None
-    h1 = one.params_of(h)
+    h1 = a.params_of(h)
     stores = [c for c in k1.stores if k1.bases(k1.address(c)) & h1]
     if len(stores) != 1:
         raise NotCertain(f"{k1.name} stores to {h} {len(stores)} times, not once")
@@ -142,26 +181,23 @@ def _pair(ms: ModuleSource, first: Launch, second: Launch) -> Variant:
     if not _one_block(one, store):
         raise NotCertain(f"{k1.name}'s store to {h} is not one 1-D block `... + tl.arange(0, B)` under a mask over it")
     address, where = one.canonical(k1.address(store)), one.canonical(mask)
-    h2 = two.params_of(h)
+    h2 = b.params_of(h)
     reads = [c for c in k2.loads if k2.bases(k2.address(c)) & h2]
     for load in reads:
         if two.canonical(k2.address(load)) != address or two.canonical(arg_of(load, 1, "mask")) != where:
             raise NotCertain(f"{k2.name} reads {h} at other addresses or under another mask than {k1.name} "
                              f"writes it")
-    return _fused(ms, one, two, h, store, reads, between)
+    return _fused(ms, host, a, b, moved, h, store, reads, used)
 
 
-def _fused(ms: ModuleSource, one: Side, two: Side, h: str, store: cst.Call, reads: list[cst.Call],
-           between: list[cst.CSTNode]) -> Variant:
-    k1, k2, first, second = one.kernel, two.kernel, one.launch, two.launch
-    used = k1.names | k2.names | set(ms.kernels) | {n for s in ms.scopes for n in s.assigns}
-    if k1.scope.assigns.keys() & ({n.value for n in loads(k2.node.body)} - set(two.locals) - {
-            p.name for p in k2.params}):
-        raise NotCertain(f"{k1.name} assigns a name that {k2.name} reads as a global")
+def _fused(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: Moved, h: str, store: cst.Call,
+           reads: list[cst.Call], used: set[str]) -> Variant:
+    k1, k2 = a.kernel, b.kernel
+    renames = renames_of(k1, k2, used)
+    globals_clash(k1, k2, renames)
     name = fresh_name(f"{k1.name}_{k2.name}_fused", used)
     kept = fresh_name(f"{h}_value", used)
-    renames = {n: fresh_name(n, used) for n in sorted({p.name for p in k2.params} | two.locals) if n in k1.names}
-    hp = sorted(two.params_of(h))[0]
+    hp = sorted(b.params_of(h))[0]
     hp = renames.get(hp, hp)
     tl = k2.tl_name
     cast = f"{kept}.to({hp}.dtype.element_ty)"
@@ -171,41 +207,31 @@ def _fused(ms: ModuleSource, one: Side, two: Side, h: str, store: cst.Call, read
         otherwise = cast if other is None else code(other.visit(Rename(renames)))  # no other: the lanes are free
         calls[id(load)] = f"{tl}.where({code(mask.visit(Rename(renames)))}, {cast}, {otherwise}).to({hp}.dtype.element_ty)"
     body2 = k2.node.body.visit(Rename(renames, calls))
-    drop = uses(ms, first, h) == 2
+    uses = host.uses(h, [a, b])
     line = ms.parents.get(id(ms.parents.get(id(store))))
     value = arg_of(store, 1, "value")
     replaced = [cst.parse_statement(f"{kept} = {code(value)}\n").with_changes(leading_lines=line.leading_lines)]
-    if not drop:
+    if uses:
         replaced.append(line.with_changes(leading_lines=[], body=[line.body[0].with_changes(
             value=store.visit(_Swap(value, kept)))]))
     statements = []
     for statement in k1.node.body.body:
         statements.extend(replaced if statement is line else [statement])
-    params1 = [param_of(p) for p in (*k1.node.params.posonly_params, *k1.node.params.params)]
-    params2 = [param_of(p, renames.get(p.name.value))
-               for p in (*k2.node.params.posonly_params, *k2.node.params.params)]
-    params = [p for p in params1 + params2 if p.default is None] + [p for p in params1 + params2 if p.default]
     kernel = k1.node.with_changes(
-        name=cst.Name(name), params=cst.Parameters(params=params),
+        name=cst.Name(name), params=joined_params(k1, k2, renames),
         body=k1.node.body.with_changes(body=[*statements, *body2.body]),
         leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-    args = []
-    for side, names in ((one, {}), (two, renames)):
-        for param in side.kernel.params:
-            if (arg := side.launch.arg(param.name)) is not None:
-                args.append(keyword_arg(names.get(param.name, param.name), arg.value))
-    options = {**options_of(first), **options_of(second)}
+    args = launch_args(a, {}, {p.name: moved.arg(p.name) for p in k1.params if moved.arg(p.name) is not None})
+    args += launch_args(b, renames)
+    options = {**options_of(a), **options_of(b)}
     args += [keyword_arg(k, v) for k, v in options.items()]
-    call = second.call.with_changes(func=second.subscript.with_changes(value=cst.Name(name)), args=args)
-    launch_line = statement_of(ms, second)
+    call = b.launch.call.with_changes(func=b.launch.subscript.with_changes(value=cst.Name(name)), args=args)
     last = max((k1.node, k2.node), key=lambda node: ms.module.body.index(node))
-    edits = ((statement_of(ms, first), lambda node: cst.RemovalSentinel.REMOVE),
-             (launch_line, lambda node, call=call: node.with_changes(body=[cst.Expr(call)])),
-             (last, lambda node, kernel=kernel: cst.FlattenSentinel([node, kernel])))
-    fate = f"{h} still stored ({first.scope.name} reads it again)" if not drop else f"{h} no longer stored"
-    return Variant("launch_fusion", f"the launches of {k1.name} and {k2.name} in {first.scope.name} as one kernel "
+    edits = (*moved.edits(call), (last, lambda node, kernel=kernel: cst.FlattenSentinel([node, kernel])))
+    fate = f"{h} still stored ({host.name} {USE[uses[0].kind]})" if uses else f"{h} no longer stored"
+    return Variant("launch_fusion", f"the launches of {k1.name} and {k2.name} in {host.name} as one kernel "
                    f"({name}): {k2.name} reads {h} from registers, {fate}",
-                   frozenset({k1.name, k2.name, name, first.scope.top}), edits)
+                   frozenset({k1.name, k2.name, name, a.launch.scope.top}), edits)
 
 
 class _Swap(cst.CSTTransformer):
@@ -223,13 +249,14 @@ def launch_fusion(ms: ModuleSource) -> Found:
     if "triton" not in ms.imported:
         return Found([], ["the module does not `import triton`"])
     variants, reasons = [], []
-    for first, second in zip(ms.launches, ms.launches[1:]):
-        if first.scope is not second.scope:
-            continue
-        try:
-            variants.append(_pair(ms, first, second))
-        except NotCertain as why:
-            reasons.append(str(why))
-    if not variants and not reasons:
+    hosts = [host for host in host_functions(ms) if len(host.sites) >= 2]
+    for host in hosts:
+        reasons.extend(host.apart())
+        for a, b, order in host.pairs():
+            try:
+                variants.append(_fuse(ms, host, a, b, order))
+            except NotCertain as why:
+                reasons.append(str(why))
+    if not hosts:
         reasons.append("no function launches two kernels one after the other")
     return Found(variants, reasons)
