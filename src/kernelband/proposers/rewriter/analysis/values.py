@@ -149,8 +149,9 @@ class _Canon(ast.NodeTransformer):
 class KernelValues:
     """The canonical forms of one kernel's expressions (module docstring)."""
 
-    def __init__(self, ms: ModuleSource, kernel: Kernel) -> None:
+    def __init__(self, ms: ModuleSource, kernel: Kernel, choices: dict[int, int] | None = None) -> None:
         self.ms, self.kernel = ms, kernel
+        self.choices = choices or {}  # id(if node) -> 0 (its body) or 1 (its else): one specialization
         self.tl_aliases = set(kernel.tl) | {"triton.language"}
         self.locals = set(kernel.scope.assigns) - set(kernel.scope.params)
         self.var_init: Env = {}
@@ -180,6 +181,9 @@ class KernelValues:
                 self._if(statement, env)
             elif isinstance(statement, cst.With):
                 self._block(list(statement.body.body), env)
+            elif isinstance(statement, cst.BaseSmallStatement):  # the body of a one-line `if x: y = z`
+                self._env_at[id(statement)] = dict(env)
+                self._small(statement, env)
         return env
 
     def _small(self, small: cst.CSTNode, env: Env) -> None:
@@ -228,6 +232,15 @@ class KernelValues:
 
     def _if(self, node: cst.If, env: Env) -> None:
         self._env_at[id(node.test)] = dict(env)
+        choice = self.choices.get(id(node))
+        if choice is not None:  # a test Triton decides at compile time: only the branch taken runs
+            if choice == 0:
+                self._block(list(node.body.body), env)
+            elif isinstance(node.orelse, cst.If):
+                self._if(node.orelse, env)
+            elif node.orelse is not None:
+                self._block(list(node.orelse.body.body), env)
+            return
         branches = [self._block(list(node.body.body), dict(env))]
         orelse = node.orelse
         if orelse is None:
