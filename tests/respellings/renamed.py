@@ -78,6 +78,14 @@ class _Rename(cst.CSTTransformer):
     def leave_Attribute(self, original_node, updated_node):
         return updated_node.with_changes(attr=original_node.attr)
 
+    def leave_Call(self, original_node, updated_node):
+        if not isinstance(original_node.func, cst.Attribute):
+            return updated_node
+        # tl.load(p, mask=m), torch.empty(n, device=d): keywords of a library's function name no module name
+        return updated_node.with_changes(args=[
+            new.with_changes(keyword=old.keyword) if old.keyword is not None else new
+            for old, new in zip(original_node.args, updated_node.args)])
+
     def leave_SimpleString(self, original_node, updated_node):
         text = updated_node.evaluated_value if isinstance(updated_node.evaluated_value, str) else None
         if text in self.mapping:  # meta["BLOCK_M"], triton.Config({"BLOCK_M": ...}), key=["M"]
