@@ -2,16 +2,17 @@
 spelled eight ways: two loop passes (for, while, range over cdiv; scalar and lane-wise running max; exp and
 exp2) and one block per row (1-D and a block of rows; a helper @triton.jit function; the block size set by the
 launch or by a heuristic). The inputs have rows longer than the interpreter's threshold for the chunked twin
-(online_launch.CPU_LONG), some lanes of the last block masked, and a maximum that comes late in a row."""
+(online_launch.CPU_LONG) and fewer than its SM count (the split twin's path), some lanes of the last block
+masked, and a maximum that comes late in a row."""
 
 from __future__ import annotations
 
 from respellings import Spelling
 
 INPUTS = """
-x = torch.randn(5, 100)
+x = torch.randn(3, 100)  # fewer rows than the interpreter's SMs: the split twin's path
 x[1, 90] = 30.0  # the row's maximum comes late: the sum so far is rescaled
-x[3, :60] = -1e4  # a long run far below the maximum
+x[2, :60] = -1e4  # a long run far below the maximum
 args = [x]
 """
 

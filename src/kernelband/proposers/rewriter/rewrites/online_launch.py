@@ -56,14 +56,22 @@ class _Region(cst.CSTTransformer):
             else updated_node
 
 
-def device_test(ms: ModuleSource, launch: Launch) -> str | None:
-    """Code that says whether the launch runs on a GPU: the device of a tensor it passes (a pointer parameter
-    passed as a name), else whether CUDA is there."""
+def device_tensor(ms: ModuleSource, launch: Launch) -> str | None:
+    """Code of a tensor the launch passes for a pointer parameter, as a name (reading it twice is the same)."""
     kernel = launch.kernel
     for param in kernel.params:
         arg = launch.arg(param.name)
         if param.name in kernel.pointers and arg is not None and not arg.star and plain(arg.value):
-            return f'{code(arg.value)}.device.type == "cuda"'
+            return code(arg.value)
+    return None
+
+
+def device_test(ms: ModuleSource, launch: Launch) -> str | None:
+    """Code that says whether the launch runs on a GPU: the device of a tensor it passes, else whether CUDA is
+    there."""
+    tensor = device_tensor(ms, launch)
+    if tensor is not None:
+        return f'{tensor}.device.type == "cuda"'
     return "torch.cuda.is_available()" if "torch" in ms.imported else None
 
 
@@ -86,39 +94,57 @@ def on_host(ms: ModuleSource, plan: Plan, twin: str, chunk: str) -> list | str:
         if line is None or given is None or given.star or gpu is None:
             return f"the {launch.where} is not a statement of its own passing {block} and a tensor"
         edits.append((line, _branch(ms, launch, block, twin, chunk, gpu)))
-    body = twin_body(plan, chunk)
-    twin_def = kernel.node.visit(_Region(plan.region, lambda _: body)).with_changes(
-        name=cst.Name(twin), params=with_params(kernel.node, kernel.tl_name, **{chunk: CHUNK}))
-    edits.append((kernel.node, lambda node: cst.FlattenSentinel([node, twin_def])))
+    made = twin_def(plan, twin, chunk)
+    edits.append((kernel.node, lambda node: cst.FlattenSentinel([node, made])))
     return edits
 
 
-def _branch(ms: ModuleSource, launch: Launch, block: str, twin: str, chunk: str, gpu: str):
-    given = launch.arg(block)
-    index = launch.args[block]
-    used = {n for s in ms.scopes for n in s.assigns} | set(ms.kernels)
+def twin_def(plan: Plan, twin: str, chunk: str) -> cst.FunctionDef:
+    """The chunked twin: the kernel under another name, its row block walked in chunks of CHUNK."""
+    kernel = plan.kernel
+    body = twin_body(plan, chunk)
+    return kernel.node.visit(_Region(plan.region, lambda _: body)).with_changes(
+        name=cst.Name(twin), params=with_params(kernel.node, kernel.tl_name, **{chunk: CHUNK}))
 
+
+def prepared(ms: ModuleSource, launch: Launch, block: str, call: cst.Call) -> tuple[list, str, cst.Call]:
+    """(statements before the launch, code of the block size it passes, the call reading it): a block size
+    that is not a name or a number is computed once, before."""
+    given = launch.arg(block)
+    if plain(given.value) or isinstance(given.value, cst.Integer):
+        return [], code(given.value), call
+    used = {n for s in ms.scopes for n in s.assigns} | set(ms.kernels)
+    size = fresh_name("row_block", used)
+    args = list(call.args)
+    index = launch.args[block]
+    args[index] = args[index].with_changes(value=cst.Name(size))
+    return [cst.parse_statement(f"{size} = {code(given.value)}\n")], size, call.with_changes(args=args)
+
+
+def relaunched(call: cst.Call, kernel: str, **kwargs: str) -> cst.Call:
+    """The launch of another kernel with the same grid and arguments, and these keywords."""
+    call = call.with_changes(func=call.func.with_changes(value=cst.Name(kernel)))
+    for name, value in kwargs.items():
+        call = set_kwarg(name, value)(call)
+    return call
+
+
+def long_branch(line: cst.SimpleStatementLine, call: cst.Call, size: str, twin: str, chunk: str, gpu: str) -> cst.If:
+    """`if size > LONG: twin[grid](..., CHUNK=..) else: kernel[grid](...)`."""
+    long_call = relaunched(call, twin, **{chunk: f"({CHUNK} if {gpu} else {CPU_CHUNK})"})
+    branch = cst.parse_statement(f"if {size} > ({LONG} if {gpu} else {CPU_LONG}):\n    pass\nelse:\n    pass\n")
+    return branch.with_changes(
+        body=branch.body.with_changes(body=[line.with_changes(body=[cst.Expr(long_call)], leading_lines=[])]),
+        orelse=branch.orelse.with_changes(body=branch.orelse.body.with_changes(
+            body=[line.with_changes(body=[cst.Expr(call)], leading_lines=[])])))
+
+
+def _branch(ms: ModuleSource, launch: Launch, block: str, twin: str, chunk: str, gpu: str):
     def edit(line: cst.SimpleStatementLine) -> cst.FlattenSentinel:
-        call = line.body[0].value
-        before, size = [], code(given.value)
-        if not plain(given.value) and not isinstance(given.value, cst.Integer):
-            size = fresh_name("row_block", used)
-            before = [cst.parse_statement(f"{size} = {code(given.value)}\n")]
-            args = list(call.args)
-            args[index] = args[index].with_changes(value=cst.Name(size))
-            call = call.with_changes(args=args)
-        long_call = set_kwarg(chunk, f"({CHUNK} if {gpu} else {CPU_CHUNK})")(
-            call.with_changes(func=call.func.with_changes(value=cst.Name(twin))))
-        branch = cst.parse_statement(f"if {size} > ({LONG} if {gpu} else {CPU_LONG}):\n    pass\nelse:\n    pass\n")
-        branch = branch.with_changes(
-            body=branch.body.with_changes(body=[line.with_changes(body=[cst.Expr(long_call)], leading_lines=[])]),
-            orelse=branch.orelse.with_changes(body=branch.orelse.body.with_changes(
-                body=[line.with_changes(body=[cst.Expr(call)], leading_lines=[])])))
-        if before:
-            before[0] = before[0].with_changes(leading_lines=line.leading_lines)
-        else:
-            branch = branch.with_changes(leading_lines=line.leading_lines)
-        return cst.FlattenSentinel([*before, branch])
+        before, size, call = prepared(ms, launch, block, line.body[0].value)
+        statements_ = [*before, long_branch(line, call, size, twin, chunk, gpu)]
+        statements_[0] = statements_[0].with_changes(leading_lines=line.leading_lines)
+        return cst.FlattenSentinel(statements_)
     return edit
 
 

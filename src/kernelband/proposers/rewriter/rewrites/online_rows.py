@@ -46,7 +46,6 @@ from kernelband.proposers.rewriter.analysis.syntax import (
     code,
     dotted,
     fresh_name,
-    int_value,
     loads,
     subnodes,
 )
@@ -456,49 +455,57 @@ def _emit_if(node: cst.If, keep) -> cst.If | None:
                   orelse=orelse, leading_lines=node.leading_lines)
 
 
-def twin_body(plan_: Plan, chunk: str, first: int | str = 0, last: str | None = None) -> list[cst.BaseStatement]:
-    """The region's statements in the twin: scalars, the statistics loop, the statistics, the stores loop.
-    `first`/`last`: the chunk starts the loops walk (all of the block by default)."""
-    kernel, tl = plan_.kernel, plan_.kernel.tl_name
-    used = set(kernel.names) | {s.run for s in plan_.stats} | {s.prev for s in plan_.stats if s.prev}
-    start = fresh_name("chunk", used)
-    leaves = {id(leaf.node): leaf for leaf in plan_.leaves}
-    running = {id(s.call): s.run for s in plan_.stats}
-    first_pass = _Chunk(kernel, plan_.block, chunk, start, running)
-    second_pass = _Chunk(kernel, plan_.block, chunk, start, running)
+class Twin:
+    """The parts of a twin's row block, in the order a twin runs them: the scalars that read no statistic,
+    the running values' starts, the loop over the chunks that makes them, what reads the statistics, and the
+    loop over the chunks that stores along the row. `span`: the chunk starts the loops walk, as (first, end)
+    code (all of the block by default)."""
 
-    def prologue(small):
-        leaf = leaves.get(id(small))
-        return [small] if leaf is not None and leaf.kind == "scalar" and not leaf.late else []
+    def __init__(self, plan_: Plan, chunk: str, span: tuple[str, str] | None = None) -> None:
+        self.plan, self.chunk = plan_, chunk
+        kernel = plan_.kernel
+        self.tl = kernel.tl_name
+        used = set(kernel.names) | {s.run for s in plan_.stats} | {s.prev for s in plan_.stats if s.prev}
+        self.start = fresh_name("chunk", used)
+        self.span = span or ("0", plan_.block)
+        self.leaves = {id(leaf.node): leaf for leaf in plan_.leaves}
+        self.chunked = _Chunk(kernel, plan_.block, chunk, self.start, {id(s.call): s.run for s in plan_.stats})
 
-    def statistics(small):
-        leaf = leaves.get(id(small))
-        if leaf is None:
-            return []
-        out = [u for stat in _post_order(leaf.stats) for u in _update(tl, stat, first_pass)]
-        if leaf.first:
-            out.append(small.visit(first_pass))
-        return out
+    def _emit(self, keep) -> list[cst.BaseStatement]:
+        return _emit(self.plan.region, lambda small: keep(self.leaves.get(id(small)), small)
+                     if id(small) in self.leaves else [])
 
-    def after(small):
-        leaf = leaves.get(id(small))
-        return [small.visit(second_pass)] if leaf is not None and (leaf.kind == "stat" or leaf.late) else []
+    def _loop(self, body: list[cst.BaseStatement]) -> cst.For:
+        loop = cst.parse_statement(f"for {self.start} in range({self.span[0]}, {self.span[1]}, {self.chunk}):\n"
+                                   f"    pass\n")
+        return loop.with_changes(body=loop.body.with_changes(body=body))
 
-    def stores(small):
-        leaf = leaves.get(id(small))
-        return [small.visit(second_pass)] if leaf is not None and leaf.second else []
+    def prologue(self) -> list[cst.BaseStatement]:
+        return self._emit(lambda leaf, small: [small] if leaf.kind == "scalar" and not leaf.late else [])
 
-    end = last if last is not None else plan_.block
-    header = f"for {start} in range({first}, {end}, {chunk}):\n    pass\n"
-    inits = statements("".join(f"{s.run} = {_init(tl, s)}\n" for s in plan_.stats))
-    body = [*_emit(plan_.region, prologue), *inits]
-    loop = cst.parse_statement(header)
-    body.append(loop.with_changes(body=loop.body.with_changes(body=_emit(plan_.region, statistics))))
-    body += _emit(plan_.region, after)
-    stored = _emit(plan_.region, stores)
-    if stored:
-        body.append(loop.with_changes(body=loop.body.with_changes(body=stored)))
-    return body
+    def starts(self) -> list[cst.BaseStatement]:
+        return statements("".join(f"{s.run} = {_init(self.tl, s)}\n" for s in self.plan.stats))
+
+    def statistics(self) -> list[cst.BaseStatement]:
+        def keep(leaf, small):
+            out = [u for stat in _post_order(leaf.stats) for u in _update(self.tl, stat, self.chunked)]
+            return out + ([small.visit(self.chunked)] if leaf.first else [])
+        return [self._loop(self._emit(keep))]
+
+    def after(self) -> list[cst.BaseStatement]:
+        return self._emit(lambda leaf, small: [small.visit(self.chunked)] if leaf.kind == "stat" or leaf.late else [])
+
+    def stores(self) -> list[cst.BaseStatement]:
+        stored = self._emit(lambda leaf, small: [small.visit(self.chunked)] if leaf.second else [])
+        return [self._loop(stored)] if stored else []
+
+    def body(self) -> list[cst.BaseStatement]:
+        return [*self.prologue(), *self.starts(), *self.statistics(), *self.after(), *self.stores()]
+
+
+def twin_body(plan_: Plan, chunk: str) -> list[cst.BaseStatement]:
+    """The region's statements in the twin: scalars, the statistics loop, the statistics, the stores loop."""
+    return Twin(plan_, chunk).body()
 
 
 def _post_order(stats: list[Stat]) -> list[Stat]:
@@ -551,8 +558,3 @@ class _Without(cst.CSTTransformer):
         return self.chunked.leave_Call(original_node, updated_node)
 
 
-def power_of_two(value: int | None) -> bool:
-    return value is not None and value > 0 and value & (value - 1) == 0
-
-
-__all__ = ["Plan", "plan", "twin_body", "power_of_two", "int_value"]

@@ -20,6 +20,7 @@ from kernelband.proposers.rewriter.edits import Found, Variant
 from kernelband.proposers.rewriter.rewrites.online_launch import CHUNK, LONG, in_kernel, on_host, passes_block
 from kernelband.proposers.rewriter.rewrites.online_passes import merge
 from kernelband.proposers.rewriter.rewrites.online_rows import plan
+from kernelband.proposers.rewriter.rewrites.online_split import split_edits
 
 
 def online_softmax(ms: ModuleSource) -> Found:
@@ -59,7 +60,14 @@ def online_softmax(ms: ModuleSource) -> Found:
             continue
         touched = frozenset({kernel.name} | {x.scope.top for x in ms.launches_of(kernel)} - {None})
         stats = ", ".join(f"{s.op}" + (" of exp(x - max)" if s.against else "") for s in found.stats)
-        variants.append(Variant("online_softmax", f"{kernel.name}'s row block {found.block} in chunks of {CHUNK} "
-                                f"where it is over {LONG}: one pass for its statistics ({stats}, online), one "
-                                f"for its stores ({where})", touched, tuple(edits)))
+        what = (f"{kernel.name}'s row block {found.block} in chunks of {CHUNK} where it is over {LONG}: one pass "
+                f"for its statistics ({stats}, online), one for its stores ({where})")
+        variants.append(Variant("online_softmax", what, touched, tuple(edits)))
+        if passes_block(ms, kernel, found.block):
+            split = split_edits(ms, found, twin, chunk)
+            if isinstance(split, str):
+                reasons.append(split)
+            else:
+                variants.append(Variant("online_softmax", f"{what}; rows too few for the SMs split over programs, "
+                                        f"partial statistics combined in a second stage", touched, tuple(split)))
     return Found(variants, reasons)
