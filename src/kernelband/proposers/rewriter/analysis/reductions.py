@@ -28,7 +28,7 @@ import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.loops import Carried, Loop, Loops
 from kernelband.proposers.rewriter.analysis.shapes import Shapes
-from kernelband.proposers.rewriter.analysis.syntax import subnodes
+from kernelband.proposers.rewriter.analysis.syntax import assigned, subnodes
 from kernelband.proposers.rewriter.analysis.values import (
     KernelValues,
     is_call,
@@ -337,15 +337,22 @@ class Found:
 
     @cached_property
     def online(self) -> list[Online]:
+        """Loops that rescale by exp(m - max(m, ...)) for a value m they carry: the running max of an online
+        softmax, whatever the statements that spell it."""
         found = []
         for loop in self.loops.all:
-            maxima = [c.name for c in loop.carried.values() if c.kind == "max"]
-            for name in maxima:
-                me = f"__var({name!r})"
-                sums = tuple(c.name for c in loop.carried.values() if c.update is not None
-                             and _rescaled(normal(c.update), c.name, me))
-                if sums and self.live(loop.node):
-                    found.append(Online(loop, name, sums))
+            if not self.live(loop.node):
+                continue
+            writes = [(w, normal(self.values.expand(w.value))) for w in subnodes(loop.node.body, cst.Assign)
+                      + subnodes(loop.node.body, cst.AugAssign) if self.live(w)]
+            for name in sorted(loop.carried):
+                factors = [v for _, v in writes if _rescales(v, name)]
+                if not factors:
+                    continue
+                sums = tuple(sorted({t for w, v in writes if _rescales(v, name) or any(
+                    ast.unparse(f) in ast.unparse(v) for f in factors) for t in assigned(w)
+                    if t in loop.carried and t != name}))
+                found.append(Online(loop, name, sums))
         return found
 
     @cached_property
@@ -383,26 +390,16 @@ class Found:
                    for expression in expressions for node in ast.walk(normal(expression)))
 
 
-def _rescaled(update: ast.AST, name: str, me: str) -> bool:
-    """`s * exp(m - m_new) + ...`: a term of the update multiplies the carried value by an exponential of the
-    running max."""
-    own = f"__var({name!r})"
-    terms = [update]
-    while terms:
-        term = terms.pop()
-        if isinstance(term, ast.BinOp) and isinstance(term.op, ast.Add | ast.Sub):
-            terms += [term.left, term.right]
+def _rescales(value: ast.AST, name: str) -> bool:
+    """Whether a value holds exp(m - max(m, ...)) (or exp2, scaled) for the carried m: the factor that moves a
+    sum taken against the old running max to the new one."""
+    me = f"__var({name!r})"
+    for node in ast.walk(value):
+        if exp_base(node) is None:
             continue
-        parts, factors = [term], []
-        while parts:
-            part = parts.pop()
-            if isinstance(part, ast.BinOp) and isinstance(part.op, ast.Mult):
-                parts += [part.left, part.right]
-            else:
-                factors.append(part)
-        texts = [ast.unparse(f) for f in factors]
-        if any(t == own or t.startswith(own + "[") for t in texts) and any(
-                exp_base(sub) and me in ast.unparse(sub) for f in factors for sub in ast.walk(f)):
+        grows = [n for n in ast.walk(node.args[0]) if tl_name(n) == "maximum" and any(ast.unparse(a) == me
+                                                                                      for a in n.args)]
+        if grows and me in ast.unparse(node.args[0]).replace(ast.unparse(grows[0]), ""):
             return True
     return False
 
@@ -446,15 +443,12 @@ class Reductions:
         return found
 
     def _static_tests(self) -> list[tuple[str, cst.If]]:
-        """(canonical test, node) of each `if` outside loops whose test Triton decides at compile time: it
-        reads constexpr parameters and literals only, or compares a parameter with None."""
+        """(canonical test, node) of each `if` whose test Triton decides at compile time: it reads constexpr
+        parameters and literals only, or compares a parameter with None."""
         constexprs = {p.name for p in self.kernel.params if p.constexpr}
         params = {p.name for p in self.kernel.params}
-        inside = {id(n) for loop in self.loops.all for n in subnodes(loop.node.body, cst.If)}
         found = []
         for node in subnodes(self.kernel.node.body, cst.If):
-            if id(node) in inside:
-                continue
             test = self.values.expand(node.test)
             names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
             calls = [n for n in ast.walk(test) if isinstance(n, ast.Call)]
