@@ -60,15 +60,34 @@ def normal(node: ast.AST) -> ast.AST:
     return _Normal().visit(copy.deepcopy(node))
 
 
+def _keys(node: ast.AST, memo: dict[int, str]) -> str:
+    """A key of a canonical form and, in `memo`, of each of its subexpressions, in one walk (parsed and built
+    forms differ only in their `ctx` fields, which the key leaves out)."""
+    key = memo.get(id(node))
+    if key is None:
+        parts = []
+        for name, value in ast.iter_fields(node):
+            if name == "ctx":
+                continue
+            if isinstance(value, ast.AST):
+                parts.append(_keys(value, memo))
+            elif isinstance(value, list):
+                parts.append("[" + ",".join(_keys(v, memo) if isinstance(v, ast.AST) else repr(v) for v in value) + "]")
+            else:
+                parts.append(repr(value))
+        key = memo[id(node)] = f"{type(node).__name__}({','.join(parts)})"
+    return key
+
+
 def _dump(node: ast.AST) -> str:
-    """A key of a canonical form: its code (parsed and built forms differ in their `ctx` fields)."""
-    return ast.unparse(node)
+    return _keys(node, {})
 
 
 def holds(node: ast.AST, part: ast.AST) -> bool:
     """Whether `part` is a subexpression of `node` (both normal)."""
-    want = _dump(part)
-    return any(_dump(sub) == want for sub in ast.walk(node))
+    memo: dict[int, str] = {}
+    _keys(node, memo)
+    return _dump(part) in memo.values()
 
 
 def exp_base(node: ast.AST) -> str | None:
@@ -225,7 +244,7 @@ class BlockReduction:
     operand: ast.expr  # canonical, normal
     value: ast.expr  # the call's canonical form, normal
     dim: str | None  # the extent reduced: a constexpr's name or a number; None unknown
-    loop: Loop | None  # the innermost loop around it
+    loop: cst.For | cst.While | None  # the innermost loop around it
 
     @property
     def loads(self) -> bool:
@@ -289,9 +308,9 @@ class Found:
 
     @cached_property
     def block(self) -> list[BlockReduction]:
-        enclosing: dict[int, Loop] = {}
-        for loop in self.loops.all:
-            for call in subnodes(loop.node.body, cst.Call):
+        enclosing: dict[int, cst.CSTNode] = {}
+        for loop in subnodes(self.kernel.node.body, cst.For) + subnodes(self.kernel.node.body, cst.While):
+            for call in subnodes(loop.body, cst.Call):  # outer loops first: inner ones overwrite
                 enclosing[id(call)] = loop
         found = []
         for call in subnodes(self.kernel.node.body, cst.Call):
@@ -328,7 +347,7 @@ class Found:
                 me = normal(ast.parse(f"__var({carried.name!r})", mode="eval").body)
                 if lanes:
                     later = [b for b in self.block if b.op == carried.kind and _dump(b.operand) == _dump(me)
-                             and b.loop is not loop]
+                             and b.loop is not loop.node]
                     value = later[0].value if later else None
                 else:
                     term, value = term.args[0], me
@@ -343,23 +362,24 @@ class Found:
         for loop in self.loops.all:
             if not self.live(loop.node):
                 continue
-            writes = [(w, normal(self.values.expand(w.value))) for w in subnodes(loop.node.body, cst.Assign)
-                      + subnodes(loop.node.body, cst.AugAssign) if self.live(w)]
+            writes = [(w, self.values.expand(w.value)) for w in subnodes(loop.node.body, cst.Assign)
+                      + subnodes(loop.node.body, cst.AugAssign) if self.live(w) and _exponentiates(w)]
             for name in sorted(loop.carried):
-                factors = [v for _, v in writes if _rescales(v, name)]
-                if not factors:
-                    continue
-                sums = tuple(sorted({t for w, v in writes if _rescales(v, name) or any(
-                    ast.unparse(f) in ast.unparse(v) for f in factors) for t in assigned(w)
-                    if t in loop.carried and t != name}))
-                found.append(Online(loop, name, sums))
+                rescaling = [w for w, v in writes if _rescales(v, name)]
+                if rescaling:
+                    sums = {t for w in rescaling for t in assigned(w) if t in loop.carried and t != name}
+                    found.append(Online(loop, name, tuple(sorted(sums))))
         return found
 
     @cached_property
     def softmax(self) -> list[Softmax]:
+        return self.one_block + self.two_pass
+
+    @cached_property
+    def one_block(self) -> list[Softmax]:
         found: list[Softmax] = []
         in_terms = {id(b.call) for r in self.running for b in self.block
-                    if b.loop is r.loop and holds(normal(r.carried.term), b.value)}
+                    if b.loop is r.loop.node and holds(normal(r.carried.term), b.value)}
         blocks = [b for b in self.block if id(b.call) not in in_terms]
         for total in (b for b in blocks if b.op == "sum"):
             for top in (b for b in blocks if b.op == "max" and b.loop is total.loop and b.dim == total.dim):
@@ -367,6 +387,11 @@ class Found:
                 if exponent is not None and top.dim is not None and holds(exponent.rest, top.operand):
                     found.append(Softmax("one_block", top, total, exponent, self._logged(total.value)))
                     break
+        return found
+
+    @cached_property
+    def two_pass(self) -> list[Softmax]:
+        found: list[Softmax] = []
         order = {id(loop): i for i, loop in enumerate(self.loops.all)}
         for total in (r for r in self.running if r.op == "sum"):
             for top in (r for r in self.running if r.op == "max" and r.value is not None):
@@ -390,16 +415,25 @@ class Found:
                    for expression in expressions for node in ast.walk(normal(expression)))
 
 
+def _exponentiates(statement: cst.CSTNode) -> bool:
+    """Whether a statement calls an exponential itself, or reads a name (which may hold one)."""
+    return any(isinstance(c.func, cst.Attribute) and c.func.attr.value in EXPS for c in subnodes(statement, cst.Call)) \
+        or bool(subnodes(statement.value, cst.Name))
+
+
 def _rescales(value: ast.AST, name: str) -> bool:
     """Whether a value holds exp(m - max(m, ...)) (or exp2, scaled) for the carried m: the factor that moves a
     sum taken against the old running max to the new one."""
-    me = f"__var({name!r})"
+
+    def mine(node: ast.AST) -> int:
+        return sum(1 for n in ast.walk(node) if is_call(n, "__var") and marker_arg(n) == name)
+
     for node in ast.walk(value):
-        if exp_base(node) is None:
+        if exp_base(node) is None or not mine(node.args[0]):
             continue
-        grows = [n for n in ast.walk(node.args[0]) if tl_name(n) == "maximum" and any(ast.unparse(a) == me
-                                                                                      for a in n.args)]
-        if grows and me in ast.unparse(node.args[0]).replace(ast.unparse(grows[0]), ""):
+        grows = [n for n in ast.walk(node.args[0]) if tl_name(n) == "maximum" and any(
+            is_call(a, "__var") and marker_arg(a) == name for a in n.args)]
+        if grows and mine(node.args[0]) > mine(grows[0]):
             return True
     return False
 
@@ -462,10 +496,12 @@ class Reductions:
 
     @cached_property
     def softmax(self) -> list[Softmax]:
-        """Every softmax reduction some specialization has (each once, as the first one that has it finds it)."""
+        """Every softmax reduction some specialization has (each once, as the first one that has it finds it).
+        Loop passes are read per specialization only where the merged reading has a running max."""
         found, seen = [], set()
+        loops = any(r.op == "max" for r in self.base.running)
         for each in self.each:
-            for entry in each.softmax:
+            for entry in each.one_block + (each.two_pass if loops or each is self.base else []):
                 key = (entry.form, _key(entry.max), _key(entry.sum))
                 if key not in seen:
                     seen.add(key)
@@ -474,6 +510,9 @@ class Reductions:
 
     @cached_property
     def online(self) -> list[Online]:
+        """Online loops: the merged reading's, else those of any specialization."""
+        if self.base.online:
+            return self.base.online
         found, seen = [], set()
         for each in self.each:
             for entry in each.online:

@@ -156,12 +156,11 @@ def plan(kernel: Kernel, targets: list[Softmax]) -> Plan | str:  # noqa: C901 - 
                 calls[id(found.call)] = found.call
             elif found.dim is None and block in (each.shapes.of(found.operand) or ()):
                 return f"{name} reduces a value along {block} over an axis its shape does not say"
-    loops = {id(b.loop.node) if b.loop else None for each in reductions.each for b in each.block if id(b.call) in calls}
+    loops = {b.loop for each in reductions.each for b in each.block if id(b.call) in calls}
     if len(loops) != 1:
         return f"{name} reduces over {block} in more than one loop"
-    [loop_id] = loops
-    region = kernel.node.body if loop_id is None else next(lp.node.body for lp in facts.loops.all
-                                                            if id(lp.node) == loop_id)
+    [loop] = loops
+    region = kernel.node.body if loop is None else loop.body
     if not isinstance(region, cst.IndentedBlock):
         return f"{name}'s row block is in a one-line suite"
     why = _shapes_obstacle(kernel, block, calls)
