@@ -31,8 +31,9 @@ STRUCTURAL = {
                       "where BLOCK_M/N scale the program id, BLOCK_K steps the loop and every access is masked",
     "single_pass": "a row loop in blocks as one block of the row's next power of two where the row fits "
                    "(one step of range(0, n, BLOCK)), the loops kept for longer rows",
-    "online_softmax": "a max pass and an exp-sum pass over a row as one pass with a running max and a rescaled "
-                      "sum, matched only in the plain two-loop form",
+    "online_softmax": "a softmax reduction (a row's max, then a sum of exp(x - max)) in one pass with a running "
+                      "max and a rescaled sum: two loop passes merged, or a one-block row walked in chunks where "
+                      "it is long, any other max, min or sum of the row carried along",
     "contiguity_hints": "tl.max_contiguous(tl.multiple_of(offs, P), P) on offs = M + tl.arange(0, P) where M is "
                         "certain to be a multiple of P (an integer scalar times P, or a loop stepping by P from 0)",
     "split_k": "a tl.dot kernel's K loop split over a third grid axis where the launch's M x N tiles leave SMs idle; "

@@ -12,6 +12,7 @@ import libcst as cst
 from kernelband.proposers.rewriter.analysis.accesses import Accesses
 from kernelband.proposers.rewriter.analysis.dots import Dots
 from kernelband.proposers.rewriter.analysis.loops import Loops
+from kernelband.proposers.rewriter.analysis.reductions import Reductions
 from kernelband.proposers.rewriter.analysis.roles import Roles
 from kernelband.proposers.rewriter.analysis.shapes import Shapes
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
@@ -69,6 +70,10 @@ class KernelFacts:
     @cached_property
     def dots(self) -> Dots:
         return Dots(self.roles, self.loops, [c.dots for c in self.callees])
+
+    @cached_property
+    def reductions(self) -> Reductions:
+        return Reductions(self.values, self.shapes, self.loops)
 
     # -- what the block-size rewrites read ----------------------------------------------------------------------
     @property
