@@ -109,7 +109,11 @@ def grouped(reason: str, source: str) -> str:
 
     def swap(match: re.Match) -> str:
         word = match.group(0)
-        return "K" if word in kernels else "X" if word in names else word
+        if word in kernels:
+            return "K"
+        # a name the module defines, where it reads as code (BLOCK_M, acc_ptr, N): a plain word stays a word
+        code_like = "_" in word or any(c.isupper() or c.isdigit() for c in word)
+        return "X" if word in names and code_like else word
     return re.sub(r"\b[A-Za-z_][A-Za-z0-9_]*\b", swap, reason)
 
 

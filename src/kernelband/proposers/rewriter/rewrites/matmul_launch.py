@@ -81,7 +81,7 @@ def dot_kernel(ms: ModuleSource, kernel: Kernel, autotuned: bool = False) -> Dot
     if any(out in load.bases for load in accesses.loads):
         return f"{kernel.name} reads and writes {out}"
     if not ms.launches_of(kernel):
-        return f"{kernel.name} is never launched as kernel[grid](...)"
+        return f"{kernel.name} is launched nowhere in this module (a helper, run by the kernels that call it)"
     return DotKernel(kernel, axes, out, store.call)
 
 

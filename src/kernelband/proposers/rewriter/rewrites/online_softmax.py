@@ -40,7 +40,7 @@ def online_softmax(ms: ModuleSource) -> Found:
         if not rows:
             continue
         if not ms.launches_of(kernel):
-            reasons.append(f"{kernel.name} is never launched as kernel[grid](...)")
+            reasons.append(f"{kernel.name} is launched nowhere in this module (a helper, run by the kernels that call it)")
             continue
         found = plan(kernel, rows)
         if isinstance(found, str):
