@@ -84,7 +84,7 @@ CARRIES = ("mm_kernel's K loop carries a_ptrs from one step to the next other th
      "mm_kernel's tl.dot is not summed over a loop"),
     ("        acc = tl.dot(a, b, acc)\n", "        acc = tl.dot(a, b)\n", "mm_kernel's tl.dot is not summed over a loop"),
     ("        acc = tl.dot(a, b, acc)\n", "        acc = tl.dot(a, b, acc)\n        big = tl.max(acc)\n",
-     "mm_kernel's K loop reads acc other than to accumulate into it (each split holds part of it)"),
+     "mm_kernel reads the sum of its tl.dot inside the loop (a running value, not a sum over K)"),
     ("    tl.store(", "    a_ptrs += 0\n    tl.store(",
      "mm_kernel reads what its K loop leaves (other than acc) after the loop, or changes acc"),
     ("    tl.store(", "    acc = acc * 2.0\n    tl.store(",
