@@ -25,7 +25,11 @@ if [ "${SMOKE:-0}" = 1 ]; then
   search=(-n 1 -q 1) run=(--interpreter --no-ncu)
 else
   declare -A suite=([l12]="--suite tritonbench-g-l12" [ex]="--suite examples")
-  declare -A gpus=([l12]="--gpus 0,1,2" [ex]="--gpus 3")
+  # the examples on the last GPU, the 29 tasks on the others (both on one where there is only one)
+  n=$(nvidia-smi -L 2>/dev/null | wc -l)
+  [ "$n" -ge 1 ] || n=1
+  last=$((n - 1))
+  declare -A gpus=([l12]="--gpus $(seq -s, 0 $((n > 1 ? n - 2 : 0)))" [ex]="--gpus $last")
   search=(-n 10 -q 4) run=(--runs-per-gpu 2)
   model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | grep -o 'H[0-9]\+')
   log "GPU model ${model:-unknown}, $(nvidia-smi -L 2>/dev/null | wc -l) GPUs"
