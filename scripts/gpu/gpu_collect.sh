@@ -38,7 +38,7 @@ shutil.copyfileobj(open(sys.argv[1], 'rb'), lzma.open(sys.argv[1] + '.xz', 'wb',
 done
 # the logs last, after the packing: run AG's grid wrote 3 rows during it, and they came back nowhere whole. The
 # grid's rows also as grid.jsonl, for GRID_DONE in a later session if the database copy above lacks some.
-tar czf "$OUT/logs.tar.gz" -C "$S" $(cd "$S" && ls ./*.log ./*.json 2>/dev/null)
+tar czf "$OUT/logs.tar.gz" -C "$S" $(cd "$S" && ls ./*.log ./*.json ./*.md ./*.txt 2>/dev/null)
 grep -h '^{"kind": "grid"' "$S/sweep.log" > "$OUT/grid.jsonl" 2>/dev/null || rm -f "$OUT/grid.jsonl"
 [ -f "$S/done" ] && echo "session finished"
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader 2>/dev/null

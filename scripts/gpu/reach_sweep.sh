@@ -63,9 +63,10 @@ lane() {  # one suite's bench on its GPUs, begun or resumed, then its report
   read -r id status <<< "$(bench_of "$S/$part.db")"
   log "$part: bench $id $status"
   if [ "$status" = done ]; then
-    "$py" -m kernelband report "bench:$id" --db "$S/$part.db" --format text > "$S/report-$part.txt" 2>> "$S/bench-$part.log"
+    COLUMNS=160 "$py" -m kernelband report "bench:$id" --db "$S/$part.db" --format text > "$S/report-$part.txt" 2>> "$S/bench-$part.log"
     "$py" -m kernelband report "bench:$id" --db "$S/$part.db" --format markdown > "$S/report-$part.md" 2>> "$S/bench-$part.log"
   fi
+  touch "$S/$part.finished"  # scripts/gpu/side_checks.sh waits for it to take the lane's GPU
 }
 lane l12 &
 lane ex &
