@@ -93,7 +93,7 @@ CARRIES = ("mm_kernel's K loop carries a_ptrs from one step to the next other th
     ("    tl.store(", "    tl.store(c_ptr, 0.0)\n    tl.store(", "mm_kernel stores 2 times, not once"),
     ("    tl.store(", "    tl.atomic_add(", "mm_kernel has atomics or an early return"),
     ("pid_n = tl.program_id(axis=1)", "pid_n = tl.program_id(axis=2)",
-     "mm_kernel reads the program id on an axis other than 0 and 1 (or on one not written as a number)"),
+     "mm_kernel reads the program id on an axis not certain to be 0 or 1"),
     ("    return c\n", "    return c, mm_kernel\n", None),  # not a launch: still fine
     ("    mm_kernel[(", "    _ = mm_kernel[(", "the mm_kernel launch in mm is not a statement of its own in a function"),
     ("BLOCK_K=32)", "BLOCK_K=32 + 0)", "a launch of mm_kernel does not pass K and BLOCK_K as names or numbers"),

@@ -68,7 +68,7 @@ def dot_kernel(ms: ModuleSource, kernel: Kernel, autotuned: bool = False) -> Dot
     axes_read = {int_value(c.args[0].value) if len(c.args) == 1 else None
                  for c in kernel.calls("program_id") + kernel.calls("num_programs")}
     if not axes_read <= {0, 1}:
-        return f"{kernel.name} reads the program id on an axis other than 0 and 1 (or on one not written as a number)"
+        return f"{kernel.name} reads the program id on an axis not certain to be 0 or 1"
     if kernel.atomics or subnodes(kernel.node.body, cst.Return):
         return f"{kernel.name} has atomics or an early return"
     accesses = facts_of(kernel).accesses

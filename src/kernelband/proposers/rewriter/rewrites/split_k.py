@@ -25,13 +25,15 @@ the kernel, rather than on the host, keeps the epilogue exactly: the stored valu
 element-wise work between the loop and the store, apply to the full sum, and a masked-off element of the
 output is left as it was (a host copy would overwrite it).
 
-Refused, as not certain (beyond `matmul_launch.dot_kernel`): a kernel with any loop but one K loop
-`for k in range(0, K, BLOCK_K)` at the top of its body, K a parameter; a loop body that is not plain
-assignments: the accumulator's `acc = tl.dot(a, b, acc)` / `acc += tl.dot(a, b)`, increments `p += E` where E
-reads nothing the loop assigns, and values assigned before they are read and not computed from the accumulator
-(a split holds only its part of it); an accumulator not started as float32 zeros; a name the loop assigns read
-after it (but the accumulator), or the accumulator assigned after it; the output pointer read before the loop;
-an autotuned kernel whose grid is not a lambda of its block sizes alone.
+Refused, as not certain (beyond `matmul_launch.dot_kernel` and the plain-GEMM fact of `analysis.dots`): a K
+loop (in any form the loops fact reads: range, a range over block indices, while) inside a branch or another
+loop, one that can leave early, one that does not count from 0 to a size the launch passes by one K tile a step;
+anything but the accumulator carried from step to step other than by a fixed increment (a split could not
+start part-way); the accumulator read in the loop other than to accumulate, or not started as float32 zeros;
+a name the loop assigns read after it (but the accumulator), or the accumulator changed after it; the output
+read before the loop ends; a store that is not a statement of its own after the loop, or one through a tensor
+descriptor (its workspace twin is not built); an autotuned kernel whose grid is not a lambda of its block sizes
+alone.
 """
 
 from __future__ import annotations
