@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from interpreted import run_modules
+from respellings.fusion import COLUMN_PARTIALS, SECOND_PASS_ADDS, STRIDED_TOTALS
 
 from kernelband.proposers.rewriter.proposer import options
 from kernelband.tasks import load_task
@@ -16,6 +17,13 @@ FUSED = "add_kernel_rmsnorm_kernel_fused"
 def made(source: str) -> tuple[list[tuple[str, str]], tuple[str, ...]]:
     found = options(source, ("launch_fusion",))
     return [(v.rationale, v.apply(found.module)) for v in found.variants], found.reasons
+
+
+def side_by_side(source: str) -> tuple[list[tuple[str, str]], tuple[str, ...]]:
+    """The variants of the forms whose programs run both kernels' work side by side (not the last-program form,
+    which runs the second kernel after the first, wherever the others refuse), and the reasons."""
+    variants, reasons = made(source)
+    return [(r, new) for r, new in variants if "the last program of" not in r], reasons
 
 
 def source() -> str:
@@ -107,13 +115,15 @@ OTHER_INDEX = "rmsnorm_kernel reads h at other addresses or under another mask t
      f"{ONE_1D} set different compiler options"),
     ("    row = tl.program_id(axis=0)\n    cols = tl.arange(0, BLOCK_SIZE)\n    mask = cols < n_cols\n    x =",
      "    row = tl.program_id(axis=0)\n    if row > 7:\n        return\n    cols = tl.arange(0, BLOCK_SIZE)\n"
-     "    mask = cols < n_cols\n    x =", "add_kernel returns early: the second kernel's part would not run"),
+     "    mask = cols < n_cols\n    x =", "add_kernel returns early: the second kernel's part would not run; nor can the last "
+     "program of add_kernel to finish run rmsnorm_kernel's programs in turn: add_kernel returns early: a program "
+     "that returns would not count itself as done"),
 ])
 def test_launch_fusion_refuses_where_the_meaning_is_not_certain(old, new, reason):
     base = source()
     changed = base.replace(old, new, 1)
     assert changed != base
-    variants, reasons = made(changed)
+    variants, reasons = side_by_side(changed)
     assert not variants and reasons == (reason,)
 
 
@@ -200,7 +210,7 @@ FLAT_GRIDS = OTHER_GRID
 def test_the_inlined_form_refuses_where_the_meaning_is_not_certain(old, new, reason):
     changed = FLAT.replace(old, new, 1)
     assert changed != FLAT
-    variants, reasons = made(changed)
+    variants, reasons = side_by_side(changed)
     assert not variants and reasons == (FLAT_GRIDS + reason,)
 
 
@@ -226,7 +236,7 @@ def test_the_inlined_kernel_stores_the_sum_where_it_computes_it_when_the_host_re
 
 def test_the_inlined_kernel_keeps_the_store_only_where_its_programs_cover_the_sum():
     two_d = RETURNED.replace("rmsnorm_kernel[(rows,)]", "rmsnorm_kernel[(rows, 1)]")
-    assert made(two_d) == ([], (FLAT_GRIDS + "the grid of the rmsnorm_kernel launch in add_rmsnorm is not one "
+    assert side_by_side(two_d) == ([], (FLAT_GRIDS + "the grid of the rmsnorm_kernel launch in add_rmsnorm is not one "
                                              "dimension of rows",))
     assert made(FLAT)[0] and "h no longer stored" in made(FLAT)[0][0][0]  # not returned: not stored
 
@@ -296,3 +306,84 @@ def test_the_fused_example_beats_its_two_launches_on_a_gpu():
     assert result.ok, (result.outcome, result.detail)
     large = [s for s in result.shapes if not s.held_out and s.moved_bytes and s.moved_bytes >= 16e6]
     assert large and all(s.speedup and s.speedup > 1.2 for s in large), [(s.label, s.speedup) for s in large]
+
+
+# -- a second kernel of several programs, run in turn by the last program of the first ------------------------
+def last_form(source: str) -> tuple[str, str, tuple[str, ...]]:
+    [(rationale, new)], reasons = made(source)
+    return rationale, new, reasons
+
+
+def test_a_second_stage_of_several_programs_is_run_in_turn_by_the_last_program_of_the_first():
+    rationale, new, reasons = last_form(COLUMN_PARTIALS)
+    fused = "partial_col_sums_combine_cols_last"
+    assert rationale == (f"the launches of partial_col_sums and combine_cols in col_dot as one launch of {fused}: "
+                         "the last program of partial_col_sums to finish runs combine_cols's programs in turn "
+                         "(combine_cols reads part), where they are at most 16")
+    assert reasons == ("combine_cols reads part on another grid than partial_col_sums writes it (a program may read "
+                       "what other programs wrote), and partial_col_sums does not address "
+                       "`P + pid * B + tl.arange(0, B)`",)
+    body = new.split(f"def {fused}(")[1].split("\n\n\n")[0]
+    assert ("        for pid_2 in range(0, grid_0):\n            pid_1 = pid_2\n"
+            "            cols_1 = pid_1 * BLOCK_N + tl.arange(0, BLOCK_N)\n") in body  # each program's id in turn
+    assert "mask=mask_1, other=0.0, volatile=True)" in body  # the partials other programs wrote, past the caches
+    assert ("    if 0 < (n_parts) and (triton.cdiv(n_cols, (64))) <= 16:\n"
+            f"        {fused}[(n_parts,)](") in new  # the fused launch only where the second grid is small
+    assert "    else:\n        partial_col_sums[(n_parts,)](x, y, part," in new  # else the two launches as they were
+    assert "grid_0=triton.cdiv(n_cols, (64)))" in new
+
+
+def test_the_programs_run_in_turn_see_their_grid_as_they_did():
+    _, new, _ = last_form(STRIDED_TOTALS)
+    assert "            j = pid_1\n            total = 0.0\n            for i in range(j, n_parts, grid_0):\n" in new
+
+
+def test_a_second_pass_writing_the_first_kernels_output_runs_after_all_of_it():
+    rationale, new, reasons = last_form(SECOND_PASS_ADDS)
+    assert "the last program of scale_rows to finish runs add_rows's programs in turn (add_rows reads out)" in rationale
+    assert reasons == ("add_rows writes out, which scale_rows also writes: in one launch the order of their accesses "
+                       "to it is not certain",)
+    assert ("    if 0 < (rows) * (triton.cdiv(cols, 64)) and (rows) <= 16:\n"
+            "        scale_rows_add_rows_last[(rows, triton.cdiv(cols, 64))](") in new
+
+
+ADD_ROWS_LOOP = "    while start < n_cols:\n"
+
+
+@pytest.mark.parametrize("old, new, reason", [
+    (ADD_ROWS_LOOP, "    if row > 100:\n        return\n" + ADD_ROWS_LOOP,
+     "add_rows returns early: in one program running its programs in turn, a return would end the rest"),
+    (ADD_ROWS_LOOP, "    tl.atomic_add(y_ptr, 0.0)\n" + ADD_ROWS_LOOP,
+     "add_rows uses atomics: its programs may wait on each other, which one program running them in turn cannot"),
+    ("    row = tl.program_id(0)\n    cols = tl.program_id(1)", "    row = tl.program_id(0)\n    if row > 100:\n"
+     "        return\n    cols = tl.program_id(1)",
+     "scale_rows returns early: a program that returns would not count itself as done"),
+    ("@triton.jit\ndef add_rows", "@triton.autotune(configs=[triton.Config({}, num_warps=4)], key=['n_cols'])\n"
+     "@triton.jit\ndef add_rows", "add_rows is autotuned or has heuristics: its timing runs would count as programs done"),
+])
+def test_the_last_program_form_refuses_where_the_meaning_is_not_certain(old, new, reason):
+    changed = SECOND_PASS_ADDS.replace(old, new, 1)
+    assert changed != SECOND_PASS_ADDS
+    variants, reasons = made(changed)
+    assert not variants and reasons[-1].endswith(f"nor can the last program of scale_rows to finish run add_rows's "
+                                                 f"programs in turn: {reason}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spelled", [COLUMN_PARTIALS, STRIDED_TOTALS, SECOND_PASS_ADDS])
+def test_the_last_program_form_gives_the_originals_outputs_in_the_interpreter_on_small_and_large_grids(spelled):
+    """Rows and columns that take the fused launch (a few programs in the second grid) and the two launches."""
+    _, new, _ = last_form(spelled)
+    entry = new.rsplit("\ndef ", 1)[1].split("(")[0]
+    run_modules({"kb_original": spelled, "kb_module": new}, f"""
+import torch
+import kb_module as module
+import kb_original as original
+for rows, cols in ((6, 200), (9, 64), (3, 2000)):
+    torch.manual_seed(rows)
+    x, y, w = torch.randn(rows, cols), torch.randn(rows, cols), torch.randn(cols)
+    a, b = original.{entry}(x, y, w), module.{entry}(x, y, w)
+    assert torch.allclose(a, b, atol=1e-5, rtol=1e-5), (rows, cols, (a - b).abs().max())
+    again = module.{entry}(x, y, w)  # the counter is back at zero: a second call is the same
+    assert torch.equal(again, b)
+""")

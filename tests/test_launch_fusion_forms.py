@@ -136,9 +136,13 @@ def test_a_value_the_first_launch_reads_and_that_is_bound_again_before_the_secon
      "between the scale launch in both and the square launch in both comes `x.mul_(2)`"),
 ])
 def test_independent_launches_are_refused_where_one_may_touch_what_the_other_writes(old, new, reason):
+    """No launch of both grids: where the programs cannot run side by side, only the last-program form (the second
+    kernel's programs run after all of the first's) may be made, with the reason."""
     changed = INDEPENDENT.replace(old, new, 1)
     assert changed != INDEPENDENT
-    assert made(changed) == ([], (reason,))
+    variants, reasons = made(changed)
+    assert [r for r, _ in variants if "the last program of scale to finish runs square's programs" not in r] == []
+    assert reasons == (reason,)
 
 
 def test_kernels_autotuned_over_launch_options_alone_are_autotuned_together():
@@ -173,19 +177,24 @@ def test_a_two_stage_reduction_becomes_one_launch_whose_last_program_combines():
     assert "def _programs_done(device):" in new
 
 
-@pytest.mark.parametrize("old, new, reason", [
-    ("total[(1,)]", "total[(2,)]",
-     "total reads partial on another grid than block_sum writes it (a program may read what other programs wrote), "
-     "and block_sum does not address `P + pid * B + tl.arange(0, B)`"),
-    ("    pid = tl.program_id(0)\n    offs = pid * B", "    pid = tl.program_id(0)\n    if pid > 100:\n        return\n"
-     "    offs = pid * B", "block_sum returns early: a program that returns would not count itself as done"),
-    ("total[(1,)](partial, out,", "total[(1,)](partial, x,",
-     "total writes x, which block_sum also reads: in one launch the order of their accesses to it is not certain"),
+def test_a_two_stage_reduction_is_refused_where_the_last_program_is_not_certain_to_see_every_partial():
+    changed = TWO_STAGE.replace("    pid = tl.program_id(0)\n    offs = pid * B",
+                                "    pid = tl.program_id(0)\n    if pid > 100:\n        return\n    offs = pid * B", 1)
+    assert changed != TWO_STAGE
+    assert made(changed) == ([], ("block_sum returns early: a program that returns would not count itself as done",))
+
+
+@pytest.mark.parametrize("old, new, rationale, why", [
+    ("total[(1,)]", "total[(2,)]", "runs total's programs in turn (total reads partial), where they are at most 16",
+     ("total reads partial on another grid than block_sum writes it (a program may read what other programs "
+      "wrote), and block_sum does not address `P + pid * B + tl.arange(0, B)`",)),
+    ("total[(1,)](partial, out,", "total[(1,)](partial, x,", "combines", ()),  # x is read before it is written
 ])
-def test_a_two_stage_reduction_is_refused_where_the_last_program_is_not_certain_to_see_every_partial(old, new, reason):
+def test_a_second_stage_the_programs_cannot_run_beside_is_run_by_the_last_program(old, new, rationale, why):
     changed = TWO_STAGE.replace(old, new, 1)
     assert changed != TWO_STAGE
-    assert made(changed) == ([], (reason,))
+    [(made_rationale, _)], reasons = made(changed)
+    assert made_rationale.endswith(f"the last program of block_sum to finish {rationale}") and reasons == why
 
 
 SAME = """

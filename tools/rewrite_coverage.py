@@ -58,7 +58,8 @@ STRUCTURAL = {
     "launch_fusion": "two launches that run one after the other (analysis/buffers.py) as one: on one grid, the "
                      "second reading what the same program of the first stored, in registers (the store kept "
                      "where the host uses the buffer); an element-wise kernel over a flattened tensor computed "
-                     "where the next reads its output; a two-stage reduction combined by the last program; "
+                     "where the next reads its output; a second kernel run by the last program of the first to "
+                     "finish (one program combining partials, or a few run in turn behind a host check); "
                      "independent launches as one grid of both",
     "single_pass": "each loop that walks [0, n) in blocks of a free block size run once with the block the row's "
                    "next power of two where the row fits, the loops kept for longer rows",

@@ -1,7 +1,8 @@
 """Two launches that launch_fusion makes one, spelled the ways users write them: a residual add feeding an
 RMSNorm (row kernels on one grid; an element-wise kernel over the flattened tensor feeding a row kernel; the
 host returning the sum or not; tuple, lambda and meta grids; literal and variable block sizes; for and while
-loops; a helper @triton.jit), a two-stage max and two independent launches."""
+loops; a helper @triton.jit), a two-stage max, two-stage sums whose second kernel has several programs, a
+second pass adding to the first one's output, and two independent launches."""
 
 from __future__ import annotations
 
@@ -305,6 +306,121 @@ def both(x, y, weight):
     return out, sq
 '''
 
+# A two-stage column sum (a norm's weight gradient, say): per-program partial column sums, then a kernel of
+# several programs, on a `meta` grid, each summing one block of columns over the partials in a loop. The last
+# program of the first kernel runs the second one's programs in turn.
+COLUMN_PARTIALS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def partial_col_sums(x_ptr, y_ptr, part_ptr, n_rows, n_cols, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    offs = rows[:, None] * n_cols + cols[None, :]
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(part_ptr + pid * n_cols + cols, tl.sum(x * y, axis=0), mask=cols < n_cols)
+
+
+@triton.jit
+def combine_cols(part_ptr, out_ptr, n_parts, n_cols, PARTS: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((PARTS, BLOCK_N), dtype=tl.float32)
+    for i in range(0, n_parts, PARTS):
+        parts = i + tl.arange(0, PARTS)
+        mask = (parts[:, None] < n_parts) & (cols[None, :] < n_cols)
+        acc += tl.load(part_ptr + parts[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
+    tl.store(out_ptr + cols, tl.sum(acc, axis=0), mask=cols < n_cols)
+
+
+def col_dot(x, y, weight):
+    n_rows, n_cols = x.shape
+    n_parts = triton.cdiv(n_rows, 4)
+    part = torch.empty((n_parts, n_cols), dtype=torch.float32, device=x.device)
+    out = torch.empty((n_cols,), dtype=torch.float32, device=x.device)
+    partial_col_sums[(n_parts,)](x, y, part, n_rows, n_cols, ROWS=4, BLOCK=triton.next_power_of_2(n_cols))
+    grid = lambda meta: (triton.cdiv(n_cols, meta["BLOCK_N"]),)
+    combine_cols[grid](part, out, n_parts, n_cols, PARTS=2, BLOCK_N=64)
+    return out
+'''
+
+# Per-block sums of the flattened input, then a few programs each totalling a strided share of them (a `for`
+# loop stepping by tl.num_programs, a scalar running total).
+STRIDED_TOTALS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def block_sums(x_ptr, part_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    values = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+    tl.store(part_ptr + pid, tl.sum(values, axis=0))
+
+
+@triton.jit
+def strided_totals(part_ptr, out_ptr, n_parts):
+    j = tl.program_id(0)
+    total = 0.0
+    for i in range(j, n_parts, tl.num_programs(0)):
+        total += tl.load(part_ptr + i)
+    tl.store(out_ptr + j, total)
+
+
+def shares(x, y, weight):
+    n = x.numel()
+    parts = triton.cdiv(n, 128)
+    part = torch.empty(parts, dtype=torch.float32, device=x.device)
+    out = torch.empty(3, dtype=torch.float32, device=x.device)
+    block_sums[(parts,)](x, part, n, BLOCK=128)
+    strided_totals[(3,)](part, out, parts)
+    return out
+'''
+
+# A second pass that adds to what the first kernel wrote (it writes the first one's output again: the two
+# cannot run side by side), on a 2-D then a 1-D grid, the second walking its row in a `while` loop.
+SECOND_PASS_ADDS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_rows(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = cols < n_cols
+    tl.store(out_ptr + row * n_cols + cols, tl.load(x_ptr + row * n_cols + cols, mask=m) * 2.0, mask=m)
+
+
+@triton.jit
+def add_rows(y_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    start = 0
+    while start < n_cols:
+        cols = start + tl.arange(0, BLOCK)
+        m = cols < n_cols
+        before = tl.load(out_ptr + row * n_cols + cols, mask=m, other=0.0)
+        tl.store(out_ptr + row * n_cols + cols, before + tl.load(y_ptr + row * n_cols + cols, mask=m), mask=m)
+        start += BLOCK
+
+
+def scale_then_add(x, y, weight):
+    rows, cols = x.shape
+    out = torch.empty_like(x)
+    scale_rows[(rows, triton.cdiv(cols, 64))](x, out, cols, BLOCK=64)
+    add_rows[(rows,)](y, out, cols, BLOCK=128)
+    return out
+'''
+
 SPELLINGS = [
     Spelling("fusion", name, source, entry, INPUTS, ("launch_fusion",))
     for name, source, entry in (
@@ -316,5 +432,8 @@ SPELLINGS = [
         ("rows_then_scale", ROWS_THEN_SCALE, "norm_then_scale"),
         ("two_stage_max", TWO_STAGE_MAX, "row_max"),
         ("independent", INDEPENDENT, "both"),
+        ("column_partials", COLUMN_PARTIALS, "col_dot"),
+        ("strided_totals", STRIDED_TOTALS, "shares"),
+        ("second_pass_adds", SECOND_PASS_ADDS, "scale_then_add"),
     )
 ]

@@ -9,10 +9,16 @@ path, no other launch between them) as one launch. What the pair does with memor
 - ... the second kernel one program combining what the first one's programs wrote (a two-stage reduction): the
   last program of the first kernel to finish combines (launch_reduction.py);
 - neither kernel touches what the other writes: one launch whose programs run one body or the other by program
-  id (launch_horizontal.py).
+  id (launch_horizontal.py);
+- the programs cannot run side by side (a program of the second kernel may read what other programs of the
+  first wrote, or the second writes what the first reads or writes: a second stage summing partials over
+  several programs, a second pass adding to the first one's output): the last program of the first kernel to
+  finish runs the second kernel's programs in turn, where they are few (launch_reduction.py). The variant comes
+  with the reason the programs cannot run side by side.
 
-Anything else is refused with the fact that is missing: a buffer the second kernel writes that the first one
-reads, a name that may be the same memory as another, a program reading what another program writes.
+Anything else is refused with the fact that is missing: a name that may be the same memory as another, a host
+statement between the launches that may read or change what they touch, a kernel returning early, autotuned, or
+whose programs may wait on each other.
 
 The same-grid form:
 
@@ -43,6 +49,7 @@ of the first that the second does not set: they do not change what a kernel comp
 from __future__ import annotations
 
 import ast
+from typing import NamedTuple
 
 import libcst as cst
 
@@ -111,9 +118,41 @@ def _check_site(site: Site) -> None:
                              "not known")
 
 
-def _fuse(ms: ModuleSource, host: HostFunction, a: Site, b: Site, order: Order) -> Variant:
+def _fuse(ms: ModuleSource, host: HostFunction, a: Site, b: Site, order: Order) -> Variant | Fallback:
     for site in (a, b):
         _check_site(site)
+    k1, k2 = a.kernel, b.kernel
+    used = used_names(ms, k1, k2)
+    moved = Moved(host, a, b, order, used)
+    check_arguments(host, a, b)
+    check_options(a, b)
+    flows = sorted((w, r) for w in a.writes for r in b.reads if host.may_alias(w, r, (a, b)))
+    clash = _clash(host, a, b)
+    if not flows and clash is None:
+        return horizontal(ms, host, a, b, moved, used)
+    if one_program(host, b):
+        return reduction(ms, host, a, b, moved, used)
+    try:
+        if clash is not None:
+            raise NotCertain(clash)
+        return _interleaved(ms, host, a, b, moved, flows, used)
+    except NotCertain as why:
+        try:
+            return Fallback(reduction(ms, host, a, b, moved, used), str(why))
+        except NotCertain as last:
+            raise NotCertain(f"{why}; nor can the last program of {k1.name} to finish run {k2.name}'s programs "
+                             f"in turn: {last}") from None
+
+
+class Fallback(NamedTuple):
+    """The last-program form, made where the kernels' programs cannot run side by side, and why they cannot."""
+
+    variant: Variant
+    why: str
+
+
+def _clash(host: HostFunction, a: Site, b: Site) -> str | None:
+    """Why the two kernels' programs may not run interleaved: the second writes what the first touches."""
     k1, k2 = a.kernel, b.kernel
     for w in sorted(b.writes):
         for t in sorted(a.reads | a.writes):
@@ -121,21 +160,18 @@ def _fuse(ms: ModuleSource, host: HostFunction, a: Site, b: Site, order: Order) 
                 verb = "writes" if t in a.writes else "reads"
                 same = f"{w}, which {k1.name} also {verb}" if w == t else \
                     f"{w}, which may be the memory {k1.name} {verb} as {t}"
-                raise NotCertain(f"{k2.name} writes {same}: in one launch the order of their accesses to it "
-                                 "is not certain")
-    flows = sorted((w, r) for w in a.writes for r in b.reads if host.may_alias(w, r, (a, b)))
+                return f"{k2.name} writes {same}: in one launch the order of their accesses to it is not certain"
+    return None
+
+
+def _interleaved(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: Moved,
+                 flows: list[tuple[str, str]], used: set[str]) -> Variant:
+    """The forms whose programs run both kernels' work side by side: on one grid, or the first inlined."""
+    k1, k2 = a.kernel, b.kernel
     for w, r in flows:
         if w != r:
             raise NotCertain(f"{k2.name} reads {r}, which may be the memory {k1.name} writes as {w}")
-    used = used_names(ms, k1, k2)
-    moved = Moved(host, a, b, order, used)
-    check_arguments(host, a, b)
-    check_options(a, b)
     shared = sorted({w for w, _ in flows})
-    if not shared:
-        return horizontal(ms, host, a, b, moved, used)
-    if one_program(host, b):
-        return reduction(ms, host, a, b, moved, used, shared)
     grid = same_grid(host, a, b, moved.dims())
     if len(shared) > 1:
         raise NotCertain(f"{k2.name} reads {', '.join(shared)}, which {k1.name} writes" + (
@@ -254,9 +290,14 @@ def launch_fusion(ms: ModuleSource) -> Found:
         reasons.extend(host.apart())
         for a, b, order in host.pairs():
             try:
-                variants.append(_fuse(ms, host, a, b, order))
+                made = _fuse(ms, host, a, b, order)
             except NotCertain as why:
                 reasons.append(str(why))
+                continue
+            if isinstance(made, Fallback):  # the reason says why the pair is not one kernel side by side
+                made, why = made
+                reasons.append(why)
+            variants.append(made)
     if not hosts:
         reasons.append("no function launches two kernels one after the other")
     return Found(variants, reasons)

@@ -32,6 +32,7 @@ from kernelband.proposers.rewriter.rewrites.launch_reading import (
     LAUNCH_SPEED,
     NotCertain,
     branch_body,
+    flat_ids,
     globals_clash,
     joined_params,
     launch_args,
@@ -106,12 +107,7 @@ def horizontal(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: Mo
     start = fresh_name("pid", used)
     bodies = []
     for kernel, names, own, index in ((k1, {}, sizes[0], pid), (k2, renames, sizes[1], start)):
-        ids = [f"{index} % {own[0]}" if len(own) > 1 else index]
-        if len(own) > 1:
-            ids.append(f"{index} // {own[0]}" + (f" % {own[1]}" if len(own) > 2 else ""))
-        if len(own) > 2:
-            ids.append(f"{index} // ({own[0]} * {own[1]})")
-        bodies.append(branch_body(kernel, names, program_ids(kernel, ids, own), used))
+        bodies.append(branch_body(kernel, names, program_ids(kernel, flat_ids(index, own), own), used))
     tl = k1.tl_name
     first = " * ".join(sizes[0])
     head = cst.parse_statement(f"{pid} = {tl}.program_id(0)\n")

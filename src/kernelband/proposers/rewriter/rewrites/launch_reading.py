@@ -258,6 +258,17 @@ def branch_body(kernel: Kernel, renames: dict[str, str], calls: dict[int, str], 
     return head + list(body.body)
 
 
+def flat_ids(index: str, sizes: list[str]) -> list[str]:
+    """The program id on each axis of a grid of these sizes, from one flat index that runs over the grid's
+    programs, axis 0 fastest."""
+    ids = [f"{index} % {sizes[0]}" if len(sizes) > 1 else index]
+    if len(sizes) > 1:
+        ids.append(f"{index} // {sizes[0]}" + (f" % {sizes[1]}" if len(sizes) > 2 else ""))
+    if len(sizes) > 2:
+        ids.append(f"{index} // ({sizes[0]} * {sizes[1]})")
+    return ids
+
+
 def program_ids(kernel: Kernel, ids: list[str], counts: list[str]) -> dict[int, str]:
     """Each `tl.program_id(axis)` and `tl.num_programs(axis)` of the kernel replaced by the code given for its
     axis (an axis past those given: 0 and 1)."""
