@@ -7,16 +7,20 @@ passes over the same row, or sit inside a 2-D tile (a block of rows, the loop ov
 One block of B >= n computes what the loops compute where B is free to take any value and the loops cover
 [0, n) exactly:
 
-* every loop stepping by B starts at 0, runs to the same n (a value of the kernel's parameters, which the
-  launch can compute), and runs to its end (no break, continue or return);
+* every loop stepping by B starts at 0, runs to the same n, and runs to its end (no break, continue or return);
+  n is a value of the kernel's parameters, which the launch can compute, or differs by program under a bound
+  the launch can compute (`min(C, seqlen - pid * C)`: `RowBlock.bound`);
 * B is read only as a block's extent: a tl.arange extent, a tile's shape, the loops' step and the block
   offsets (`i * B`), a pointer's or lane vector's advance by a block a step (`p += B * stride`), a hint; and a
-  block's offset only as the offset of its lanes (`start + tl.arange(0, B)`);
+  block's offset only as the offset of its lanes (`start + tl.arange(0, B)`) (`block_reads`);
 * B tiles no program coordinate, and nothing's result depends on B's extent (a reshape, a scan, a sort);
-* every load and store along B sits in those loops and is masked past n (`padding`), and the lanes past n are
-  neutral in every reduction over B and in every tl.dot that sums over B;
+* every load and store along B sits in those loops;
 * what leaves a loop is a value it carries from block to block (`acc`, a running max), never one block's value
-  or a pointer's position after the last block, and no load or store inside it reads a carried value.
+  or a pointer's position after the last block, and no load or store inside it reads a carried value;
+* the lanes past n change nothing (`padding`): every load and store along B is masked past n, and the lanes
+  past n are neutral in every reduction over B and in every tl.dot that sums over B. Where that is not shown
+  (`RowBlock.padded` says why), one block of B == n, which has no lanes past n, still computes what the loops
+  do: the launch takes the one block only where n is a power of two.
 
 Each refusal names the fact that is missing.
 """
@@ -71,11 +75,13 @@ class RowBlock:
     others: tuple[str, ...]  # the other dimensions of the tiles B sizes (constexprs or numbers)
     padded: str = ""  # why lanes past n would change the result ("" where they change nothing): one block of
     # B == n, which has no such lanes, computes what the loops do, where n is a power of two
+    bound: ast.expr | None = None  # what the launch reads for n: n, or where n differs by program (`min(C,
+    # seqlen - pid * C)`) a value of the parameters it never exceeds (C)
 
     @property
     def host_end(self) -> str:
-        """n as host code, in the kernel's parameter names (`triton.cdiv(N, SPLIT_N)`)."""
-        return ast.unparse(_Host().visit(copy.deepcopy(self.end)))
+        """The bound of n as host code, in the kernel's parameter names (`triton.cdiv(N, SPLIT_N)`)."""
+        return ast.unparse(_Host().visit(copy.deepcopy(self.bound if self.bound is not None else self.end)))
 
 
 class RowBlocks:
@@ -176,12 +182,15 @@ class _Check:
             places = [order[id(n)] for n in subnodes(loop.node, cst.CSTNode) if id(n) in order]
             spans[id(loop.node)] = (min(places), max(places))
         self.padding = Padding(self.values, self.shapes, param, self.loops, self.end, self.offsets, spans)
-        for check in (self._uses, self._carried, self._escapes, self._placed):
+        for check in (self._uses, self._agree, self._carried, self._escapes, self._placed):
             why = check()
             if why:
                 return why
         padded = self._masked() or self._reductions()
-        return RowBlock(param, tuple(self.loops), self.end, self._sizes_dot(), self._others(), padded)
+        bound = _upper_bound(self.end, self.kernel)
+        if padded and bound is not self.end:
+            return f"{name}'s row length ({readable(self.end)}) differs by program, and {padded}"
+        return RowBlock(param, tuple(self.loops), self.end, self._sizes_dot(), self._others(), padded, bound)
 
     # -- the loops -----------------------------------------------------------------------------------------
     def _loops(self) -> str:
@@ -209,7 +218,7 @@ class _Check:
         ends = list(dict.fromkeys(readable(loop.end) for loop in self.loops))
         if len(ends) > 1:
             return f"{name}'s loops over blocks of {param} run to different ends ({', '.join(ends)})"
-        if not _host_readable(self.loops[0].end, self.kernel):
+        if _upper_bound(self.loops[0].end, self.kernel) is None:
             return (f"the extent of {name}'s loop over blocks of {param} ({ends[0]}) is not a value the launch can "
                     "read (a kernel parameter or a value of them)")
         return ""
@@ -237,6 +246,44 @@ class _Check:
             why = reads.why(self.values.expand(expression))
             if why:
                 return why
+        return ""
+
+    def _agree(self) -> str:
+        """Why B and another extent must be equal for the kernel to compile ("" where they need not): a value
+        sized by B meets one sized by another extent in one dimension (`o = tl.zeros([BM])`, `o += tl.sum(p,
+        axis=0)` with p of (BM, BN): a kernel launched with BM == BN)."""
+        seen = set()
+        for expression, statement, _ in self.blocks.sites:
+            tree = self.values.expand(expression)
+            if isinstance(statement, cst.AugAssign) and isinstance(statement.target, cst.Name):
+                current = self.values.env_at(statement).get(statement.target.value, var(statement.target.value))
+                tree = ast.BinOp(current, ast.Add(), tree)  # `o += x` combines o and x as `o + x` does
+            for node in ast.walk(tree):
+                if isinstance(node, ast.BinOp):
+                    pairs = [(node.left, node.right)]
+                elif isinstance(node, ast.Compare):
+                    pairs = [(node.left, c) for c in node.comparators]
+                elif tl_name(node) in ("where", "maximum", "minimum") and len(node.args) >= 2:
+                    pairs = [(a, b) for a in node.args for b in node.args if a is not b]
+                else:
+                    continue
+                for a, b in pairs:
+                    memo = (ast.dump(a), ast.dump(b))
+                    if memo in seen:
+                        continue
+                    seen.add(memo)
+                    other = self._other_extent(self.shapes.of(a), self.shapes.of(b))
+                    if other:
+                        return (f"{self.kernel.name} combines a tile along {self.param} with one along {other} in one "
+                                f"dimension: it runs only where {self.param} == {other}")
+        return ""
+
+    def _other_extent(self, a: tuple | None, b: tuple | None) -> str:
+        if a is None or b is None:
+            return ""
+        for x, y in zip(reversed(a), reversed(b)):
+            if x != y and "1" not in (x, y) and self.param in (x, y):
+                return y if x == self.param else x
         return ""
 
     # -- what the loops carry, and what leaves them ---------------------------------------------------------
@@ -450,6 +497,17 @@ def _offset(loop: Loop, param: str) -> ast.expr:
     if loop.form == "cdiv":
         return ast.BinOp(call("__loop", ast.Constant(loop.var)), ast.Mult(), ast.Name(param, ast.Load()))
     return var(loop.var)
+
+
+def _upper_bound(end: ast.expr, kernel) -> ast.expr | None:
+    """`end` where the launch can compute it, else the first argument of a `min(...)` it can (the row's
+    length may differ by program, never past that); None where neither."""
+    if _host_readable(end, kernel):
+        return end
+    if (tl_name(end) == "minimum" or isinstance(end, ast.Call) and isinstance(end.func, ast.Name)
+            and end.func.id == "min"):
+        return next((a for a in end.args if _host_readable(a, kernel)), None)
+    return None
 
 
 def _host_readable(node: ast.AST, kernel) -> bool:

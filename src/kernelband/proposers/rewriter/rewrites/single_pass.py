@@ -30,6 +30,7 @@ import math
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.block_reads import readable
 from kernelband.proposers.rewriter.analysis.blocked import RowBlock
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
@@ -247,7 +248,7 @@ class _Launch:
             return f"the {launch.where} is part of a larger expression: the launch cannot branch on the row's length"
         if row.param in launch.meta_use[0] or not launch.meta_use[1]:
             return f"the grid of the {launch.where} reads the launch's {row.param}"
-        host = self._host(row.end)
+        host = self._host(row.bound)
         if isinstance(host, str) and host.startswith("!"):
             return host[1:]
         atom = isinstance(ast.parse(host, mode="eval").body, ast.Name | ast.Attribute | ast.Subscript | ast.Call
@@ -356,7 +357,7 @@ def _variant(ms: ModuleSource, kernel: Kernel, row: RowBlock) -> Variant | str:
         if found is not None:
             edits.append(found)
     if not edits:
-        return f"{kernel.name}'s rows ({ast.unparse(row.end)}) never fit one block of {row.param}"
+        return f"{kernel.name}'s rows ({readable(row.bound)}) never fit one block of {row.param}"
     # B set by the autotuner's configs (or configs the rewrite cannot read): the twin's configs leave it out
     without = fresh_name("_configs_without", used) if kernel.autotune is not None and (
         tuned is None or row.param in tuned) else None
@@ -367,7 +368,7 @@ def _variant(ms: ModuleSource, kernel: Kernel, row: RowBlock) -> Variant | str:
     helper = [h.with_changes(leading_lines=gap) for h in helper]
     edits.append((kernel.node, lambda node: cst.FlattenSentinel([node, *helper, copy])))
     touched = frozenset({kernel.name, twin} | {x.scope.top for x in ms.launches_of(kernel)})
-    end = ast.unparse(row.end)
+    end = ast.unparse(row.bound)
     if row.dot:
         size, bound = f"max({MIN_DOT}, triton.next_power_of_2({end}))", str(MAX_DOT)
     else:
@@ -375,5 +376,6 @@ def _variant(ms: ModuleSource, kernel: Kernel, row: RowBlock) -> Variant | str:
         bound = f"{MAX_TILE} // ({' * '.join(row.others)})" if row.others else str(MAX_TILE)
     exact = f" and {end} is a power of two, so that no lane lies past it ({row.padded})" if row.padded else ""
     low = f"{MIN_DOT} <=" if row.dot and row.padded else "0 <"
-    return Variant("single_pass", f"{kernel.name}'s {len(row.loops)} loop(s) over {end} as one block of {size} "
+    over = readable(row.end) if row.bound is not row.end else end
+    return Variant("single_pass", f"{kernel.name}'s {len(row.loops)} loop(s) over {over} as one block of {size} "
                    f"where {low} {end} <= {bound}{exact} ({twin}), the loops otherwise", touched, tuple(edits))
