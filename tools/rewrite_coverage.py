@@ -29,8 +29,8 @@ STRUCTURAL = {
                         "where every block size covers the same elements (masked, not reshaped)",
     "matmul_configs": "tl.dot kernels autotuned over Triton's matmul tutorial configs and Inductor's mm configs, "
                       "where BLOCK_M/N scale the program id, BLOCK_K steps the loop and every access is masked",
-    "single_pass": "a row loop in blocks as one block of the row's next power of two where the row fits "
-                   "(one step of range(0, n, BLOCK)), the loops kept for longer rows",
+    "single_pass": "loops over a row in blocks of B (any loop form, 2-D tiles, tl.dot K loops) as one block of "
+                   "the row's next power of two where it fits, the loops kept for longer rows",
     "online_softmax": "a max pass and an exp-sum pass over a row as one pass with a running max and a rescaled "
                       "sum, matched only in the plain two-loop form",
     "contiguity_hints": "tl.max_contiguous(tl.multiple_of(offs, P), P) on offs = M + tl.arange(0, P) where M is "
