@@ -184,6 +184,9 @@ def test_an_autotuned_or_heuristic_block_is_left_out_of_the_twins_configs_and_pa
     kept = namespace["_configs_without"]([Config({"BLOCK": 16, "R": 1}, 2), Config({"BLOCK": 32, "R": 1}, 2),
                                           Config({"BLOCK": 16, "R": 2}, 2)], "BLOCK")
     assert [(c.kwargs, c.num_warps) for c in kept] == [({"R": 1}, 2), ({"R": 2}, 2)]
+    pruned = tuned.replace('key=["n_cols"])', 'key=["n_cols"], prune_configs_by={"early_config_prune": prune})')
+    _, new = one(pruned)  # a pruner may read the block from each config: the twin's autotuner goes without
+    assert new.count("prune_configs_by=") == 1 and "'BLOCK'), key=[\"n_cols\"])\n@triton.jit\ndef row_sum_kernel_single" in new
     heuristic = changed("@triton.jit\n", '@triton.heuristics({"BLOCK": lambda args: 16})\n@triton.jit\n').replace(
         ", BLOCK=16)", ")")
     _, new = one(heuristic)

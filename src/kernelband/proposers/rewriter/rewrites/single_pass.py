@@ -128,8 +128,12 @@ class _Twin(cst.CSTTransformer):
         name = (dotted(call.func) or "").rpartition(".")[2]
         param = self.row.param
         if name == "autotune" and self.without is not None:
+            # a config pruner may read B from each config: it only saves tuning time, and the twin goes without
             args = [a.with_changes(value=cst.parse_expression(f"{self.without}({code(a.value)}, {param!r})"))
-                    if _configs_arg(call, a) else a for a in call.args]
+                    if _configs_arg(call, a) else a for a in call.args
+                    if not (a.keyword is not None and a.keyword.value == "prune_configs_by")]
+            if args and call.args[-1].keyword is not None and call.args[-1].keyword.value == "prune_configs_by":
+                args[-1] = args[-1].with_changes(comma=call.args[-1].comma)
             return updated_node.with_changes(decorator=call.with_changes(args=args))
         if name == "heuristics" and self.heuristic and call.args:
             arg = call.args[0]
