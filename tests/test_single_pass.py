@@ -126,6 +126,17 @@ def test_single_pass_refuses_with_the_fact_that_one_block_may_not_compute_the_sa
     assert not variants and reasons == (reason,)
 
 
+def test_a_helper_the_analysis_does_not_read_into_its_caller_is_not_given_values_along_the_block():
+    helper = ("@triton.jit\ndef load_row(p, m):\n    x = tl.load(p, mask=m, other=0.0)\n    if x.dtype == tl.float16:\n"
+              "        x = x.to(tl.float32)\n    return x\n\n\n@triton.jit\ndef row_sum_kernel(")
+    source = changed("@triton.jit\ndef row_sum_kernel(", helper).replace(
+        "acc += tl.load(x_ptr + row * n_cols + start + cols, mask=start + cols < n_cols, other=0.0)",
+        "acc += load_row(x_ptr + row * n_cols + start + cols, start + cols < n_cols)")
+    assert made(source) == ([], ("load_row has no loop that walks a row in blocks of a constexpr",
+                                 "row_sum_kernel passes values along BLOCK to load_row, whose loads and stores the "
+                                 "analysis does not read"))
+
+
 def test_the_twin_runs_each_loop_once_at_offset_zero_and_the_launch_branches_on_the_row_length():
     rationale, new = one(ROW_SUM)
     assert rationale == ("row_sum_kernel's 1 loop(s) over n_cols as one block of triton.next_power_of_2(n_cols) "

@@ -383,6 +383,13 @@ class _Check:
         for atomic in self._atomics():
             if self._b_loop(self.blocks.enclosing(atomic)) is None:
                 return f"an atomic along {param} lies outside {name}'s loops over its blocks"
+        helpers = self.values.helpers
+        for expression, _, _ in self.blocks.sites:  # a helper that loops or branches is not read into its caller
+            for node in ast.walk(self.values.expand(expression)):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in helpers \
+                        and any(self.padding.lanes(a) for a in node.args):
+                    return f"{name} passes values along {param} to {node.func.id}, whose loads and stores the " \
+                           "analysis does not read"
         return ""
 
     def _atomics(self) -> list[cst.Call]:
