@@ -67,7 +67,7 @@ def test_offsets_from_a_multiple_of_the_block_get_both_hints(body, value):
 ])
 def test_offsets_not_certain_to_be_aligned_get_none(body):
     lines, reasons = hinted(body)
-    assert lines == [] and reasons == ("k assigns no `M + tl.arange(0, P)` with M certain to be a multiple of P",)
+    assert lines == [] and reasons == ("k has no offsets `M + tl.arange(0, P)` whose start M is certain to be a multiple of P",)
 
 
 def test_the_matmul_example_gets_hints_on_both_tile_offsets():

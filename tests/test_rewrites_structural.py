@@ -359,17 +359,18 @@ def lse(x):
 def test_the_max_and_exp_sum_passes_become_one_with_a_running_max():
     [(rationale, new)] = made(LOGSUMEXP, "online_softmax")[0]
     assert rationale == ("lse_kernel's max pass and exp-sum pass over its row as one pass with a running max "
-                         "(acc_max) and a rescaled sum (acc_sum)")
-    guard = 'tl.where({0} == float("-inf"), 0.0, tl.exp({1}))'
-    assert ("    acc_sum = tl.zeros([BLOCK], tl.float32)\n    for start in range(0, n_cols, BLOCK):\n"
+                         "(acc_max) and a rescaled sum (acc_sum), lane by lane")
+    rescaled = ('tl.where({old} == {new}, acc_sum, tl.where({old} == float("-inf"), 0.0, '
+                'acc_sum * tl.exp({old} - {new})))')
+    assert ("    for start in range(0, n_cols, BLOCK):\n        acc_max_prev = acc_max\n"
             "        x = tl.load(x_ptr + row * n_cols + start + cols, mask=start + cols < n_cols, other=float(\"-inf\"))\n"
-            "        acc_max_new = tl.maximum(acc_max, x)\n"
-            f"        acc_sum = acc_sum * {guard.format('acc_max_new', 'acc_max - acc_max_new')} + "
-            f"{guard.format('acc_max_new', 'x - acc_max_new')}\n"
-            "        acc_max = acc_max_new\n    m = tl.max(acc_max, axis=0)\n"
-            f"    acc_sum = acc_sum * {guard.format('acc_max', 'acc_max - m')}\n"
+            "        acc_max = tl.maximum(acc_max, x)\n"
+            "        v = tl.load(x_ptr + row * n_cols + start + cols, mask=start + cols < n_cols, other=float(\"-inf\"))\n"
+            f"        acc_sum = {rescaled.format(old='acc_max_prev', new='acc_max')} + (tl.exp(v - acc_max))\n"
+            "    m = tl.max(acc_max, axis=0)\n"
+            f"    acc_sum = {rescaled.format(old='acc_max', new='m')}\n"
             "    tl.store(out_ptr + row, m + tl.log(tl.sum(acc_sum, axis=0)))\n") in new
-    assert new.count("tl.load(") == 1
+    assert new.count("for start in range(") == 1
 
 
 def test_online_softmax_applies_to_the_softmax_example_and_then_single_pass_to_its_last_two_loops():
@@ -380,22 +381,42 @@ def test_online_softmax_applies_to_the_softmax_example_and_then_single_pass_to_i
     assert made(example("layernorm").module_source, "online_softmax")[0] == []
 
 
-@pytest.mark.parametrize("old, new", [
-    ("        v = tl.load(x_ptr + row * n_cols + start", "        v = tl.load(out_ptr + row * n_cols + start"),
-    ("acc_sum + tl.exp(v - m)", "acc_sum + tl.exp2(v - m)"),
-    ("acc_sum + tl.exp(v - m)", "acc_sum + tl.exp(v - m) * v"),
-    ("    m = tl.max(acc_max, axis=0)\n", "    m = tl.max(acc_max, axis=0)\n    cols = cols + 0\n"),
-    ("    m = tl.max(acc_max, axis=0)\n", "    m = tl.max(acc_max, axis=0)\n    acc_sum = acc_sum + 1.0\n"),
-    ("for start in range(0, n_cols, BLOCK):\n        v", "for start in range(0, n_cols - 1, BLOCK):\n        v"),
+NO_SOFTMAX = "lse_kernel sums no exp(x - max) over the row it takes a max of"
+
+
+@pytest.mark.parametrize("old, new, why", [
+    # the sum is over another buffer, or not of exp(x - max) alone, or of values that are not the max's
+    ("        v = tl.load(x_ptr + row * n_cols + start", "        v = tl.load(out_ptr + row * n_cols + start",
+     NO_SOFTMAX),
+    ("acc_sum + tl.exp(v - m)", "acc_sum + tl.exp(v - m) * v", NO_SOFTMAX),
+    ("        acc_max = tl.maximum(acc_max, x)\n", "        acc_max = tl.maximum(acc_max, x * 2)\n", NO_SOFTMAX),
+    ("    m = tl.max(acc_max, axis=0)\n", "    m = tl.max(acc_max, axis=0)\n    acc_sum = acc_sum + 1.0\n",
+     "lse_kernel's sum acc_sum does not start from 0 before its pass"),
+    ("for start in range(0, n_cols, BLOCK):\n        v", "for start in range(0, n_cols - 1, BLOCK):\n        v",
+     "lse_kernel's max pass and sum pass do not walk the same iterations"),
     ("    tl.store(out_ptr + row, m + tl.log(tl.sum(acc_sum, axis=0)))\n",
-     "    tl.store(out_ptr + row, m + tl.log(tl.sum(acc_sum + v, axis=0)))\n"),
-    ("        acc_max = tl.maximum(acc_max, x)\n", "        acc_max = tl.maximum(acc_max, x * 2)\n"),
+     "    tl.store(out_ptr + row, m + tl.log(tl.sum(acc_sum + v, axis=0)))\n",
+     "lse_kernel reads, after the passes, a value its sum pass leaves behind"),
 ])
-def test_online_softmax_refuses_anything_but_the_two_plain_passes(old, new):
+def test_online_softmax_refuses_with_the_fact_that_is_missing(old, new, why):
     source = LOGSUMEXP.replace(old, new)
     assert source != LOGSUMEXP
-    assert made(source, "online_softmax") == (
-        [], ("lse_kernel has no max pass followed by an exp(x - max) sum pass over the same loads",))
+    assert made(source, "online_softmax") == ([], (why,))
+
+
+def test_online_softmax_takes_a_base_two_exponent_with_its_scale():
+    source = LOGSUMEXP.replace("acc_sum + tl.exp(v - m)", "acc_sum + tl.exp2((v - m) * 1.4426950408889634)")
+    [(_, new)] = made(source, "online_softmax")[0]
+    assert "acc_sum * tl.exp2((acc_max_prev - acc_max) * (1.4426950408889634))" in new
+
+
+def test_a_kernel_that_is_online_already_is_no_target():
+    online = LOGSUMEXP.replace(
+        "        acc_max = tl.maximum(acc_max, x)\n",
+        "        new_max = tl.maximum(acc_max, x)\n        acc_sum = acc_sum * tl.exp(acc_max - new_max) + "
+        "tl.exp(x - new_max)\n        acc_max = new_max\n")
+    assert made(online, "online_softmax") == (
+        [], ("lse_kernel already keeps a running max with a rescaled sum (online form) in a loop",))
 
 
 @pytest.mark.slow

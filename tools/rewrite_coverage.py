@@ -1,67 +1,91 @@
-"""How many variants each built-in rewrite makes of each task's starting kernel.
+"""How many variants each built-in rewrite makes of each task's starting kernel, and why it makes none.
 
-    python tools/rewrite_coverage.py [--tritonbench PATH] [--tasks REF,REF] [--show TASK_REF:REWRITE] [--check]
+    python tools/rewrite_coverage.py [TASK_FILE ...] [--tritonbench PATH] [--tasks REF,REF] [--examples]
+                                     [--json] [--check] [--outputs [--jobs N]] [--show TASK_REF:REWRITE]
 
-One row per task (the examples and, where the data is found, the 29 TritonBench-G level-1/2 tasks of the
-paper), one column per rewrite, then a row of how many tasks each rewrite applies to and the rationale line
-of each structural rewrite (STRUCTURAL). Every variant is
-applied and must compile; the exit status is 1 if one does not. `--check` also takes every variant as a
-parent once more (second-generation rewrites) and checks those compile too. `--show` prints the variants
-of one (task, rewrite) as unified diffs.
+By default every TritonBench-G task (184; the paper's 29 are a part of them); `--examples` adds the built-in
+examples, `--tasks` names task refs instead, and task files given are added. The table has one row per
+structural rewrite (STRUCTURAL, below): the tasks it fires on and its variants, then its refusals grouped (a
+reason with the kernel's and the module's names replaced, so that kernels refused for the same fact count
+together). `--json` prints {"tasks": {REF: {REWRITE: VARIANTS}}, "refusals": {REWRITE: {REASON: COUNT}},
+"tl_dot": {...}, "broken": N} and, with `--outputs`, "outputs".
+
+Every variant is applied and must compile; the exit status is 1 if one does not. `--check` also takes every
+variant as a parent once more (second-generation rewrites) and checks those compile too. `--outputs` evaluates
+every structural variant in the Triton interpreter against its task's starting kernel (each config of an
+autotuned variant alone), where the interpreter runs the starting kernel at all: the record says, per task and
+rewrite, how many matched, which did not, or why the task could not be run. `--show` prints the variants of
+one (task, rewrite) as unified diffs.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import json
+import re
 import sys
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from kernelband.errors import UserError, run_script
+from kernelband.proposers.rewriter.analysis.source import ModuleSource
 from kernelband.proposers.rewriter.proposer import options
 from kernelband.proposers.rewriter.registry import REWRITES
 from kernelband.tasks import example_names, load_task
 from kernelband.tasks import tritonbench as tb
 
-# The structural rewrites (issue 39's list: more than launch parameters), each with the one line that says what
-# it does and why its meaning is certain where it applies.
+# The structural rewrites, each with the one line that says what it does and why its meaning is certain where it
+# applies.
 STRUCTURAL = {
-    "inductor_configs": "row and element-wise kernels autotuned over Inductor's reduction and pointwise configs, "
-                        "where every block size covers the same elements (masked, not reshaped)",
-    "matmul_configs": "tl.dot kernels autotuned over Triton's matmul tutorial configs and Inductor's mm configs, "
-                      "where BLOCK_M/N scale the program id, BLOCK_K steps the loop and every access is masked",
-    "single_pass": "loops over a row in blocks of B (any loop form, 2-D tiles, tl.dot K loops) as one block of "
-                   "the row's next power of two where it fits, the loops kept for longer rows",
-    "online_softmax": "a max pass and an exp-sum pass over a row as one pass with a running max and a rescaled "
-                      "sum, matched only in the plain two-loop form",
-    "contiguity_hints": "tl.max_contiguous(tl.multiple_of(offs, P), P) on offs = M + tl.arange(0, P) where M is "
-                        "certain to be a multiple of P (an integer scalar times P, or a loop stepping by P from 0)",
-    "split_k": "a tl.dot kernel's K loop split over a third grid axis where the launch's M x N tiles leave SMs idle; "
-               "float32 partials in a workspace, summed in a fixed order before the kernel's own epilogue "
-               "(deterministic), the original launch where SPLIT_K would be 1 (on an autotuned kernel, chosen from "
-               "its configs)",
-    "persistent_tiles": "a tl.dot kernel on min(SMs, tiles) programs, each looping over the tiles of the original "
-                        "grid with the program id replaced by the tile's, where there are more tiles than SMs "
-                        "(an autotuned kernel counts its tiles from the grid lambda, in the kernel)",
+    "matmul_configs": "tl.dot kernels autotuned over Triton's matmul tutorial configs and Inductor's mm configs "
+                      "(a plain GEMM: its M, N and K tiles read from the tiles' shapes, each bounded or checked to "
+                      "divide the size it tiles), or over the fused-attention tutorial's tiles on the free tiles "
+                      "of any other tl.dot kernel, keeping the order of the launch's values",
+    "split_k": "a plain GEMM's K loop (range, range over block indices or while) split over a third grid axis "
+               "where the launch's M x N tiles leave SMs idle; float32 partials in a workspace through the "
+               "store's own addressing, summed in a fixed order before the kernel's own epilogue",
+    "persistent_tiles": "a plain GEMM on min(SMs, tiles) programs, each looping over the tiles of the original grid "
+                        "with the program id replaced by the tile's and the parameters it assigns set anew each "
+                        "tile, where there are more tiles than SMs",
+    "grouped_ordering": "the program ids of a 2-D tiling (a split pid // n, pid % n, or two program ids) permuted "
+                        "into groups of GROUP_M row tiles per sweep of the column tiles (an L2 swizzle)",
+    "online_softmax": "a softmax reduction (a row's max, then a sum of exp(x - max)) in one pass with a running "
+                      "max and a rescaled sum: two loop passes merged, or a one-block row walked in chunks where "
+                      "it is long, any other max, min or sum of the row carried along; rows too few to fill the "
+                      "GPU split over several programs and combined",
     "launch_fusion": "two launches that run one after the other (analysis/buffers.py) as one: on one grid, the "
                      "second reading what the same program of the first stored, in registers (the store kept "
                      "where the host uses the buffer); an element-wise kernel over a flattened tensor computed "
                      "where the next reads its output; a two-stage reduction combined by the last program; "
                      "independent launches as one grid of both",
+    "single_pass": "loops over a row in blocks of B (any loop form, 2-D tiles, tl.dot K loops) as one block of "
+                   "the row's next power of two where it fits, the loops kept for longer rows",
+    "inductor_configs": "row and element-wise kernels autotuned over Inductor's reduction and pointwise configs, "
+                        "where every block size covers the same elements (masked, not reshaped)",
+    "contiguity_hints": "tl.max_contiguous(tl.multiple_of(offs, P), P) on offs = M + tl.arange(0, P) where M is "
+                        "certain to be a multiple of P (an integer scalar times P, or a loop stepping by P from 0)",
 }
+TILES = ("matmul_configs", "split_k", "persistent_tiles")
+# Words a reason uses that a module may also use as a name: they stay words.
+KEEP = frozenset({"tl", "triton", "torch", "meta", "float", "int", "min", "max", "range", "a", "an", "as", "at", "be",
+                  "by", "in", "is", "it", "no", "not", "of", "on", "or", "to", "the", "its", "and", "one", "two",
+                  "all", "any", "for", "has", "if", "else", "row", "sum", "exp", "log", "out", "x", "y"})
 
 
-def task_refs(tritonbench: str | None) -> list[str]:
-    refs = [f"examples:{name}" for name in example_names()]
+def task_refs(tritonbench: str | None, examples: bool) -> list[str]:
+    refs = [f"examples:{name}" for name in example_names()] if examples else []
     try:
-        refs += [f"tritonbench:{name}" for name in tb.level12(tritonbench)]
+        refs += [f"tritonbench:{name}" for name in sorted(tb.entries(tritonbench))]
     except UserError as exc:
         print(f"(no TritonBench tasks: {exc})", file=sys.stderr)
     return refs
 
 
-def variant_sources(source: str, rewrite: str) -> list[tuple[str, str]]:
+def variant_sources(source: str, rewrite: str) -> tuple[list[tuple[str, str]], tuple[str, ...]]:
     found = options(source, (rewrite,))
-    return [(v.rationale, v.apply(found.module)) for v in found.variants]
+    return [(v.rationale, v.apply(found.module)) for v in found.variants], found.reasons
 
 
 def compiles(source: str) -> bool:
@@ -72,57 +96,141 @@ def compiles(source: str) -> bool:
     return True
 
 
-def coverage(refs: list[str], tritonbench: str | None = None, check: bool = False) -> dict:
-    """Per task, the number of variants of each rewrite; per rewrite, the tasks it applies to; and how many
-    variants (first and, with `check`, second generation) do not compile."""
-    rows: dict[str, dict[str, int]] = {}
-    applies = dict.fromkeys(REWRITES, 0)
+def grouped(reason: str, source: str) -> str:
+    """The reason with the names the module defines (kernels, parameters, locals) replaced by placeholders."""
+    try:
+        ms = ModuleSource(source)
+    except Exception:  # noqa: BLE001 - a module that does not parse keeps its reason as it is
+        return reason
+    kernels = set(ms.kernels) | {s.name for s in ms.scopes if s.name != "<module>"}
+    names = {n for k in ms.kernels.values() for n in k.names}
+    names |= {n for s in ms.scopes for n in (*s.assigns, *s.params)}
+    names -= KEEP
+
+    def swap(match: re.Match) -> str:
+        word = match.group(0)
+        if word in kernels:
+            return "K"
+        # a name the module defines, where it reads as code (BLOCK_M, acc_ptr, N): a plain word stays a word
+        code_like = "_" in word or any(c.isupper() or c.isdigit() for c in word)
+        return "X" if word in names and code_like else word
+    return re.sub(r"\b[A-Za-z_][A-Za-z0-9_]*\b", swap, reason)
+
+
+def coverage(refs: list[str], tritonbench: str | None = None, check: bool = False, files: list[str] = ()) -> dict:
+    """Per task, the number of variants of each rewrite; per structural rewrite, its grouped refusals; the
+    tl.dot kernels a tile rewrite fires on; and how many variants (with `check`, second generation too) do not
+    compile."""
+    tasks: dict[str, dict[str, int]] = {}
+    refusals: dict[str, Counter] = {name: Counter() for name in STRUCTURAL}
     broken = second = 0
-    for ref in refs:
-        source = load_task(ref, tritonbench).module_source
-        rows[ref] = {}
+    dot = {"kernels": 0, "tile_rewrite": 0}
+    sources = [(ref, load_task(ref, tritonbench).module_source) for ref in refs]
+    sources += [(path, load_task(path).module_source) for path in files]
+    for ref, source in sources:
+        tasks[ref] = {}
         for rewrite in REWRITES:
-            made = variant_sources(source, rewrite)
+            made, reasons = variant_sources(source, rewrite)
             broken += sum(not compiles(new) for _, new in made)
             if check:
                 for _, new in made:
                     for again in REWRITES:
-                        remade = variant_sources(new, again)
+                        remade, _ = variant_sources(new, again)
                         second += len(remade)
                         broken += sum(not compiles(s) for _, s in remade)
-            rows[ref][rewrite] = len(made)
-            applies[rewrite] += bool(made)
-    return {"rows": rows, "applies": applies, "broken": broken, "second": second}
+            tasks[ref][rewrite] = len(made)
+            if rewrite in refusals and not made:
+                refusals[rewrite].update({grouped(r, source) for r in reasons})
+        if "tl.dot" in source:
+            dot["kernels"] += 1
+            dot["tile_rewrite"] += any(tasks[ref][r] for r in TILES)
+    return {"tasks": tasks, "refusals": {k: dict(v.most_common()) for k, v in refusals.items()}, "tl_dot": dot,
+            "broken": broken, "second": second}
+
+
+def outputs(refs: list[str], tritonbench: str | None, jobs: int) -> dict:
+    """Every structural variant evaluated in the interpreter against its task's starting kernel."""
+    from kernelband.evaluation.evaluator import Evaluator, Limits
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from test_rewrite_correctness import one_config_each
+
+    found: dict[str, dict] = {}
+    with Evaluator(mode="interpreter", warm=jobs, limits=Limits(load_s=120, run_s=300, time_s=300),
+                   memory_limit=6 << 30) as evaluator:
+        def task(ref: str) -> tuple[str, dict]:
+            loaded = load_task(ref, tritonbench)
+            record: dict = {}
+            made = {r: variant_sources(loaded.module_source, r)[0] for r in STRUCTURAL}
+            if not any(made.values()):
+                return ref, record
+            base = evaluator.evaluate(loaded, loaded.module_source, seed=3)
+            if not base.ok:
+                return ref, {"skipped": f"the starting kernel is not ok in the interpreter: {base.outcome.value} "
+                                        f"{(base.detail or base.error)[:160]}"}
+            for rewrite, variants in made.items():
+                ok, wrong = 0, []
+                for rationale, source in variants:
+                    for label, each in one_config_each(source):
+                        result = evaluator.evaluate(loaded, each, seed=3)
+                        if result.ok:
+                            ok += 1
+                        else:
+                            wrong.append(f"{rationale[:80]}{label}: {result.outcome.value} "
+                                         f"{(result.detail or result.error)[-200:]}")
+                if variants:
+                    record[rewrite] = {"ok": ok, "wrong": wrong}
+            return ref, record
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for ref, record in pool.map(task, refs):
+                if record:
+                    found[ref] = record
+                    print(f"{ref}: {record}", file=sys.stderr, flush=True)
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="*", help="task files to add")
     parser.add_argument("--tritonbench", default=None)
-    parser.add_argument("--tasks", default="", help="comma-separated task refs (default: every example and "
-                                                    "TritonBench-G level-1/2 task)")
+    parser.add_argument("--tasks", default="", help="comma-separated task refs (default: every TritonBench-G task)")
+    parser.add_argument("--examples", action="store_true", help="add the built-in examples")
+    parser.add_argument("--json", action="store_true")
     parser.add_argument("--show", default=None, help="TASK_REF:REWRITE, e.g. examples:matmul:num_warps")
     parser.add_argument("--check", action="store_true", help="also rewrite every variant once more")
+    parser.add_argument("--outputs", action="store_true", help="evaluate every structural variant in the interpreter")
+    parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
     if args.show:
         ref, _, rewrite = args.show.rpartition(":")
         if rewrite not in REWRITES:
             raise UserError(f"no built-in rewrite is called {rewrite!r}: one of {', '.join(REWRITES)}")
         source = load_task(ref, args.tritonbench).module_source
-        for rationale, new in variant_sources(source, rewrite):
+        for rationale, new in variant_sources(source, rewrite)[0]:
             print(f"### {rationale}")
             sys.stdout.writelines(difflib.unified_diff(source.splitlines(True), new.splitlines(True), n=1))
         return
-    refs = args.tasks.split(",") if args.tasks else task_refs(args.tritonbench)
-    found = coverage(refs, args.tritonbench, args.check)
-    print(f"{'task':42}" + "".join(f"{name[:14]:>16}" for name in REWRITES))
-    for ref, row in found["rows"].items():
-        print(f"{ref:42}" + "".join(f"{row[name]:>16}" for name in REWRITES))
-    print(f"{'tasks with >= 1 variant':42}" + "".join(f"{found['applies'][name]:>16}" for name in REWRITES))
-    for name, line in STRUCTURAL.items():
-        print(f"{name}: {line}")
-    if args.check:
-        print(f"second-generation variants: {found['second']}")
-    print(f"variants that do not compile: {found['broken']}")
+    refs = args.tasks.split(",") if args.tasks else task_refs(args.tritonbench, args.examples)
+    found = coverage(refs, args.tritonbench, args.check, args.files)
+    if args.outputs:
+        found["outputs"] = outputs(list(found["tasks"]), args.tritonbench, args.jobs)
+    if args.json:
+        print(json.dumps(found, indent=1))
+    else:
+        print(f"{'rewrite':18} {'tasks':>6} {'variants':>9}")
+        for name in STRUCTURAL:
+            fired = sum(bool(row[name]) for row in found["tasks"].values())
+            print(f"{name:18} {fired:>6} {sum(row[name] for row in found['tasks'].values()):>9}")
+        dot = found["tl_dot"]
+        print(f"tl.dot kernels with a tile rewrite ({', '.join(TILES)}): {dot['tile_rewrite']} of {dot['kernels']}")
+        for name, line in STRUCTURAL.items():
+            print(f"\n{name}: {line}")
+            for reason, count in found["refusals"][name].items():
+                print(f"  {count:4}  {reason}")
+        if args.check:
+            print(f"second-generation variants: {found['second']}")
+        print(f"variants that do not compile: {found['broken']}")
     if found["broken"]:
         raise SystemExit(1)
 

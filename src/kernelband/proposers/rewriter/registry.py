@@ -16,7 +16,8 @@ variant it can make of it, in a fixed order, with the reasons it cannot do more.
     matmul_configs    autotune a tl.dot kernel over the matmul tutorial's and Inductor's configs (matmul_configs.py)
     single_pass       a row that fits one block read in one pass, the blocked loops kept for longer rows
                       (single_pass.py)
-    online_softmax    a max pass and an exp-sum pass over a row as one, with a running max (online_softmax.py)
+    online_softmax    a max pass and an exp-sum pass over a row as one, with a running max; a row held in one
+                      block walked in chunks for long rows, its statistics online (online_softmax.py)
     contiguity_hints  tl.max_contiguous / tl.multiple_of on `M + tl.arange(0, P)` where M is a multiple of P
                       (contiguity_hints.py)
     split_k           a tl.dot kernel's K loop split over a third grid axis where its M x N tiles leave SMs idle,

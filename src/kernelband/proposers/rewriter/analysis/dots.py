@@ -15,7 +15,7 @@ import libcst as cst
 from kernelband.proposers.rewriter.analysis.accesses import Access
 from kernelband.proposers.rewriter.analysis.loops import Loop, Loops
 from kernelband.proposers.rewriter.analysis.roles import Roles
-from kernelband.proposers.rewriter.analysis.syntax import subnodes
+from kernelband.proposers.rewriter.analysis.syntax import assigned, loads, subnodes
 from kernelband.proposers.rewriter.analysis.values import same, tl_name
 
 
@@ -107,6 +107,16 @@ class Dots:
                 return name
         return None
 
+    def _read_in_loop(self, dot: Dot) -> bool:
+        """Whether the loop body reads the accumulator other than to add to it."""
+        name = dot.accumulator
+        for statement in dot.loop.node.body.body:
+            if name in assigned(statement):  # its update
+                continue
+            if _reads(statement, name):
+                return True
+        return False
+
     def _why(self, dot: Dot, a_shape, b_shape) -> str:
         name = self.kernel.name
         roles = self.roles
@@ -120,6 +130,8 @@ class Dots:
                 return f"{name}'s {axis} tile ({dim}) is not sized by a constexpr parameter"
         if dot.loop is None or dot.accumulator is None:
             return f"{name}'s tl.dot is not summed over a loop"
+        if self._read_in_loop(dot):
+            return f"{name} reads the sum of its tl.dot inside the loop (a running value, not a sum over K)"
         if dot.k not in dot.loop.block:
             return f"the loop around {name}'s tl.dot does not step by its K tile ({dot.k})"
         for axis, dim in (("M", dot.m), ("N", dot.n)):
@@ -129,6 +141,10 @@ class Dots:
         if dot.m == dot.n or dot.m == dot.k or dot.n == dot.k:
             return f"one constexpr sizes two of {name}'s M, N and K tiles"
         return ""
+
+
+def _reads(statement: cst.CSTNode, name: str) -> bool:
+    return any(n.value == name for n in loads(statement))
 
 
 def _inside(root: cst.CSTNode, node: cst.CSTNode) -> bool:

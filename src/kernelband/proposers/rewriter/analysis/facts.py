@@ -13,6 +13,7 @@ from kernelband.proposers.rewriter.analysis.accesses import Accesses
 from kernelband.proposers.rewriter.analysis.blocked import RowBlocks
 from kernelband.proposers.rewriter.analysis.dots import Dots
 from kernelband.proposers.rewriter.analysis.loops import Loops
+from kernelband.proposers.rewriter.analysis.reductions import Reductions
 from kernelband.proposers.rewriter.analysis.roles import Roles
 from kernelband.proposers.rewriter.analysis.shapes import Shapes
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
@@ -74,6 +75,10 @@ class KernelFacts:
     @cached_property
     def blocked(self) -> RowBlocks:
         return RowBlocks(self.values, self.shapes, self.loops, self.accesses, self.roles, self.dots)
+
+    @cached_property
+    def reductions(self) -> Reductions:
+        return Reductions(self.values, self.shapes, self.loops)
 
     # -- what the block-size rewrites read ----------------------------------------------------------------------
     @property

@@ -117,6 +117,12 @@ class Shapes:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in BUILTINS:
             return broadcast(*[self.of(a) for a in node.args])
         method = method_name(node)
+        if method == "load" and tl_name(node.func.value) in ("make_tensor_descriptor",
+                                                              "_experimental_make_tensor_descriptor"):
+            made = node.func.value  # a tensor descriptor's load: one block of its block_shape
+            shape = next((k.value for k in made.keywords if k.arg == "block_shape"),
+                         made.args[3] if len(made.args) > 3 else None)
+            return dims_of(shape) if shape is not None else None
         if method in ("to", "cast"):
             return self.of(node.func.value)
         if method == "trans" or method == "permute":

@@ -152,10 +152,12 @@ class KernelValues:
     """The canonical forms of one kernel's expressions (module docstring)."""
 
     def __init__(self, ms: ModuleSource, kernel: Kernel, bound: Env | None = None,
-                 caller: Kernel | None = None) -> None:
+                 caller: Kernel | None = None, choices: dict[int, int] | None = None) -> None:
         """`bound`: a helper's parameters as its caller passes them, in the caller's canonical forms (`caller`):
-        then every fact of the helper reads in the caller's terms."""
+        then every fact of the helper reads in the caller's terms. `choices`: one specialization of the
+        compile-time branches (id of an `if` -> 0 for its body, 1 for its else)."""
         self.ms, self.kernel = ms, kernel
+        self.choices = choices or {}
         self.caller = caller
         owner = caller or kernel
         self.param_names = {p.name for p in owner.params}
@@ -209,6 +211,9 @@ class KernelValues:
                 self._if(statement, env)
             elif isinstance(statement, cst.With):
                 self._block(list(statement.body.body), env)
+            elif isinstance(statement, cst.BaseSmallStatement):  # the body of a one-line `if x: y = z`
+                self._env_at[id(statement)] = dict(env)
+                self._small(statement, env)
         return env
 
     def _small(self, small: cst.CSTNode, env: Env) -> None:
@@ -257,6 +262,15 @@ class KernelValues:
 
     def _if(self, node: cst.If, env: Env) -> None:
         self._env_at[id(node.test)] = dict(env)
+        choice = self.choices.get(id(node))
+        if choice is not None:  # a test Triton decides at compile time: only the branch taken runs
+            if choice == 0:
+                self._block(list(node.body.body), env)
+            elif isinstance(node.orelse, cst.If):
+                self._if(node.orelse, env)
+            elif node.orelse is not None:
+                self._block(list(node.orelse.body.body), env)
+            return
         branches = [self._block(list(node.body.body), dict(env))]
         orelse = node.orelse
         if orelse is None:

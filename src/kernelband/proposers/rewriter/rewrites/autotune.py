@@ -60,10 +60,8 @@ def autotune(ms: ModuleSource) -> Found:
 
 
 def _why_not_autotune(ms: ModuleSource, kernel: Kernel) -> str:
-    if kernel.heuristics:
-        return f"{kernel.name} has @triton.heuristics"
     if not ms.launches_of(kernel):
-        return f"{kernel.name} is never launched as kernel[grid](...)"
+        return f"{kernel.name} is launched nowhere in this module (a helper, run by the kernels that call it)"
     if "triton" not in ms.imported:
         return "the module does not `import triton`"
     for launch in ms.launches_of(kernel):
@@ -101,6 +99,12 @@ def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: lis
     (rewrite, a fixed list such as Inductor's), after the launch's own config."""
     launches = ms.launches_of(kernel)
     tuned = _tunable(kernel, launches, knobs)
+    if kernel.heuristics:
+        keys = heuristics_keys(kernel)
+        if keys is None:
+            reasons.append(f"what the heuristics of {kernel.name} set is not known (not a literal dict)")
+            return None
+        tuned = {p: at for p, at in tuned.items() if p not in keys}  # the heuristics go on setting theirs
     if config_set is not None:  # the set's tiles are tuned; the launch keeps setting any other
         sets = {p for values, _, _ in config_set[1].configs for p in values}
         if not sets <= set(tuned):
@@ -298,11 +302,28 @@ def _function_before(function: cst.FunctionDef) -> Edit:
 
 
 def _add_decorator(kernel: Kernel, decorator: cst.Decorator) -> Edit:
+    """The autotuner above @triton.heuristics and @triton.jit: heuristics then read the config it picks."""
     def edit(node: cst.FunctionDef) -> cst.FunctionDef:
         decorators = list(node.decorators)
-        at = next(i for i, d in enumerate(decorators) if code(d.decorator).split("(")[0] in ("triton.jit", "jit"))
+        at = next(i for i, d in enumerate(decorators)
+                  if code(d.decorator).split("(")[0].rpartition(".")[2] in ("jit", "heuristics"))
         return node.with_changes(decorators=[*decorators[:at], decorator, *decorators[at:]])
     return edit
+
+
+def heuristics_keys(kernel: Kernel) -> set[str] | None:
+    """The names @triton.heuristics sets (the keys of its literal dict); None where they are not a literal dict."""
+    keys: set[str] = set()
+    for decorator in kernel.node.decorators:
+        target = decorator.decorator
+        if not (isinstance(target, cst.Call) and code(target.func).rpartition(".")[2] == "heuristics"):
+            continue
+        values = target.args[0].value if target.args else None
+        if not isinstance(values, cst.Dict) or not all(
+                isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString) for e in values.elements):
+            return None
+        keys |= {e.key.evaluated_value for e in values.elements}
+    return keys
 
 
 def _drop_args(launch: Launch, tuned: set[str]) -> Edit:
@@ -435,7 +456,7 @@ def _merged_configs(kernel: Kernel, rewrite: str, config_set: ConfigSet, reasons
         return None
     found = existing_configs(kernel)
     if found is None:
-        reasons.append(f"the autotune configs of {kernel.name} are not a literal list of triton.Config")
+        reasons.append(f"the autotune configs of {kernel.name} are made when the module runs, not held in its source: none can be added")
         return None
     configs_list, parsed = found
     tiles = {p for values, _, _ in chosen for p in values}
@@ -485,7 +506,7 @@ def _more_configs(kernel: Kernel, reasons: list[str]) -> list[Variant]:
     """One variant per config next to an existing one (one change at a time) that is not there yet."""
     found = existing_configs(kernel)
     if found is None:
-        reasons.append(f"the autotune configs of {kernel.name} are not a literal list of triton.Config")
+        reasons.append(f"the autotune configs of {kernel.name} are made when the module runs, not held in its source: none can be added")
         return []
     configs_list, parsed = found
     have = {_config_text(v, w or DEFAULT_WARPS, s) for v, w, s in parsed}

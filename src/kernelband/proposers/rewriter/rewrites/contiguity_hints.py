@@ -135,7 +135,7 @@ def contiguity_hints(ms: ModuleSource) -> Found:
                 edits.append((assign.value, _hinted(kernel.tl_name, code(extent))))
                 names.append(assign.targets[0].target.value)
         if not edits:
-            reasons.append(f"{kernel.name} assigns no `M + tl.arange(0, P)` with M certain to be a multiple of P")
+            reasons.append(f"{kernel.name} has no offsets `M + tl.arange(0, P)` whose start M is certain to be a multiple of P")
             continue
         variants.append(Variant("contiguity_hints", f"tl.max_contiguous(tl.multiple_of(..., P), P) on "
                                 f"{', '.join(dict.fromkeys(names))} in {kernel.name}: P consecutive offsets from "

@@ -81,7 +81,7 @@ def dot_kernel(ms: ModuleSource, kernel: Kernel, autotuned: bool = False) -> Dot
     if any(out in load.bases for load in accesses.loads):
         return f"{kernel.name} reads and writes {out}"
     if not ms.launches_of(kernel):
-        return f"{kernel.name} is never launched as kernel[grid](...)"
+        return f"{kernel.name} is launched nowhere in this module (a helper, run by the kernels that call it)"
     return DotKernel(kernel, axes, out, store.call)
 
 
@@ -109,16 +109,20 @@ def site(ms: ModuleSource, dk: DotKernel, launch: Launch, meta: bool = False) ->
         # The launch sets the constexprs the grid reads: the host evaluates the grid function on them.
         keys, plain_use = launch.meta_use
         passed = {key: launch.arg(key) for key in keys}
-        if not plain_use or any(a is None or a.star for a in passed.values()):
+        mapping = [a for a in launch.call.args if a.star == "**"]  # `**config.kwargs`: the constexprs it holds
+        if not plain_use or any(a is not None and a.star for a in passed.values()) or (
+                any(a is None for a in passed.values()) and len(mapping) != 1):
             return f"the grid of the {launch.where} reads constexprs the launch does not pass"
-        values = ", ".join(f'"{key}": {code(a.value)}' for key, a in sorted(passed.items()))
+        values = ", ".join([f"**{code(a.value)}" for a in mapping] + [
+            f'"{key}": {code(a.value)}' for key, a in sorted(passed.items()) if a is not None])
         evaluated = f"({code(grid[0])})({{{values}}})"
     if len(grid) > 2 or (len(grid) == 1 and isinstance(grid[0], cst.Tuple) and len(grid[0].elements) > 2):
         return f"the {launch.where} has a 3-D grid"
     if launch.meta_grid is None and any(isinstance(g, cst.Lambda) or isinstance(g, cst.Tuple) and any(
             isinstance(e, cst.StarredElement) for e in g.elements) for g in grid):
         return f"the grid of the {launch.where} is not a plain tuple"
-    if any(a.star for a in launch.call.args) or len(launch.args) != len(launch.call.args):
+    named = [a for a in launch.call.args if a.star != "**"]
+    if any(a.star for a in named) or len(launch.args) != len(named) or len(named) + 1 < len(launch.call.args):
         return f"the {launch.where} passes arguments the kernel's parameters do not name"
     out = launch.arg(dk.out)
     if out is None or not plain(out.value):

@@ -1,0 +1,195 @@
+"""Where a row held in one block takes the chunked twin (online_rows.py): rows whose block is longer than
+LONG elements (LONG >= CHUNK, both powers of two, as the block is); shorter rows keep the original kernel.
+
+Where every launch passes the block size, the launch chooses, on the host:
+
+    if BLOCK_SIZE > (8192 if y.device.type == "cuda" else 32):
+        softmax_kernel_online[grid](..., BLOCK_SIZE=BLOCK_SIZE, CHUNK=(4096 if y.device.type == "cuda" else 16))
+    else:
+        softmax_kernel[grid](..., BLOCK_SIZE=BLOCK_SIZE)
+
+Where the block size is the autotuner's or a heuristic's (not a launch argument), the kernel chooses, at
+compile time, between its own body and the twin's (`if BLOCK_N > LONG:`), and each launch passes LONG and
+CHUNK. On the CPU (the Triton interpreter) both are small, so that small rows take the twin's path there.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, subnodes
+from kernelband.proposers.rewriter.edits import set_kwarg
+from kernelband.proposers.rewriter.rewrites.coarsen import separator
+from kernelband.proposers.rewriter.rewrites.online_rows import Plan, twin_body
+from kernelband.proposers.rewriter.rewrites.single_pass import plain
+
+LONG, CHUNK = 8192, 4096  # on a GPU: rows of more than LONG elements, walked CHUNK at a time
+CPU_LONG, CPU_CHUNK = 32, 16  # in the interpreter
+
+
+def with_params(node: cst.FunctionDef, tl: str, **defaults: int) -> cst.Parameters:
+    """The parameters with `name: tl.constexpr = value` added last (a default, so that they may follow
+    parameters that have one), laid out like the ones before them."""
+    params = list(node.params.params)
+    comma = separator(params)
+    added = [cst.Param(cst.Name(name), annotation=cst.Annotation(cst.parse_expression(f"{tl}.constexpr")),
+                       default=cst.Integer(str(value)), comma=comma, equal=cst.AssignEqual(
+                           whitespace_before=cst.SimpleWhitespace(" "), whitespace_after=cst.SimpleWhitespace(" ")))
+             for name, value in defaults.items()]
+    if params:
+        added[-1] = added[-1].with_changes(comma=params[-1].comma)
+        params[-1] = params[-1].with_changes(comma=comma)
+    else:
+        added[-1] = added[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return node.params.with_changes(params=[*params, *added])
+
+
+class _Region(cst.CSTTransformer):
+    """The kernel with the statements of its row block (its body or a loop's) replaced."""
+
+    def __init__(self, region: cst.IndentedBlock, body) -> None:
+        self.region, self.body = region, body
+
+    def leave_IndentedBlock(self, original_node, updated_node):
+        return updated_node.with_changes(body=self.body(updated_node)) if original_node is self.region \
+            else updated_node
+
+
+def device_tensor(ms: ModuleSource, launch: Launch) -> str | None:
+    """Code of a tensor the launch passes for a pointer parameter, as a name (reading it twice is the same)."""
+    kernel = launch.kernel
+    for param in kernel.params:
+        arg = launch.arg(param.name)
+        if param.name in kernel.pointers and arg is not None and not arg.star and plain(arg.value):
+            return code(arg.value)
+    return None
+
+
+def device_test(ms: ModuleSource, launch: Launch) -> str | None:
+    """Code that says whether the launch runs on a GPU: the device of a tensor it passes, else whether CUDA is
+    there."""
+    tensor = device_tensor(ms, launch)
+    if tensor is not None:
+        return f'{tensor}.device.type == "cuda"'
+    return "torch.cuda.is_available()" if "torch" in ms.imported else None
+
+
+def launch_statement(ms: ModuleSource, launch: Launch) -> cst.SimpleStatementLine | None:
+    line = ms.parents.get(id(ms.parents.get(id(launch.call))))
+    if isinstance(ms.parents.get(id(launch.call)), cst.Expr) and isinstance(line, cst.SimpleStatementLine) \
+            and len(line.body) == 1 and launch.scope.name != "<module>":
+        return line
+    return None
+
+
+def on_host(ms: ModuleSource, plan: Plan, twin: str, chunk: str) -> list | str:
+    """The edits of the launches and the twin kernel, where every launch passes the block size."""
+    kernel, block = plan.kernel, plan.block
+    edits = []
+    for launch in ms.launches_of(kernel):
+        line = launch_statement(ms, launch)
+        given = launch.arg(block)
+        gpu = device_test(ms, launch)
+        if line is None or given is None or given.star or gpu is None:
+            return f"the {launch.where} is not a statement of its own passing {block} and a tensor"
+        edits.append((line, _branch(ms, launch, block, twin, chunk, gpu)))
+    made = twin_def(plan, twin, chunk)
+    edits.append((kernel.node, lambda node: cst.FlattenSentinel([node, made])))
+    return edits
+
+
+def twin_def(plan: Plan, twin: str, chunk: str) -> cst.FunctionDef:
+    """The chunked twin: the kernel under another name, its row block walked in chunks of CHUNK."""
+    kernel = plan.kernel
+    body = twin_body(plan, chunk)
+    return kernel.node.visit(_Region(plan.region, lambda _: body)).with_changes(
+        name=cst.Name(twin), params=with_params(kernel.node, kernel.tl_name, **{chunk: CHUNK}))
+
+
+def prepared(ms: ModuleSource, launch: Launch, block: str, call: cst.Call) -> tuple[list, str, cst.Call]:
+    """(statements before the launch, code of the block size it passes, the call reading it): a block size
+    that is not a name or a number is computed once, before."""
+    given = launch.arg(block)
+    if plain(given.value) or isinstance(given.value, cst.Integer):
+        return [], code(given.value), call
+    used = {n for s in ms.scopes for n in s.assigns} | set(ms.kernels)
+    size = fresh_name("row_block", used)
+    args = list(call.args)
+    index = launch.args[block]
+    args[index] = args[index].with_changes(value=cst.Name(size))
+    return [cst.parse_statement(f"{size} = {code(given.value)}\n")], size, call.with_changes(args=args)
+
+
+def relaunched(call: cst.Call, kernel: str, **kwargs: str) -> cst.Call:
+    """The launch of another kernel with the same grid and arguments, and these keywords."""
+    call = call.with_changes(func=call.func.with_changes(value=cst.Name(kernel)))
+    for name, value in kwargs.items():
+        call = set_kwarg(name, value)(call)
+    return call
+
+
+def long_branch(line: cst.SimpleStatementLine, call: cst.Call, size: str, twin: str, chunk: str, gpu: str) -> cst.If:
+    """`if size > LONG: twin[grid](..., CHUNK=..) else: kernel[grid](...)`."""
+    long_call = relaunched(call, twin, **{chunk: f"({CHUNK} if {gpu} else {CPU_CHUNK})"})
+    branch = cst.parse_statement(f"if {size} > ({LONG} if {gpu} else {CPU_LONG}):\n    pass\nelse:\n    pass\n")
+    return branch.with_changes(
+        body=branch.body.with_changes(body=[line.with_changes(body=[cst.Expr(long_call)], leading_lines=[])]),
+        orelse=branch.orelse.with_changes(body=branch.orelse.body.with_changes(
+            body=[line.with_changes(body=[cst.Expr(call)], leading_lines=[])])))
+
+
+def _branch(ms: ModuleSource, launch: Launch, block: str, twin: str, chunk: str, gpu: str):
+    def edit(line: cst.SimpleStatementLine) -> cst.FlattenSentinel:
+        before, size, call = prepared(ms, launch, block, line.body[0].value)
+        statements_ = [*before, long_branch(line, call, size, twin, chunk, gpu)]
+        statements_[0] = statements_[0].with_changes(leading_lines=line.leading_lines)
+        return cst.FlattenSentinel(statements_)
+    return edit
+
+
+def in_kernel(ms: ModuleSource, plan: Plan, long_: str, chunk: str) -> list | str:
+    """The edits where the autotuner or a heuristic sets the block size: the kernel branches on it at compile
+    time, and each launch passes LONG and CHUNK."""
+    kernel, block, tl = plan.kernel, plan.block, plan.kernel.tl_name
+    edits = []
+    for launch in ms.launches_of(kernel):
+        gpu = device_test(ms, launch)
+        if gpu is None:
+            return f"the {launch.where} passes no tensor that says its device"
+        edit = set_kwarg(long_, f"({LONG} if {gpu} else {CPU_LONG})")
+        edits.append((launch.call, lambda call, edit=edit, gpu=gpu: set_kwarg(
+            chunk, f"({CHUNK} if {gpu} else {CPU_CHUNK})")(edit(call))))
+    body = twin_body(plan, chunk)
+
+    def both(block_node: cst.IndentedBlock) -> list:
+        original = list(block_node.body)
+        while original and isinstance(original[-1], cst.SimpleStatementLine) and all(
+                isinstance(s, cst.Return) and s.value is None for s in original[-1].body):
+            original.pop()
+        doc = original[:1] if original and _docstring(original[0]) and region is kernel.node.body else []
+        branch = cst.parse_statement(f"if {block} > {long_}:\n    pass\nelse:\n    pass\n")
+        twin_part = body[1:] if doc and body and _docstring(body[0]) else body
+        return [*doc, branch.with_changes(body=branch.body.with_changes(body=twin_part),
+                                          orelse=branch.orelse.with_changes(body=branch.orelse.body.with_changes(
+                                              body=original[len(doc):] or [cst.SimpleStatementLine([cst.Pass()])])))]
+
+    region = plan.region
+
+    def edit(node: cst.FunctionDef) -> cst.FunctionDef:
+        return node.with_changes(params=with_params(node, tl, **{long_: LONG, chunk: CHUNK}))
+    edits.append((region, lambda node: node.with_changes(body=both(node))))
+    edits.append((kernel.node, edit))
+    return edits
+
+
+def _docstring(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Expr) \
+        and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
+
+
+def passes_block(ms: ModuleSource, kernel: Kernel, block: str) -> bool:
+    """Whether every launch of the kernel passes the block size (else the autotuner or a heuristic sets it)."""
+    launches = ms.launches_of(kernel)
+    return bool(launches) and all(launch.arg(block) is not None for launch in launches) \
+        and not any(block in {n.value for n in subnodes(d, cst.Name)} for d in kernel.node.decorators)

@@ -1,0 +1,254 @@
+"""Softmax reductions over the rows of a float32 matrix (softmax, log-softmax, logsumexp, cross-entropy),
+spelled eight ways: two loop passes (for, while, range over cdiv; scalar and lane-wise running max; exp and
+exp2) and one block per row (1-D and a block of rows; a helper @triton.jit function; the block size set by the
+launch or by a heuristic). The inputs have rows longer than the interpreter's threshold for the chunked twin
+(online_launch.CPU_LONG) and fewer than its SM count (the split twin's path), some lanes of the last block
+masked, and a maximum that comes late in a row."""
+
+from __future__ import annotations
+
+from respellings import Spelling
+
+INPUTS = """
+x = torch.randn(3, 100)  # fewer rows than the interpreter's SMs: the split twin's path
+x[1, 90] = 30.0  # the row's maximum comes late: the sum so far is rescaled
+x[2, :60] = -1e4  # a long run far below the maximum
+args = [x]
+"""
+
+# Two for loops over the row in blocks, lane-wise running max and sum (a tile of BLOCK), then a third pass that
+# writes exp(x - max) / sum.
+TWO_LOOPS_LANES = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_kernel(out_ptr, x_ptr, stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    acc_max = tl.full([BLOCK], float("-inf"), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        x = tl.load(x_ptr + row * stride + start + cols, mask=start + cols < n_cols, other=float("-inf"))
+        acc_max = tl.maximum(acc_max, x)
+    m = tl.max(acc_max, axis=0)
+    acc_sum = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        x = tl.load(x_ptr + row * stride + start + cols, mask=start + cols < n_cols, other=float("-inf"))
+        acc_sum += tl.exp(x - m)
+    total = tl.sum(acc_sum, axis=0)
+    for start in range(0, n_cols, BLOCK):
+        mask = start + cols < n_cols
+        x = tl.load(x_ptr + row * stride + start + cols, mask=mask, other=float("-inf"))
+        tl.store(out_ptr + row * stride + start + cols, tl.exp(x - m) / total, mask=mask)
+
+
+def softmax(x):
+    out = torch.empty_like(x)
+    softmax_kernel[(x.shape[0],)](out, x, x.stride(0), x.shape[1], BLOCK=16)
+    return out
+'''
+
+# Two while loops, a scalar running max of each block's max, exp2 with the log2(e) scale: logsumexp.
+WHILE_SCALAR_EXP2 = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def lse_kernel(x_ptr, out_ptr, n_cols, stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    base = x_ptr + row * stride
+    offs = tl.arange(0, BLOCK)
+    m = float("-inf")
+    start = 0
+    while start < n_cols:
+        x = tl.load(base + start + offs, mask=start + offs < n_cols, other=float("-inf"))
+        m = tl.maximum(m, tl.max(x, 0))
+        start += BLOCK
+    s = 0.0
+    start = 0
+    while start < n_cols:
+        x = tl.load(base + start + offs, mask=start + offs < n_cols, other=float("-inf"))
+        s += tl.sum(tl.exp2((x - m) * 1.4426950408889634), 0)
+        start += BLOCK
+    tl.store(out_ptr + row, m + tl.log2(s) * 0.6931471805599453)
+
+
+def softmax(x):
+    out = torch.empty(x.shape[0], device=x.device)
+    lse_kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), BLOCK=32)
+    return out
+'''
+
+# Loops over block indices (range of cdiv), lane-wise running max reduced per row in the sum pass: log-softmax,
+# the max pass's names reused by the sum pass, a lambda grid.
+CDIV_LOG_SOFTMAX = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def log_softmax_kernel(y_ptr, x_ptr, n, row_stride, TILE: tl.constexpr):
+    r = tl.program_id(axis=0)
+    lane = tl.arange(0, TILE)
+    best = tl.full((TILE,), -float("inf"), dtype=tl.float32)
+    for b in range(tl.cdiv(n, TILE)):
+        idx = b * TILE + lane
+        v = tl.load(x_ptr + r * row_stride + idx, mask=idx < n, other=-float("inf"))
+        best = tl.maximum(best, v)
+    acc = 0.0
+    for b in range(tl.cdiv(n, TILE)):
+        idx = b * TILE + lane
+        v = tl.load(x_ptr + r * row_stride + idx, mask=idx < n, other=-float("inf"))
+        acc = acc + tl.sum(tl.exp(v - tl.max(best, 0)), 0)
+    shift = tl.max(best, 0) + tl.log(acc)
+    for b in range(tl.cdiv(n, TILE)):
+        idx = b * TILE + lane
+        v = tl.load(x_ptr + r * row_stride + idx, mask=idx < n, other=0.0)
+        tl.store(y_ptr + r * row_stride + idx, v - shift, mask=idx < n)
+
+
+def softmax(x):
+    y = torch.empty_like(x)
+    log_softmax_kernel[lambda meta: (x.shape[0],)](y, x, x.shape[1], x.stride(0), TILE=16)
+    return y
+'''
+
+# One block per row (BLOCK_SIZE = next_power_of_2(n_cols)), the max subtracted first, as Triton's tutorial.
+ONE_BLOCK = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
+    row_idx = tl.program_id(0)
+    row_start_ptr = input_ptr + row_idx * input_row_stride
+    col_offsets = tl.arange(0, BLOCK_SIZE)
+    row = tl.load(row_start_ptr + col_offsets, mask=col_offsets < n_cols, other=-float("inf"))
+    row_minus_max = row - tl.max(row, axis=0)
+    numerator = tl.exp(row_minus_max)
+    denominator = tl.sum(numerator, axis=0)
+    tl.store(output_ptr + row_idx * output_row_stride + col_offsets, numerator / denominator,
+             mask=col_offsets < n_cols)
+
+
+def softmax(x):
+    n_rows, n_cols = x.shape
+    y = torch.empty_like(x)
+    softmax_kernel[(n_rows,)](y, x, x.stride(0), y.stride(0), n_cols, BLOCK_SIZE=triton.next_power_of_2(n_cols))
+    return y
+'''
+
+# A block of rows (BLOCK_M x BLOCK_N, reduced over axis 1) with a meta grid, a helper @triton.jit function for
+# the shifted exponent, exp2 with a scale: log-softmax.
+BLOCK_OF_ROWS_HELPER = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def shifted_exp(v, top):
+    return tl.exp2((v - top[:, None]) * 1.4426950408889634)
+
+
+@triton.jit
+def rows_kernel(dst, src, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    inside = (rows[:, None] < M) & (cols[None, :] < N)
+    v = tl.load(src + rows[:, None] * N + cols[None, :], mask=inside, other=float("-inf"))
+    top = tl.max(v, 1)
+    total = tl.sum(shifted_exp(v, top), 1)
+    out = v - top[:, None] - tl.log(total)[:, None]
+    tl.store(dst + rows[:, None] * N + cols[None, :], out, mask=inside)
+
+
+def softmax(x):
+    M, N = x.shape
+    y = torch.empty_like(x)
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]),)
+    rows_kernel[grid](y, x, M, N, BLOCK_M=2, BLOCK_N=triton.next_power_of_2(N))
+    return y
+'''
+
+# One block whose size a heuristic sets (the launch does not pass it), a compile-time branch around the
+# exponent's input: the twin is chosen in the kernel.
+HEURISTIC_BLOCK = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.heuristics({"DEPTH": lambda args: triton.next_power_of_2(args["K"])})
+@triton.jit
+def sm_kernel(Y, X, K, stride, LOG: tl.constexpr, DEPTH: tl.constexpr):
+    i = tl.program_id(0)
+    k = tl.arange(0, DEPTH)
+    x = tl.load(X + i * stride + k, mask=k < K, other=float("-inf"))
+    z = x - tl.max(x, axis=0)
+    num = tl.exp(z)
+    denom = tl.sum(num, axis=0)
+    if LOG:
+        y = z - tl.log(denom)
+    else:
+        y = num / denom
+    tl.store(Y + i * stride + k, y, mask=k < K)
+
+
+def softmax(x):
+    y = torch.empty_like(x)
+    sm_kernel[(x.shape[0],)](y, x, x.shape[1], x.stride(0), LOG=False)
+    return y
+'''
+
+# Cross-entropy in one block: the logsumexp, the label's logit (a scalar load) and a plain sum of the row
+# (label smoothing) carried through the chunk loop; a scalar result per row, no store along the row.
+CROSS_ENTROPY = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def ce_kernel(loss_ptr, logits_ptr, labels_ptr, n_cols, stride, smoothing, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    logits_ptr += row * stride
+    offs = tl.arange(0, BLOCK)
+    label = tl.load(labels_ptr + row)
+    logits = tl.load(logits_ptr + offs, mask=offs < n_cols, other=-float("inf"))
+    c = tl.max(logits, 0)
+    lse = c + tl.log(tl.sum(tl.exp(logits - c), 0))
+    mean = tl.sum(tl.where(offs < n_cols, logits, 0.0), 0) / n_cols
+    if label >= 0:
+        target = tl.load(logits_ptr + label)
+        loss = lse - (1.0 - smoothing) * target - smoothing * mean
+    else:
+        loss = 0.0
+    tl.store(loss_ptr + row, loss)
+
+
+def softmax(x):
+    labels = torch.arange(x.shape[0]) * 7 % x.shape[1]
+    labels[2] = -100
+    loss = torch.empty(x.shape[0], device=x.device)
+    block = triton.next_power_of_2(x.shape[1])
+    ce_kernel[(x.shape[0],)](loss, x, labels, x.shape[1], x.stride(0), 0.1, BLOCK=block)
+    return loss
+'''
+
+SPELLINGS = [
+    Spelling("softmax", "two_loops_lanes", TWO_LOOPS_LANES, "softmax", INPUTS, ("online_softmax",)),
+    Spelling("softmax", "while_scalar_exp2", WHILE_SCALAR_EXP2, "softmax", INPUTS, ("online_softmax",)),
+    Spelling("softmax", "cdiv_log_softmax", CDIV_LOG_SOFTMAX, "softmax", INPUTS, ("online_softmax",)),
+    Spelling("softmax", "one_block", ONE_BLOCK, "softmax", INPUTS, ("online_softmax",)),
+    Spelling("softmax", "block_of_rows_helper", BLOCK_OF_ROWS_HELPER, "softmax", INPUTS, ("online_softmax",)),
+    Spelling("softmax", "heuristic_block", HEURISTIC_BLOCK, "softmax", INPUTS, ("online_softmax",)),
+    Spelling("softmax", "cross_entropy", CROSS_ENTROPY, "softmax", INPUTS, ("online_softmax",)),
+]
