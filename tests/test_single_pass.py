@@ -9,62 +9,20 @@ import ast
 
 import pytest
 from interpreted import interpreted
+from test_rewrites_structural import MM as STRUCTURAL_MM
+from test_rewrites_structural import ROW_SUM as STRUCTURAL_ROW_SUM
 
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import ModuleSource
 from kernelband.proposers.rewriter.proposer import options
 
-ROW_SUM = '''\
-import torch
-import triton
-import triton.language as tl
+# the row sum of test_rewrites_structural.py, its row length in a local and a block of 16
+ROW_SUM = STRUCTURAL_ROW_SUM.replace("    row_sum_kernel[(x.shape[0],)](x, out, x.shape[1], BLOCK=64)\n",
+                                     "    n = x.shape[1]\n    row_sum_kernel[(x.shape[0],)](x, out, n, BLOCK=16)\n")
 
-
-@triton.jit
-def row_sum_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    acc = tl.zeros([BLOCK], tl.float32)
-    for start in range(0, n_cols, BLOCK):
-        acc += tl.load(x_ptr + row * n_cols + start + cols, mask=start + cols < n_cols, other=0.0)
-    tl.store(out_ptr + row, tl.sum(acc, axis=0))
-
-
-def row_sum(x):
-    out = torch.empty(x.shape[0], device=x.device)
-    n = x.shape[1]
-    row_sum_kernel[(x.shape[0],)](x, out, n, BLOCK=16)
-    return out
-'''
-
-MM = '''\
-import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def mm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        a = tl.load(a_ptr + offs_m[:, None] * K + (k + offs_k)[None, :],
-                    mask=(offs_m[:, None] < M) & ((k + offs_k)[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + (k + offs_k)[:, None] * N + offs_n[None, :],
-                    mask=((k + offs_k)[:, None] < K) & (offs_n[None, :] < N), other=0.0)
-        acc = tl.dot(a, b, acc)
-    tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
-
-
-def mm(a, b):
-    M, K = a.shape
-    _, N = b.shape
-    c = torch.empty((M, N), device=a.device)
-    mm_kernel[(triton.cdiv(M, 16), triton.cdiv(N, 16))](a, b, c, M, N, K, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
-    return c
-'''
+# the GEMM of test_rewrites_structural.py on tiles of 16
+MM = STRUCTURAL_MM.replace("(triton.cdiv(M, 32), triton.cdiv(N, 32))](a, b, c, M, N, K, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)",
+                           "(triton.cdiv(M, 16), triton.cdiv(N, 16))](a, b, c, M, N, K, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)")
 
 
 def made(source: str) -> tuple[list[tuple[str, str]], tuple[str, ...]]:
