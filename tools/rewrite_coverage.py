@@ -61,8 +61,8 @@ STRUCTURAL = {
                      "where the next reads its output; a second kernel run by the last program of the first to "
                      "finish (one program combining partials, or a few run in turn behind a host check); "
                      "independent launches as one grid of both",
-    "single_pass": "each loop that walks [0, n) in blocks of a free block size run once with the block the row's "
-                   "next power of two where the row fits, the loops kept for longer rows",
+    "single_pass": "loops over a row in blocks of B (any loop form, 2-D tiles, tl.dot K loops) as one block of "
+                   "the row's next power of two where it fits, the loops kept for longer rows",
     "inductor_configs": "row and element-wise kernels autotuned over Inductor's reduction and pointwise configs, "
                         "where every block size covers the same elements (masked, not reshaped)",
     "contiguity_hints": "tl.max_contiguous(tl.multiple_of(offs, P), P) on offs = M + tl.arange(0, P) where M is "

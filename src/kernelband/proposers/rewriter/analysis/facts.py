@@ -10,6 +10,7 @@ from functools import cached_property
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.accesses import Accesses
+from kernelband.proposers.rewriter.analysis.blocked import RowBlocks
 from kernelband.proposers.rewriter.analysis.dots import Dots
 from kernelband.proposers.rewriter.analysis.loops import Loops
 from kernelband.proposers.rewriter.analysis.reductions import Reductions
@@ -70,6 +71,10 @@ class KernelFacts:
     @cached_property
     def dots(self) -> Dots:
         return Dots(self.roles, self.loops, [c.dots for c in self.callees])
+
+    @cached_property
+    def blocked(self) -> RowBlocks:
+        return RowBlocks(self.values, self.shapes, self.loops, self.accesses, self.roles, self.dots)
 
     @cached_property
     def reductions(self) -> Reductions:

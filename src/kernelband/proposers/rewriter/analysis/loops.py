@@ -219,21 +219,19 @@ class Loops:
         return found
 
     def _read_before_written(self, loop: Loop, name: str) -> bool:
-        for statement in loop.node.body.body:
-            reads = {n.value for n in loads(statement)}
-            writes = assigned(statement)
-            if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
-                    and isinstance(statement.body[0], cst.AugAssign):
-                reads |= writes
-            if name in reads:
-                return True
-            if name in writes and isinstance(statement, cst.SimpleStatementLine):
-                return False
-        return False
+        return _first_use(loop.node.body.body, name)[0]
 
     def _kind(self, loop: Loop, name: str) -> Carried:
         writes = [s for s in loop.node.body.body if name in assigned(s)]
         shape = self.shapes.of_name(name)
+        if len(writes) == 1 and isinstance(writes[0], cst.If):  # a sum that some branches add to
+            adds = [a for a in subnodes(writes[0], cst.AugAssign) if dotted(a.target) == name]
+            if adds and len(adds) == len([a for a in subnodes(writes[0], cst.CSTNode) if isinstance(
+                    a, cst.Assign | cst.AugAssign | cst.AnnAssign) and name in assigned(a)]) \
+                    and all(isinstance(a.operator, cst.AddAssign) for a in adds):
+                terms = [self.values.expand(a.value) for a in adds]
+                if all(self._sum_or_increment(loop, t) == "sum" for t in terms):
+                    return Carried(name, "sum", None, terms[0] if len(terms) == 1 else None, shape)
         if len(writes) != 1 or not (isinstance(writes[0], cst.SimpleStatementLine) and len(writes[0].body) == 1):
             return Carried(name, "other", None, None, shape)
         small = writes[0].body[0]
@@ -280,6 +278,38 @@ class Loops:
         if any(tl_name(n) == "load" for n in ast.walk(term)):
             return "sum"
         return "increment"
+
+
+def _first_use(statements: list, name: str) -> tuple[bool, bool]:
+    """(whether the statements may read `name` before they assign it, whether they assign it on every path)."""
+    for statement in statements:
+        if isinstance(statement, cst.If):
+            branches, node = [], statement
+            while isinstance(node, cst.If):
+                if name in {n.value for n in loads(node.test)}:
+                    return True, False
+                branches.append(node.body.body)
+                node = node.orelse
+            if node is not None:
+                branches.append(node.body.body)
+            found = [_first_use(branch, name) for branch in branches]
+            if any(read for read, _ in found):
+                return True, False
+            if node is not None and all(assigns for _, assigns in found):
+                return False, True
+        elif isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                reads = {n.value for n in loads(small)}
+                writes = assigned(small)
+                if isinstance(small, cst.AugAssign):
+                    reads |= writes
+                if name in reads:
+                    return True, False
+                if name in writes:
+                    return False, True
+        elif name in {n.value for n in loads(statement)}:
+            return True, False
+    return False, False
 
 
 def loop_index(loop: Loop) -> str | None:

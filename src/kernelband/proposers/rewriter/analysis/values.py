@@ -118,6 +118,8 @@ class _Canon(ast.NodeTransformer):
         values = self.values
         func = ast.unparse(node.func)
         base, _, attr = func.rpartition(".")
+        if base.endswith(".math") and base[:-len(".math")] in values.tl_aliases:
+            base = base[:-len(".math")]  # tl.math.exp2 is tl.exp2
         if base in values.tl_aliases:
             args = [self.visit(a) for a in node.args]
             keywords = {k.arg: self.visit(k.value) for k in node.keywords if k.arg}
@@ -245,7 +247,7 @@ class KernelValues:
         else:
             self._env_at[id(node.test)] = dict(env)
         for name in inside:
-            if name not in self.var_init and name in env:
+            if name not in self.var_init and name in env and not same(env[name], var(name)):
                 self.var_init[name] = env[name]
         inner = dict(env)
         for name in inside:
@@ -285,8 +287,8 @@ class KernelValues:
             if all(v is not None for v in versions) and all(same(v, versions[0]) for v in versions):
                 env[name] = versions[0]
             elif any(v is not None for v in versions):
-                if name not in self.var_init and name in env:
-                    self.var_init[name] = env[name]
+                if name not in self.var_init and name in env and not same(env[name], var(name)):
+                    self.var_init[name] = env[name]  # (an enclosing loop's own placeholder is no value)
                 env[name] = var(name)
 
     # -- reading it --------------------------------------------------------------------------------------------

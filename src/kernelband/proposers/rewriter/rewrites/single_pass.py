@@ -1,7 +1,7 @@
-"""single_pass: a row kernel that walks its row in blocks (`for start in range(0, n, BLOCK)`, one pass or
-several) gets a twin in which each such loop is its body, run once at start = 0, and the launch calls the
-twin with BLOCK = triton.next_power_of_2(n) where a row fits one block (0 < n <= MAX_ROW), the original
-kernel otherwise:
+"""single_pass: a kernel whose loops walk a row [0, n) in blocks of a constexpr B (one pass or several, in any
+loop form, inside a 2-D tile or a tl.dot's K loop) gets a twin in which each such loop is its body, run once
+with its block at offset 0, and the launch calls the twin with B = triton.next_power_of_2(n) where a row fits
+one block, the original kernel otherwise:
 
     if 0 < n_cols <= 16384:
         softmax_kernel_single_pass[(rows,)](..., n_cols, BLOCK_SIZE=triton.next_power_of_2(n_cols),
@@ -9,75 +9,60 @@ kernel otherwise:
     else:
         softmax_kernel[(rows,)](..., n_cols, BLOCK_SIZE=128, num_warps=1)
 
-With BLOCK >= n > 0, `range(0, n, BLOCK)` has exactly one step, start = 0: the twin computes what the
-original does, step for step. Its passes read the same row at the same offsets, with the same masks, and
-no store in between; in one basic block the compiler can keep the first read and reuse it (Triton's
-common-subexpression pass merges identical loads), where the loop form reads the row once a pass.
+Where one block of any B >= n computes what the loops compute (`analysis.blocked` says when, and why not), a
+block of B >= n > 0 runs each loop once, at offset 0: the twin computes what the original does. Its passes
+read the same row at the same offsets, with the same masks, and no store in between; in one basic block the
+compiler can keep the first read and reuse it (Triton's common-subexpression pass merges identical loads),
+where the loop form reads the row once a pass.
 
-num_warps follows the block as in Triton's fused-softmax tutorial (4 up to 1,024 elements, then one warp
-more per 256, up to 16): the launch's own num_warps suited its small block, not a whole row.
-
-Refused, as not certain: a block size read other than as those loops' step, a tl.arange extent and an
-accumulator's shape (`inductor_configs.row_block_only`); an access whose mask does not bound it
-(`configs.free_blocks`); a loop whose start is not 0, whose end is not one parameter of the kernel, or
-whose body breaks, continues or returns; a launch that is not a statement of its own, that passes the row
-length as anything but a name, an attribute or an item (`x.shape[1]`), or whose grid reads the block size.
+A row fits where the block's tile, B times the tile's other extents (a 2-D tile's rows), holds at most 16,384
+elements, as a row of plain loads does today; a block that is a tl.dot operand is at least 16 (tl.dot's
+minimum) and at most 256. num_warps follows the tile as in Triton's fused-softmax tutorial (4 up to 1,024
+elements, then one warp more per 256, up to 16); a tl.dot kernel keeps its launch's, an autotuned kernel its
+configs'. Where the autotuner or a heuristic sets B, the twin's configs (or heuristics) leave it out and the
+launch passes it.
 """
 
 from __future__ import annotations
 
+import ast
+import math
+
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.block_reads import readable
+from kernelband.proposers.rewriter.analysis.blocked import RowBlock
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import code, dotted, fresh_name, int_value, subnodes
-from kernelband.proposers.rewriter.edits import Found, Variant, set_kwarg
-from kernelband.proposers.rewriter.rewrites.configs import arange_extents, broadcasts, free_blocks
-from kernelband.proposers.rewriter.rewrites.inductor_configs import row_block_only
+from kernelband.proposers.rewriter.analysis.syntax import (
+    code,
+    dotted,
+    fresh_name,
+    int_value,
+    literal_config,
+)
+from kernelband.proposers.rewriter.edits import Found, Variant, set_kwarg, statements
 
-MAX_ROW = 16384  # elements a row may have for the single-pass kernel: 32 per thread of 16 warps
-WARPS = "min(16, max(4, {block} // 256))"
+MAX_TILE = 16384  # elements a block's tile may hold in the single-pass kernel: 32 per thread of 16 warps
+MAX_DOT = 256  # a tl.dot operand's block
+MIN_DOT = 16
+PURE = ("int", "len", "min", "max", "abs", "triton.cdiv", "triton.next_power_of_2")  # host functions of values
+WARPS = "min(16, max(4, {elements} // 256))"
+WITHOUT = '''
+def {name}(configs, key):
+    """The autotune configs with `key` left out (the launch passes it), each distinct config once."""
+    import copy
 
-
-def _row_loops(kernel: Kernel, param: str) -> tuple[list[cst.For], str] | str:
-    """The loops stepping by `param` and the parameter each runs to; or why the kernel does not qualify."""
-    loops, ends = [], set()
-    for loop in subnodes(kernel.node.body, cst.For):
-        if not any(isinstance(n, cst.Name) and n.value == param for n in subnodes(loop.iter, cst.Name)):
-            continue
-        it = loop.iter
-        if not (isinstance(it, cst.Call) and dotted(it.func) == "range" and len(it.args) == 3
-                and all(a.keyword is None and not a.star for a in it.args) and int_value(it.args[0].value) == 0
-                and isinstance(it.args[1].value, cst.Name) and kernel.param(it.args[1].value.value) is not None
-                and isinstance(loop.target, cst.Name) and loop.orelse is None):
-            return f"{kernel.name} has a loop over {param} that is not `for i in range(0, n, {param})`"
-        if subnodes(loop.body, cst.Break) or subnodes(loop.body, cst.Continue) or subnodes(loop.body, cst.Return):
-            return f"{kernel.name} leaves a loop over {param} early"
-        loops.append(loop)
-        ends.add(it.args[1].value.value)
-    if not loops:
-        return f"{kernel.name} has no loop stepping by {param}"
-    if len(ends) > 1:
-        return f"{kernel.name}'s loops over {param} run to different ends ({', '.join(sorted(ends))})"
-    return loops, ends.pop()
-
-
-class _Unrolled(cst.CSTTransformer):
-    """The kernel renamed, each row loop replaced by `start = 0` and its body."""
-
-    def __init__(self, loops: list[cst.For], name: str) -> None:
-        super().__init__()
-        self.loops, self.name = {id(loop) for loop in loops}, name
-
-    def leave_For(self, original_node, updated_node):
-        if id(original_node) not in self.loops:
-            return updated_node
-        start = cst.parse_statement(f"{updated_node.target.value} = 0\n").with_changes(
-            leading_lines=updated_node.leading_lines)
-        return cst.FlattenSentinel([start, *updated_node.body.body])
-
-    def leave_FunctionDef(self, original_node, updated_node):
-        return updated_node.with_changes(name=cst.Name(self.name))
+    kept, seen = [], set()
+    for config in configs:
+        config = copy.copy(config)
+        config.kwargs = {{k: v for k, v in config.kwargs.items() if k != key}}
+        text = repr(sorted(config.all_kwargs().items(), key=str))
+        if text not in seen:
+            seen.add(text)
+            kept.append(config)
+    return kept
+'''
 
 
 def plain(node: cst.BaseExpression) -> bool:
@@ -89,36 +74,254 @@ def plain(node: cst.BaseExpression) -> bool:
     return dotted(node) is not None
 
 
-def _launch_edit(ms: ModuleSource, launch: Launch, param: str, end: str, twin: str) -> tuple | str:
-    """(the launch's statement, its edit into the branch), or why it cannot be branched."""
-    statement = ms.parents.get(id(ms.parents.get(id(launch.call))))
-    if not (isinstance(ms.parents.get(id(launch.call)), cst.Expr) and isinstance(statement, cst.SimpleStatementLine)
-            and len(statement.body) == 1 and launch.scope.name != "<module>"):
-        return f"the {launch.where} is not a statement of its own in a function"
-    block, length = launch.arg(param), launch.arg(end)
-    if block is None or length is None or block.star or length.star:
-        return f"the {launch.where} does not pass {param} and {end} by name or position"
-    if not plain(length.value):
-        return f"the {launch.where} passes {end} as an expression (the branch would evaluate it again)"
-    if param in launch.meta_use[0] or any(n.value == param for g in launch.grid for n in subnodes(g, cst.Name)):
-        return f"the grid of the {launch.where} reads {param}"
-    n = code(length.value)
-    size = f"triton.next_power_of_2({n})"
-    index = launch.args[param]
+def _pure(node: cst.BaseExpression) -> bool:
+    """Arithmetic of plain values, numbers, their items and slices (`x.shape[-2:][0]`) and a tensor's sizes
+    (`x.stride(0)`, `x.size(1)`, `x.numel()`): evaluating it again gives the same value."""
+    if isinstance(node, cst.Integer) or plain(node):
+        return True
+    if isinstance(node, cst.Subscript):
+        return _pure(node.value) and all(
+            isinstance(e.slice, cst.Index) and _pure(e.slice.value) or isinstance(e.slice, cst.Slice) and all(
+                part is None or _pure(part) for part in (e.slice.lower, e.slice.upper, e.slice.step))
+            for e in node.slice)
+    if isinstance(node, cst.Call) and all(a.keyword is None and not a.star and _pure(a.value) for a in node.args):
+        if isinstance(node.func, cst.Attribute) and plain(node.func.value):
+            return node.func.attr.value in ("stride", "size", "numel", "dim") or dotted(node.func) in PURE
+        return dotted(node.func) in PURE
+    if isinstance(node, cst.BinaryOperation):
+        return _pure(node.left) and _pure(node.right)
+    if isinstance(node, cst.UnaryOperation):
+        return _pure(node.expression)
+    return False
 
-    def edit(line: cst.SimpleStatementLine) -> cst.If:
-        call = line.body[0].value
-        args = list(call.args)
-        args[index] = args[index].with_changes(value=cst.parse_expression(size))
-        single = call.with_changes(func=call.func.with_changes(value=cst.Name(twin)), args=args)
-        single = set_kwarg("num_warps", WARPS.format(block=size))(single)
-        branch = cst.parse_statement(f"if 0 < {n} <= {MAX_ROW}:\n    pass\nelse:\n    pass\n")
-        return branch.with_changes(
-            leading_lines=line.leading_lines,
-            body=branch.body.with_changes(body=[line.with_changes(body=[cst.Expr(single)], leading_lines=[])]),
-            orelse=branch.orelse.with_changes(body=branch.orelse.body.with_changes(
-                body=[line.with_changes(leading_lines=[])])))
-    return statement, edit
+
+class _Twin(cst.CSTTransformer):
+    """The kernel renamed, each row loop replaced by its body at offset 0, B left out of its autotune configs
+    and heuristics."""
+
+    def __init__(self, kernel: Kernel, row: RowBlock, name: str, without: str | None, heuristic: bool) -> None:
+        super().__init__()
+        self.kernel, self.row, self.name, self.without, self.heuristic = kernel, row, name, without, heuristic
+        self.loops = {id(loop.node): loop for loop in row.loops}
+
+    def _unrolled(self, original, updated):
+        loop = self.loops[id(original)]
+        body = list(updated.body.body)
+        if isinstance(updated.body, cst.SimpleStatementSuite):
+            body = [cst.SimpleStatementLine(body=[small]) for small in body]
+        first = body[0].with_changes(leading_lines=updated.leading_lines) if body else None
+        if loop.form == "while":
+            return cst.FlattenSentinel([first, *body[1:]])
+        start = cst.parse_statement(f"{loop.var} = 0\n").with_changes(leading_lines=updated.leading_lines)
+        return cst.FlattenSentinel([start, *body])
+
+    def leave_For(self, original_node, updated_node):
+        return self._unrolled(original_node, updated_node) if id(original_node) in self.loops else updated_node
+
+    def leave_While(self, original_node, updated_node):
+        return self._unrolled(original_node, updated_node) if id(original_node) in self.loops else updated_node
+
+    def leave_Decorator(self, original_node, updated_node):
+        call = updated_node.decorator
+        if not isinstance(call, cst.Call):
+            return updated_node
+        name = (dotted(call.func) or "").rpartition(".")[2]
+        param = self.row.param
+        if name == "autotune" and self.without is not None:
+            # a config pruner may read B from each config: it only saves tuning time, and the twin goes without
+            args = [a.with_changes(value=cst.parse_expression(f"{self.without}({code(a.value)}, {param!r})"))
+                    if _configs_arg(call, a) else a for a in call.args
+                    if not (a.keyword is not None and a.keyword.value == "prune_configs_by")]
+            if args and call.args[-1].keyword is not None and call.args[-1].keyword.value == "prune_configs_by":
+                args[-1] = args[-1].with_changes(comma=call.args[-1].comma)
+            return updated_node.with_changes(decorator=call.with_changes(args=args))
+        if name == "heuristics" and self.heuristic and call.args:
+            arg = call.args[0]
+            if isinstance(arg.value, cst.Dict):
+                kept = [e for e in arg.value.elements if not (isinstance(e, cst.DictElement) and isinstance(
+                    e.key, cst.SimpleString) and e.key.evaluated_value == param)]
+                value = arg.value.with_changes(elements=kept)
+            else:
+                value = cst.parse_expression(f"{{k: v for k, v in ({code(arg.value)}).items() if k != {param!r}}}")
+            return updated_node.with_changes(decorator=call.with_changes(args=[arg.with_changes(value=value),
+                                                                                  *call.args[1:]]))
+        return updated_node
+
+    def leave_FunctionDef(self, original_node, updated_node):
+        if original_node is self.kernel.node:
+            return updated_node.with_changes(name=cst.Name(self.name))
+        return updated_node
+
+
+def _never(host: str, low: str, bound: str, exact: bool) -> bool:
+    """Whether a row length that is a number never takes the one-block branch."""
+    try:
+        n, top = ast.literal_eval(host), ast.literal_eval(bound)
+    except (ValueError, SyntaxError):
+        return False
+    if not isinstance(n, int) or not isinstance(top, int):
+        return False
+    return not (int(low) < n <= top if low == "0" else int(low) <= n <= top) or (exact and n & (n - 1) != 0)
+
+
+def _configs_arg(call: cst.Call, arg: cst.Arg) -> bool:
+    return (arg.keyword is not None and arg.keyword.value == "configs") or (arg.keyword is None and arg is call.args[0])
+
+
+def _tuned(kernel: Kernel) -> dict[str, list[int]] | None:
+    """The values the autotune configs give each constexpr they set ({} without autotuning); None where the
+    configs are not a literal list."""
+    if kernel.autotune is None:
+        return {}
+    call = kernel.autotune.decorator
+    arg = next((a for a in call.args if _configs_arg(call, a)), None) if isinstance(call, cst.Call) else None
+    if arg is None or not isinstance(arg.value, cst.List | cst.Tuple):
+        return None
+    found: dict[str, list[int]] = {}
+    for element in arg.value.elements:
+        config = literal_config(element.value)
+        if config is None:
+            return None
+        for key, value in config[0].items():
+            found.setdefault(key, []).append(value)
+    return found
+
+
+def _heuristic_keys(kernel: Kernel) -> set[str] | None:
+    """The constexprs a @triton.heuristics dict sets; None where the dict is not a literal."""
+    keys: set[str] = set()
+    for decorator in kernel.node.decorators:
+        call = decorator.decorator
+        if isinstance(call, cst.Call) and (dotted(call.func) or "").endswith("heuristics") and call.args:
+            if not isinstance(call.args[0].value, cst.Dict):
+                return None
+            keys |= {e.key.evaluated_value for e in call.args[0].value.elements
+                     if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)}
+    return keys
+
+
+class _Launch:
+    """How one launch of the kernel reads n and the tile's other extents, and its branch."""
+
+    def __init__(self, ms: ModuleSource, launch: Launch, row: RowBlock, tuned: dict | None,
+                 heuristics: set[str] | None) -> None:
+        self.ms, self.launch, self.row, self.tuned, self.heuristics = ms, launch, row, tuned, heuristics
+        self.kernel = launch.kernel
+
+    def _set_elsewhere(self, name: str) -> bool:
+        return (self.tuned is None and self.kernel.autotune is not None) or name in (self.tuned or {}) \
+            or self.heuristics is None or name in self.heuristics
+
+    def value(self, name: str) -> str | int | None:
+        """What the launch passes for a kernel parameter: its code (an int where it is a number); None where
+        the launch cannot say it (set by the autotuner or a heuristic, or an expression it would evaluate
+        again)."""
+        arg = self.launch.arg(name)
+        if arg is not None and not arg.star:
+            number = int_value(arg.value)
+            if number is None and isinstance(arg.value, cst.Name):
+                kind, given = self.ms.name_value(self.launch.scope, arg.value.value)
+                number = int_value(given) if kind != "default" else None
+            return number if number is not None else code(arg.value) if _pure(arg.value) else None
+        if self._set_elsewhere(name):
+            return None
+        param = self.kernel.param(name)
+        if param is not None and param.default is not None and _pure(param.default):
+            return int_value(param.default) if int_value(param.default) is not None else code(param.default)
+        return None
+
+    def extent(self, name: str) -> int | str | None:
+        """A tile extent at the launch: its value, or the largest the literal autotune configs give it."""
+        if name.isdigit():
+            return int(name)
+        if self.tuned and name in self.tuned and self.launch.arg(name) is None:
+            return max(self.tuned[name])
+        if self.tuned is None and self.launch.arg(name) is None and self.kernel.node.decorators[0] is self.kernel.autotune:
+            # configs the rewrite cannot read: the autotuner holds them at run time
+            return f"max(config.kwargs.get({name!r}, 1) for config in {self.kernel.name}.configs)"
+        return self.value(name)
+
+    def plan(self, twin: str) -> tuple[cst.CSTNode, object] | str | None:
+        """(the launch's statement, its edit into the branch); None where the row's length is a number that
+        never fits one block; or why the launch cannot branch."""
+        ms, launch, row = self.ms, self.launch, self.row
+        parent = ms.parents.get(id(launch.call))
+        statement = ms.parents.get(id(parent))
+        if not (isinstance(parent, cst.Expr | cst.Return) and isinstance(statement, cst.SimpleStatementLine)
+                and len(statement.body) == 1 and launch.scope.name != "<module>"):
+            return f"the {launch.where} is part of a larger expression: the launch cannot branch on the row's length"
+        if row.param in launch.meta_use[0] or not launch.meta_use[1]:
+            return f"the grid of the {launch.where} reads the launch's {row.param}"
+        host = self._host(row.bound)
+        if isinstance(host, str) and host.startswith("!"):
+            return host[1:]
+        atom = isinstance(ast.parse(host, mode="eval").body, ast.Name | ast.Attribute | ast.Subscript | ast.Call
+                          | ast.Constant)
+        n = host if atom else f"({host})"
+        size = f"triton.next_power_of_2({n})"
+        low = "0"
+        if row.dot:
+            size, bound, elements = f"max({MIN_DOT}, {size})", str(MAX_DOT), None
+            low = str(MIN_DOT) if row.padded else low
+        else:
+            extents = [self.extent(d) for d in row.others]
+            if any(e is None for e in extents):
+                missing = next(d for d, e in zip(row.others, extents) if e is None)
+                return f"the {launch.where} does not say {missing}, the extent of the tile beside {row.param}"
+            numbers = math.prod(e for e in extents if isinstance(e, int))
+            codes = [f"({e})" if not str(e).isidentifier() else str(e) for e in extents if not isinstance(e, int)]
+            if numbers > MAX_TILE:
+                return f"the tile beside {row.param} at the {launch.where} holds more than {MAX_TILE} elements already"
+            rest = " * ".join(([str(numbers)] if numbers > 1 else []) + codes)
+            bound = str(MAX_TILE // numbers) if not codes else f"{MAX_TILE // numbers} // ({' * '.join(codes)})"
+            elements = size if not rest else f"{size} * {rest}"
+        if _never(host, low, bound, bool(row.padded)):
+            return None
+        block_arg = launch.arg(row.param)
+        if block_arg is not None and block_arg.star:
+            return f"the {launch.where} passes {row.param} inside a starred argument"
+        warps = elements is not None and self.kernel.autotune is None
+
+        def edit(line: cst.SimpleStatementLine) -> cst.If:
+            small = line.body[0]
+            call = small.value
+            args = list(call.args)
+            if block_arg is not None:
+                index = launch.args[row.param]
+                args[index] = args[index].with_changes(value=cst.parse_expression(size))
+                single = call.with_changes(args=args)
+            else:
+                single = set_kwarg(row.param, size)(call)
+            single = single.with_changes(func=single.func.with_changes(value=cst.Name(twin)))
+            if warps:
+                single = set_kwarg("num_warps", WARPS.format(elements=elements))(single)
+            exact = f" and {n} & ({n} - 1) == 0" if row.padded else ""  # no lane past n: it is a power of two
+            branch = cst.parse_statement(f"if {low} < {n} <= {bound}{exact}:\n    pass\nelse:\n    pass\n"
+                                         if low == "0" else
+                                         f"if {low} <= {n} <= {bound}{exact}:\n    pass\nelse:\n    pass\n")
+            return branch.with_changes(
+                leading_lines=line.leading_lines,
+                body=branch.body.with_changes(body=[line.with_changes(body=[small.with_changes(value=single)],
+                                                                      leading_lines=[])]),
+                orelse=branch.orelse.with_changes(body=branch.orelse.body.with_changes(
+                    body=[line.with_changes(leading_lines=[])])))
+        return statement, edit
+
+    def _host(self, end: ast.expr) -> str:
+        """n in the launch's values; "!why" where the launch cannot compute it."""
+        row, names = self.row, {}
+        for node in ast.walk(end):
+            if isinstance(node, ast.Name) and self.kernel.param(node.id) is not None and node.id not in names:
+                value = self.value(node.id)
+                if value is None:
+                    return (f"!the row's length ({ast.unparse(end)}) reads {node.id}, which the {self.launch.where} "
+                            "does not pass as a value it can read again")
+                names[node.id] = str(value)
+        class Values(ast.NodeTransformer):
+            def visit_Name(self, node: ast.Name) -> ast.AST:
+                return ast.parse(names[node.id], mode="eval").body if node.id in names else node
+
+        return ast.unparse(Values().visit(ast.parse(row.host_end, mode="eval")))
 
 
 def single_pass(ms: ModuleSource) -> Found:
@@ -126,46 +329,57 @@ def single_pass(ms: ModuleSource) -> Found:
     if "triton" not in ms.imported:
         return Found([], ["the module does not `import triton`"])
     for kernel in ms.kernels.values():
-        why = _why_not(ms, kernel)
-        if isinstance(why, str):
-            reasons.append(why)
+        blocks = facts_of(kernel).blocked
+        if not blocks.params:
+            reasons.append(f"{kernel.name} has no loop that walks a row in blocks of a constexpr")
             continue
-        param, loops, end = why
-        twin = fresh_name(f"{kernel.name}_single_pass", {n for s in ms.scopes for n in s.assigns} | set(ms.kernels))
-        edits: list = []
-        for launch in ms.launches_of(kernel):
-            found = _launch_edit(ms, launch, param, end, twin)
+        if not ms.launches_of(kernel):
+            reasons.append(f"{kernel.name} is never launched as kernel[grid](...)")
+            continue
+        for param in blocks.params:
+            row = blocks.of(param)
+            if isinstance(row, str):
+                reasons.append(row)
+                continue
+            found = _variant(ms, kernel, row)
             if isinstance(found, str):
                 reasons.append(found)
-                break
-            edits.append(found)
-        else:
-            copy = kernel.node.visit(_Unrolled(loops, twin))
-            edits.append((kernel.node, lambda node, copy=copy: cst.FlattenSentinel([node, copy])))
-            touched = frozenset({kernel.name, twin} | {x.scope.top for x in ms.launches_of(kernel)})
-            variants.append(Variant("single_pass", f"{kernel.name}'s {len(loops)} loop(s) over {end} as one block "
-                                    f"of triton.next_power_of_2({end}) where 0 < {end} <= {MAX_ROW} "
-                                    f"({twin}), the loops otherwise", touched, tuple(edits)))
+            else:
+                variants.append(found)
     return Found(variants, reasons)
 
 
-def _why_not(ms: ModuleSource, kernel: Kernel) -> tuple[str, list[cst.For], str] | str:
-    if kernel.autotune is not None or kernel.heuristics:
-        return f"{kernel.name} is autotuned or has heuristics: its launch does not set its block size"
-    if not ms.launches_of(kernel):
-        return f"{kernel.name} is never launched as kernel[grid](...)"
-    facts = facts_of(kernel)
-    if kernel.uses_dot or len(facts.tile_sizes) != 1 or facts.tiled:
-        return f"{kernel.name} is not a row kernel with one block size that steps a loop"
-    [param] = facts.tile_sizes
-    if param not in facts.looped or not row_block_only(ms, kernel, param):
-        return f"{kernel.name} reads {param} other than as a loop step, arange extent and accumulator shape"
-    if why := free_blocks(kernel):
-        return why
-    if arange_extents(kernel) != {param} or broadcasts(kernel):
-        return f"{kernel.name}'s tiles are not 1-D blocks of {param}"
-    found = _row_loops(kernel, param)
-    if isinstance(found, str):
-        return found
-    loops, end = found
-    return param, loops, end
+def _variant(ms: ModuleSource, kernel: Kernel, row: RowBlock) -> Variant | str:
+    tuned, heuristics = _tuned(kernel), _heuristic_keys(kernel)
+    used = {n for s in ms.scopes for n in s.assigns} | set(ms.kernels)
+    twin = fresh_name(f"{kernel.name}_single_pass", used)
+    edits: list = []
+    for launch in ms.launches_of(kernel):
+        found = _Launch(ms, launch, row, tuned, heuristics).plan(twin)
+        if isinstance(found, str):
+            return found
+        if found is not None:
+            edits.append(found)
+    if not edits:
+        return f"{kernel.name}'s rows ({readable(row.bound)}) never fit one block of {row.param}"
+    # B set by the autotuner's configs (or configs the rewrite cannot read): the twin's configs leave it out
+    without = fresh_name("_configs_without", used) if kernel.autotune is not None and (
+        tuned is None or row.param in tuned) else None
+    heuristic = heuristics is None or row.param in heuristics
+    gap = [cst.EmptyLine(), cst.EmptyLine()]
+    copy = kernel.node.visit(_Twin(kernel, row, twin, without, heuristic)).with_changes(leading_lines=gap)
+    helper = statements(WITHOUT.format(name=without).lstrip("\n")) if without else []
+    helper = [h.with_changes(leading_lines=gap) for h in helper]
+    edits.append((kernel.node, lambda node: cst.FlattenSentinel([node, *helper, copy])))
+    touched = frozenset({kernel.name, twin} | {x.scope.top for x in ms.launches_of(kernel)})
+    end = ast.unparse(row.bound)
+    if row.dot:
+        size, bound = f"max({MIN_DOT}, triton.next_power_of_2({end}))", str(MAX_DOT)
+    else:
+        size = f"triton.next_power_of_2({end})"
+        bound = f"{MAX_TILE} // ({' * '.join(row.others)})" if row.others else str(MAX_TILE)
+    exact = f" and {end} is a power of two, so that no lane lies past it ({row.padded})" if row.padded else ""
+    low = f"{MIN_DOT} <=" if row.dot and row.padded else "0 <"
+    over = readable(row.end) if row.bound is not row.end else end
+    return Variant("single_pass", f"{kernel.name}'s {len(row.loops)} loop(s) over {over} as one block of {size} "
+                   f"where {low} {end} <= {bound}{exact} ({twin}), the loops otherwise", touched, tuple(edits))

@@ -1,0 +1,229 @@
+"""single_pass read from the analysis's facts (analysis/blocked.py, padding.py, block_reads.py): where one block
+of B >= n computes what a kernel's blocked loops compute, it fires, with a branch at the launch; where one
+block may not, the refusal names the fact that is missing. The forms users write (while, cdiv and tl.range
+loops, pointer walks, 2-D tiles, autotuned blocks, helpers, other names) are tests/respellings/rows.py's."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+from interpreted import interpreted
+from test_rewrites_structural import MM as STRUCTURAL_MM
+from test_rewrites_structural import ROW_SUM as STRUCTURAL_ROW_SUM
+
+from kernelband.proposers.rewriter.analysis.facts import facts_of
+from kernelband.proposers.rewriter.analysis.source import ModuleSource
+from kernelband.proposers.rewriter.proposer import options
+
+# the row sum of test_rewrites_structural.py, its row length in a local and a block of 16
+ROW_SUM = STRUCTURAL_ROW_SUM.replace("    row_sum_kernel[(x.shape[0],)](x, out, x.shape[1], BLOCK=64)\n",
+                                     "    n = x.shape[1]\n    row_sum_kernel[(x.shape[0],)](x, out, n, BLOCK=16)\n")
+
+# the GEMM of test_rewrites_structural.py on tiles of 16
+MM = STRUCTURAL_MM.replace("(triton.cdiv(M, 32), triton.cdiv(N, 32))](a, b, c, M, N, K, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)",
+                           "(triton.cdiv(M, 16), triton.cdiv(N, 16))](a, b, c, M, N, K, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)")
+
+
+def made(source: str) -> tuple[list[tuple[str, str]], tuple[str, ...]]:
+    found = options(source, ("single_pass",))
+    return [(v.rationale, v.apply(found.module)) for v in found.variants], found.reasons
+
+
+def one(source: str) -> tuple[str, str]:
+    """The rationale and source of the one variant single_pass makes."""
+    [(rationale, new)] = made(source)[0]
+    return rationale, new
+
+
+def changed(old: str, new: str, source: str = ROW_SUM) -> str:
+    assert old in source
+    return source.replace(old, new)
+
+
+@pytest.mark.parametrize("old, new, reason", [
+    ("row_sum_kernel[(x.shape[0],)](x, out, n, BLOCK=16)", "row_sum_kernel[(x.shape[0],)](x, out, cols(x), BLOCK=16)",
+     "the row's length (n_cols) reads n_cols, which the row_sum_kernel launch in row_sum does not pass as a value it "
+     "can read again"),
+    ("range(0, n_cols, BLOCK)", "range(BLOCK, n_cols, BLOCK)",
+     "a loop of row_sum_kernel over blocks of BLOCK starts at BLOCK, not 0"),
+    ("range(0, n_cols, BLOCK)", "range(0, tl.load(x_ptr).to(tl.int32), BLOCK)",
+     "the extent of row_sum_kernel's loop over blocks of BLOCK (tl.load(x_ptr).to(tl.int32)) is not a value the "
+     "launch can read (a kernel parameter or a value of them)"),
+    ("range(0, n_cols, BLOCK)", "range(0, n_cols, 2 * BLOCK)",
+     "a loop of row_sum_kernel runs over n_cols in steps of 2 * BLOCK, not over a row length in blocks of BLOCK"),
+    ("        acc += tl.load(", "        if start > 100:\n            break\n        acc += tl.load(",
+     "a loop of row_sum_kernel over blocks of BLOCK leaves early (break, continue or return)"),
+    ("    cols = tl.arange(0, BLOCK)\n", "    cols = tl.arange(0, BLOCK) + tl.program_id(1) * BLOCK\n",
+     "row_sum_kernel's BLOCK also tiles program coordinates (a program id scales it)"),
+    ("tl.sum(acc, axis=0))", "tl.sum(tl.cumsum(acc, axis=0), axis=0))",
+     "tl.cumsum's result depends on the extent of BLOCK"),
+    ("tl.sum(acc, axis=0))", "tl.sum(acc, axis=0) * BLOCK)",
+     "row_sum_kernel's BLOCK enters its arithmetic (tl.sum(acc, axis=0) * BLOCK), not only a block's extent"),
+    ("        acc += tl.load(", "        acc += (start // BLOCK) * tl.load(",
+     "row_sum_kernel reads the offset of a block of BLOCK other than as its lanes' offset (start // BLOCK)"),
+    ("        acc += tl.load(", "        acc += (start == 0) * tl.load(",
+     "row_sum_kernel reads the offset of a block of BLOCK other than as its lanes' offset (start == 0)"),
+    ("tl.sum(acc, axis=0))", "tl.sum(acc, axis=0) + start)",
+     "start after row_sum_kernel's loop over blocks of BLOCK holds its last block's value"),
+    ("other=0.0)\n", "other=0.0)\n        tl.store(out_ptr + row, tl.sum(acc, axis=0))\n",
+     "a store inside row_sum_kernel's loop over blocks of BLOCK reads acc, which the loop carries from block to block"),
+    ("tl.store(out_ptr + row, tl.sum(acc, axis=0))",
+     "tl.store(out_ptr + row, tl.sum(tl.load(x_ptr + cols, mask=cols < n_cols, other=0.0), axis=0))",
+     "a load along BLOCK lies outside row_sum_kernel's loops over its blocks"),
+    ("    for start in range(0, n_cols, BLOCK):\n        acc +=",
+     "    for start in range(0, n_cols, BLOCK):\n        for again in range(0, n_cols, BLOCK):\n            acc +=",
+     "a loop of row_sum_kernel over blocks of BLOCK runs inside another"),
+    ("    row_sum_kernel[(x.shape[0],)](x, out, n, BLOCK=16)\n",
+     "    handle = row_sum_kernel[(x.shape[0],)](x, out, n, BLOCK=16)\n",
+     "the row_sum_kernel launch in row_sum is part of a larger expression: the launch cannot branch on the row's "
+     "length"),
+])
+def test_single_pass_refuses_with_the_fact_that_one_block_may_not_compute_the_same(old, new, reason):
+    variants, reasons = made(changed(old, new))
+    assert not variants and reasons == (reason,)
+
+
+def test_a_helper_the_analysis_does_not_read_into_its_caller_is_not_given_values_along_the_block():
+    helper = ("@triton.jit\ndef load_row(p, m):\n    x = tl.load(p, mask=m, other=0.0)\n    if x.dtype == tl.float16:\n"
+              "        x = x.to(tl.float32)\n    return x\n\n\n@triton.jit\ndef row_sum_kernel(")
+    source = changed("@triton.jit\ndef row_sum_kernel(", helper).replace(
+        "acc += tl.load(x_ptr + row * n_cols + start + cols, mask=start + cols < n_cols, other=0.0)",
+        "acc += load_row(x_ptr + row * n_cols + start + cols, start + cols < n_cols)")
+    assert made(source) == ([], ("load_row has no loop that walks a row in blocks of a constexpr",
+                                 "row_sum_kernel passes values along BLOCK to load_row, whose loads and stores the "
+                                 "analysis does not read"))
+
+
+def test_the_twin_runs_each_loop_once_at_offset_zero_and_the_launch_branches_on_the_row_length():
+    rationale, new = one(ROW_SUM)
+    assert rationale == ("row_sum_kernel's 1 loop(s) over n_cols as one block of triton.next_power_of_2(n_cols) "
+                         "where 0 < n_cols <= 16384 (row_sum_kernel_single_pass), the loops otherwise")
+    assert ("    start = 0\n    acc += tl.load(x_ptr + row * n_cols + start + cols, mask=start + cols < n_cols, "
+            "other=0.0)\n    tl.store(out_ptr + row, tl.sum(acc, axis=0))\n") in new
+    assert ("    if 0 < n <= 16384:\n        row_sum_kernel_single_pass[(x.shape[0],)](x, out, n, "
+            "BLOCK=triton.next_power_of_2(n), num_warps=min(16, max(4, triton.next_power_of_2(n) // 256)))\n"
+            "    else:\n        row_sum_kernel[(x.shape[0],)](x, out, n, BLOCK=16)\n") in new
+
+
+def test_lanes_past_the_end_that_a_sum_would_count_keep_the_twin_to_rows_of_a_power_of_two():
+    """other=1.0 adds one per lane past the row's end: one block of B == n (a power of two) has none."""
+    rationale, new = one(changed("other=0.0", "other=1.0"))
+    assert rationale.endswith("where 0 < n_cols <= 16384 and n_cols is a power of two, so that no lane lies past "
+                              "it (row_sum_kernel: the lanes past the end add 1.0 to a tl.sum) "
+                              "(row_sum_kernel_single_pass), the loops otherwise")
+    assert "    if 0 < n <= 16384 and n & (n - 1) == 0:\n" in new
+    rationale, _ = one(changed("mask=start + cols < n_cols, other=0.0", "other=0.0"))
+    assert "is a power of two, so that no lane lies past it (a load along BLOCK is not bounded by a mask)" in rationale
+
+
+def test_a_tl_dot_k_loop_takes_one_block_of_16_to_256_and_keeps_its_num_warps():
+    rationale, new = one(MM)
+    assert rationale == ("mm_kernel's 1 loop(s) over K as one block of max(16, triton.next_power_of_2(K)) where "
+                         "0 < K <= 256 (mm_kernel_single_pass), the loops otherwise")
+    assert ("    if 0 < K <= 256:\n        mm_kernel_single_pass[(triton.cdiv(M, 16), triton.cdiv(N, 16))](a, b, c, M, "
+            "N, K, BLOCK_M=16, BLOCK_N=16, BLOCK_K=max(16, triton.next_power_of_2(K)))\n") in new
+    unmasked = MM.replace("mask=(offs_m[:, None] < M) & ((k + offs_k)[None, :] < K), other=0.0", "")
+    rationale, new = one(unmasked)
+    assert "where 16 <= K <= 256 and K is a power of two" in rationale
+    assert "    if 16 <= K <= 256 and K & (K - 1) == 0:\n" in new
+    always_long = MM.replace("range(0, K, BLOCK_K)", "range(0, 4096, BLOCK_K)").replace("(k + offs_k)", "(k + offs_k)")
+    assert made(always_long) == ([], ("mm_kernel's rows (4096) never fit one block of BLOCK_K",))
+
+
+def test_an_autotuned_or_heuristic_block_is_left_out_of_the_twins_configs_and_passed_at_the_launch():
+    tuned = changed("@triton.jit\n", '@triton.autotune(configs=[triton.Config({"BLOCK": 16}, num_warps=2), '
+                    'triton.Config({"BLOCK": 32}, num_warps=4)], key=["n_cols"])\n@triton.jit\n').replace(
+        ", BLOCK=16)", ")")
+    _, new = one(tuned)
+    twin = new[new.index("def _configs_without("):]
+    assert "@triton.autotune(configs=_configs_without([triton.Config(" in twin and "'BLOCK'), key=" in twin
+    assert ("row_sum_kernel_single_pass[(x.shape[0],)](x, out, n, BLOCK=triton.next_power_of_2(n))\n"
+            "    else:\n        row_sum_kernel[(x.shape[0],)](x, out, n)\n") in new  # the configs set num_warps
+    namespace: dict = {}
+    exec(twin[:twin.index("\n\n\n")], namespace)  # the helper: each config once, without the block
+
+    class Config:
+        def __init__(self, kwargs, num_warps):
+            self.kwargs, self.num_warps = kwargs, num_warps
+
+        def all_kwargs(self):
+            return {**self.kwargs, "num_warps": self.num_warps}
+
+    kept = namespace["_configs_without"]([Config({"BLOCK": 16, "R": 1}, 2), Config({"BLOCK": 32, "R": 1}, 2),
+                                          Config({"BLOCK": 16, "R": 2}, 2)], "BLOCK")
+    assert [(c.kwargs, c.num_warps) for c in kept] == [({"R": 1}, 2), ({"R": 2}, 2)]
+    pruned = tuned.replace('key=["n_cols"])', 'key=["n_cols"], prune_configs_by={"early_config_prune": prune})')
+    _, new = one(pruned)  # a pruner may read the block from each config: the twin's autotuner goes without
+    assert new.count("prune_configs_by=") == 1 and "'BLOCK'), key=[\"n_cols\"])\n@triton.jit\ndef row_sum_kernel_single" in new
+    heuristic = changed("@triton.jit\n", '@triton.heuristics({"BLOCK": lambda args: 16})\n@triton.jit\n').replace(
+        ", BLOCK=16)", ")")
+    _, new = one(heuristic)
+    assert "@triton.heuristics({})\n@triton.jit\ndef row_sum_kernel_single_pass(" in new
+    assert "row_sum_kernel_single_pass[(x.shape[0],)](x, out, n, BLOCK=triton.next_power_of_2(n), num_warps" in new
+
+
+def test_a_row_length_computed_from_parameters_is_computed_at_the_launch_from_what_it_passes():
+    split = changed("def row_sum_kernel(x_ptr, out_ptr, n_cols, BLOCK", "def row_sum_kernel(x_ptr, out_ptr, n_cols, "
+                    "parts, BLOCK").replace("range(0, n_cols, BLOCK)", "range(0, tl.cdiv(n_cols, parts), BLOCK)").replace(
+        "< n_cols, other", "< tl.cdiv(n_cols, parts), other").replace("(x, out, n, BLOCK=16)", "(x, out, n, 2, BLOCK=16)")
+    _, new = one(split)
+    assert ("    if 0 < triton.cdiv(n, 2) <= 16384:\n        row_sum_kernel_single_pass[(x.shape[0],)](x, out, n, 2, "
+            "BLOCK=triton.next_power_of_2(triton.cdiv(n, 2))") in new
+
+
+def test_a_returned_launch_returns_on_both_sides_of_the_branch():
+    _, new = one(changed("    row_sum_kernel[(x.shape[0],)](x, out, n, BLOCK=16)\n    return out\n",
+                              "    return row_sum_kernel[(x.shape[0],)](x, out, n, BLOCK=16)\n"))
+    assert "    if 0 < n <= 16384:\n        return row_sum_kernel_single_pass[" in new
+    assert "    else:\n        return row_sum_kernel[(x.shape[0],)](x, out, n, BLOCK=16)\n" in new
+
+
+def test_a_name_that_every_branch_assigns_before_reading_is_not_carried_and_a_branch_sum_is_a_sum():
+    """loops.py: `loss` is assigned on both sides of an if before the store reads it; `total` is added to in one
+    branch only: a sum all the same."""
+    source = changed("        acc += tl.load(x_ptr + row * n_cols + start + cols, mask=start + cols < n_cols, "
+                     "other=0.0)\n",
+                     "        x = tl.load(x_ptr + row * n_cols + start + cols, mask=start + cols < n_cols, other=0.0)\n"
+                     "        if BLOCK > 8:\n            loss = x * 2.0\n        else:\n            loss = x\n"
+                     "        if BLOCK > 4:\n            total += tl.sum(loss, axis=0)\n").replace(
+        "    acc = tl.zeros([BLOCK], tl.float32)\n", "    total = 0.0\n").replace("tl.sum(acc, axis=0)", "total")
+    ms = ModuleSource(source)
+    [loop] = facts_of(ms.kernels["row_sum_kernel"]).loops.all
+    assert set(loop.carried) == {"total"} and loop.carried["total"].kind == "sum"
+    assert ast.unparse(loop.carried["total"].term) == "tl.sum(__var('loss'), axis=0)"
+
+
+@pytest.mark.slow
+def test_rows_of_a_power_of_two_take_the_twin_and_other_rows_the_loops_where_lanes_past_the_end_count():
+    """With other=1.0 each lane past the end adds one: at 64 columns the twin (one block of 64, none past the
+    end) gives the loops' sums, and at 100 the launch keeps the loops (blocks of 16 leave 12 lanes past the end,
+    one block of 128 would leave 28)."""
+    source = changed("other=0.0", "other=1.0")
+    _, variant = one(source)
+    forced = variant.replace("if 0 < n <= 16384 and n & (n - 1) == 0:", "if 0 < n <= 16384:")
+    interpreted(source, f"""
+import importlib, sys, types
+def load(name, text):
+    module = types.ModuleType(name)
+    module.__file__ = f"/tmp/{{name}}.py"
+    open(module.__file__, "w").write(text)
+    sys.path.insert(0, "/tmp")
+    return importlib.import_module(name)
+variant, forced = load("kb_padded_variant", {variant!r}), load("kb_padded_forced", {forced!r})
+for cols in (64, 100):
+    x = torch.randn(3, cols)
+    assert torch.allclose(variant.row_sum(x), module.row_sum(x), atol=1e-4, rtol=1e-5), cols
+x = torch.randn(3, 100)
+assert torch.allclose(forced.row_sum(x) - module.row_sum(x), torch.full((3,), 16.0))  # unguarded: 28 lanes past, not 12
+""")
+
+
+@pytest.mark.slow
+def test_a_tl_dot_k_loop_in_one_block_gives_the_loops_product_in_the_interpreter():
+    _, variant = one(MM)
+    interpreted(variant, """
+for m, n, k in ((20, 24, 40), (20, 24, 300)):  # K = 40: one block of 64; K = 300: the loops
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    assert torch.allclose(module.mm(a, b), a @ b, atol=1e-3, rtol=1e-3), k
+""")
