@@ -2,9 +2,10 @@
 # The sweep of issue 49 ("The rewriter reads what a kernel computes"): the default policy (`kernelband`), the
 # built-in rewriter, T = 10, q = 4, seed 0, on the 29 TritonBench-G level-1/2 tasks (l12.db) and the built-in
 # examples (ex.db). Per task, its report has the speedups over the starting kernel, torch eager and
-# torch.compile, and the SOL fractions. About 1,700 evaluations: more than one device session on four GPUs, so
-# each session resumes from the databases the last one committed (docs/results/reach/*.db.xz, unpacked where
-# $S has none) and each bench picks up where it stopped. The benches come first; nothing else runs before them.
+# torch.compile, and the SOL fractions. About 1,700 evaluations at about 8.6 s each on one GPU (Nsight Compute
+# profiles included): some 245 GPU-minutes, so each session resumes from the databases the last one committed on
+# its GPU model (docs/results/reach/MODEL/*.db.xz, e.g. h200/, unpacked where $S has none) and each bench picks up
+# where it stopped. The benches come first; nothing else runs before them.
 #
 #   setsid nohup bash scripts/gpu/reach_sweep.sh > /dev/null 2>&1 < /dev/null &     # from a copy of the tree
 #   KB_STATE=kernelband-runs/reach bash scripts/gpu/gpu_collect.sh 575                # in each later call
@@ -33,10 +34,12 @@ else
   search=(-n 10 -q 4) run=(--runs-per-gpu 2)
   model=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | grep -o 'H[0-9]\+')
   log "GPU model ${model:-unknown}, $(nvidia-smi -L 2>/dev/null | wc -l) GPUs"
-  for part in l12 ex; do  # the last session's databases, to resume
-    [ -f "$S/$part.db" ] || [ ! -f "docs/results/reach/$part.db.xz" ] || "$py" -c "import lzma
+  # the last session's databases on this GPU model, to resume (a bench resumes only on its own model)
+  kept=docs/results/reach/$(echo "${model:-unknown}" | tr 'A-Z' 'a-z')
+  for part in l12 ex; do
+    [ -f "$S/$part.db" ] || [ ! -f "$kept/$part.db.xz" ] || "$py" -c "import lzma
 import shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
-      "docs/results/reach/$part.db.xz" "$S/$part.db"
+      "$kept/$part.db.xz" "$S/$part.db"
   done
   [ -f ~/.cache/kernelband/calibration.json ] || "$py" -m kernelband calibrate > "$S/calibrate.log" 2>&1
 fi
