@@ -13,6 +13,7 @@ interpreter's autotuner checks the outputs of only the config it picks.
 
 from __future__ import annotations
 
+import libcst as cst
 import pytest
 
 from kernelband.proposers.rewriter.proposer import options
@@ -35,14 +36,42 @@ def tritonbench_refs() -> list[str]:
 
 
 def one_config_each(source: str) -> list[tuple[str, str]]:
-    """(label, source) once per `triton.Config(...)` line of the source's autotune decorator, with only that
-    line kept; the source itself where it has none."""
-    lines = source.splitlines(keepends=True)
-    configs = [i for i, line in enumerate(lines) if line.lstrip().startswith("triton.Config(")]
-    if not configs:
+    """(label, source) once per config index: every list of `triton.Config(...)` calls in the source (an autotune
+    decorator's, or a list it reads by name) keeps only its config at that index, or its last where it has
+    fewer; the source itself where it has none. A variant with two autotuned kernels (a twin beside the
+    original) keeps one config in each, and a config written over several lines stays whole."""
+    module = cst.parse_module(source)
+
+    def config_lists(node: cst.CSTNode) -> list[cst.List]:
+        found: list[cst.List] = []
+
+        class Lists(cst.CSTVisitor):
+            def visit_List(self, node: cst.List) -> None:
+                if node.elements and all(isinstance(e.value, cst.Call)
+                                         and module.code_for_node(e.value.func).endswith("triton.Config")
+                                         for e in node.elements):
+                    found.append(node)
+        node.visit(Lists())
+        return found
+
+    lists = config_lists(module)
+    if not lists:
         return [("", source)]
-    return [(f" [{lines[i].strip()}]", "".join(x for j, x in enumerate(lines) if j == i or j not in configs))
-            for i in configs]
+
+    class KeepOne(cst.CSTTransformer):
+        def __init__(self, index: int) -> None:
+            self.index = index
+
+        def leave_List(self, original: cst.List, updated: cst.List) -> cst.List:
+            if not any(original is each for each in lists):
+                return updated
+            kept = updated.elements[min(self.index, len(updated.elements) - 1)]
+            return updated.with_changes(elements=[kept.with_changes(comma=cst.MaybeSentinel.DEFAULT)])
+
+    first = lists[0]
+    return [(f" [{' '.join(module.code_for_node(first.elements[min(i, len(first.elements) - 1)].value).split())}]",
+             module.visit(KeepOne(i)).code)
+            for i in range(max(len(each.elements) for each in lists))]
 
 
 def wrong_variants(evaluator, ref: str, rewrite: str, first_only: bool = False,
@@ -73,6 +102,21 @@ def test_each_config_of_an_autotuned_variant_is_split_out_alone():
     assert all(each.count("triton.Config(") == 1 and label.strip("[] ") in each for label, each in split)
     assert len({each for _, each in split}) == total
     assert one_config_each("x = 1\n") == [("", "x = 1\n")]
+
+
+def test_each_config_index_is_kept_in_every_config_list_and_a_config_over_lines_stays_whole():
+    source = (
+        "import triton\n"
+        "A = [triton.Config({'B': 16}), triton.Config(\n    {'B': 32},\n    num_warps=4)]\n"
+        "@triton.autotune(configs=[triton.Config({'C': 1}), triton.Config({'C': 2}), triton.Config({'C': 4})],"
+        " key=[])\n"
+        "def f():\n    pass\n")
+    split = one_config_each(source)
+    assert len(split) == 3
+    for (label, each), (b, c) in zip(split, [(16, 1), (32, 2), (32, 4)]):
+        compile(each, "<split>", "exec")
+        assert each.count("triton.Config(") == 2 and f"{{'B': {b}}}" in each and f"{{'C': {c}}}" in each
+    assert split[1][0] == " [triton.Config( {'B': 32}, num_warps=4)]"
 
 
 def test_the_cost_order_names_every_example():
