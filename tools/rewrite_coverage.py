@@ -149,8 +149,9 @@ def coverage(refs: list[str], tritonbench: str | None = None, check: bool = Fals
             "broken": broken, "second": second}
 
 
-def outputs(refs: list[str], tritonbench: str | None, jobs: int) -> dict:
-    """Every structural variant evaluated in the interpreter against its task's starting kernel."""
+def outputs(refs: list[str], tritonbench: str | None, jobs: int, rewrites: list[str]) -> dict:
+    """Every variant of the given structural rewrites evaluated in the interpreter against its task's starting
+    kernel, on the tasks they fire on."""
     from kernelband.evaluation.evaluator import Evaluator, Limits
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -162,7 +163,7 @@ def outputs(refs: list[str], tritonbench: str | None, jobs: int) -> dict:
         def task(ref: str) -> tuple[str, dict]:
             loaded = load_task(ref, tritonbench)
             record: dict = {}
-            made = {r: variant_sources(loaded.module_source, r)[0] for r in STRUCTURAL}
+            made = {r: variant_sources(loaded.module_source, r)[0] for r in rewrites}
             if not any(made.values()):
                 return ref, record
             base = evaluator.evaluate(loaded, loaded.module_source, seed=3)
@@ -201,6 +202,7 @@ def main() -> None:
     parser.add_argument("--show", default=None, help="TASK_REF:REWRITE, e.g. examples:matmul:num_warps")
     parser.add_argument("--check", action="store_true", help="also rewrite every variant once more")
     parser.add_argument("--outputs", action="store_true", help="evaluate every structural variant in the interpreter")
+    parser.add_argument("--rewrites", default="", help="with --outputs: only these structural rewrites' variants")
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
     if args.show:
@@ -215,7 +217,12 @@ def main() -> None:
     refs = args.tasks.split(",") if args.tasks else task_refs(args.tritonbench, args.examples)
     found = coverage(refs, args.tritonbench, args.check, args.files)
     if args.outputs:
-        found["outputs"] = outputs(list(found["tasks"]), args.tritonbench, args.jobs)
+        rewrites = args.rewrites.split(",") if args.rewrites else list(STRUCTURAL)
+        if unknown := [r for r in rewrites if r not in STRUCTURAL]:
+            raise UserError(f"--rewrites: {', '.join(unknown)} is not a structural rewrite: one of "
+                            f"{', '.join(STRUCTURAL)}")
+        fired = [ref for ref, counts in found["tasks"].items() if any(counts.get(r) for r in rewrites)]
+        found["outputs"] = outputs(fired, args.tritonbench, args.jobs, rewrites)
     if args.json:
         print(json.dumps(found, indent=1))
     else:
