@@ -113,7 +113,7 @@ def test_each_config_index_is_kept_in_every_config_list_and_a_config_over_lines_
         "def f():\n    pass\n")
     split = one_config_each(source)
     assert len(split) == 3
-    for (label, each), (b, c) in zip(split, [(16, 1), (32, 2), (32, 4)]):
+    for (_, each), (b, c) in zip(split, [(16, 1), (32, 2), (32, 4)]):
         compile(each, "<split>", "exec")
         assert each.count("triton.Config(") == 2 and f"{{'B': {b}}}" in each and f"{{'C': {c}}}" in each
     assert split[1][0] == " [triton.Config( {'B': 32}, num_warps=4)]"
