@@ -166,7 +166,10 @@ def outputs(refs: list[str], tritonbench: str | None, jobs: int, rewrites: list[
             made = {r: variant_sources(loaded.module_source, r)[0] for r in rewrites}
             if not any(made.values()):
                 return ref, record
-            base = evaluator.evaluate(loaded, loaded.module_source, seed=3)
+            try:
+                base = evaluator.evaluate(loaded, loaded.module_source, seed=3)
+            except UserError as exc:  # the starting kernel fails on every shape: nothing to compare against
+                return ref, {"skipped": f"the starting kernel does not run in the interpreter: {str(exc)[:200]}"}
             if not base.ok:
                 return ref, {"skipped": f"the starting kernel is not ok in the interpreter: {base.outcome.value} "
                                         f"{(base.detail or base.error)[:160]}"}
