@@ -334,7 +334,7 @@ def single_pass(ms: ModuleSource) -> Found:
             reasons.append(f"{kernel.name} has no loop that walks a row in blocks of a constexpr")
             continue
         if not ms.launches_of(kernel):
-            reasons.append(f"{kernel.name} is never launched as kernel[grid](...)")
+            reasons.append(f"{kernel.name} is launched nowhere in this module (a helper, run by the kernels that call it)")
             continue
         for param in blocks.params:
             row = blocks.of(param)
