@@ -51,8 +51,8 @@ from kernelband.proposers.rewriter.analysis.syntax import (
     code,
     dotted,
     fresh_name,
-    int_value,
     loads,
+    subnodes,
 )
 from kernelband.proposers.rewriter.analysis.values import same, tl_name
 from kernelband.proposers.rewriter.edits import Found, Variant
@@ -69,7 +69,6 @@ from kernelband.proposers.rewriter.rewrites.matmul_launch import (
     twin_call,
     with_twin,
 )
-from kernelband.proposers.rewriter.rewrites.single_pass import plain
 
 MAX_SPLIT = 16
 MIN_STEPS = 4  # BLOCK_K steps each split keeps at least
@@ -279,6 +278,12 @@ def _host(each: Site, twin: str, p: dict[str, str], k: str, block: str | None) -
     return setup, f"{split} > 1", calls
 
 
+def _rereadable(value: cst.BaseExpression) -> bool:
+    """Whether the host can evaluate a launch's value once more before the launch and get the same: no call,
+    no assignment expression, no await or yield inside it."""
+    return not any(subnodes(value, kind) for kind in (cst.Call, cst.NamedExpr, cst.Await, cst.Yield))
+
+
 def split_k(ms: ModuleSource) -> Found:
     variants, reasons = [], []
     for kernel in ms.kernels.values():
@@ -299,8 +304,8 @@ def split_k(ms: ModuleSource) -> Found:
         args = []
         for each in sites:
             k, block = each.launch.arg(found["end"]), each.launch.arg(dk.axes["K"])
-            if k is None or not plain(k.value) and int_value(k.value) is None or (block is None) != tuned \
-                    or block is not None and not plain(block.value) and int_value(block.value) is None:
+            if k is None or not _rereadable(k.value) or (block is None) != tuned \
+                    or block is not None and not _rereadable(block.value):
                 break
             args.append((code(k.value), None if block is None else code(block.value)))
         else:
@@ -314,6 +319,6 @@ def split_k(ms: ModuleSource) -> Found:
                                     f"{MAX_SPLIT} float32 partial tiles, summed in order ({twin}), where the M x N "
                                     "tiles leave SMs idle", touched, tuple(edits)))
             continue
-        reasons.append(f"a launch of {kernel.name} does not pass {found['end']} and {dk.axes['K']} as names or "
-                       "numbers")
+        reasons.append(f"a launch of {kernel.name} computes {found['end']} or {dk.axes['K']} with a call: the host "
+                       "cannot read it again to choose the split without running the call twice")
     return Found(variants, reasons)
