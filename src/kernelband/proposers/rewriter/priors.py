@@ -13,6 +13,11 @@ family wins: growing a block beat its parent 8 times in 8 on a light kernel and 
 raising num_warps 23 in 48 on a heavy one and 1 in 85 otherwise (BENCHMARKS.md, "the rewriter's priors by
 parent load").
 
+A family no counted run has met (the structural rewrites, which fire only where the analysis has found their
+fact: a plain GEMM, a max pass then an exp-sum pass) has no counts, and the same rule gives it (0 + 1) / (0 + 2):
+as likely to win as to lose. So on a tl.dot kernel `tiling` draws `matmul_configs` before wrapping the kernel in
+a generic autotuner, which beat its parent 30 times in 141.
+
 The counts live in `priors.json`, written by `tools/rewrite_priors.py --split train` from a run database, with
 where they come from (the command, date, GPU models and tasks) at its head. A family's prior is
 (won + 1) / (children + 2); with the parent's load known, its prior for that load is the count for that
@@ -29,7 +34,6 @@ from functools import lru_cache
 from pathlib import Path
 
 FILE = Path(__file__).with_name("priors.json")
-UNKNOWN = 0.1  # a family no GPU run has counted yet
 STRENGTH = 4.0  # children a family's prior counts for against a load's own
 HEAVY_PER_THREAD, LIGHT_PER_THREAD = 32, 2
 LOADS = ("light", "mid", "heavy")
@@ -79,9 +83,7 @@ def _counts() -> dict:
 def prior(name: str, load: str | None = None, counts: dict | None = None) -> float:
     """The prior of family `name` for a parent of this load (None: any)."""
     counts = counts or _counts()
-    if name not in counts["families"]:
-        return UNKNOWN
-    n, won = counts["families"][name]
+    n, won = counts["families"].get(name, (0, 0))
     base = (won + 1) / (n + 2)
     if load is None or f"{name}|{load}" not in counts["by_load"]:
         return base
