@@ -117,16 +117,16 @@ def test_lanes_past_the_end_that_a_sum_would_count_keep_the_twin_to_rows_of_a_po
     assert "is a power of two, so that no lane lies past it (a load along BLOCK is not bounded by a mask)" in rationale
 
 
-def test_a_tl_dot_k_loop_takes_one_block_of_16_to_256_and_keeps_its_num_warps():
+def test_a_tl_dot_k_loop_takes_one_block_of_16_to_64_and_keeps_its_num_warps():
     rationale, new = one(MM)
     assert rationale == ("mm_kernel's 1 loop(s) over K as one block of max(16, triton.next_power_of_2(K)) where "
-                         "0 < K <= 256 (mm_kernel_single_pass), the loops otherwise")
-    assert ("    if 0 < K <= 256:\n        mm_kernel_single_pass[(triton.cdiv(M, 16), triton.cdiv(N, 16))](a, b, c, M, "
+                         "0 < K <= 64 (mm_kernel_single_pass), the loops otherwise")
+    assert ("    if 0 < K <= 64:\n        mm_kernel_single_pass[(triton.cdiv(M, 16), triton.cdiv(N, 16))](a, b, c, M, "
             "N, K, BLOCK_M=16, BLOCK_N=16, BLOCK_K=max(16, triton.next_power_of_2(K)))\n") in new
     unmasked = MM.replace("mask=(offs_m[:, None] < M) & ((k + offs_k)[None, :] < K), other=0.0", "")
     rationale, new = one(unmasked)
-    assert "where 16 <= K <= 256 and K is a power of two" in rationale
-    assert "    if 16 <= K <= 256 and K & (K - 1) == 0:\n" in new
+    assert "where 16 <= K <= 64 and K is a power of two" in rationale
+    assert "    if 16 <= K <= 64 and K & (K - 1) == 0:\n" in new
     always_long = MM.replace("range(0, K, BLOCK_K)", "range(0, 4096, BLOCK_K)").replace("(k + offs_k)", "(k + offs_k)")
     assert made(always_long) == ([], ("mm_kernel's rows (4096) never fit one block of BLOCK_K",))
 

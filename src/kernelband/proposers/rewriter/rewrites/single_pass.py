@@ -16,11 +16,11 @@ compiler can keep the first read and reuse it (Triton's common-subexpression pas
 where the loop form reads the row once a pass.
 
 A row fits where the block's tile, B times the tile's other extents (a 2-D tile's rows), holds at most 16,384
-elements, as a row of plain loads does today; a block that is a tl.dot operand is at least 16 (tl.dot's
-minimum) and at most 256. num_warps follows the tile as in Triton's fused-softmax tutorial (4 up to 1,024
-elements, then one warp more per 256, up to 16); a tl.dot kernel keeps its launch's, an autotuned kernel its
-configs'. Where the autotuner or a heuristic sets B, the twin's configs (or heuristics) leave it out and the
-launch passes it.
+elements, as a row of plain loads does today; a block that is a tl.dot operand is at least 16 (tl.dot's minimum) and
+at most 64, the K that the loop's own steps cover in one or two: a longer K keeps the loop, whose steps the compiler
+pipelines. num_warps follows the tile as in Triton's fused-softmax tutorial (4 up to 1,024 elements, then one warp
+more per 256, up to 16); a tl.dot kernel keeps its launch's, an autotuned kernel its configs'. Where the autotuner
+or a heuristic sets B, the twin's configs (or heuristics) leave it out and the launch passes it.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ from kernelband.proposers.rewriter.analysis.syntax import (
 from kernelband.proposers.rewriter.edits import Found, Variant, set_kwarg, statements
 
 MAX_TILE = 16384  # elements a block's tile may hold in the single-pass kernel: 32 per thread of 16 warps
-MAX_DOT = 256  # a tl.dot operand's block
+MAX_DOT = 64  # a tl.dot K block in one step: what the loop's own K steps (32-64) cover in one or two; a longer
+# K keeps the loop, whose steps the compiler pipelines (one block leaves its loads nothing to overlap with)
 MIN_DOT = 16
 PURE = ("int", "len", "min", "max", "abs", "triton.cdiv", "triton.next_power_of_2")  # host functions of values
 WARPS = "min(16, max(4, {elements} // 256))"
