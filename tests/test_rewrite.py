@@ -617,6 +617,16 @@ def test_autotune_restores_a_buffer_the_kernel_reads_and_writes():
     assert '    restore_value=["x_ptr"],\n' in new
 
 
+def test_autotune_restores_an_output_the_launch_passes_as_an_input_too():
+    # x += y as add_kernel[grid](x, y, x, n): each tuning run would add y to x once more
+    aliased = ADD.replace("    out = torch.empty_like(x)\n", "").replace("(x, y, out, n,", "(x, y, x, n,") \
+        .replace("n = out.numel()", "n = x.numel()").replace("return out", "return x")
+    [(_, new)] = variants(aliased, "autotune")
+    assert '    restore_value=["out_ptr"],\n' in new
+    [(_, fresh)] = variants(ADD, "autotune")  # out is a new tensor: no run reads what another wrote
+    assert "restore_value" not in fresh
+
+
 def test_autotune_keeps_a_grid_local_that_other_code_reads():
     # `blocks` also sizes the output: a tuned block size would no longer match it.
     shared = ADD.replace("    grid = (triton.cdiv(n, 256),)\n",

@@ -110,6 +110,25 @@ def test_split_k_refuses_where_splitting_k_is_not_certain_to_mean_the_same(old, 
         assert not variants and reasons == (reason,)
 
 
+def test_facts_that_no_rewrite_can_read_are_refusals_not_errors():
+    from respellings.gemm import BLOCK_POINTERS
+
+    from kernelband.proposers.rewriter.registry import REWRITES
+    # tl.advance by offsets held in a local: a split cannot scale them, one per axis
+    named = BLOCK_POINTERS.replace("        a_block = tl.advance(a_block, (0, BK))\n",
+                                   "        a_block = tl.advance(a_block, step_a)\n") \
+        .replace("    acc = tl.zeros((BM, BN)", "    step_a = (0, BK)\n    acc = tl.zeros((BM, BN)")
+    variants, reasons = made(named, "split_k")
+    assert not variants and reasons == ("mm_block_ptr's K loop carries a_block from one step to the next other "
+                                        "than by a fixed increment: a split cannot start part-way",)
+    # a program id on an axis a constexpr chooses: its tiles follow no known axis
+    axis = MM_PTRS.replace("tl.program_id(axis=0)", "tl.program_id(axis=AX)") \
+        .replace("BLOCK_K: tl.constexpr)", "BLOCK_K: tl.constexpr, AX: tl.constexpr = 0)")
+    assert axis != MM_PTRS
+    for rewrite in REWRITES:
+        assert not [r for r in made(axis, rewrite)[1] if "could not read" in r], rewrite
+
+
 def test_split_k_on_an_autotuned_kernel_chooses_the_split_from_the_autotuners_configs():
     """The split is chosen before the autotuner picks a config: from the largest tiles and the smallest BLOCK_K
     among its configs; the partial launch's grid is the lambda's plus the split axis."""

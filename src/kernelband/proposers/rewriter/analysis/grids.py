@@ -93,7 +93,7 @@ def owners(ms: ModuleSource, launch: Launch, divisions: list[CeilDiv], params: l
             found[id(division)] = direct
             continue
         found[id(division)] = [p for p in tiling
-                               if (dimension is None or dimension in {int(c.split("/")[0]) for c in roles[p].tiles})
+                               if (dimension is None or dimension in roles[p].axes)
                                and _kernel_counts(ms, launch, p) & _numerator_codes(launch, division)]
     # A 1-D split counts one constexpr's tiles in the kernel (`pid % cdiv(N, BLOCK_N)`) and leaves the other's
     # to the quotient: where one division of a grid dimension and one constexpr tiling it are left, they pair.
@@ -103,7 +103,7 @@ def owners(ms: ModuleSource, launch: Launch, divisions: list[CeilDiv], params: l
     for dimension, group in by_dimension.items():
         left = [d for d in group if not found[id(d)]]
         taken = {p for d in group for p in found[id(d)]}
-        axes_of = {p: {int(c.split("/")[0]) for c in roles[p].tiles} for p in params
+        axes_of = {p: roles[p].axes for p in params
                    if roles.get(p) is not None and roles[p].tiles}
         free = [p for p, axes in axes_of.items() if p not in taken and (dimension is None or dimension in axes)]
         if len(left) == 1 and len(free) == 1 and len(group) > 1:

@@ -55,6 +55,12 @@ class Role:
         return bool(self.tiles)
 
     @property
+    def axes(self) -> frozenset[int]:
+        """The program-id axes its tiles are known to follow (a `tl.program_id(axis=A)` with A a constexpr
+        leaves its axis unknown, and out)."""
+        return frozenset(int(a) for a in (c.split("/")[0] for c in self.tiles) if a.isdigit())
+
+    @property
     def looped(self) -> bool:
         return bool(self.steps) and not self.tiles
 

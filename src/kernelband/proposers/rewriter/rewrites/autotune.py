@@ -10,6 +10,7 @@ from collections.abc import Callable
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis import knobs as knobs_mod
+from kernelband.proposers.rewriter.analysis.buffers import host_functions
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.knobs import Knob
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, tile_terms
@@ -147,7 +148,7 @@ def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: lis
     prune = None
     if divides:  # accesses along these tiles are not masked: a config runs only where its tiles divide the sizes
         prune = fresh_name(f"_{kernel.name}_tiles_divide", {n for s in ms.scopes for n in s.assigns} | set(ms.kernels))
-    decorator = _decorator(configs, key, _restored(kernel), prune)
+    decorator = _decorator(configs, key, _restored(ms, kernel), prune)
     edits.append((kernel.node, _add_decorator(kernel, decorator)))
     if prune is not None:  # last: it turns the kernel's node into the function and the kernel
         edits.append((kernel.node, _function_before(_divides_function(prune, divides))))
@@ -273,14 +274,21 @@ def _decorator(configs: list[str], key: list[str], restore: list[str], prune: st
     return cst.parse_module("\n".join(lines) + "\ndef kernel():\n    pass\n").body[0].decorators[0]
 
 
-def _restored(kernel: Kernel) -> list[str]:
-    """Pointer parameters that a tuning run changes in a way the next run reads: both loaded and stored, or
-    the target of an atomic."""
+def _restored(ms: ModuleSource, kernel: Kernel) -> list[str]:
+    """Pointer parameters that a tuning run changes in a way the next run reads: both loaded and stored, the
+    target of an atomic, or stored where a launch passes memory that another parameter it loads may be (the
+    host's aliasing fact: `k[grid](x, x, n)`, or two buffers the caller hands in)."""
     accesses = facts_of(kernel).accesses
     read = {b for a in accesses.loads for b in a.bases}
     written = {b for a in accesses.stores for b in a.bases}
     atomic = set().union(*[bases for _, bases in accesses.atomics]) if accesses.atomics else set()
-    return [p.name for p in kernel.params if p.name in (read & written) | atomic]
+    changed = (read & written) | atomic
+    for host in host_functions(ms):
+        for site in (s for s in host.sites if s.kernel is kernel):
+            passed = site.passed
+            changed |= {w for w in written & passed.keys() for r in read & passed.keys()
+                        if r != w and host.may_alias(passed[w].root, passed[r].root, (site, site))}
+    return [p.name for p in kernel.params if p.name in changed]
 
 
 def _divides_function(name: str, divides: tuple[tuple[str, str], ...]) -> cst.FunctionDef:

@@ -100,7 +100,8 @@ def _increment(loop: Loop, name: str) -> tuple[str, str] | None:
                 return "add", code(value.right)
             if isinstance(value, cst.Call) and (dotted(value.func) or "").endswith("advance") and value.args:
                 offsets = arg_of(value, 1, "offsets")
-                return ("advance", code(offsets)) if offsets is not None else None
+                # a split scales each offset by the steps it skips: they must be written out, one per axis
+                return ("advance", code(offsets)) if isinstance(offsets, cst.Tuple | cst.List) else None
     return None
 
 
