@@ -273,7 +273,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gpus", type=int, default=4)
     ap.add_argument("--session-min", type=float, default=30)
     ap.add_argument("--start-s", type=float, default=120)
-    ap.add_argument("--collect-s", type=float, default=75)
+    # the last call's copy and packing: gpu_collect.sh packs 41 MB in about 27 s, and the plan's parts reach
+    # some 200 MB (25-40 KB a stored evaluation row, reused rows included), so 150 s rather than its 75
+    ap.add_argument("--collect-s", type=float, default=150)
     ap.add_argument("--setup-s", type=float, default=60)
     ap.add_argument("--runs-per-gpu", type=int, default=2)
     ap.add_argument("--check", action="append", default=[], metavar="DB:BENCH",

@@ -11,7 +11,8 @@
 # before them.
 #
 #   rm -rf /tmp/kb && cp -r . /tmp/kb && cd /tmp/kb && setsid nohup bash scripts/gpu/held_out_sweep.sh > /dev/null 2>&1 < /dev/null &
-#   cd /tmp/kb && KB_STATE=kernelband-runs/held_out bash scripts/gpu/gpu_collect.sh 560        # each later call
+#   cd /tmp/kb && KB_STATE=kernelband-runs/held_out COLLECT_PACK_S=150 bash scripts/gpu/gpu_collect.sh 560
+#   # (each later call; 150 s: the parts reach some 200 MB, docs/lab/held_out_plan.md)
 #   # here: copy held.db.xz and cold.db.xz from the call's files over docs/results/held_out/MODEL/, commit
 #   JOIN=1 MODEL=h200 bash scripts/gpu/held_out_sweep.sh   # here, once both lanes are done: one database
 # KEPT=DIR reads the parts from DIR instead of docs/results/held_out/MODEL.
