@@ -124,6 +124,12 @@ def test_a_parameter_under_a_division_or_modulo_does_not_set_the_offsets_alignme
     assert facts_of(ms.kernels["axpy"]).alignment.params == []
 
 
+def test_a_bound_compared_with_loaded_data_is_no_mask_bound():
+    ms = ModuleSource(ELEMENTWISE.replace("def axpy(p, q, o, count, B", "def axpy(p, q, o, count, t, B").replace(
+        "mask=at < count)\n", "mask=tl.load(p + at, mask=at < count) > t)\n"))
+    assert facts_of(ms.kernels["axpy"]).alignment.params == ["count"]
+
+
 # -- the twin and the launch ------------------------------------------------------------------------------------
 def test_the_matmul_twin_rebinds_each_parameter_under_its_bit_and_the_host_sets_the_bits_from_the_values():
     rationale, new = one(MATMUL)

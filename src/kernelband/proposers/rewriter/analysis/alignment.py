@@ -53,19 +53,11 @@ class Alignment:
 
     @cached_property
     def offsets(self) -> dict[str, list[Access]]:
-        found: dict[str, list[Access]] = {}
-        for access in self.accesses.all:
-            for name in self._offset_terms(access):
-                found.setdefault(name, []).append(access)
-        return self._merged(found, "offsets")
+        return self._reaching(self._offset_terms, "offsets")
 
     @cached_property
     def bounds(self) -> dict[str, list[Access]]:
-        found: dict[str, list[Access]] = {}
-        for access in self.accesses.all:
-            for name in self._bound_terms(access):
-                found.setdefault(name, []).append(access)
-        return self._merged(found, "bounds")
+        return self._reaching(self._bound_terms, "bounds")
 
     @property
     def params(self) -> list[str]:
@@ -74,7 +66,12 @@ class Alignment:
         counted = (set(self.offsets) | set(self.bounds)) - self.pointers - set(self.values.constexpr_names)
         return [p.name for p in owner.params if p.name in counted]
 
-    def _merged(self, found: dict[str, list[Access]], fact: str) -> dict[str, list[Access]]:
+    def _reaching(self, terms, fact: str) -> dict[str, list[Access]]:
+        """Each parameter among the `terms` of an access, with those accesses, here and in the helpers."""
+        found: dict[str, list[Access]] = {}
+        for access in self.accesses.all:
+            for name in terms(access):
+                found.setdefault(name, []).append(access)
         for callee in self.callees:
             for name, accesses in getattr(callee, fact).items():
                 found.setdefault(name, []).extend(accesses)
@@ -134,16 +131,18 @@ class Alignment:
         return [v for v in found if v is not None]
 
     def _walk(self, node: ast.AST | None, seen: frozenset[str] = frozenset()) -> list[ast.AST]:
-        """Every node of a canonical form and of the values of the carried locals it reads."""
+        """Every node of a canonical form and of the values of the carried locals it reads, but what a tl.load
+        reads from: a loaded value compared with a bound (`tl.load(p + offs) > t`) is data, not offsets."""
         if node is None:
             return []
-        found = []
-        for sub in ast.walk(node):
-            found.append(sub)
-            if is_call(sub, "__var") and marker_arg(sub) not in seen:
-                name = marker_arg(sub)
-                for value in self._carried_values(name):
-                    found += self._walk(value, seen | {name})
+        found = [node]
+        if tl_name(node) == "load":
+            return found
+        if is_call(node, "__var") and marker_arg(node) not in seen:
+            for value in self._carried_values(marker_arg(node)):
+                found += self._walk(value, seen | {marker_arg(node)})
+        for child in ast.iter_child_nodes(node):
+            found += self._walk(child, seen)
         return found
 
     def _has_offsets(self, node: ast.AST) -> bool:
