@@ -1127,8 +1127,9 @@ def test_several_strategies_apply_to_most_tritonbench_kernels(tritonbench):
     ("rmsnorm_triton", {"tiling", "vectorization", "fusion", "pipeline", "access_layout"}),  # fusion: single_pass
     ("quantize_global", {"tiling", "vectorization", "fusion", "access_layout"}),  # autotuned already: configs
     # can be added; vectorization: contiguity_hints
-    # whole-row block: warps and hints, and the online softmax's chunked twin for long rows (fusion)
-    ("softmax_triton1", {"tiling", "fusion", "pipeline", "access_layout"}),
+    # whole-row block: warps and hints, and the online softmax's chunked twin for long rows (fusion); its row
+    # strides and length stated multiples of 8 where they are (vectorization: divisibility_hints)
+    ("softmax_triton1", {"tiling", "vectorization", "fusion", "pipeline", "access_layout"}),
 ])
 def test_what_applies_to_real_tritonbench_kernels(tritonbench, name, expected):
     source = tritonbench[name]

@@ -67,6 +67,9 @@ STRUCTURAL = {
                         "where every block size covers the same elements (masked, not reshaped)",
     "contiguity_hints": "tl.max_contiguous(tl.multiple_of(offs, P), P) on offs = M + tl.arange(0, P) where M is "
                         "certain to be a multiple of P (an integer scalar times P, or a loop stepping by P from 0)",
+    "divisibility_hints": "a twin in which the integer parameters of the loads' and stores' offsets and mask bounds "
+                          "(strides, sizes) that the host finds to be multiples of 8 are rebound `x = x // 8 * 8` "
+                          "under a constexpr bit, launched where one is, the original elsewhere",
 }
 TILES = ("matmul_configs", "split_k", "persistent_tiles")
 # Words a reason uses that a module may also use as a name: they stay words.

@@ -9,7 +9,7 @@ a = torch.randn(48, 72).half()
 b = (torch.randn(72, 40) * 72 ** -0.5).half()
 args = [a, b]
 """
-TILES = ("matmul_configs", "split_k", "persistent_tiles", "grouped_ordering")
+TILES = ("matmul_configs", "split_k", "persistent_tiles", "grouped_ordering", "divisibility_hints")
 
 # The tile size written as a literal in the grid, beside BM=32 passed as a constexpr; a 1-D grid split in the
 # kernel by `pid // n` and `pid % n`.

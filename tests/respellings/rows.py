@@ -12,7 +12,7 @@ x = torch.randn(5, 37)
 w = torch.randn(37)
 args = [x, w]
 """
-REWRITES = ("single_pass",)
+REWRITES = ("single_pass", "divisibility_hints")
 
 # for-range loops, a vector accumulator, the block a literal at the launch, a tuple grid.
 FOR_VECTOR_LITERAL = '''

@@ -244,11 +244,11 @@ def softmax(x):
 '''
 
 SPELLINGS = [
-    Spelling("softmax", "two_loops_lanes", TWO_LOOPS_LANES, "softmax", INPUTS, ("online_softmax",)),
-    Spelling("softmax", "while_scalar_exp2", WHILE_SCALAR_EXP2, "softmax", INPUTS, ("online_softmax",)),
-    Spelling("softmax", "cdiv_log_softmax", CDIV_LOG_SOFTMAX, "softmax", INPUTS, ("online_softmax",)),
-    Spelling("softmax", "one_block", ONE_BLOCK, "softmax", INPUTS, ("online_softmax",)),
-    Spelling("softmax", "block_of_rows_helper", BLOCK_OF_ROWS_HELPER, "softmax", INPUTS, ("online_softmax",)),
-    Spelling("softmax", "heuristic_block", HEURISTIC_BLOCK, "softmax", INPUTS, ("online_softmax",)),
-    Spelling("softmax", "cross_entropy", CROSS_ENTROPY, "softmax", INPUTS, ("online_softmax",)),
+    Spelling("softmax", "two_loops_lanes", TWO_LOOPS_LANES, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
+    Spelling("softmax", "while_scalar_exp2", WHILE_SCALAR_EXP2, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
+    Spelling("softmax", "cdiv_log_softmax", CDIV_LOG_SOFTMAX, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
+    Spelling("softmax", "one_block", ONE_BLOCK, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
+    Spelling("softmax", "block_of_rows_helper", BLOCK_OF_ROWS_HELPER, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
+    Spelling("softmax", "heuristic_block", HEURISTIC_BLOCK, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
+    Spelling("softmax", "cross_entropy", CROSS_ENTROPY, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
 ]

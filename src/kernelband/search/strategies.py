@@ -53,9 +53,10 @@ BUILTIN: tuple[Strategy, ...] = (
         "Make every thread move more contiguous data per instruction so that loads and stores become 128-bit "
         "vector accesses: raise the elements per thread (BLOCK / (32 * num_warps)) of 1-D kernels, keep offsets "
         "of the form pid * BLOCK + tl.arange(0, BLOCK) contiguous along the fastest-varying dimension, and state "
-        "alignment with tl.multiple_of / tl.max_contiguous where it holds. Avoid per-element index division "
-        "and gathers on the contiguous axis.",
-        "DRAM", ("vector_width", "contiguity_hints"), proposer="rewriter"),
+        "alignment with tl.multiple_of / tl.max_contiguous where it holds; where strides or sizes are multiples "
+        "of 8 but not 16 (which Triton does not specialize on), launch a copy of the kernel that states it. "
+        "Avoid per-element index division and gathers on the contiguous axis.",
+        "DRAM", ("vector_width", "contiguity_hints", "divisibility_hints"), proposer="rewriter"),
     Strategy(
         "fusion",
         "Cut global-memory round trips by doing more work per byte loaded: merge consecutive kernels or passes "

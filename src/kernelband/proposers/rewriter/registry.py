@@ -23,6 +23,8 @@ variant it can make of it, in a fixed order, with the reasons it cannot do more.
     split_k           a tl.dot kernel's K loop split over a third grid axis where its M x N tiles leave SMs idle,
                       the float32 partials summed in order (split_k.py)
     persistent_tiles  a tl.dot kernel on one program per SM, each looping over the tiles (persistent_tiles.py)
+    divisibility_hints  a twin that knows which integer parameters of its offsets and masks are multiples of 8,
+                      launched where they are (divisibility_hints.py)
     launch_fusion     two launches that run one after the other as one (analysis/buffers.py): the second reading
                       what the same program of the first wrote, kept in registers; an element-wise kernel over a
                       flattened tensor computed where the next reads its output; a two-stage reduction whose last
@@ -41,6 +43,7 @@ from kernelband.proposers.rewriter.rewrites.block_sizes import block_size, vecto
 from kernelband.proposers.rewriter.rewrites.cache_hints import cache_hints
 from kernelband.proposers.rewriter.rewrites.coarsen import coarsen
 from kernelband.proposers.rewriter.rewrites.contiguity_hints import contiguity_hints
+from kernelband.proposers.rewriter.rewrites.divisibility_hints import divisibility_hints
 from kernelband.proposers.rewriter.rewrites.fused_absmax import fused_absmax
 from kernelband.proposers.rewriter.rewrites.grouped_ordering import grouped_ordering
 from kernelband.proposers.rewriter.rewrites.launch_fusion import launch_fusion
@@ -69,6 +72,7 @@ REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "contiguity_hints": contiguity_hints,
     "split_k": split_k,
     "persistent_tiles": persistent_tiles,
+    "divisibility_hints": divisibility_hints,
     "launch_fusion": launch_fusion,
 }
 # Rewrites in no built-in strategy, until a GPU run shows they help: a strategies file can add them (README).

@@ -1,7 +1,8 @@
 """The one analysis of a module that every rewrite reads: `kernel_facts(ms, kernel)` computes, once per parsed
-module and kernel, the canonical values, shapes, loops, accesses, constexpr roles, tl.dot operands and
-reductions (each its own module here), and keeps them for the next rewrite that asks. Like libcst's metadata
-providers: facts are derived once, and transforms only read them."""
+module and kernel, the canonical values, shapes, loops, accesses, the integer parameters their offsets and
+masks read (alignment), constexpr roles, tl.dot operands and reductions (each its own module here), and keeps
+them for the next rewrite that asks. Like libcst's metadata providers: facts are derived once, and transforms
+only read them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from functools import cached_property
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.accesses import Accesses
+from kernelband.proposers.rewriter.analysis.alignment import Alignment
 from kernelband.proposers.rewriter.analysis.blocked import RowBlocks
 from kernelband.proposers.rewriter.analysis.dots import Dots
 from kernelband.proposers.rewriter.analysis.loops import Loops
@@ -63,6 +65,10 @@ class KernelFacts:
     @cached_property
     def accesses(self) -> Accesses:
         return Accesses(self.values, self.shapes, self.loops)
+
+    @cached_property
+    def alignment(self) -> Alignment:
+        return Alignment(self.values, self.loops, self.accesses, [c.alignment for c in self.callees])
 
     @cached_property
     def roles(self) -> Roles:

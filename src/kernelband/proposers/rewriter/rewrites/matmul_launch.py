@@ -154,21 +154,22 @@ def twin_call(site: Site, twin: str, grid: str, extra: dict[str, str]) -> str:
     return code(call)
 
 
-def branched(site: Site, setup: str, condition: str | None, twin_calls: list[str]) -> tuple[cst.CSTNode, Edit]:
-    """The edit that puts `setup`, then `if condition: <twin calls> else: <the launch>`, in place of the launch
-    (with no condition: `setup` and the twin calls)."""
+def branched(statement: cst.SimpleStatementLine, setup: str, condition: str | None, twin_calls: list[str],
+             otherwise: str | None = None) -> tuple[cst.CSTNode, Edit]:
+    """The edit that puts `setup`, then `if condition: <twin calls> else: <otherwise>`, in place of the launch's
+    statement (`otherwise`: the launch as it was, where not given; with no condition: `setup` and the twin calls)."""
     if condition is None:
         text = setup + "".join(f"{call}\n" for call in twin_calls)
     else:
         body = "".join(f"    {line}\n" for call in twin_calls for line in call.splitlines())
-        original = code(site.line.with_changes(leading_lines=[])).rstrip("\n")
+        original = otherwise if otherwise is not None else code(statement.with_changes(leading_lines=[])).rstrip("\n")
         text = setup + f"if {condition}:\n{body}else:\n" + "".join(f"    {line}\n" for line in original.splitlines())
     block = statements(text)
 
     def edit(node: cst.SimpleStatementLine) -> cst.FlattenSentinel:
         head = block[0].with_changes(leading_lines=[*node.leading_lines, *block[0].leading_lines])
         return cst.FlattenSentinel([head, *block[1:]])
-    return site.line, edit
+    return statement, edit
 
 
 def with_twin(kernel: Kernel, twin: cst.FunctionDef) -> tuple[cst.CSTNode, Edit]:

@@ -165,11 +165,11 @@ def persistent_tiles(ms: ModuleSource) -> Found:
                 setup = "".join(line + "\n" for line in setup.splitlines() if not line.startswith(f"{tiles} ="))
                 count = f"{grid}(meta)[0] * ({grid}(meta)[1] if len({grid}(meta)) > 1 else 1)"
                 call = twin_call(each, twin, f"lambda meta: (min({sms}, {count}),)", {p["NUM_PROGS"]: sms})
-                edits.append(branched(each, setup, None, [call]))
+                edits.append(branched(each.line, setup, None, [call]))
                 continue
             call = twin_call(each, twin, f"({sms},)", {p["G0"]: f"{grid}[0]", p["G1"]: f"{tiles} // {grid}[0]",
                                                         p["NUM_PROGS"]: sms})
-            edits.append(branched(each, host_setup(each, names), f"len({grid}) <= 2 and {tiles} > {sms}", [call]))
+            edits.append(branched(each.line, host_setup(each, names), f"len({grid}) <= 2 and {tiles} > {sms}", [call]))
         touched = frozenset({kernel.name, twin} | {x.scope.top for x in ms.launches_of(kernel)})
         variants.append(Variant("persistent_tiles", f"{kernel.name} on one program per SM, each looping over the "
                                 f"tiles of the original grid ({twin}), where there are more tiles than SMs",

@@ -314,7 +314,7 @@ def split_k(ms: ModuleSource) -> Found:
             node, p = _twin(dk, found, twin)
             p["BLOCK_K"] = dk.axes["K"]
             edits = [with_twin(kernel, node)]
-            edits += [branched(each, *_host(each, twin, p, k, block)) for each, (k, block) in zip(sites, args)]
+            edits += [branched(each.line, *_host(each, twin, p, k, block)) for each, (k, block) in zip(sites, args)]
             touched = frozenset({kernel.name, twin} | {x.scope.top for x in ms.launches_of(kernel)})
             variants.append(Variant("split_k", f"{kernel.name}'s K loop split over a third grid axis into up to "
                                     f"{MAX_SPLIT} float32 partial tiles, summed in order ({twin}), where the M x N "

@@ -1,0 +1,164 @@
+"""divisibility_hints: a kernel whose loads and stores read integer parameters in their offsets or mask bounds
+(`analysis.alignment`: strides, sizes) gets a twin that knows which of them are multiples of 8, and each launch
+takes the twin where some are:
+
+    _stride_am = a.stride(0)
+    ...
+    _aligned = sum(1 << i for i, v in enumerate((M, N, K, _stride_am, ...)) if type(v) is int and v % 8 == 0)
+    if _aligned:
+        matmul_kernel_aligned[grid](a, b, c, M, N, K, _stride_am, ..., ALIGNED=_aligned)
+    else:
+        matmul_kernel[grid](a, b, c, M, N, K, _stride_am, ...)
+
+    @triton.jit
+    def matmul_kernel_aligned(a_ptr, ..., ALIGNED: tl.constexpr = 0):
+        if ALIGNED & 1:
+            M = M // 8 * 8
+        ...
+
+Why: Triton specializes an integer argument on its value only where it is a multiple of 16 (or is 1). A row
+stride or a size of 1000 or 3000 is a multiple of 8 but not of 16, so the compiler knows nothing of the row
+starts' alignment (`offs_m[:, None] * stride_am`) nor of a mask's constancy (`k + offs_k < K`), and every load
+and store of fp16 falls to 2-byte accesses, with no 16-byte cp.async. 8 elements are 16 bytes of fp16 or bf16.
+
+`tl.multiple_of(x, 8)` on an argument does nothing (it sets an attribute on the value it is given, and on a
+function argument the attribute is dropped), so the twin rebinds the argument instead: `x = x // 8 * 8` is an
+identity where x is a multiple of 8, and Triton's axis analysis derives divisibility 8 from the product.
+
+Why a bit per parameter, a constexpr, rather than one test that all are multiples of 8: a stride of 1 (the
+contiguous axis) is never one, and the rebinding would make it 0; Triton specializes 1 itself. So each
+rebinding sits under `if ALIGNED & bit:`, decided at compile time, and the host sets only the bits of the
+values that are multiples of 8; it launches the original where none is. The twin compiles once per
+combination of bits, as Triton compiles once per combination of its own specializations.
+
+Each value the host tests is evaluated once: a launch's argument that is not a name or a number is bound to a
+new local before the test and passed to whichever launch runs. Parameters that every launch passes as a number
+Triton specializes already (1 or a multiple of 16), or as one that is not a multiple of 8, are left out.
+Refused: a kernel whose offsets and masks read no integer parameter, a launch that is not a statement of its
+own in a function, one with starred arguments or one that binds names as it evaluates them (`:=`), a parameter a
+launch neither passes nor has a number as its default, and kernels with `*args` or keyword-only parameters.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from kernelband.proposers.rewriter.analysis.facts import facts_of
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, launch_value
+from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, int_value, subnodes
+from kernelband.proposers.rewriter.edits import Found, Variant, appended, keyword_arg, statements
+from kernelband.proposers.rewriter.rewrites.matmul_launch import branched, host_names, with_twin
+from kernelband.proposers.rewriter.rewrites.online_launch import launch_statement
+
+D = 8  # elements: 16 bytes of fp16 or bf16
+EFFECTS = (cst.NamedExpr, cst.Await, cst.Yield)
+
+
+def _useful(value: int | str) -> bool:
+    """Whether a launch's value may be a multiple of D that Triton does not specialize (not 1, not of 16)."""
+    return not isinstance(value, int) or (value % D == 0 and value % 16 != 0)
+
+
+def _values(ms: ModuleSource, launch: Launch, params: list[str]) -> dict[str, cst.BaseExpression] | str:
+    """What the launch passes for each parameter (a number as its default where it passes none); or why the
+    host cannot read them once before the launch."""
+    kernel = launch.kernel
+    if launch_statement(ms, launch) is None:
+        return f"the {launch.where} is not a statement of its own in a function: it cannot branch on its values"
+    if any(a.star for a in launch.call.args):
+        return f"the {launch.where} passes starred arguments: which values are {kernel.name}'s parameters is unknown"
+    if any(subnodes(launch.call, kind) for kind in EFFECTS):
+        return f"the {launch.where} binds names as it evaluates its arguments: they cannot be read before it"
+    found = {}
+    for name in params:
+        arg = launch.arg(name)
+        value = arg.value if arg is not None else kernel.param(name).default
+        if value is None or arg is None and int_value(value) is None:
+            return f"the {launch.where} does not pass {name}, and its default is not a number"
+        found[name] = value
+    return found
+
+
+def _twin(kernel: Kernel, name: str, params: list[str]) -> tuple[cst.FunctionDef, str]:
+    """The kernel renamed, with a constexpr bit mask (0 by default) that states which parameters are multiples
+    of D, and their rebindings at the top of its body."""
+    flag = fresh_name("ALIGNED", set(kernel.names))
+    bits = cst.Param(cst.Name(flag), annotation=cst.Annotation(cst.parse_expression(f"{kernel.tl_name}.constexpr")),
+                     default=cst.Integer("0"), equal=cst.AssignEqual())
+    node = kernel.node.with_changes(params=kernel.node.params.with_changes(
+        params=appended(kernel.node.params.params, bits)))
+    rebinds = statements("".join(f"if {flag} & {1 << i}:\n    {p} = {p} // {D} * {D}\n" for i, p in enumerate(params)))
+    why = (f"# The host sets bit i of {flag} only where the i-th of these parameters is a multiple of {D}: each",
+           "# rebinding is then an identity, from whose product Triton's axis analysis knows the value is one.")
+    rebinds[0] = rebinds[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(c)) for c in why])
+    body = list(node.body.body)
+    doc = 1 if body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr) \
+        and isinstance(body[0].body[0].value, cst.SimpleString | cst.ConcatenatedString) else 0
+    node = node.with_changes(name=cst.Name(name), leading_lines=[cst.EmptyLine(), cst.EmptyLine()],
+                             body=node.body.with_changes(body=[*body[:doc], *rebinds, *body[doc:]]))
+    return node, flag
+
+
+def _branch(ms: ModuleSource, launch: Launch, values: dict[str, cst.BaseExpression], twin: str, flag: str):
+    """The launch's edit: its values read once, the bits of those that are multiples of D, then the twin where
+    one is, the original where none is; None where the launch's numbers are certain to give no bit."""
+    if not any(_useful(launch_value(ms, launch, v)) for v in values.values()):
+        return None
+    call = launch.call
+    bound = [p for p, v in values.items() if launch.arg(p) is not None and not isinstance(v, cst.Name | cst.Integer)]
+    mask = "aligned" if "aligned" not in bound else "aligned_bits"
+    names = host_names(launch, *bound, mask)
+    setup = "".join(f"{names[p]} = {code(values[p])}\n" for p in bound)
+    tested = [names[p] if p in bound else code(v) for p, v in values.items()]
+    setup += (f"{names[mask]} = sum(1 << i for i, v in enumerate(({', '.join(tested)}{',' * (len(tested) == 1)})) "
+              f"if type(v) is int and v % {D} == 0)\n")
+    args = list(call.args)
+    for p in bound:
+        index = launch.args[p]
+        args[index] = args[index].with_changes(value=cst.Name(names[p]))
+    original = call.with_changes(args=args)
+    aligned = original.with_changes(func=call.func.with_changes(value=cst.Name(twin)),
+                                    args=appended(args, keyword_arg(flag, cst.Name(names[mask]))))
+    line = launch_statement(ms, launch)
+    otherwise = code(line.with_changes(leading_lines=[], body=[line.body[0].with_changes(value=original)]))
+    return branched(line, setup, names[mask], [code(aligned)], otherwise.rstrip("\n"))
+
+
+def divisibility_hints(ms: ModuleSource) -> Found:
+    variants, reasons = [], []
+    for kernel in ms.kernels.values():
+        params = facts_of(kernel).alignment.params
+        if not params:
+            reasons.append(f"{kernel.name}'s loads and stores use no integer parameter in their offsets or masks")
+            continue
+        launches = ms.launches_of(kernel)
+        if not launches:
+            reasons.append(f"{kernel.name} is launched nowhere in this module (a helper, run by the kernels that call it)")
+            continue
+        found = _variant(ms, kernel, params, launches)
+        (reasons if isinstance(found, str) else variants).append(found)
+    return Found(variants, reasons)
+
+
+def _variant(ms: ModuleSource, kernel: Kernel, params: list[str], launches: list[Launch]) -> Variant | str:
+    signature = kernel.node.params
+    if signature.kwonly_params or isinstance(signature.star_arg, cst.Param) or signature.star_kwarg is not None:
+        return f"{kernel.name} has *args, **kwargs or keyword-only parameters"
+    given = [_values(ms, launch, params) for launch in launches]
+    if why := next((g for g in given if isinstance(g, str)), None):
+        return why
+    kept = [p for p in params if any(_useful(launch_value(ms, launch, g[p])) for launch, g in zip(launches, given))]
+    if not kept:
+        return (f"every launch of {kernel.name} passes {', '.join(params)} as numbers that Triton specializes "
+                f"already (1 or multiples of 16) or that are not multiples of {D}")
+    used = {n for s in ms.scopes for n in s.assigns} | set(ms.kernels)
+    twin = fresh_name(f"{kernel.name}_aligned", used)
+    node, flag = _twin(kernel, twin, kept)
+    edits = [e for launch, g in zip(launches, given) if (e := _branch(ms, launch, {p: g[p] for p in kept}, twin,
+                                                                        flag)) is not None]
+    if not edits:
+        return f"no launch of {kernel.name} passes a value of {', '.join(kept)} that may be a multiple of {D}"
+    touched = frozenset({kernel.name, twin} | {launch.scope.top for launch in launches})
+    return Variant("divisibility_hints", f"{kernel.name}'s {', '.join(kept)} stated multiples of {D} in a twin "
+                   f"({twin}) that each launch takes where they are (Triton specializes only multiples of 16)",
+                   touched, (with_twin(kernel, node), *edits))

@@ -1,0 +1,270 @@
+"""divisibility_hints: the integer parameters a kernel's offsets and masks read (found by data flow, whatever
+their names), the twin that states which are multiples of 8, the host test that picks it from the launch's
+values, where it refuses; and that every variant gives the original's outputs in the interpreter, whether the
+values are multiples of 8 or not (a launch that took the twin where they are not would not)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from interpreted import run_modules
+from test_rewrite_correctness import one_config_each
+from test_rewrites_structural import example, made
+
+from kernelband.proposers.rewriter.analysis.facts import facts_of
+from kernelband.proposers.rewriter.analysis.source import ModuleSource
+
+MATMUL = example("matmul").module_source
+
+# A 2-D row kernel: rows `stride` apart, a lambda grid of meta, its arguments passed by keyword.
+ROWS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_rows(src, dst, pitch_in, pitch_out, width, factor, BLOCK: tl.constexpr):
+    r = tl.program_id(0)
+    lanes = tl.arange(0, BLOCK)
+    for c in range(0, width, BLOCK):
+        keep = c + lanes < width
+        v = tl.load(src + r * pitch_in + c + lanes, mask=keep, other=0.0)
+        tl.store(dst + r * pitch_out + c + lanes, v * factor, mask=keep)
+
+
+def scale(x):
+    out = torch.empty(x.shape, dtype=x.dtype)
+    grid = lambda meta: (x.shape[0],)
+    scale_rows[grid](src=x, dst=out, pitch_in=x.stride(0), pitch_out=out.stride(0), width=x.shape[1],
+                     factor=2.0, BLOCK=16)
+    return out
+'''
+
+# An element-wise kernel over n, autotuned, launched in two places (one of them through a local).
+ELEMENTWISE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"B": 16})], key=["count"])
+@triton.jit
+def axpy(p, q, o, count, B: tl.constexpr):
+    """o = 2 p + q"""
+    at = tl.program_id(0) * B + tl.arange(0, B)
+    tl.store(o + at, 2 * tl.load(p + at, mask=at < count) + tl.load(q + at, mask=at < count), mask=at < count)
+
+
+def twice(x, y):
+    out = torch.empty_like(x)
+    axpy[lambda meta: (triton.cdiv(x.numel(), meta["B"]),)](x, y, out, x.numel())
+    n = out.numel()
+    again = torch.empty_like(x)
+    axpy[lambda meta: (triton.cdiv(n, meta["B"]),)](out, y, again, n)
+    return again
+'''
+
+TRACE = '''
+import torch, kb_original as original, kb_variant as variant
+launched = []
+class Seen:
+    def __init__(self, name, kernel):
+        self.name, self.kernel = name, kernel
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            launched.append((self.name, kwargs.get("{flag}")))
+            return self.kernel[grid](*args, **kwargs)
+        return launch
+for name in ("{kernel}", "{twin}"):
+    setattr(variant, name, Seen(name, getattr(variant, name)))
+torch.manual_seed(0)
+'''
+
+
+def kernel_text(source: str, name: str) -> str:
+    start = source.index(f"def {name}(")
+    return source[start:source.index("\n\n\n", start)]
+
+
+def one(source: str) -> tuple[str, str]:
+    [(rationale, new)], _ = made(source, "divisibility_hints")
+    return rationale, new
+
+
+def traced(source: str, kernel: str, check: str) -> None:
+    """Runs `check` with `original` and `variant` imported, each launch of the variant's kernel and twin recorded in
+    `launched` as (kernel, the twin's bits); one process per config of an autotuned variant."""
+    _, new = one(source)
+    for _, each in one_config_each(new):
+        run_modules({"kb_original": source, "kb_variant": each},
+                    TRACE.format(kernel=kernel, twin=f"{kernel}_aligned", flag="ALIGNED") + check)
+
+
+# -- which parameters -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("source, kernel, params", [
+    (MATMUL, "matmul_kernel", ["M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm",
+                               "stride_cn"]),
+    (ROWS, "scale_rows", ["pitch_in", "pitch_out", "width"]),  # not `factor`: it scales values, not offsets
+    (ELEMENTWISE, "axpy", ["count"]),
+])
+def test_the_parameters_are_those_the_offsets_and_masks_read(source, kernel, params):
+    ms = ModuleSource(source)
+    assert facts_of(ms.kernels[kernel]).alignment.params == params
+
+
+def test_a_parameter_under_a_division_or_modulo_does_not_set_the_offsets_alignment():
+    ms = ModuleSource(ELEMENTWISE.replace("at = tl.program_id(0) * B", "at = (tl.program_id(0) % count) * B")
+                      .replace(", mask=at < count", ""))
+    assert facts_of(ms.kernels["axpy"]).alignment.params == []
+
+
+def test_a_bound_compared_with_loaded_data_is_no_mask_bound():
+    ms = ModuleSource(ELEMENTWISE.replace("def axpy(p, q, o, count, B", "def axpy(p, q, o, count, t, B").replace(
+        "mask=at < count)\n", "mask=tl.load(p + at, mask=at < count) > t)\n"))
+    assert facts_of(ms.kernels["axpy"]).alignment.params == ["count"]
+
+
+# -- the twin and the launch ------------------------------------------------------------------------------------
+def test_the_matmul_twin_rebinds_each_parameter_under_its_bit_and_the_host_sets_the_bits_from_the_values():
+    rationale, new = one(MATMUL)
+    assert rationale.startswith("matmul_kernel's M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, "
+                                "stride_cn stated multiples of 8 in a twin (matmul_kernel_aligned)")
+    assert kernel_text(new, "matmul_kernel") == kernel_text(MATMUL, "matmul_kernel")
+    twin = kernel_text(new, "matmul_kernel_aligned")
+    assert "BLOCK_K: tl.constexpr, ALIGNED: tl.constexpr = 0):" in twin
+    for bit, name in enumerate(["M", "N", "K", "stride_am", "stride_ak", "stride_bk"]):
+        assert f"    if ALIGNED & {1 << bit}:\n        {name} = {name} // 8 * 8\n" in twin
+    host = new[new.index("def matmul("):]
+    # each value read once, before the test, and the same locals passed to whichever launch runs
+    assert host.count("a.stride(0)") == 1 and "    _stride_am = a.stride(0)\n" in host
+    assert ("    _aligned = sum(1 << i for i, v in enumerate((M, N, K, _stride_am, _stride_ak, _stride_bk, _stride_bn, "
+            "_stride_cm, _stride_cn)) if type(v) is int and v % 8 == 0)\n    if _aligned:\n"
+            "        matmul_kernel_aligned[grid](a, b, c, M, N, K, _stride_am, _stride_ak,") in host
+    assert "num_warps=4, num_stages=1, ALIGNED=_aligned)\n    else:\n        matmul_kernel[grid](a, b, c, M, N, K, " \
+           "_stride_am, _stride_ak," in host
+
+
+def test_keyword_arguments_a_meta_grid_an_autotuner_and_two_launches_are_kept():
+    _, new = one(ROWS)
+    assert "pitch_in=_pitch_in, pitch_out=_pitch_out, width=_width," in new
+    assert "scale_rows_aligned[grid](src=x, dst=out, pitch_in=_pitch_in" in new
+    _, new = one(ELEMENTWISE)
+    twin = new[new.index("@triton.autotune", new.index("def axpy(")):]
+    assert twin.startswith('@triton.autotune(configs=[triton.Config({"B": 16})]') and "def axpy_aligned(" in twin
+    assert '    """o = 2 p + q"""\n    # The host sets bit i of ALIGNED' in twin  # after the docstring
+    assert new.count("if _aligned:\n") == 2 and "    _count = x.numel()\n" in new
+    assert "enumerate((n,)) if type(v) is int" in new  # a plain name is read where it stands
+
+
+# -- the same outputs, and the twin only where the values say ----------------------------------------------------
+def test_the_matmul_variant_gives_the_originals_outputs_and_takes_the_twin_where_a_value_is_a_multiple_of_8():
+    traced(MATMUL, "matmul_kernel", """
+for M, N, K in [(40, 24, 48), (24, 40, 40), (37, 37, 37), (33, 40, 37)]:
+    a = torch.randn(M, K).half()
+    b = torch.randn(K, N).half()
+    launched.clear()
+    assert torch.equal(variant.matmul(a, b), original.matmul(a, b)), (M, N, K)
+    values = (M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), N, 1)
+    bits = sum(1 << i for i, v in enumerate(values) if v % 8 == 0)
+    assert launched == ([("matmul_kernel_aligned", bits)] if bits else [("matmul_kernel", None)]), (launched, bits)
+    assert bits & 16 == 0  # a.stride(1) is 1: never stated a multiple of 8
+""")
+
+
+def test_the_row_variant_gives_the_originals_outputs_on_aligned_odd_and_strided_rows():
+    traced(ROWS, "scale_rows", """
+for x in [torch.randn(3, 40), torch.randn(3, 24), torch.randn(4, 37), torch.randn(3, 40)[:, :37]]:
+    launched.clear()
+    assert torch.equal(variant.scale(x), original.scale(x))
+    bits = sum(1 << i for i, v in enumerate((x.stride(0), x.shape[1], x.shape[1])) if v % 8 == 0)
+    assert launched == ([("scale_rows_aligned", bits)] if bits else [("scale_rows", None)]), (launched, bits)
+""")
+
+
+def test_the_element_wise_variant_gives_the_originals_outputs_at_each_of_its_launches():
+    traced(ELEMENTWISE, "axpy", """
+for n in (40, 24, 37):
+    x, y = torch.randn(n), torch.randn(n)
+    launched.clear()
+    assert torch.equal(variant.twice(x, y), original.twice(x, y))
+    assert launched == ([("axpy_aligned", 1)] * 2 if n % 8 == 0 else [("axpy", None)] * 2), launched
+""")
+
+
+# -- what the hint does on a GPU: compiled for sm_90 ----------------------------------------------------------------
+COMPILE = '''
+import importlib, re, torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
+wide = {}
+def run(self, *args, grid=None, warmup=False, **kwargs):
+    values = dict(zip(self.arg_names, args))
+    values.update(kwargs)
+    signature, constexprs, attrs = {}, {}, {}
+    for i, name in enumerate(self.arg_names):  # as Triton specializes: 1 a constant, multiples of 16 known
+        value = values.get(name, self.params[i].default)
+        if self.params[i].is_constexpr or isinstance(value, int) and value == 1:
+            signature[name], constexprs[(i,)] = "constexpr", value
+        elif isinstance(value, torch.Tensor):
+            signature[name], attrs[(i,)] = "*fp16", [["tt.divisibility", 16]]
+        else:
+            signature[name] = "i32"
+            attrs.update({(i,): [["tt.divisibility", 16]]} if value % 16 == 0 else {})
+    options = {k: v for k, v in kwargs.items() if k in ("num_warps", "num_stages")}
+    ptx = triton.compile(ASTSource(self, signature, constexprs=constexprs, attrs=attrs),
+                         target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+    wide[self.fn.__name__] = len(re.findall(r"(?:ld|st)\\.global(?:\\.\\w+)*\\.v4\\.b32|cp\\.async[^;]*0x10;", ptx))
+JITFunction.run = run
+a, b = torch.randn(1000, 1000).half(), torch.randn(1000, 1000).half()
+for name in ("kb_original", "kb_variant"):
+    importlib.import_module(name).matmul(a, b)
+assert wide["matmul_kernel"] == 0 and wide["matmul_kernel_aligned"] > 0, wide
+'''
+
+
+def test_at_a_stride_of_1000_only_the_twin_moves_16_bytes_at_a_time_on_sm90():
+    pytest.importorskip("triton.backends.nvidia")
+    _, new = one(MATMUL)
+    folder = Path(tempfile.mkdtemp())
+    (folder / "kb_original.py").write_text(MATMUL.split("# -----")[0])
+    (folder / "kb_variant.py").write_text(new.split("# -----")[0])
+    done = subprocess.run([sys.executable, "-c", COMPILE], cwd=folder, capture_output=True, text=True, timeout=600,
+                          env={**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
+                               "PYTHONPATH": os.pathsep.join([str(folder), *sys.path])})
+    if "ptxas" in done.stderr and done.returncode:
+        pytest.skip("no ptxas for sm_90 here")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+# -- refusals --------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("old, new, reason", [
+    (", mask=at < count", "", "axpy's loads and stores use no integer parameter in their offsets or masks"),
+    ("](x, y, out, x.numel())", "](*(x, y, out, x.numel()))",
+     "the axpy launch in twice passes starred arguments: which values are axpy's parameters is unknown"),
+    ("    axpy[lambda meta: (triton.cdiv(x.numel(), meta[\"B\"]),)](x, y, out, x.numel())\n",
+     "    handle = axpy[lambda meta: (triton.cdiv(x.numel(), meta[\"B\"]),)](x, y, out, x.numel())\n",
+     "the axpy launch in twice is not a statement of its own in a function: it cannot branch on its values"),
+])
+def test_divisibility_hints_refuse_with_the_fact_that_is_missing(old, new, reason):
+    source = ELEMENTWISE.replace(old, new)
+    assert source != ELEMENTWISE
+    made_, reasons = made(source, "divisibility_hints")
+    assert made_ == [] and reasons == (reason,)
+
+
+def test_parameters_every_launch_passes_as_numbers_triton_specializes_are_left_out():
+    source = ROWS.replace("width=x.shape[1]", "width=64")
+    rationale, _ = one(source)
+    assert rationale.startswith("scale_rows's pitch_in, pitch_out stated")
+    fixed = source.replace("pitch_in=x.stride(0), pitch_out=out.stride(0)", "pitch_in=1, pitch_out=32")
+    assert made(fixed, "divisibility_hints") == ([], (
+        "every launch of scale_rows passes pitch_in, pitch_out, width as numbers that Triton specializes already "
+        "(1 or multiples of 16) or that are not multiples of 8",))
+
