@@ -144,7 +144,7 @@ def test_the_matmul_twin_rebinds_each_parameter_under_its_bit_and_the_host_sets_
     # each value read once, before the test, and the same locals passed to whichever launch runs
     assert host.count("a.stride(0)") == 1 and "    _stride_am = a.stride(0)\n" in host
     assert ("    _aligned = sum(1 << i for i, v in enumerate((M, N, K, _stride_am, _stride_ak, _stride_bk, _stride_bn, "
-            "_stride_cm, _stride_cn)) if type(v) is int and v % 8 == 0)\n    if _aligned:\n"
+            "_stride_cm, _stride_cn)) if type(v) is int and v % 8 == 0 and v % 16)\n    if _aligned:\n"
             "        matmul_kernel_aligned[grid](a, b, c, M, N, K, _stride_am, _stride_ak,") in host
     assert "num_warps=4, num_stages=1, ALIGNED=_aligned)\n    else:\n        matmul_kernel[grid](a, b, c, M, N, K, " \
            "_stride_am, _stride_ak," in host
@@ -165,13 +165,13 @@ def test_keyword_arguments_a_meta_grid_an_autotuner_and_two_launches_are_kept():
 # -- the same outputs, and the twin only where the values say ----------------------------------------------------
 def test_the_matmul_variant_gives_the_originals_outputs_and_takes_the_twin_where_a_value_is_a_multiple_of_8():
     traced(MATMUL, "matmul_kernel", """
-for M, N, K in [(40, 24, 48), (24, 40, 40), (37, 37, 37), (33, 40, 37)]:
+for M, N, K in [(40, 24, 48), (24, 40, 40), (37, 37, 37), (33, 40, 37), (32, 48, 16)]:
     a = torch.randn(M, K).half()
     b = torch.randn(K, N).half()
     launched.clear()
     assert torch.equal(variant.matmul(a, b), original.matmul(a, b)), (M, N, K)
     values = (M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), N, 1)
-    bits = sum(1 << i for i, v in enumerate(values) if v % 8 == 0)
+    bits = sum(1 << i for i, v in enumerate(values) if v % 8 == 0 and v % 16)  # Triton knows those of 16
     assert launched == ([("matmul_kernel_aligned", bits)] if bits else [("matmul_kernel", None)]), (launched, bits)
     assert bits & 16 == 0  # a.stride(1) is 1: never stated a multiple of 8
 """)
@@ -179,21 +179,21 @@ for M, N, K in [(40, 24, 48), (24, 40, 40), (37, 37, 37), (33, 40, 37)]:
 
 def test_the_row_variant_gives_the_originals_outputs_on_aligned_odd_and_strided_rows():
     traced(ROWS, "scale_rows", """
-for x in [torch.randn(3, 40), torch.randn(3, 24), torch.randn(4, 37), torch.randn(3, 40)[:, :37]]:
+for x in [torch.randn(3, 40), torch.randn(3, 24), torch.randn(4, 37), torch.randn(3, 40)[:, :37], torch.randn(2, 32)]:
     launched.clear()
     assert torch.equal(variant.scale(x), original.scale(x))
-    bits = sum(1 << i for i, v in enumerate((x.stride(0), x.shape[1], x.shape[1])) if v % 8 == 0)
+    bits = sum(1 << i for i, v in enumerate((x.stride(0), x.shape[1], x.shape[1])) if v % 8 == 0 and v % 16)
     assert launched == ([("scale_rows_aligned", bits)] if bits else [("scale_rows", None)]), (launched, bits)
 """)
 
 
 def test_the_element_wise_variant_gives_the_originals_outputs_at_each_of_its_launches():
     traced(ELEMENTWISE, "axpy", """
-for n in (40, 24, 37):
+for n in (40, 24, 37, 48):
     x, y = torch.randn(n), torch.randn(n)
     launched.clear()
     assert torch.equal(variant.twice(x, y), original.twice(x, y))
-    assert launched == ([("axpy_aligned", 1)] * 2 if n % 8 == 0 else [("axpy", None)] * 2), launched
+    assert launched == ([("axpy_aligned", 1)] * 2 if n % 8 == 0 and n % 16 else [("axpy", None)] * 2), launched
 """)
 
 

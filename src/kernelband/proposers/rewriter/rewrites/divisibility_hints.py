@@ -4,7 +4,8 @@ takes the twin where some are:
 
     _stride_am = a.stride(0)
     ...
-    _aligned = sum(1 << i for i, v in enumerate((M, N, K, _stride_am, ...)) if type(v) is int and v % 8 == 0)
+    _aligned = sum(1 << i for i, v in enumerate((M, N, K, _stride_am, ...)) if type(v) is int and v % 8 == 0
+                   and v % 16)
     if _aligned:
         matmul_kernel_aligned[grid](a, b, c, M, N, K, _stride_am, ..., ALIGNED=_aligned)
     else:
@@ -28,7 +29,8 @@ identity where x is a multiple of 8, and Triton's axis analysis derives divisibi
 Why a bit per parameter, a constexpr, rather than one test that all are multiples of 8: a stride of 1 (the
 contiguous axis) is never one, and the rebinding would make it 0; Triton specializes 1 itself. So each
 rebinding sits under `if ALIGNED & bit:`, decided at compile time, and the host sets only the bits of the
-values that are multiples of 8; it launches the original where none is. The twin compiles once per
+values that are multiples of 8 and not of 16 (Triton knows those of 16 itself, and the twin would only state
+less); it launches the original where none is. The twin compiles once per
 combination of bits, as Triton compiles once per combination of its own specializations.
 
 Each value the host tests is evaluated once: a launch's argument that is not a name or a number is bound to a
@@ -51,12 +53,13 @@ from kernelband.proposers.rewriter.rewrites.matmul_launch import branched, host_
 from kernelband.proposers.rewriter.rewrites.online_launch import launch_statement
 
 D = 8  # elements: 16 bytes of fp16 or bf16
+SPECIALIZED = 16  # Triton's own divisibility specialization of an integer argument
 EFFECTS = (cst.NamedExpr, cst.Await, cst.Yield)
 
 
 def _useful(value: int | str) -> bool:
     """Whether a launch's value may be a multiple of D that Triton does not specialize (not 1, not of 16)."""
-    return not isinstance(value, int) or (value % D == 0 and value % 16 != 0)
+    return not isinstance(value, int) or (value % D == 0 and value % SPECIALIZED != 0)
 
 
 def _values(ms: ModuleSource, launch: Launch, params: list[str]) -> dict[str, cst.BaseExpression] | str:
@@ -111,7 +114,7 @@ def _branch(ms: ModuleSource, launch: Launch, values: dict[str, cst.BaseExpressi
     setup = "".join(f"{names[p]} = {code(values[p])}\n" for p in bound)
     tested = [names[p] if p in bound else code(v) for p, v in values.items()]
     setup += (f"{names[mask]} = sum(1 << i for i, v in enumerate(({', '.join(tested)}{',' * (len(tested) == 1)})) "
-              f"if type(v) is int and v % {D} == 0)\n")
+              f"if type(v) is int and v % {D} == 0 and v % {SPECIALIZED})\n")
     args = list(call.args)
     for p in bound:
         index = launch.args[p]
