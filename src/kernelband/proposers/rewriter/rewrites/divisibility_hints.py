@@ -1,18 +1,15 @@
 """divisibility_hints: a kernel whose loads and stores read integer parameters in their offsets or mask bounds
-(`analysis.alignment`: strides, sizes) gets a twin that knows which of them are multiples of 8, and each launch
-takes the twin where some are:
+(`analysis.alignment`: strides, sizes) learns, from a constexpr its launches pass, which of them are multiples
+of 8:
 
     _stride_am = a.stride(0)
     ...
     _aligned = sum(1 << i for i, v in enumerate((M, N, K, _stride_am, ...)) if type(v) is int and v % 8 == 0
                    and v % 16)
-    if _aligned:
-        matmul_kernel_aligned[grid](a, b, c, M, N, K, _stride_am, ..., ALIGNED=_aligned)
-    else:
-        matmul_kernel[grid](a, b, c, M, N, K, _stride_am, ...)
+    matmul_kernel[grid](a, b, c, M, N, K, _stride_am, ..., ALIGNED=_aligned)
 
     @triton.jit
-    def matmul_kernel_aligned(a_ptr, ..., ALIGNED: tl.constexpr = 0):
+    def matmul_kernel(a_ptr, ..., ALIGNED: tl.constexpr = 0):
         if ALIGNED & 1:
             M = M // 8 * 8
         ...
@@ -29,12 +26,13 @@ identity where x is a multiple of 8, and Triton's axis analysis derives divisibi
 Why a bit per parameter, a constexpr, rather than one test that all are multiples of 8: a stride of 1 (the
 contiguous axis) is never one, and the rebinding would make it 0; Triton specializes 1 itself. So each
 rebinding sits under `if ALIGNED & bit:`, decided at compile time, and the host sets only the bits of the
-values that are multiples of 8 and not of 16 (Triton knows those of 16 itself, and the twin would only state
-less); it launches the original where none is. The twin compiles once per
-combination of bits, as Triton compiles once per combination of its own specializations.
+values that are multiples of 8 and not of 16 (Triton knows those of 16 itself, and the rebinding would state
+less). With no bit set the kernel is the original, compiled as before; it compiles once per combination of
+bits, as Triton compiles once per combination of its own specializations. The kernel is changed in place, not
+copied into a twin: what a later rewrite does to it (its tiles, its order) then holds on every shape.
 
 Each value the host tests is evaluated once: a launch's argument that is not a name or a number is bound to a
-new local before the test and passed to whichever launch runs. Parameters that every launch passes as a number
+new local before the test and passed to the launch. Parameters that every launch passes as a number
 Triton specializes already (1 or a multiple of 16), or as one that is not a multiple of 8, are left out.
 Refused: a kernel whose offsets and masks read no integer parameter, a launch that is not a statement of its
 own in a function, one with starred arguments or one that binds names as it evaluates them (`:=`), a parameter a
@@ -49,7 +47,7 @@ from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, launch_value
 from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, int_value, subnodes
 from kernelband.proposers.rewriter.edits import Found, Variant, appended, keyword_arg, statements
-from kernelband.proposers.rewriter.rewrites.matmul_launch import branched, host_names, with_twin
+from kernelband.proposers.rewriter.rewrites.matmul_launch import branched, host_names
 from kernelband.proposers.rewriter.rewrites.online_launch import launch_statement
 
 D = 8  # elements: 16 bytes of fp16 or bf16
@@ -67,7 +65,7 @@ def _values(ms: ModuleSource, launch: Launch, params: list[str]) -> dict[str, cs
     host cannot read them once before the launch."""
     kernel = launch.kernel
     if launch_statement(ms, launch) is None:
-        return f"the {launch.where} is not a statement of its own in a function: it cannot branch on its values"
+        return f"the {launch.where} is not a statement of its own in a function: its values cannot be read before it"
     if any(a.star for a in launch.call.args):
         return f"the {launch.where} passes starred arguments: which values are {kernel.name}'s parameters is unknown"
     if any(subnodes(launch.call, kind) for kind in EFFECTS):
@@ -82,9 +80,9 @@ def _values(ms: ModuleSource, launch: Launch, params: list[str]) -> dict[str, cs
     return found
 
 
-def _twin(kernel: Kernel, name: str, params: list[str]) -> tuple[cst.FunctionDef, str]:
-    """The kernel renamed, with a constexpr bit mask (0 by default) that states which parameters are multiples
-    of D, and their rebindings at the top of its body."""
+def _hinted(kernel: Kernel, params: list[str]) -> tuple[cst.FunctionDef, str]:
+    """The kernel with a constexpr bit mask (0 by default: the kernel as it was) that states which parameters
+    are multiples of D, and their rebindings at the top of its body."""
     flag = fresh_name("ALIGNED", set(kernel.names))
     bits = cst.Param(cst.Name(flag), annotation=cst.Annotation(cst.parse_expression(f"{kernel.tl_name}.constexpr")),
                      default=cst.Integer("0"), equal=cst.AssignEqual())
@@ -97,14 +95,12 @@ def _twin(kernel: Kernel, name: str, params: list[str]) -> tuple[cst.FunctionDef
     body = list(node.body.body)
     doc = 1 if body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr) \
         and isinstance(body[0].body[0].value, cst.SimpleString | cst.ConcatenatedString) else 0
-    node = node.with_changes(name=cst.Name(name), leading_lines=[cst.EmptyLine(), cst.EmptyLine()],
-                             body=node.body.with_changes(body=[*body[:doc], *rebinds, *body[doc:]]))
-    return node, flag
+    return node.with_changes(body=node.body.with_changes(body=[*body[:doc], *rebinds, *body[doc:]])), flag
 
 
-def _branch(ms: ModuleSource, launch: Launch, values: dict[str, cst.BaseExpression], twin: str, flag: str):
-    """The launch's edit: its values read once, the bits of those that are multiples of D, then the twin where
-    one is, the original where none is; None where the launch's numbers are certain to give no bit."""
+def _launch(ms: ModuleSource, launch: Launch, values: dict[str, cst.BaseExpression], flag: str):
+    """The launch's edit: its values read once, the bits of those that are multiples of D (and not of 16), then
+    the launch with them; None where the launch's numbers are certain to give no bit."""
     if not any(_useful(launch_value(ms, launch, v)) for v in values.values()):
         return None
     call = launch.call
@@ -119,12 +115,10 @@ def _branch(ms: ModuleSource, launch: Launch, values: dict[str, cst.BaseExpressi
     for p in bound:
         index = launch.args[p]
         args[index] = args[index].with_changes(value=cst.Name(names[p]))
-    original = call.with_changes(args=args)
-    aligned = original.with_changes(func=call.func.with_changes(value=cst.Name(twin)),
-                                    args=appended(args, keyword_arg(flag, cst.Name(names[mask]))))
+    hinted = call.with_changes(args=appended(args, keyword_arg(flag, cst.Name(names[mask]))))
     line = launch_statement(ms, launch)
-    otherwise = code(line.with_changes(leading_lines=[], body=[line.body[0].with_changes(value=original)]))
-    return branched(line, setup, names[mask], [code(aligned)], otherwise.rstrip("\n"))
+    launched = code(line.with_changes(leading_lines=[], body=[line.body[0].with_changes(value=hinted)]))
+    return branched(line, setup, None, [launched.rstrip("\n")])
 
 
 def divisibility_hints(ms: ModuleSource) -> Found:
@@ -154,14 +148,12 @@ def _variant(ms: ModuleSource, kernel: Kernel, params: list[str], launches: list
     if not kept:
         return (f"every launch of {kernel.name} passes {', '.join(params)} as numbers that Triton specializes "
                 f"already (1 or multiples of 16) or that are not multiples of {D}")
-    used = {n for s in ms.scopes for n in s.assigns} | set(ms.kernels)
-    twin = fresh_name(f"{kernel.name}_aligned", used)
-    node, flag = _twin(kernel, twin, kept)
-    edits = [e for launch, g in zip(launches, given) if (e := _branch(ms, launch, {p: g[p] for p in kept}, twin,
-                                                                        flag)) is not None]
+    node, flag = _hinted(kernel, kept)
+    edits = [e for launch, g in zip(launches, given) if (e := _launch(ms, launch, {p: g[p] for p in kept}, flag))
+             is not None]
     if not edits:
         return f"no launch of {kernel.name} passes a value of {', '.join(kept)} that may be a multiple of {D}"
-    touched = frozenset({kernel.name, twin} | {launch.scope.top for launch in launches})
-    return Variant("divisibility_hints", f"{kernel.name}'s {', '.join(kept)} stated multiples of {D} in a twin "
-                   f"({twin}) that each launch takes where they are (Triton specializes only multiples of 16)",
-                   touched, (with_twin(kernel, node), *edits))
+    touched = frozenset({kernel.name} | {launch.scope.top for launch in launches})
+    return Variant("divisibility_hints", f"{kernel.name} states {', '.join(kept)} multiples of {D} where its "
+                   f"launch's values are (a bit each of a constexpr {flag}; Triton specializes only multiples of 16)",
+                   touched, ((kernel.node, lambda _: node), *edits))
