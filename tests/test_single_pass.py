@@ -38,7 +38,8 @@ def one(source: str) -> tuple[str, str]:
 
 def changed(old: str, new: str, source: str = ROW_SUM) -> str:
     assert old in source
-    return source.replace(old, new)
+    source = source.replace(old, new)
+    return source.replace("    for start", "    scale = 1.0\n    for start") if "scale" in new else source
 
 
 @pytest.mark.parametrize("old, new, reason", [
@@ -74,6 +75,26 @@ def changed(old: str, new: str, source: str = ROW_SUM) -> str:
     ("    for start in range(0, n_cols, BLOCK):\n        acc +=",
      "    for start in range(0, n_cols, BLOCK):\n        for again in range(0, n_cols, BLOCK):\n            acc +=",
      "a loop of row_sum_kernel over blocks of BLOCK runs inside another"),
+    # values carried from block to block that are no reduction over the row: their value after the loop depends
+    # on how many blocks ran
+    ("other=0.0)\n    tl.store(out_ptr + row, tl.sum(acc, axis=0))",
+     "other=0.0)\n        scale = scale * 0.5\n    tl.store(out_ptr + row, tl.sum(acc, axis=0) * scale)",
+     "row_sum_kernel's scale carries a value from one block to the next that is not a sum, max or min over the "
+     "row: one block computes something else"),
+    ("        acc += tl.load(x_ptr + row * n_cols + start + cols, mask=start + cols < n_cols, other=0.0)",
+     "        acc = acc * 0.5 + tl.load(x_ptr + row * n_cols + start + cols, mask=start + cols < n_cols, other=0.0)",
+     "row_sum_kernel's acc carries a value from one block to the next that is not a sum, max or min over the "
+     "row: one block computes something else"),
+    ("    for start in range(0, n_cols, BLOCK):\n        acc += tl.load(",
+     "    for start in range(0, n_cols, BLOCK):\n        scale *= 0.5\n        acc += scale * tl.load(",
+     "row_sum_kernel's acc combines in scale, which its loop also carries from block to block: one block "
+     "computes something else"),
+    ("    acc = tl.zeros([BLOCK], tl.float32)", "    acc = tl.full([BLOCK], 1.0, tl.float32)",
+     "row_sum_kernel's acc starts its lanes along BLOCK from values other than 0: one block of another extent has "
+     "another number of them"),
+    ("tl.sum(acc, axis=0))", "tl.max(acc, axis=0))",
+     "row_sum_kernel's acc holds a sum per lane along BLOCK that is read after its loop other than as a tl.sum "
+     "over BLOCK: one block of another extent holds other lanes"),
     ("    row_sum_kernel[(x.shape[0],)](x, out, n, BLOCK=16)\n",
      "    handle = row_sum_kernel[(x.shape[0],)](x, out, n, BLOCK=16)\n",
      "the row_sum_kernel launch in row_sum is part of a larger expression: the launch cannot branch on the row's "
