@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 
 import pytest
-from interpreted import interpreted
+from interpreted import interpreted, run_modules
 from test_rewrites_structural import MM as STRUCTURAL_MM
 from test_rewrites_structural import ROW_SUM as STRUCTURAL_ROW_SUM
 
@@ -130,12 +130,25 @@ def test_the_twin_runs_each_loop_once_at_offset_zero_and_the_launch_branches_on_
 def test_lanes_past_the_end_that_a_sum_would_count_keep_the_twin_to_rows_of_a_power_of_two():
     """other=1.0 adds one per lane past the row's end: one block of B == n (a power of two) has none."""
     rationale, new = one(changed("other=0.0", "other=1.0"))
-    assert rationale.endswith("where 0 < n_cols <= 16384 and n_cols is a power of two, so that no lane lies past "
-                              "it (row_sum_kernel: the lanes past the end add 1.0 to a tl.sum) "
-                              "(row_sum_kernel_single_pass), the loops otherwise")
-    assert "    if 0 < n <= 16384 and n & (n - 1) == 0:\n" in new
+    assert rationale.endswith("where 0 < n_cols <= 16384 and n_cols is a power of two and a multiple of the launch's "
+                              "BLOCK, so that no lane lies past it (row_sum_kernel: the lanes past the end add 1.0 to "
+                              "a tl.sum) (row_sum_kernel_single_pass), the loops otherwise")
+    assert "    if 0 < n <= 16384 and n & (n - 1) == 0 and n % 16 == 0:\n" in new
     rationale, _ = one(changed("mask=start + cols < n_cols, other=0.0", "other=0.0"))
-    assert "is a power of two, so that no lane lies past it (a load along BLOCK is not bounded by a mask)" in rationale
+    assert ("is a power of two and a multiple of the launch's BLOCK, so that no lane lies past it (a load along BLOCK "
+            "is not bounded by a mask)") in rationale
+    _, new = one(changed("other=0.0", "other=1.0").replace("BLOCK=16)", "BLOCK=block)").replace(
+        "    n = x.shape[1]\n", "    n = x.shape[1]\n    block = 16 if n < 1024 else 64\n"))
+    assert "    if 0 < n <= 16384 and n & (n - 1) == 0 and n % block == 0:\n" in new  # the launch's block, read again
+    tuned = changed("other=0.0", "other=1.0").replace("@triton.jit\n", '@triton.autotune(configs=[triton.Config('
+                                                      '{"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n_cols"])'
+                                                      '\n@triton.jit\n').replace(", BLOCK=16)", ")")
+    assert "    if 0 < n <= 16384 and n & (n - 1) == 0 and n % 32 == 0:\n" in one(tuned)[1]  # each config's divides n
+    unread = changed("other=0.0", "other=1.0").replace("BLOCK=16)", "BLOCK=pick(n))")
+    assert made(unread) == ([], (
+        "the lanes past the row's end change row_sum_kernel's result (row_sum_kernel: the lanes past the end add 1.0 "
+        "to a tl.sum), and the row_sum_kernel launch in row_sum does not say BLOCK as a value it can read again: no "
+        "guard can see that its blocks leave no such lane",))
 
 
 def test_a_tl_dot_k_loop_takes_one_block_of_16_to_64_and_keeps_its_num_warps():
@@ -146,8 +159,8 @@ def test_a_tl_dot_k_loop_takes_one_block_of_16_to_64_and_keeps_its_num_warps():
             "N, K, BLOCK_M=16, BLOCK_N=16, BLOCK_K=max(16, triton.next_power_of_2(K)))\n") in new
     unmasked = MM.replace("mask=(offs_m[:, None] < M) & ((k + offs_k)[None, :] < K), other=0.0", "")
     rationale, new = one(unmasked)
-    assert "where 16 <= K <= 64 and K is a power of two" in rationale
-    assert "    if 16 <= K <= 64 and K & (K - 1) == 0:\n" in new
+    assert "where 16 <= K <= 64 and K is a power of two and a multiple of the launch's BLOCK_K" in rationale
+    assert "    if 16 <= K <= 64 and K & (K - 1) == 0 and K % 16 == 0:\n" in new
     always_long = MM.replace("range(0, K, BLOCK_K)", "range(0, 4096, BLOCK_K)").replace("(k + offs_k)", "(k + offs_k)")
     assert made(always_long) == ([], ("mm_kernel's rows (4096) never fit one block of BLOCK_K",))
 
@@ -222,7 +235,7 @@ def test_rows_of_a_power_of_two_take_the_twin_and_other_rows_the_loops_where_lan
     one block of 128 would leave 28)."""
     source = changed("other=0.0", "other=1.0")
     _, variant = one(source)
-    forced = variant.replace("if 0 < n <= 16384 and n & (n - 1) == 0:", "if 0 < n <= 16384:")
+    forced = variant.replace("if 0 < n <= 16384 and n & (n - 1) == 0 and n % 16 == 0:", "if 0 < n <= 16384:")
     interpreted(source, f"""
 import importlib, sys, types
 def load(name, text):
@@ -247,4 +260,28 @@ def test_a_tl_dot_k_loop_in_one_block_gives_the_loops_product_in_the_interpreter
 for m, n, k in ((20, 24, 40), (20, 24, 300)):  # K = 40: one block of 64; K = 300: the loops
     a, b = torch.randn(m, k), torch.randn(k, n)
     assert torch.allclose(module.mm(a, b), a @ b, atol=1e-3, rtol=1e-3), k
+""")
+
+
+ROW_MAX = ROW_SUM.replace("acc = tl.zeros([BLOCK], tl.float32)", "acc = tl.full([BLOCK], float('-inf'), tl.float32)").replace(
+    "acc += tl.load(", "acc = tl.maximum(acc, tl.load(").replace("other=0.0)", "other=0.0))").replace(
+    "tl.sum(acc, axis=0)", "tl.max(acc, axis=0)").replace("BLOCK=16)", "BLOCK=64)")
+
+
+@pytest.mark.slow
+def test_where_lanes_past_the_end_count_the_twin_takes_only_rows_that_the_launchs_block_divides():
+    """A row max whose lanes past the end hold 0.0: at 32 columns the original's one block of 64 has 32 such
+    lanes (its max of negative rows is 0.0), the twin's block of 32 none; at 128 neither has any."""
+    _, variant = one(ROW_MAX)
+    assert "    if 0 < n <= 16384 and n & (n - 1) == 0 and n % 64 == 0:\n" in variant
+    run_modules({"kb_original": ROW_MAX, "kb_variant": variant,
+                 "kb_unguarded": variant.replace(" and n % 64 == 0:", ":")}, """
+import torch
+import kb_original as original, kb_variant as variant, kb_unguarded as unguarded
+torch.manual_seed(0)
+for cols in (32, 128):
+    x = -torch.rand(3, cols) - 1
+    assert torch.equal(variant.row_sum(x), original.row_sum(x)), cols
+x = -torch.rand(3, 32) - 1
+assert torch.equal(original.row_sum(x), torch.zeros(3)) and (unguarded.row_sum(x) < -1).all()
 """)

@@ -154,7 +154,7 @@ class _Twin(cst.CSTTransformer):
         return updated_node
 
 
-def _never(host: str, low: str, bound: str, exact: bool) -> bool:
+def _never(host: str, low: str, bound: str, exact: bool, block: str | int | None = None) -> bool:
     """Whether a row length that is a number never takes the one-block branch."""
     try:
         n, top = ast.literal_eval(host), ast.literal_eval(bound)
@@ -162,7 +162,8 @@ def _never(host: str, low: str, bound: str, exact: bool) -> bool:
         return False
     if not isinstance(n, int) or not isinstance(top, int):
         return False
-    return not (int(low) < n <= top if low == "0" else int(low) <= n <= top) or (exact and n & (n - 1) != 0)
+    return not (int(low) < n <= top if low == "0" else int(low) <= n <= top) or (exact and n & (n - 1) != 0) \
+        or (exact and isinstance(block, int) and block > 0 and n % block != 0)
 
 
 def _configs_arg(call: cst.Call, arg: cst.Arg) -> bool:
@@ -276,7 +277,12 @@ class _Launch:
             rest = " * ".join(([str(numbers)] if numbers > 1 else []) + codes)
             bound = str(MAX_TILE // numbers) if not codes else f"{MAX_TILE // numbers} // ({' * '.join(codes)})"
             elements = size if not rest else f"{size} * {rest}"
-        if _never(host, low, bound, bool(row.padded)):
+        block = self._block() if row.padded else None
+        if row.padded and block is None:
+            return (f"the lanes past the row's end change {self.kernel.name}'s result ({row.padded}), and the "
+                    f"{launch.where} does not say {row.param} as a value it can read again: no guard can see that "
+                    f"its blocks leave no such lane")
+        if _never(host, low, bound, bool(row.padded), block):
             return None
         block_arg = launch.arg(row.param)
         if block_arg is not None and block_arg.star:
@@ -296,7 +302,11 @@ class _Launch:
             single = single.with_changes(func=single.func.with_changes(value=cst.Name(twin)))
             if warps:
                 single = set_kwarg("num_warps", WARPS.format(elements=elements))(single)
-            exact = f" and {n} & ({n} - 1) == 0" if row.padded else ""  # no lane past n: it is a power of two
+            # no lane past n in either kernel: n is a power of two (the twin's one block) and a multiple of the
+            # launch's block (the original's last block)
+            size_b = block if isinstance(block, int) or str(block).isidentifier() else f"({block})"
+            divides = "" if block == 1 else f" and {n} % {size_b} == 0"
+            exact = f" and {n} & ({n} - 1) == 0{divides}" if row.padded else ""
             branch = cst.parse_statement(f"if {low} < {n} <= {bound}{exact}:\n    pass\nelse:\n    pass\n"
                                          if low == "0" else
                                          f"if {low} <= {n} <= {bound}{exact}:\n    pass\nelse:\n    pass\n")
@@ -307,6 +317,14 @@ class _Launch:
                 orelse=branch.orelse.with_changes(body=branch.orelse.body.with_changes(
                     body=[line.with_changes(leading_lines=[])])))
         return statement, edit
+
+    def _block(self) -> str | int | None:
+        """The original's block at the launch: its value, or the least common multiple of the literal autotune
+        configs' (each divides what it divides); None where the launch cannot say it."""
+        param = self.row.param
+        if self.launch.arg(param) is None and self.tuned and param in self.tuned:
+            return math.lcm(*self.tuned[param])
+        return self.value(param)
 
     def _host(self, end: ast.expr) -> str:
         """n in the launch's values; "!why" where the launch cannot compute it."""
@@ -379,7 +397,8 @@ def _variant(ms: ModuleSource, kernel: Kernel, row: RowBlock) -> Variant | str:
     else:
         size = f"triton.next_power_of_2({end})"
         bound = f"{MAX_TILE} // ({' * '.join(row.others)})" if row.others else str(MAX_TILE)
-    exact = f" and {end} is a power of two, so that no lane lies past it ({row.padded})" if row.padded else ""
+    exact = (f" and {end} is a power of two and a multiple of the launch's {row.param}, so that no lane lies past it "
+             f"({row.padded})") if row.padded else ""
     low = f"{MIN_DOT} <=" if row.dot and row.padded else "0 <"
     over = readable(row.end) if row.bound is not row.end else end
     return Variant("single_pass", f"{kernel.name}'s {len(row.loops)} loop(s) over {over} as one block of {size} "
