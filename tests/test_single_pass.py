@@ -188,8 +188,23 @@ def test_an_autotuned_or_heuristic_block_is_left_out_of_the_twins_configs_and_pa
                                           Config({"BLOCK": 16, "R": 2}, 2)], "BLOCK")
     assert [(c.kwargs, c.num_warps) for c in kept] == [({"R": 1}, 2), ({"R": 2}, 2)]
     pruned = tuned.replace('key=["n_cols"])', 'key=["n_cols"], prune_configs_by={"early_config_prune": prune})')
-    _, new = one(pruned)  # a pruner may read the block from each config: the twin's autotuner goes without
-    assert new.count("prune_configs_by=") == 1 and "'BLOCK'), key=[\"n_cols\"])\n@triton.jit\ndef row_sum_kernel_single" in new
+    _, new = one(pruned)  # a pruner may guard correctness: the twin's keeps it, given the block from the launch
+    assert ("'BLOCK'), key=[\"n_cols\"], prune_configs_by=_pruning_with({\"early_config_prune\": prune}, 'BLOCK'))\n"
+            "@triton.jit\ndef row_sum_kernel_single") in new
+    exec(new[new.index("def _pruning_with("):new.index("@triton.autotune(configs=_configs_without")], namespace)
+    seen = []
+
+    def prune(configs, named_args, **kwargs):  # reads the block from each config, as matmul_configs' pruners do
+        seen.append(sorted(c.kwargs["BLOCK"] for c in configs))
+        return [c for c in configs if c.kwargs["R"] == 2] + [Config({"BLOCK": 64, "R": 3}, 8)]
+
+    configs = [Config({"R": 1}, 2), Config({"R": 2}, 4)]
+    wrapped = namespace["_pruning_with"]({"early_config_prune": prune, "top_k": 2}, "BLOCK")
+    assert wrapped["top_k"] == 2
+    kept = wrapped["early_config_prune"](configs, {"n_cols": 100}, BLOCK=128)
+    assert seen == [[128, 128]] and kept[0] is configs[1] and kept[1].kwargs == {"R": 3}
+    kept = wrapped["early_config_prune"](configs, {"n_cols": 100, "BLOCK": 64})  # passed in place
+    assert seen[-1] == [64, 64] and kept[0] is configs[1]
     heuristic = changed("@triton.jit\n", '@triton.heuristics({"BLOCK": lambda args: 16})\n@triton.jit\n').replace(
         ", BLOCK=16)", ")")
     _, new = one(heuristic)
@@ -285,3 +300,42 @@ for cols in (32, 128):
 x = -torch.rand(3, 32) - 1
 assert torch.equal(original.row_sum(x), torch.zeros(3)) and (unguarded.row_sum(x) < -1).all()
 """)
+
+
+# MM writing into the caller's output, its store unmasked along M: matmul_configs' configs then carry a pruner
+# that keeps only the tiles of BLOCK_M that divide M (the tutorial's 16 x 16 x 16 and 64 x 32 x 32 kept here)
+MM_INTO = MM.replace("def mm(a, b):", "def mm(a, b, c):").replace(
+    "    c = torch.empty((M, N), device=a.device)\n", "").replace(
+    "acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))", "acc, mask=offs_n[None, :] < N)")
+
+
+@pytest.mark.slow
+def test_after_matmul_configs_the_twin_keeps_the_pruner_that_keeps_the_tiles_that_divide_m():
+    """At M = 48 the pruner keeps BLOCK_M = 16 only: a tile of 64 rows would store rows 48-63 past the output,
+    into the rest of its buffer. The twin's autotuner, given BLOCK_K from its launch, prunes the same (without
+    its pruner it would also have two configs to time, which the interpreter cannot without a GPU)."""
+    [(_, tuned)] = [v for v in made_by(MM_INTO, "matmul_configs") if "tutorial" in v[0]]
+    lines = tuned.splitlines(keepends=True)
+    tuned = "".join(line for line in lines if not line.lstrip().startswith("triton.Config(") or any(
+        tile in line for tile in ('"BLOCK_M": 16, "BLOCK_N": 16', '"BLOCK_M": 64, "BLOCK_N": 32')))
+    assert tuned.count("triton.Config(") == 2 and "_mm_kernel_tiles_divide" in tuned
+    _, variant = one(tuned)
+    twin = variant[variant.index("configs=_configs_without("):]
+    assert "prune_configs_by=_pruning_with({\"early_config_prune\": _mm_kernel_tiles_divide}, 'BLOCK_K')" in twin
+    run_modules({"kb_original": tuned, "kb_variant": variant}, """
+import torch
+import kb_original as original, kb_variant as variant
+torch.manual_seed(0)
+M, N, K = 48, 32, 40
+a, b = torch.randn(M, K), torch.randn(K, N)
+for module in (original, variant):
+    buffer = torch.zeros(64, N)
+    module.mm(a, b, buffer[:M])
+    assert torch.allclose(buffer[:M], a @ b, atol=1e-3, rtol=1e-3), module
+    assert torch.equal(buffer[M:], torch.zeros(64 - M, N)), module  # no row past M stored
+""")
+
+
+def made_by(source: str, rewrite: str) -> list[tuple[str, str]]:
+    found = options(source, (rewrite,))
+    return [(v.rationale, v.apply(found.module)) for v in found.variants]

@@ -20,7 +20,9 @@ elements, as a row of plain loads does today; a block that is a tl.dot operand i
 at most 64, the K that the loop's own steps cover in one or two: a longer K keeps the loop, whose steps the compiler
 pipelines. num_warps follows the tile as in Triton's fused-softmax tutorial (4 up to 1,024 elements, then one warp
 more per 256, up to 16); a tl.dot kernel keeps its launch's, an autotuned kernel its configs'. Where the autotuner
-or a heuristic sets B, the twin's configs (or heuristics) leave it out and the launch passes it.
+or a heuristic sets B, the twin's configs (or heuristics) leave it out and the launch passes it; a config pruner
+stays, given B from the launch (it may prune the configs whose tiles do not divide the sizes they tile
+unmasked).
 """
 
 from __future__ import annotations
@@ -64,6 +66,34 @@ def {name}(configs, key):
             kept.append(config)
     return kept
 '''
+PRUNING = '''
+def {name}(pruning, key):
+    """The autotuner's pruning with `key`, which the launch passes and the configs leave out, put back into each
+    config its pruner reads: a pruner that keeps the configs whose tiles divide the sizes keeps them still."""
+    import copy
+
+    prune = pruning.get("early_config_prune")
+    if prune is None:
+        return pruning
+
+    def pruned(configs, named_args, **kwargs):
+        value = kwargs[key] if key in kwargs else named_args[key]
+        whole = []
+        for config in configs:
+            config = copy.copy(config)
+            config.kwargs = {{**config.kwargs, key: value}}
+            whole.append(config)
+        mine = {{id(w): c for w, c in zip(whole, configs)}}
+        kept = []
+        for config in prune(whole, named_args, **kwargs):
+            if id(config) not in mine:  # a config the pruner made: the launch still passes the key
+                config = copy.copy(config)
+                config.kwargs = {{k: v for k, v in config.kwargs.items() if k != key}}
+            kept.append(mine.get(id(config), config))
+        return kept
+
+    return {{**pruning, "early_config_prune": pruned}}
+'''
 
 
 def plain(node: cst.BaseExpression) -> bool:
@@ -100,9 +130,11 @@ class _Twin(cst.CSTTransformer):
     """The kernel renamed, each row loop replaced by its body at offset 0, B left out of its autotune configs
     and heuristics."""
 
-    def __init__(self, kernel: Kernel, row: RowBlock, name: str, without: str | None, heuristic: bool) -> None:
+    def __init__(self, kernel: Kernel, row: RowBlock, name: str, without: str | None, pruning: str | None,
+                 heuristic: bool) -> None:
         super().__init__()
-        self.kernel, self.row, self.name, self.without, self.heuristic = kernel, row, name, without, heuristic
+        self.kernel, self.row, self.name, self.heuristic = kernel, row, name, heuristic
+        self.without, self.pruning = without, pruning
         self.loops = {id(loop.node): loop for loop in row.loops}
 
     def _unrolled(self, original, updated):
@@ -129,12 +161,15 @@ class _Twin(cst.CSTTransformer):
         name = (dotted(call.func) or "").rpartition(".")[2]
         param = self.row.param
         if name == "autotune" and self.without is not None:
-            # a config pruner may read B from each config: it only saves tuning time, and the twin goes without
-            args = [a.with_changes(value=cst.parse_expression(f"{self.without}({code(a.value)}, {param!r})"))
-                    if _configs_arg(call, a) else a for a in call.args
-                    if not (a.keyword is not None and a.keyword.value == "prune_configs_by")]
-            if args and call.args[-1].keyword is not None and call.args[-1].keyword.value == "prune_configs_by":
-                args[-1] = args[-1].with_changes(comma=call.args[-1].comma)
+            # a config pruner may guard correctness (tiles that must divide the sizes their unmasked accesses
+            # walk): the twin keeps it, reading B from the launch where its configs leave it out
+            args = []
+            for a in call.args:
+                if _configs_arg(call, a):
+                    a = a.with_changes(value=cst.parse_expression(f"{self.without}({code(a.value)}, {param!r})"))
+                elif _pruning_arg(call, a):
+                    a = a.with_changes(value=cst.parse_expression(f"{self.pruning}({code(a.value)}, {param!r})"))
+                args.append(a)
             return updated_node.with_changes(decorator=call.with_changes(args=args))
         if name == "heuristics" and self.heuristic and call.args:
             arg = call.args[0]
@@ -168,6 +203,13 @@ def _never(host: str, low: str, bound: str, exact: bool, block: str | int | None
 
 def _configs_arg(call: cst.Call, arg: cst.Arg) -> bool:
     return (arg.keyword is not None and arg.keyword.value == "configs") or (arg.keyword is None and arg is call.args[0])
+
+
+def _pruning_arg(call: cst.Call, arg: cst.Arg) -> bool:
+    """autotune's prune_configs_by, by keyword or third in place."""
+    positional = [a for a in call.args if a.keyword is None]
+    return (arg.keyword is not None and arg.keyword.value == "prune_configs_by") or (
+        arg.keyword is None and len(positional) > 2 and arg is positional[2])
 
 
 def _tuned(kernel: Kernel) -> dict[str, list[int]] | None:
@@ -384,10 +426,14 @@ def _variant(ms: ModuleSource, kernel: Kernel, row: RowBlock) -> Variant | str:
     # B set by the autotuner's configs (or configs the rewrite cannot read): the twin's configs leave it out
     without = fresh_name("_configs_without", used) if kernel.autotune is not None and (
         tuned is None or row.param in tuned) else None
+    call = kernel.autotune.decorator if kernel.autotune is not None else None
+    pruning = fresh_name("_pruning_with", used | {without}) if without and isinstance(call, cst.Call) and any(
+        _pruning_arg(call, a) for a in call.args) else None
     heuristic = heuristics is None or row.param in heuristics
     gap = [cst.EmptyLine(), cst.EmptyLine()]
-    copy = kernel.node.visit(_Twin(kernel, row, twin, without, heuristic)).with_changes(leading_lines=gap)
+    copy = kernel.node.visit(_Twin(kernel, row, twin, without, pruning, heuristic)).with_changes(leading_lines=gap)
     helper = statements(WITHOUT.format(name=without).lstrip("\n")) if without else []
+    helper += statements(PRUNING.format(name=pruning).lstrip("\n")) if pruning else []
     helper = [h.with_changes(leading_lines=gap) for h in helper]
     edits.append((kernel.node, lambda node: cst.FlattenSentinel([node, *helper, copy])))
     touched = frozenset({kernel.name, twin} | {x.scope.top for x in ms.launches_of(kernel)})
