@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 
 import pytest
-from interpreted import interpreted
+from interpreted import interpreted, run_modules
 from test_rewrites_structural import MM as STRUCTURAL_MM
 from test_rewrites_structural import ROW_SUM as STRUCTURAL_ROW_SUM
 
@@ -38,7 +38,8 @@ def one(source: str) -> tuple[str, str]:
 
 def changed(old: str, new: str, source: str = ROW_SUM) -> str:
     assert old in source
-    return source.replace(old, new)
+    source = source.replace(old, new)
+    return source.replace("    for start", "    scale = 1.0\n    for start") if "scale" in new else source
 
 
 @pytest.mark.parametrize("old, new, reason", [
@@ -74,6 +75,26 @@ def changed(old: str, new: str, source: str = ROW_SUM) -> str:
     ("    for start in range(0, n_cols, BLOCK):\n        acc +=",
      "    for start in range(0, n_cols, BLOCK):\n        for again in range(0, n_cols, BLOCK):\n            acc +=",
      "a loop of row_sum_kernel over blocks of BLOCK runs inside another"),
+    # values carried from block to block that are no reduction over the row: their value after the loop depends
+    # on how many blocks ran
+    ("other=0.0)\n    tl.store(out_ptr + row, tl.sum(acc, axis=0))",
+     "other=0.0)\n        scale = scale * 0.5\n    tl.store(out_ptr + row, tl.sum(acc, axis=0) * scale)",
+     "row_sum_kernel's scale carries a value from one block to the next that is not a sum, max or min over the "
+     "row: one block computes something else"),
+    ("        acc += tl.load(x_ptr + row * n_cols + start + cols, mask=start + cols < n_cols, other=0.0)",
+     "        acc = acc * 0.5 + tl.load(x_ptr + row * n_cols + start + cols, mask=start + cols < n_cols, other=0.0)",
+     "row_sum_kernel's acc carries a value from one block to the next that is not a sum, max or min over the "
+     "row: one block computes something else"),
+    ("    for start in range(0, n_cols, BLOCK):\n        acc += tl.load(",
+     "    for start in range(0, n_cols, BLOCK):\n        scale *= 0.5\n        acc += scale * tl.load(",
+     "row_sum_kernel's acc combines in scale, which its loop also carries from block to block: one block "
+     "computes something else"),
+    ("    acc = tl.zeros([BLOCK], tl.float32)", "    acc = tl.full([BLOCK], 1.0, tl.float32)",
+     "row_sum_kernel's acc starts its lanes along BLOCK from values other than 0: one block of another extent has "
+     "another number of them"),
+    ("tl.sum(acc, axis=0))", "tl.max(acc, axis=0))",
+     "row_sum_kernel's acc holds a sum per lane along BLOCK that is read after its loop other than as a tl.sum "
+     "over BLOCK: one block of another extent holds other lanes"),
     ("    row_sum_kernel[(x.shape[0],)](x, out, n, BLOCK=16)\n",
      "    handle = row_sum_kernel[(x.shape[0],)](x, out, n, BLOCK=16)\n",
      "the row_sum_kernel launch in row_sum is part of a larger expression: the launch cannot branch on the row's "
@@ -109,12 +130,25 @@ def test_the_twin_runs_each_loop_once_at_offset_zero_and_the_launch_branches_on_
 def test_lanes_past_the_end_that_a_sum_would_count_keep_the_twin_to_rows_of_a_power_of_two():
     """other=1.0 adds one per lane past the row's end: one block of B == n (a power of two) has none."""
     rationale, new = one(changed("other=0.0", "other=1.0"))
-    assert rationale.endswith("where 0 < n_cols <= 16384 and n_cols is a power of two, so that no lane lies past "
-                              "it (row_sum_kernel: the lanes past the end add 1.0 to a tl.sum) "
-                              "(row_sum_kernel_single_pass), the loops otherwise")
-    assert "    if 0 < n <= 16384 and n & (n - 1) == 0:\n" in new
+    assert rationale.endswith("where 0 < n_cols <= 16384 and n_cols is a power of two and a multiple of the launch's "
+                              "BLOCK, so that no lane lies past it (row_sum_kernel: the lanes past the end add 1.0 to "
+                              "a tl.sum) (row_sum_kernel_single_pass), the loops otherwise")
+    assert "    if 0 < n <= 16384 and n & (n - 1) == 0 and n % 16 == 0:\n" in new
     rationale, _ = one(changed("mask=start + cols < n_cols, other=0.0", "other=0.0"))
-    assert "is a power of two, so that no lane lies past it (a load along BLOCK is not bounded by a mask)" in rationale
+    assert ("is a power of two and a multiple of the launch's BLOCK, so that no lane lies past it (a load along BLOCK "
+            "is not bounded by a mask)") in rationale
+    _, new = one(changed("other=0.0", "other=1.0").replace("BLOCK=16)", "BLOCK=block)").replace(
+        "    n = x.shape[1]\n", "    n = x.shape[1]\n    block = 16 if n < 1024 else 64\n"))
+    assert "    if 0 < n <= 16384 and n & (n - 1) == 0 and n % block == 0:\n" in new  # the launch's block, read again
+    tuned = changed("other=0.0", "other=1.0").replace("@triton.jit\n", '@triton.autotune(configs=[triton.Config('
+                                                      '{"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n_cols"])'
+                                                      '\n@triton.jit\n').replace(", BLOCK=16)", ")")
+    assert "    if 0 < n <= 16384 and n & (n - 1) == 0 and n % 32 == 0:\n" in one(tuned)[1]  # each config's divides n
+    unread = changed("other=0.0", "other=1.0").replace("BLOCK=16)", "BLOCK=pick(n))")
+    assert made(unread) == ([], (
+        "the lanes past the row's end change row_sum_kernel's result (row_sum_kernel: the lanes past the end add 1.0 "
+        "to a tl.sum), and the row_sum_kernel launch in row_sum does not say BLOCK as a value it can read again: no "
+        "guard can see that its blocks leave no such lane",))
 
 
 def test_a_tl_dot_k_loop_takes_one_block_of_16_to_64_and_keeps_its_num_warps():
@@ -125,8 +159,8 @@ def test_a_tl_dot_k_loop_takes_one_block_of_16_to_64_and_keeps_its_num_warps():
             "N, K, BLOCK_M=16, BLOCK_N=16, BLOCK_K=max(16, triton.next_power_of_2(K)))\n") in new
     unmasked = MM.replace("mask=(offs_m[:, None] < M) & ((k + offs_k)[None, :] < K), other=0.0", "")
     rationale, new = one(unmasked)
-    assert "where 16 <= K <= 64 and K is a power of two" in rationale
-    assert "    if 16 <= K <= 64 and K & (K - 1) == 0:\n" in new
+    assert "where 16 <= K <= 64 and K is a power of two and a multiple of the launch's BLOCK_K" in rationale
+    assert "    if 16 <= K <= 64 and K & (K - 1) == 0 and K % 16 == 0:\n" in new
     always_long = MM.replace("range(0, K, BLOCK_K)", "range(0, 4096, BLOCK_K)").replace("(k + offs_k)", "(k + offs_k)")
     assert made(always_long) == ([], ("mm_kernel's rows (4096) never fit one block of BLOCK_K",))
 
@@ -154,8 +188,23 @@ def test_an_autotuned_or_heuristic_block_is_left_out_of_the_twins_configs_and_pa
                                           Config({"BLOCK": 16, "R": 2}, 2)], "BLOCK")
     assert [(c.kwargs, c.num_warps) for c in kept] == [({"R": 1}, 2), ({"R": 2}, 2)]
     pruned = tuned.replace('key=["n_cols"])', 'key=["n_cols"], prune_configs_by={"early_config_prune": prune})')
-    _, new = one(pruned)  # a pruner may read the block from each config: the twin's autotuner goes without
-    assert new.count("prune_configs_by=") == 1 and "'BLOCK'), key=[\"n_cols\"])\n@triton.jit\ndef row_sum_kernel_single" in new
+    _, new = one(pruned)  # a pruner may guard correctness: the twin's keeps it, given the block from the launch
+    assert ("'BLOCK'), key=[\"n_cols\"], prune_configs_by=_pruning_with({\"early_config_prune\": prune}, 'BLOCK'))\n"
+            "@triton.jit\ndef row_sum_kernel_single") in new
+    exec(new[new.index("def _pruning_with("):new.index("@triton.autotune(configs=_configs_without")], namespace)
+    seen = []
+
+    def prune(configs, named_args, **kwargs):  # reads the block from each config, as matmul_configs' pruners do
+        seen.append(sorted(c.kwargs["BLOCK"] for c in configs))
+        return [c for c in configs if c.kwargs["R"] == 2] + [Config({"BLOCK": 64, "R": 3}, 8)]
+
+    configs = [Config({"R": 1}, 2), Config({"R": 2}, 4)]
+    wrapped = namespace["_pruning_with"]({"early_config_prune": prune, "top_k": 2}, "BLOCK")
+    assert wrapped["top_k"] == 2
+    kept = wrapped["early_config_prune"](configs, {"n_cols": 100}, BLOCK=128)
+    assert seen == [[128, 128]] and kept[0] is configs[1] and kept[1].kwargs == {"R": 3}
+    kept = wrapped["early_config_prune"](configs, {"n_cols": 100, "BLOCK": 64})  # passed in place
+    assert seen[-1] == [64, 64] and kept[0] is configs[1]
     heuristic = changed("@triton.jit\n", '@triton.heuristics({"BLOCK": lambda args: 16})\n@triton.jit\n').replace(
         ", BLOCK=16)", ")")
     _, new = one(heuristic)
@@ -201,7 +250,7 @@ def test_rows_of_a_power_of_two_take_the_twin_and_other_rows_the_loops_where_lan
     one block of 128 would leave 28)."""
     source = changed("other=0.0", "other=1.0")
     _, variant = one(source)
-    forced = variant.replace("if 0 < n <= 16384 and n & (n - 1) == 0:", "if 0 < n <= 16384:")
+    forced = variant.replace("if 0 < n <= 16384 and n & (n - 1) == 0 and n % 16 == 0:", "if 0 < n <= 16384:")
     interpreted(source, f"""
 import importlib, sys, types
 def load(name, text):
@@ -227,3 +276,66 @@ for m, n, k in ((20, 24, 40), (20, 24, 300)):  # K = 40: one block of 64; K = 30
     a, b = torch.randn(m, k), torch.randn(k, n)
     assert torch.allclose(module.mm(a, b), a @ b, atol=1e-3, rtol=1e-3), k
 """)
+
+
+ROW_MAX = ROW_SUM.replace("acc = tl.zeros([BLOCK], tl.float32)", "acc = tl.full([BLOCK], float('-inf'), tl.float32)").replace(
+    "acc += tl.load(", "acc = tl.maximum(acc, tl.load(").replace("other=0.0)", "other=0.0))").replace(
+    "tl.sum(acc, axis=0)", "tl.max(acc, axis=0)").replace("BLOCK=16)", "BLOCK=64)")
+
+
+@pytest.mark.slow
+def test_where_lanes_past_the_end_count_the_twin_takes_only_rows_that_the_launchs_block_divides():
+    """A row max whose lanes past the end hold 0.0: at 32 columns the original's one block of 64 has 32 such
+    lanes (its max of negative rows is 0.0), the twin's block of 32 none; at 128 neither has any."""
+    _, variant = one(ROW_MAX)
+    assert "    if 0 < n <= 16384 and n & (n - 1) == 0 and n % 64 == 0:\n" in variant
+    run_modules({"kb_original": ROW_MAX, "kb_variant": variant,
+                 "kb_unguarded": variant.replace(" and n % 64 == 0:", ":")}, """
+import torch
+import kb_original as original, kb_variant as variant, kb_unguarded as unguarded
+torch.manual_seed(0)
+for cols in (32, 128):
+    x = -torch.rand(3, cols) - 1
+    assert torch.equal(variant.row_sum(x), original.row_sum(x)), cols
+x = -torch.rand(3, 32) - 1
+assert torch.equal(original.row_sum(x), torch.zeros(3)) and (unguarded.row_sum(x) < -1).all()
+""")
+
+
+# MM writing into the caller's output, its store unmasked along M: matmul_configs' configs then carry a pruner
+# that keeps only the tiles of BLOCK_M that divide M (the tutorial's 16 x 16 x 16 and 64 x 32 x 32 kept here)
+MM_INTO = MM.replace("def mm(a, b):", "def mm(a, b, c):").replace(
+    "    c = torch.empty((M, N), device=a.device)\n", "").replace(
+    "acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))", "acc, mask=offs_n[None, :] < N)")
+
+
+@pytest.mark.slow
+def test_after_matmul_configs_the_twin_keeps_the_pruner_that_keeps_the_tiles_that_divide_m():
+    """At M = 48 the pruner keeps BLOCK_M = 16 only: a tile of 64 rows would store rows 48-63 past the output,
+    into the rest of its buffer. The twin's autotuner, given BLOCK_K from its launch, prunes the same (without
+    its pruner it would also have two configs to time, which the interpreter cannot without a GPU)."""
+    [(_, tuned)] = [v for v in made_by(MM_INTO, "matmul_configs") if "tutorial" in v[0]]
+    lines = tuned.splitlines(keepends=True)
+    tuned = "".join(line for line in lines if not line.lstrip().startswith("triton.Config(") or any(
+        tile in line for tile in ('"BLOCK_M": 16, "BLOCK_N": 16', '"BLOCK_M": 64, "BLOCK_N": 32')))
+    assert tuned.count("triton.Config(") == 2 and "_mm_kernel_tiles_divide" in tuned
+    _, variant = one(tuned)
+    twin = variant[variant.index("configs=_configs_without("):]
+    assert "prune_configs_by=_pruning_with({\"early_config_prune\": _mm_kernel_tiles_divide}, 'BLOCK_K')" in twin
+    run_modules({"kb_original": tuned, "kb_variant": variant}, """
+import torch
+import kb_original as original, kb_variant as variant
+torch.manual_seed(0)
+M, N, K = 48, 32, 40
+a, b = torch.randn(M, K), torch.randn(K, N)
+for module in (original, variant):
+    buffer = torch.zeros(64, N)
+    module.mm(a, b, buffer[:M])
+    assert torch.allclose(buffer[:M], a @ b, atol=1e-3, rtol=1e-3), module
+    assert torch.equal(buffer[M:], torch.zeros(64 - M, N)), module  # no row past M stored
+""")
+
+
+def made_by(source: str, rewrite: str) -> list[tuple[str, str]]:
+    found = options(source, (rewrite,))
+    return [(v.rationale, v.apply(found.module)) for v in found.variants]

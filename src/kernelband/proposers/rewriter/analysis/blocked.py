@@ -15,8 +15,10 @@ One block of B >= n computes what the loops compute where B is free to take any 
   block's offset only as the offset of its lanes (`start + tl.arange(0, B)`) (`block_reads`);
 * B tiles no program coordinate, and nothing's result depends on B's extent (a reshape, a scan, a sort);
 * every load and store along B sits in those loops;
-* what leaves a loop is a value it carries from block to block (`acc`, a running max), never one block's value
-  or a pointer's position after the last block, and no load or store inside it reads a carried value;
+* what leaves a loop is a value it carries from block to block as a reduction over the row (`carries`: a sum,
+  a max, a min, a tl.dot accumulator, an online softmax's running max and sums), never one block's value, a
+  pointer's position after the last block or any other running value (`scale *= 0.5`), and no load or store
+  inside it reads a carried value;
 * the lanes past n change nothing (`padding`): every load and store along B is masked past n, and the lanes
   past n are neutral in every reduction over B and in every tl.dot that sums over B. Where that is not shown
   (`RowBlock.padded` says why), one block of B == n, which has no lanes past n, still computes what the loops
@@ -36,6 +38,7 @@ import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.accesses import Access, Accesses
 from kernelband.proposers.rewriter.analysis.block_reads import BlockReads, readable
+from kernelband.proposers.rewriter.analysis.carries import Carries
 from kernelband.proposers.rewriter.analysis.dots import Dots
 from kernelband.proposers.rewriter.analysis.loops import Loop, Loops
 from kernelband.proposers.rewriter.analysis.padding import (
@@ -43,6 +46,7 @@ from kernelband.proposers.rewriter.analysis.padding import (
     Padding,
     Place,
 )
+from kernelband.proposers.rewriter.analysis.reductions import Reductions
 from kernelband.proposers.rewriter.analysis.roles import Roles
 from kernelband.proposers.rewriter.analysis.shapes import REDUCTIONS, Shapes
 from kernelband.proposers.rewriter.analysis.syntax import arg_of, assigned, loads, subnodes
@@ -88,9 +92,9 @@ class RowBlocks:
     """For each constexpr of a kernel that a loop steps by, its RowBlock or why one block is not certain."""
 
     def __init__(self, values: KernelValues, shapes: Shapes, loops: Loops, accesses: Accesses, roles: Roles,
-                 dots: Dots) -> None:
-        self.values, self.shapes, self.loops, self.accesses, self.roles, self.dots = (
-            values, shapes, loops, accesses, roles, dots)
+                 dots: Dots, reductions: Reductions) -> None:
+        self.values, self.shapes, self.loops, self.accesses, self.roles, self.dots, self.reductions = (
+            values, shapes, loops, accesses, roles, dots, reductions)
         self.kernel = values.kernel
         self._found: dict[str, RowBlock | str] = {}
 
@@ -182,6 +186,8 @@ class _Check:
             places = [order[id(n)] for n in subnodes(loop.node, cst.CSTNode) if id(n) in order]
             spans[id(loop.node)] = (min(places), max(places))
         self.padding = Padding(self.values, self.shapes, param, self.loops, self.end, self.offsets, spans)
+        online = {(id(o.loop.node), n) for o in self.blocks.reductions.online for n in (o.max, *o.sums)}
+        self.carries = Carries(self.values, self.shapes, self.padding, param, online)
         for check in (self._uses, self._agree, self._carried, self._escapes, self._placed):
             why = check()
             if why:
@@ -340,6 +346,9 @@ class _Check:
                     if carried.kind == "increment":
                         return f"{read} after {name}'s loop over blocks of {self.param} holds its position after " \
                                "the last block"
+                    why = self.carries.why(loop, carried, self.values.expand(expression))
+                    if why:
+                        return why
         return ""
 
     def _reaches(self, statement: cst.CSTNode, name: str, after: int) -> bool:

@@ -80,7 +80,8 @@ class KernelFacts:
 
     @cached_property
     def blocked(self) -> RowBlocks:
-        return RowBlocks(self.values, self.shapes, self.loops, self.accesses, self.roles, self.dots)
+        return RowBlocks(self.values, self.shapes, self.loops, self.accesses, self.roles, self.dots,
+                         self.reductions)
 
     @cached_property
     def reductions(self) -> Reductions:

@@ -20,7 +20,9 @@ elements, as a row of plain loads does today; a block that is a tl.dot operand i
 at most 64, the K that the loop's own steps cover in one or two: a longer K keeps the loop, whose steps the compiler
 pipelines. num_warps follows the tile as in Triton's fused-softmax tutorial (4 up to 1,024 elements, then one warp
 more per 256, up to 16); a tl.dot kernel keeps its launch's, an autotuned kernel its configs'. Where the autotuner
-or a heuristic sets B, the twin's configs (or heuristics) leave it out and the launch passes it.
+or a heuristic sets B, the twin's configs (or heuristics) leave it out and the launch passes it; a config pruner
+stays, given B from the launch (it may prune the configs whose tiles do not divide the sizes they tile
+unmasked).
 """
 
 from __future__ import annotations
@@ -64,6 +66,34 @@ def {name}(configs, key):
             kept.append(config)
     return kept
 '''
+PRUNING = '''
+def {name}(pruning, key):
+    """The autotuner's pruning with `key`, which the launch passes and the configs leave out, put back into each
+    config its pruner reads: a pruner that keeps the configs whose tiles divide the sizes keeps them still."""
+    import copy
+
+    prune = pruning.get("early_config_prune")
+    if prune is None:
+        return pruning
+
+    def pruned(configs, named_args, **kwargs):
+        value = kwargs[key] if key in kwargs else named_args[key]
+        whole = []
+        for config in configs:
+            config = copy.copy(config)
+            config.kwargs = {{**config.kwargs, key: value}}
+            whole.append(config)
+        mine = {{id(w): c for w, c in zip(whole, configs)}}
+        kept = []
+        for config in prune(whole, named_args, **kwargs):
+            if id(config) not in mine:  # a config the pruner made: the launch still passes the key
+                config = copy.copy(config)
+                config.kwargs = {{k: v for k, v in config.kwargs.items() if k != key}}
+            kept.append(mine.get(id(config), config))
+        return kept
+
+    return {{**pruning, "early_config_prune": pruned}}
+'''
 
 
 def plain(node: cst.BaseExpression) -> bool:
@@ -100,9 +130,11 @@ class _Twin(cst.CSTTransformer):
     """The kernel renamed, each row loop replaced by its body at offset 0, B left out of its autotune configs
     and heuristics."""
 
-    def __init__(self, kernel: Kernel, row: RowBlock, name: str, without: str | None, heuristic: bool) -> None:
+    def __init__(self, kernel: Kernel, row: RowBlock, name: str, without: str | None, pruning: str | None,
+                 heuristic: bool) -> None:
         super().__init__()
-        self.kernel, self.row, self.name, self.without, self.heuristic = kernel, row, name, without, heuristic
+        self.kernel, self.row, self.name, self.heuristic = kernel, row, name, heuristic
+        self.without, self.pruning = without, pruning
         self.loops = {id(loop.node): loop for loop in row.loops}
 
     def _unrolled(self, original, updated):
@@ -129,12 +161,15 @@ class _Twin(cst.CSTTransformer):
         name = (dotted(call.func) or "").rpartition(".")[2]
         param = self.row.param
         if name == "autotune" and self.without is not None:
-            # a config pruner may read B from each config: it only saves tuning time, and the twin goes without
-            args = [a.with_changes(value=cst.parse_expression(f"{self.without}({code(a.value)}, {param!r})"))
-                    if _configs_arg(call, a) else a for a in call.args
-                    if not (a.keyword is not None and a.keyword.value == "prune_configs_by")]
-            if args and call.args[-1].keyword is not None and call.args[-1].keyword.value == "prune_configs_by":
-                args[-1] = args[-1].with_changes(comma=call.args[-1].comma)
+            # a config pruner may guard correctness (tiles that must divide the sizes their unmasked accesses
+            # walk): the twin keeps it, reading B from the launch where its configs leave it out
+            args = []
+            for a in call.args:
+                if _configs_arg(call, a):
+                    a = a.with_changes(value=cst.parse_expression(f"{self.without}({code(a.value)}, {param!r})"))
+                elif _pruning_arg(call, a):
+                    a = a.with_changes(value=cst.parse_expression(f"{self.pruning}({code(a.value)}, {param!r})"))
+                args.append(a)
             return updated_node.with_changes(decorator=call.with_changes(args=args))
         if name == "heuristics" and self.heuristic and call.args:
             arg = call.args[0]
@@ -154,7 +189,7 @@ class _Twin(cst.CSTTransformer):
         return updated_node
 
 
-def _never(host: str, low: str, bound: str, exact: bool) -> bool:
+def _never(host: str, low: str, bound: str, exact: bool, block: str | int | None = None) -> bool:
     """Whether a row length that is a number never takes the one-block branch."""
     try:
         n, top = ast.literal_eval(host), ast.literal_eval(bound)
@@ -162,11 +197,19 @@ def _never(host: str, low: str, bound: str, exact: bool) -> bool:
         return False
     if not isinstance(n, int) or not isinstance(top, int):
         return False
-    return not (int(low) < n <= top if low == "0" else int(low) <= n <= top) or (exact and n & (n - 1) != 0)
+    return not (int(low) < n <= top if low == "0" else int(low) <= n <= top) or (exact and n & (n - 1) != 0) \
+        or (exact and isinstance(block, int) and block > 0 and n % block != 0)
 
 
 def _configs_arg(call: cst.Call, arg: cst.Arg) -> bool:
     return (arg.keyword is not None and arg.keyword.value == "configs") or (arg.keyword is None and arg is call.args[0])
+
+
+def _pruning_arg(call: cst.Call, arg: cst.Arg) -> bool:
+    """autotune's prune_configs_by, by keyword or third in place."""
+    positional = [a for a in call.args if a.keyword is None]
+    return (arg.keyword is not None and arg.keyword.value == "prune_configs_by") or (
+        arg.keyword is None and len(positional) > 2 and arg is positional[2])
 
 
 def _tuned(kernel: Kernel) -> dict[str, list[int]] | None:
@@ -276,7 +319,12 @@ class _Launch:
             rest = " * ".join(([str(numbers)] if numbers > 1 else []) + codes)
             bound = str(MAX_TILE // numbers) if not codes else f"{MAX_TILE // numbers} // ({' * '.join(codes)})"
             elements = size if not rest else f"{size} * {rest}"
-        if _never(host, low, bound, bool(row.padded)):
+        block = self._block() if row.padded else None
+        if row.padded and block is None:
+            return (f"the lanes past the row's end change {self.kernel.name}'s result ({row.padded}), and the "
+                    f"{launch.where} does not say {row.param} as a value it can read again: no guard can see that "
+                    f"its blocks leave no such lane")
+        if _never(host, low, bound, bool(row.padded), block):
             return None
         block_arg = launch.arg(row.param)
         if block_arg is not None and block_arg.star:
@@ -296,7 +344,11 @@ class _Launch:
             single = single.with_changes(func=single.func.with_changes(value=cst.Name(twin)))
             if warps:
                 single = set_kwarg("num_warps", WARPS.format(elements=elements))(single)
-            exact = f" and {n} & ({n} - 1) == 0" if row.padded else ""  # no lane past n: it is a power of two
+            # no lane past n in either kernel: n is a power of two (the twin's one block) and a multiple of the
+            # launch's block (the original's last block)
+            size_b = block if isinstance(block, int) or str(block).isidentifier() else f"({block})"
+            divides = "" if block == 1 else f" and {n} % {size_b} == 0"
+            exact = f" and {n} & ({n} - 1) == 0{divides}" if row.padded else ""
             branch = cst.parse_statement(f"if {low} < {n} <= {bound}{exact}:\n    pass\nelse:\n    pass\n"
                                          if low == "0" else
                                          f"if {low} <= {n} <= {bound}{exact}:\n    pass\nelse:\n    pass\n")
@@ -307,6 +359,14 @@ class _Launch:
                 orelse=branch.orelse.with_changes(body=branch.orelse.body.with_changes(
                     body=[line.with_changes(leading_lines=[])])))
         return statement, edit
+
+    def _block(self) -> str | int | None:
+        """The original's block at the launch: its value, or the least common multiple of the literal autotune
+        configs' (each divides what it divides); None where the launch cannot say it."""
+        param = self.row.param
+        if self.launch.arg(param) is None and self.tuned and param in self.tuned:
+            return math.lcm(*self.tuned[param])
+        return self.value(param)
 
     def _host(self, end: ast.expr) -> str:
         """n in the launch's values; "!why" where the launch cannot compute it."""
@@ -366,10 +426,14 @@ def _variant(ms: ModuleSource, kernel: Kernel, row: RowBlock) -> Variant | str:
     # B set by the autotuner's configs (or configs the rewrite cannot read): the twin's configs leave it out
     without = fresh_name("_configs_without", used) if kernel.autotune is not None and (
         tuned is None or row.param in tuned) else None
+    call = kernel.autotune.decorator if kernel.autotune is not None else None
+    pruning = fresh_name("_pruning_with", used | {without}) if without and isinstance(call, cst.Call) and any(
+        _pruning_arg(call, a) for a in call.args) else None
     heuristic = heuristics is None or row.param in heuristics
     gap = [cst.EmptyLine(), cst.EmptyLine()]
-    copy = kernel.node.visit(_Twin(kernel, row, twin, without, heuristic)).with_changes(leading_lines=gap)
+    copy = kernel.node.visit(_Twin(kernel, row, twin, without, pruning, heuristic)).with_changes(leading_lines=gap)
     helper = statements(WITHOUT.format(name=without).lstrip("\n")) if without else []
+    helper += statements(PRUNING.format(name=pruning).lstrip("\n")) if pruning else []
     helper = [h.with_changes(leading_lines=gap) for h in helper]
     edits.append((kernel.node, lambda node: cst.FlattenSentinel([node, *helper, copy])))
     touched = frozenset({kernel.name, twin} | {x.scope.top for x in ms.launches_of(kernel)})
@@ -379,7 +443,8 @@ def _variant(ms: ModuleSource, kernel: Kernel, row: RowBlock) -> Variant | str:
     else:
         size = f"triton.next_power_of_2({end})"
         bound = f"{MAX_TILE} // ({' * '.join(row.others)})" if row.others else str(MAX_TILE)
-    exact = f" and {end} is a power of two, so that no lane lies past it ({row.padded})" if row.padded else ""
+    exact = (f" and {end} is a power of two and a multiple of the launch's {row.param}, so that no lane lies past it "
+             f"({row.padded})") if row.padded else ""
     low = f"{MIN_DOT} <=" if row.dot and row.padded else "0 <"
     over = readable(row.end) if row.bound is not row.end else end
     return Variant("single_pass", f"{kernel.name}'s {len(row.loops)} loop(s) over {over} as one block of {size} "
