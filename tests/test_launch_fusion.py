@@ -82,6 +82,12 @@ OTHER_INDEX = "rmsnorm_kernel reads h at other addresses or under another mask t
     (LAUNCH_2, "    s = h.sum()\n" + LAUNCH_2,
      f"between {ONE_1D} comes `s = h.sum()`"),  # another reader of the intermediate in between
     (LAUNCH_2, "    first = h[0]\n" + LAUNCH_2, "`first = h[0]` between the launches reads what add_kernel writes"),
+    (LAUNCH_2, "    x[0] = 5\n" + LAUNCH_2, f"between {ONE_1D}, `x[0] = 5` writes into a buffer or an object: the "
+     "first kernel would read it changed"),  # moved past it, add_kernel would add the new x[0]
+    (LAUNCH_2, "    y.data = x\n" + LAUNCH_2, f"between {ONE_1D}, `y.data = x` writes into a buffer or an object: "
+     "the first kernel would read it changed"),
+    (LAUNCH_2, "    k, x[1:] = 1, 0.0\n" + LAUNCH_2, f"between {ONE_1D}, `k, x[1:] = 1, 0.0` writes into a buffer or an "
+     "object: the first kernel would read it changed"),
     (LAUNCH_2, "    block = 64\n" + LAUNCH_2, OTHER_INDEX),  # the first launch keeps its block: not the second's
     ("    h = tl.load(h_ptr + row * n_cols + cols, mask", "    h = tl.load(h_ptr + row * n_cols + cols + 1, mask",
      OTHER_INDEX),
