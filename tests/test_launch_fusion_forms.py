@@ -172,9 +172,27 @@ def test_a_two_stage_reduction_becomes_one_launch_whose_last_program_combines():
     assert ("    tl.debug_barrier()\n    if tl.atomic_add(done, 1, sem=\"acq_rel\") == tl.num_programs(0) * "
             "tl.num_programs(1) * tl.num_programs(2) - 1:\n        tl.atomic_xchg(done, 0)\n") in kernel
     assert "tl.load(partial_ptr_1 + offs_1, mask=offs_1 < count, other=0.0, volatile=True)" in kernel
+    assert "    if 0 < (blocks):\n        block_sum_total_last[(blocks,)](" in new  # else the two launches
     assert ("block_sum_total_last[(blocks,)](x_ptr=x, partial_ptr=partial, n=n, B=64, partial_ptr_1=partial, "
             "out_ptr=out, count=blocks, B_1=triton.next_power_of_2(blocks), done=_programs_done(partial.device))") in new
     assert "def _programs_done(device):" in new
+
+
+@pytest.mark.slow
+def test_a_two_stage_reduction_over_nothing_still_runs_its_second_stage_in_the_interpreter():
+    """No program of the first launch: none is last, so the two launches as they were run (the total is 0)."""
+    empty = TWO_STAGE.replace("B=triton.next_power_of_2(blocks)", "B=triton.next_power_of_2(max(blocks, 1))").replace(
+        "out = torch.empty((),", "out = torch.full((), 7.0,")  # a total not written shows
+    [(_, new)] = made(empty)[0]
+    run_modules({"kb_original": empty, "kb_variant": new}, """
+import torch
+import kb_original as original
+import kb_variant as variant
+for rows in (0, 3):
+    x = torch.randn(rows, 50)
+    want, got = original.sum_all(x, x), variant.sum_all(x, x)
+    assert torch.allclose(want, got, atol=1e-5), (rows, want, got)
+""")
 
 
 def test_a_two_stage_reduction_is_refused_where_the_last_program_is_not_certain_to_see_every_partial():
