@@ -68,6 +68,28 @@ def test_the_intermediate_is_still_stored_when_the_function_passes_it_on_later()
     assert rationale.endswith("h still stored (add_rmsnorm reads it again)")
 
 
+KEPT_IN = source().replace("    return out\n", "    CACHE['h'] = h\n    return out\n") + "\n\nCACHE = {}\n"
+
+
+@pytest.mark.parametrize("keeps", ["    CACHE['h'] = h\n", "    add_rmsnorm.h = h\n", "    global KEPT\n    KEPT = h\n",
+                                   "    v = h.view(-1)\n    CACHE['v'] = v\n"])
+def test_the_intermediate_is_still_stored_when_the_function_keeps_it_in_an_object_or_a_global(keeps):
+    kept = source().replace("    return out\n", keeps + "    return out\n")
+    [(rationale, _)] = made(kept)[0]
+    assert rationale.endswith("h still stored (add_rmsnorm hands it on)")
+
+
+def test_a_local_view_of_the_intermediate_is_no_use_of_it():
+    [(rationale, _)] = made(source().replace("    return out\n", "    v = h.view(-1)\n    return out\n"))[0]
+    assert rationale.endswith("h no longer stored")
+
+
+@pytest.mark.slow
+def test_an_intermediate_kept_in_a_dict_holds_the_originals_values_in_the_interpreter():
+    [(_, new)] = made(KEPT_IN)[0]
+    same_as(KEPT_IN, new, "torch.equal(a, b) and torch.equal(original.CACHE['h'], module.CACHE['h'])")
+
+
 LAUNCH_1 = "    add_kernel[(rows,)](x, y, h, cols, BLOCK_SIZE=block, num_warps=4)\n"
 LAUNCH_2 = "    rmsnorm_kernel[(rows,)](out, h, weight, cols, 1e-6, BLOCK_SIZE=block, num_warps=4)\n"
 ONE_1D = "the add_kernel launch in add_rmsnorm and the rmsnorm_kernel launch in add_rmsnorm"
@@ -82,6 +104,12 @@ OTHER_INDEX = "rmsnorm_kernel reads h at other addresses or under another mask t
     (LAUNCH_2, "    s = h.sum()\n" + LAUNCH_2,
      f"between {ONE_1D} comes `s = h.sum()`"),  # another reader of the intermediate in between
     (LAUNCH_2, "    first = h[0]\n" + LAUNCH_2, "`first = h[0]` between the launches reads what add_kernel writes"),
+    (LAUNCH_2, "    x[0] = 5\n" + LAUNCH_2, f"between {ONE_1D}, `x[0] = 5` writes into a buffer or an object: the "
+     "first kernel would read it changed"),  # moved past it, add_kernel would add the new x[0]
+    (LAUNCH_2, "    y.data = x\n" + LAUNCH_2, f"between {ONE_1D}, `y.data = x` writes into a buffer or an object: "
+     "the first kernel would read it changed"),
+    (LAUNCH_2, "    k, x[1:] = 1, 0.0\n" + LAUNCH_2, f"between {ONE_1D}, `k, x[1:] = 1, 0.0` writes into a buffer or an "
+     "object: the first kernel would read it changed"),
     (LAUNCH_2, "    block = 64\n" + LAUNCH_2, OTHER_INDEX),  # the first launch keeps its block: not the second's
     ("    h = tl.load(h_ptr + row * n_cols + cols, mask", "    h = tl.load(h_ptr + row * n_cols + cols + 1, mask",
      OTHER_INDEX),

@@ -156,6 +156,38 @@ def test_kernels_autotuned_over_launch_options_alone_are_autotuned_together():
                                  "both",))
 
 
+TUNED = INDEPENDENT.replace("@triton.jit\ndef scale(", "@triton.autotune(configs=[triton.Config({}, num_warps=2), "
+                            "triton.Config({}, num_warps=4)], key=['n_cols'])\n@triton.jit\ndef scale(")
+IN_PLACE = TUNED.replace("square[grid](y, b,", "square[grid](b, b,").replace("b = torch.empty_like(y)", "b = y.clone()")
+
+
+@pytest.mark.parametrize("source", [
+    IN_PLACE,  # square's out_ptr is the memory it reads as y_ptr
+    TUNED.replace("tl.store(out_ptr + offs, y * y, mask=mask)", "tl.atomic_add(out_ptr + offs, y * y, mask=mask)"),
+], ids=["in_place", "atomic"])
+def test_an_autotuned_fused_kernel_restores_what_either_kernel_changes_between_its_tuning_runs(source):
+    [(_, new)] = made(source)[0]
+    assert "key=['n_cols'], restore_value=['out_ptr_1'])\n@triton.jit\ndef scale_square_horizontal(" in new
+
+
+@pytest.mark.slow
+def test_the_tuning_runs_of_a_fused_kernel_leave_an_in_place_update_as_one_run_left_it_in_the_interpreter():
+    """The interpreter has no benchmarker: each autotuner here runs every config twice and takes the first."""
+    [(_, new)] = made(IN_PLACE)[0]
+    run_modules({"kb_original": IN_PLACE, "kb_variant": new}, """
+import torch
+import kb_original as original
+import kb_variant as variant
+for module in (original, variant):
+    for kernel in vars(module).values():
+        if type(kernel).__name__ == "Autotuner":
+            kernel.do_bench = lambda fn, quantiles=None: (fn(), fn(), [1.0, 1.0, 1.0])[-1]
+x, y = torch.randn(3, 50), torch.randn(70)
+want, got = original.both(x, y.clone()), variant.both(x, y.clone())
+assert all(torch.equal(w, g) for w, g in zip(want, got)), (want[1][:4], got[1][:4])
+""")
+
+
 def test_a_first_launch_before_an_if_moves_into_the_branch_of_the_second_and_a_copy_starts_the_other():
     [(_, new)] = made(BRANCHED)[0]
     host = new.split("def branched(")[1]
@@ -172,9 +204,27 @@ def test_a_two_stage_reduction_becomes_one_launch_whose_last_program_combines():
     assert ("    tl.debug_barrier()\n    if tl.atomic_add(done, 1, sem=\"acq_rel\") == tl.num_programs(0) * "
             "tl.num_programs(1) * tl.num_programs(2) - 1:\n        tl.atomic_xchg(done, 0)\n") in kernel
     assert "tl.load(partial_ptr_1 + offs_1, mask=offs_1 < count, other=0.0, volatile=True)" in kernel
+    assert "    if 0 < (blocks):\n        block_sum_total_last[(blocks,)](" in new  # else the two launches
     assert ("block_sum_total_last[(blocks,)](x_ptr=x, partial_ptr=partial, n=n, B=64, partial_ptr_1=partial, "
             "out_ptr=out, count=blocks, B_1=triton.next_power_of_2(blocks), done=_programs_done(partial.device))") in new
     assert "def _programs_done(device):" in new
+
+
+@pytest.mark.slow
+def test_a_two_stage_reduction_over_nothing_still_runs_its_second_stage_in_the_interpreter():
+    """No program of the first launch: none is last, so the two launches as they were run (the total is 0)."""
+    empty = TWO_STAGE.replace("B=triton.next_power_of_2(blocks)", "B=triton.next_power_of_2(max(blocks, 1))").replace(
+        "out = torch.empty((),", "out = torch.full((), 7.0,")  # a total not written shows
+    [(_, new)] = made(empty)[0]
+    run_modules({"kb_original": empty, "kb_variant": new}, """
+import torch
+import kb_original as original
+import kb_variant as variant
+for rows in (0, 3):
+    x = torch.randn(rows, 50)
+    want, got = original.sum_all(x, x), variant.sum_all(x, x)
+    assert torch.allclose(want, got, atol=1e-5), (rows, want, got)
+""")
 
 
 def test_a_two_stage_reduction_is_refused_where_the_last_program_is_not_certain_to_see_every_partial():

@@ -39,9 +39,11 @@ from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, Module
 from kernelband.proposers.rewriter.analysis.syntax import (
     Scope,
     arg_of,
+    assigned,
     code,
     dotted,
     loads,
+    names_only,
     subnodes,
 )
 
@@ -285,24 +287,34 @@ class HostFunction:
 
     def uses(self, name: str, besides: list[Site]) -> list[Use]:
         """Where the host uses the elements of `name`, or of a name that may be its memory, other than in the
-        launches `besides`: reading sizes (`h.stride(0)`, `torch.empty_like(h)`) is no use."""
+        launches `besides`: reading sizes (`h.stride(0)`, `torch.empty_like(h)`) is no use, nor is a view bound to a
+        local name (`v = h.view(-1)`: v's uses count); one kept in an object or a global (`CACHE['h'] = h`,
+        `f.h = h`) is handed on."""
         skip = {id(site.launch.call) for site in besides}
         names = self.aliases(name)
         found = []
         for node in self.scope.body_loads():
-            if node.value not in names or self._under(node, skip) or self._metadata(node):
+            if node.value not in names or self._under(node, skip) or self._metadata(node) \
+                    or isinstance(self._parent(node), cst.NameItem):  # `global g`: a declaration, no use
                 continue
             statement = self._statement_of(node)
             small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
-            if isinstance(small, cst.Assign) and self._is_root(node, small.value):
-                continue  # `v = h.view(...)`: v's own uses count
             kind = "read"
-            if self._inside(node, cst.Return):
+            if isinstance(small, cst.Assign) and self._is_root(node, small.value):
+                if self._locals_only(small):
+                    continue  # `v = h.view(...)`: v's own uses count
+                kind = "handed on"  # `CACHE['h'] = h`, `f.h = h`: kept where the function no longer sees it
+            elif self._inside(node, cst.Return):
                 kind = "returned"
             elif self._argument(node):
                 kind = "handed on"
             found.append(Use(kind, code(statement).strip() if statement is not None else node.value))
         return found
+
+    def _locals_only(self, assign: cst.Assign) -> bool:
+        """Whether an assignment binds local names only: no element, attribute, global or nonlocal name."""
+        declared = {n.name.value for d in subnodes(self.scope.node, cst.Global | cst.Nonlocal) for n in d.names}
+        return all(names_only(t.target) for t in assign.targets) and not assigned(assign) & declared
 
     def _parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.ms.parents.get(id(node))

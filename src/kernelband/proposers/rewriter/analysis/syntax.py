@@ -243,6 +243,16 @@ def assigned(*nodes: cst.CSTNode) -> set[str]:
     return set(scope.assigns)
 
 
+def names_only(target: cst.BaseExpression) -> bool:
+    """Whether an assignment target binds names and nothing else (`a`, `a, *b`), not an element or an attribute
+    of an object (`x[0]`, `f.h`): only then does the assignment leave every object as it was."""
+    if isinstance(target, cst.Name):
+        return True
+    if isinstance(target, cst.Tuple | cst.List):
+        return all(names_only(e.value) for e in target.elements)  # a starred element's value is its target
+    return False
+
+
 def make_scope(node: cst.FunctionDef | cst.Module, top: str | None) -> Scope:
     scope = Scope(node, top)
     visitor = _Assigns(scope)

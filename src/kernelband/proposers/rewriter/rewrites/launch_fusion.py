@@ -41,9 +41,9 @@ nowhere early.
 
 The stored value is cast to the intermediate's element type, as tl.store casts it, so the registers hold the
 value the load would have read. The intermediate stays allocated; its store is dropped where the function
-uses it nowhere but in the two launches (not returned, read or passed on), and kept otherwise. The fused launch
-passes every argument by keyword and takes the second launch's num_warps, num_stages and num_ctas, then those
-of the first that the second does not set: they do not change what a kernel computes.
+uses it nowhere but in the two launches (not returned, read, passed on or kept in an object), and kept
+otherwise. The fused launch passes every argument by keyword and takes the second launch's num_warps, num_stages
+and num_ctas, then those of the first that the second does not set: they do not change what a kernel computes.
 """
 
 from __future__ import annotations

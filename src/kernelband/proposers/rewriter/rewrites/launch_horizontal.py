@@ -17,7 +17,10 @@ Every program of the original launches runs once, with the program ids and count
 kernel reads what the other writes, the order in which they run does not matter. What it saves is a launch,
 and a tail of one grid overlaps the other's. Both kernels are plain @triton.jit, or autotuned over the same
 launch options only (num_warps, num_stages: no block sizes): then the fused kernel is autotuned over them, on
-both kernels' keys. Names of the second kernel that the first uses are renamed.
+both kernels' keys. Its tuning runs run both bodies, the untuned kernel's too, so it restores between them every
+buffer either kernel reads and writes, adds into atomically, or writes where its launch passes the same memory to
+read (`restore_value`): a second run would otherwise start from the first one's output. Names of the second
+kernel that the first uses are renamed.
 """
 
 from __future__ import annotations
@@ -71,7 +74,21 @@ def _options_only(kernel: Kernel) -> tuple[list, list[str]] | None:
     return options, keys
 
 
-def _decorators(a: Kernel, b: Kernel, renames: dict[str, str]) -> list[cst.Decorator]:
+def _restored(host: HostFunction, site: Site, renames: dict[str, str]) -> list[str]:
+    """The pointer parameters of a launch's kernel (as the fused kernel names them) that one tuning run changes in
+    a way the next one reads: read and written (atomics and the buffers it hands a helper included), or written
+    where the launch passes memory the kernel also reads through another parameter."""
+    read = [p for p in site.passed.values() if p.read]
+    found = []
+    for param in site.kernel.params:
+        passed = site.passed.get(param.name)
+        if passed is not None and passed.written and (passed.read or any(
+                host.may_alias(passed.root, r.root, (site, site)) for r in read)):
+            found.append(renames.get(param.name, param.name))
+    return found
+
+
+def _decorators(a: Kernel, b: Kernel, renames: dict[str, str], restore: list[str]) -> list[cst.Decorator]:
     tuned = [(k, _options_only(k)) for k in (a, b)]
     found = [(k, t) for k, t in tuned if t is not None]
     if len(found) == 2 and sorted(map(str, found[0][1][0])) != sorted(map(str, found[1][1][0])):
@@ -84,6 +101,8 @@ def _decorators(a: Kernel, b: Kernel, renames: dict[str, str]) -> list[cst.Decor
     call = owner.autotune.decorator
     args = [arg.with_changes(value=cst.parse_expression(repr(list(dict.fromkeys(keys)))))
             if arg.keyword.value == "key" else arg for arg in call.args]
+    if restore:  # each tuning run of the fused kernel runs both bodies: each starts from the same data
+        args.append(keyword_arg("restore_value", cst.parse_expression(repr(restore))))
     return [owner.autotune.with_changes(decorator=call.with_changes(args=args)), a.jit]
 
 
@@ -100,7 +119,7 @@ def horizontal(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: Mo
     dims_a = [code(d).strip() for d in moved.dims()]
     renames = renames_of(k1, k2, used)
     globals_clash(k1, k2, renames)
-    decorators = _decorators(k1, k2, renames)
+    decorators = _decorators(k1, k2, renames, _restored(host, a, {}) + _restored(host, b, renames))
     name = fresh_name(f"{k1.name}_{k2.name}_horizontal", used)
     pid = fresh_name("pid", used)
     sizes = [[fresh_name(f"grid_{i}", used) for i in range(len(dims))] for dims in (dims_a, dims_b)]

@@ -2,8 +2,11 @@
 two-stage reduction: partials per program, then a kernel combining them) run by the last program of the first
 kernel to finish:
 
-    max_kernel_1[(mid_size, 1, 1)](inp, mid, M, bs)      max_kernel_1_max_kernel_2_last[(mid_size, 1, 1)](
-    max_kernel_2[(1, 1, 1)](mid, out, mid_size, bm)           inp=inp, mid=mid, ..., done=_programs_done(mid.device))
+    max_kernel_1[(mid_size, 1, 1)](inp, mid, M, bs)      if 0 < (mid_size) * (1) * (1):
+    max_kernel_2[(1, 1, 1)](mid, out, mid_size, bm)          max_kernel_1_max_kernel_2_last[(mid_size, 1, 1)](
+                                                             inp=inp, mid=mid, ..., done=_programs_done(mid.device))
+                                                         else:
+                                                             <the two launches as they were>
 
     <max_kernel_1's body>
     tl.debug_barrier()                                   every thread of the program has stored its part
@@ -28,7 +31,11 @@ loop over its grid, each with the program ids and counts it had:
 Programs of one launch may run in any order, so running them in turn computes what the launch did, where none
 waits on another (the second kernel uses no atomics) and none returns early (a return would end the loop). The
 loop is worth it only where the second kernel has few programs: the host runs the fused launch where its grid
-has at most FEW_PROGRAMS programs (and the first kernel's grid any), the two launches as they were otherwise.
+has at most FEW_PROGRAMS programs, the two launches as they were otherwise.
+
+In either form the fused launch runs only where the first kernel's grid has a program (`if 0 < (blocks):`): on
+an empty one no program would be last, and the second kernel, which the original launched all the same, would
+not run.
 
 Since the second kernel runs after every program of the first, it may also write what the first one reads or
 writes (a second pass that adds to the first one's outputs). Certain where: the first kernel returns nowhere
@@ -123,9 +130,9 @@ def reduction(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: Mov
     call = a.launch.call.with_changes(func=a.launch.subscript.with_changes(
         value=cst.Name(name), slice=[cst.SubscriptElement(cst.Index(cst.Tuple(
             [cst.Element(d) for d in moved.dims()])))]), args=args)
-    guard = None
+    guard = f"0 < {_product(dims_a)}"  # with no program of the first kernel, none would run the second
     if sizes:
-        guard = f"0 < {_product(dims_a)} and {_product(dims_b)} <= {FEW_PROGRAMS}"
+        guard += f" and {_product(dims_b)} <= {FEW_PROGRAMS}"
     helper = cst.parse_module(f"{cache} = {{}}\n" + COUNTER.format(name=counter, cache=cache)).body
     helper = [helper[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]), *helper[1:]]
     end = max((k1.node, k2.node), key=lambda node: ms.module.body.index(node))

@@ -1,6 +1,7 @@
 """Where a fused launch goes in the host function: at the second launch's place, the first launch's line removed.
 What ran between the two then runs before the first kernel, so it must be certain to be the same there: plain
-assignments and `if` tests whose calls only read sizes or allocate, reading nothing the first kernel writes, and
+assignments to names (none into an element or an attribute: `x[0] = 5` would change what the first kernel
+reads) and `if` tests whose calls only read sizes or allocate, reading nothing the first kernel writes, and
 rebinding no buffer either launch passes. A value the first launch reads that is rebound in between (`grid`,
 `BK`) is kept in a new local where the first launch stood:
 
@@ -24,7 +25,14 @@ import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.buffers import HostFunction, Site
 from kernelband.proposers.rewriter.analysis.host_flow import Order
-from kernelband.proposers.rewriter.analysis.syntax import assigned, code, fresh_name, loads, subnodes
+from kernelband.proposers.rewriter.analysis.syntax import (
+    assigned,
+    code,
+    fresh_name,
+    loads,
+    names_only,
+    subnodes,
+)
 from kernelband.proposers.rewriter.edits import Edit
 from kernelband.proposers.rewriter.rewrites.launch_reading import NotCertain, pure, reads_data
 
@@ -42,6 +50,10 @@ class Moved:
             if not (isinstance(statement, cst.SimpleStatementLine) and all(
                     isinstance(s, cst.Assign | cst.AnnAssign) for s in statement.body)) or not pure(statement):
                 raise NotCertain(f"between the {a.where} and the {b.where} comes `{code(statement).strip()}`")
+            targets = [t.target for s in statement.body for t in (s.targets if isinstance(s, cst.Assign) else [s])]
+            if not all(names_only(t) for t in targets):
+                raise NotCertain(f"between the {a.where} and the {b.where}, `{code(statement).strip()}` writes into "
+                                 "a buffer or an object: the first kernel would read it changed")
             if reads_data(ms, statement, written):
                 raise NotCertain(f"`{code(statement).strip()}` between the launches reads what {a.kernel.name} "
                                  "writes")
