@@ -97,8 +97,10 @@ CARRIES = ("mm_kernel's K loop carries a_ptrs from one step to the next other th
     ("    return c\n", "    return c, mm_kernel\n", None),  # not a launch: still fine
     ("    mm_kernel[(", "    _ = mm_kernel[(", "the mm_kernel launch in mm is not a statement of its own in a function"),
     ("BLOCK_K=32)", "BLOCK_K=32 + 0)", None),  # an expression the host can read again: still fine
-    ("BLOCK_K=32)", "BLOCK_K=int(32))", "a launch of mm_kernel computes K or BLOCK_K with a call: the host cannot "
-                                        "read it again to choose the split without running the call twice"),
+    ("BLOCK_K=32)", "BLOCK_K=int(32))", None),  # a call that gives the same value again: still fine
+    ("BLOCK_K=32)", "BLOCK_K=pick(32))", "a launch of mm_kernel computes K or BLOCK_K with a call that may not give the "
+                                         "same value twice (not a tensor's sizes, int, min, max or cdiv): the host "
+                                         "cannot read it again to choose the split"),
 ])
 def test_split_k_refuses_where_splitting_k_is_not_certain_to_mean_the_same(old, new, reason):
     source = MM_PTRS.replace(old, new)

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.facts import facts_of
+from kernelband.proposers.rewriter.analysis.host_values import plain
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, int_value, loads, subnodes
 from kernelband.proposers.rewriter.edits import Edit, appended, keyword_arg, statements
 from kernelband.proposers.rewriter.rewrites.matmul_configs import dot_axes
-from kernelband.proposers.rewriter.rewrites.single_pass import plain
 
 CPU_SMS = 4
 

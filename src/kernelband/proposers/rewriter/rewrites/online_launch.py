@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.host_values import plain
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, subnodes
 from kernelband.proposers.rewriter.edits import set_kwarg
 from kernelband.proposers.rewriter.rewrites.coarsen import separator
 from kernelband.proposers.rewriter.rewrites.online_rows import Plan, twin_body
-from kernelband.proposers.rewriter.rewrites.single_pass import plain
 
 LONG, CHUNK = 8192, 4096  # on a GPU: rows of more than LONG elements, walked CHUNK at a time
 CPU_LONG, CPU_CHUNK = 32, 16  # in the interpreter

@@ -35,6 +35,7 @@ import libcst as cst
 from kernelband.proposers.rewriter.analysis.block_reads import readable
 from kernelband.proposers.rewriter.analysis.blocked import RowBlock
 from kernelband.proposers.rewriter.analysis.facts import facts_of
+from kernelband.proposers.rewriter.analysis.host_values import rereadable
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import (
     code,
@@ -49,7 +50,6 @@ MAX_TILE = 16384  # elements a block's tile may hold in the single-pass kernel: 
 MAX_DOT = 64  # a tl.dot K block in one step: what the loop's own K steps (32-64) cover in one or two; a longer
 # K keeps the loop, whose steps the compiler pipelines (one block leaves its loads nothing to overlap with)
 MIN_DOT = 16
-PURE = ("int", "len", "min", "max", "abs", "triton.cdiv", "triton.next_power_of_2")  # host functions of values
 WARPS = "min(16, max(4, {elements} // 256))"
 WITHOUT = '''
 def {name}(configs, key):
@@ -94,36 +94,6 @@ def {name}(pruning, key):
 
     return {{**pruning, "early_config_prune": pruned}}
 '''
-
-
-def plain(node: cst.BaseExpression) -> bool:
-    """A name, an attribute of one, or one indexed by an integer (`n`, `self.n`, `x.shape[1]`): reading it
-    twice reads the same value."""
-    if isinstance(node, cst.Subscript):
-        return len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) \
-            and isinstance(node.slice[0].slice.value, cst.Integer) and plain(node.value)
-    return dotted(node) is not None
-
-
-def _pure(node: cst.BaseExpression) -> bool:
-    """Arithmetic of plain values, numbers, their items and slices (`x.shape[-2:][0]`) and a tensor's sizes
-    (`x.stride(0)`, `x.size(1)`, `x.numel()`): evaluating it again gives the same value."""
-    if isinstance(node, cst.Integer) or plain(node):
-        return True
-    if isinstance(node, cst.Subscript):
-        return _pure(node.value) and all(
-            isinstance(e.slice, cst.Index) and _pure(e.slice.value) or isinstance(e.slice, cst.Slice) and all(
-                part is None or _pure(part) for part in (e.slice.lower, e.slice.upper, e.slice.step))
-            for e in node.slice)
-    if isinstance(node, cst.Call) and all(a.keyword is None and not a.star and _pure(a.value) for a in node.args):
-        if isinstance(node.func, cst.Attribute) and plain(node.func.value):
-            return node.func.attr.value in ("stride", "size", "numel", "dim") or dotted(node.func) in PURE
-        return dotted(node.func) in PURE
-    if isinstance(node, cst.BinaryOperation):
-        return _pure(node.left) and _pure(node.right)
-    if isinstance(node, cst.UnaryOperation):
-        return _pure(node.expression)
-    return False
 
 
 class _Twin(cst.CSTTransformer):
@@ -266,11 +236,11 @@ class _Launch:
             if number is None and isinstance(arg.value, cst.Name):
                 kind, given = self.ms.name_value(self.launch.scope, arg.value.value)
                 number = int_value(given) if kind != "default" else None
-            return number if number is not None else code(arg.value) if _pure(arg.value) else None
+            return number if number is not None else code(arg.value) if rereadable(arg.value) else None
         if self._set_elsewhere(name):
             return None
         param = self.kernel.param(name)
-        if param is not None and param.default is not None and _pure(param.default):
+        if param is not None and param.default is not None and rereadable(param.default):
             return int_value(param.default) if int_value(param.default) is not None else code(param.default)
         return None
 

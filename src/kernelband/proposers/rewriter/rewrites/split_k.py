@@ -43,6 +43,7 @@ import ast
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.facts import facts_of
+from kernelband.proposers.rewriter.analysis.host_values import rereadable
 from kernelband.proposers.rewriter.analysis.loops import Loop
 from kernelband.proposers.rewriter.analysis.source import ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import (
@@ -52,7 +53,6 @@ from kernelband.proposers.rewriter.analysis.syntax import (
     dotted,
     fresh_name,
     loads,
-    subnodes,
 )
 from kernelband.proposers.rewriter.analysis.values import same, tl_name
 from kernelband.proposers.rewriter.edits import Found, Variant
@@ -279,12 +279,6 @@ def _host(each: Site, twin: str, p: dict[str, str], k: str, block: str | None) -
     return setup, f"{split} > 1", calls
 
 
-def _rereadable(value: cst.BaseExpression) -> bool:
-    """Whether the host can evaluate a launch's value once more before the launch and get the same: no call,
-    no assignment expression, no await or yield inside it."""
-    return not any(subnodes(value, kind) for kind in (cst.Call, cst.NamedExpr, cst.Await, cst.Yield))
-
-
 def split_k(ms: ModuleSource) -> Found:
     variants, reasons = [], []
     for kernel in ms.kernels.values():
@@ -305,8 +299,8 @@ def split_k(ms: ModuleSource) -> Found:
         args = []
         for each in sites:
             k, block = each.launch.arg(found["end"]), each.launch.arg(dk.axes["K"])
-            if k is None or not _rereadable(k.value) or (block is None) != tuned \
-                    or block is not None and not _rereadable(block.value):
+            if k is None or not rereadable(k.value) or (block is None) != tuned \
+                    or block is not None and not rereadable(block.value):
                 break
             args.append((code(k.value), None if block is None else code(block.value)))
         else:
@@ -320,6 +314,7 @@ def split_k(ms: ModuleSource) -> Found:
                                     f"{MAX_SPLIT} float32 partial tiles, summed in order ({twin}), where the M x N "
                                     "tiles leave SMs idle", touched, tuple(edits)))
             continue
-        reasons.append(f"a launch of {kernel.name} computes {found['end']} or {dk.axes['K']} with a call: the host "
-                       "cannot read it again to choose the split without running the call twice")
+        reasons.append(f"a launch of {kernel.name} computes {found['end']} or {dk.axes['K']} with a call that may not "
+                       "give the same value twice (not a tensor's sizes, int, min, max or cdiv): the host cannot read "
+                       "it again to choose the split")
     return Found(variants, reasons)
