@@ -20,9 +20,10 @@ def plain(node: cst.BaseExpression) -> bool:
 
 
 def rereadable(node: cst.BaseExpression) -> bool:
-    """Arithmetic of plain values, numbers, their items and slices (`x.shape[-2:][0]`) and a tensor's sizes
-    (`x.stride(0)`, `x.size(1)`, `x.numel()`): evaluating it again gives the same value."""
-    if isinstance(node, cst.Integer) or plain(node):
+    """Arithmetic of plain values, constants, their items and slices (`x.shape[-2:][0]`,
+    `configs[dtype]["BLOCK_K"]`) and a tensor's sizes (`x.stride(0)`, `x.size(1)`, `x.numel()`): evaluating it
+    again gives the same value."""
+    if isinstance(node, cst.Integer | cst.Float | cst.SimpleString) or plain(node):
         return True
     if isinstance(node, cst.Subscript):
         return rereadable(node.value) and all(
