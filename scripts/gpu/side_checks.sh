@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU measurements of the issues beside issue 49's sweep, on the examples' GPU once scripts/gpu/reach_sweep.sh
-# has finished that lane (the 29 tasks still run on the other GPUs, each under its own timing lock): the fp16
-# matmul's search once more (matmul_again.db), the online reductions against torch, the re-spelled kernels'
-# variants run on the GPU (block pointers included), the host cost of a hand-back per call (on the examples
-# bench just made), and the cost of capturing a model's kernels.
+# has finished that lane (the 29 tasks still run on the other GPUs, each under its own timing lock): the online
+# reductions against torch, the re-spelled kernels' variants run on the GPU (block pointers included), the host
+# cost of a hand-back per call (on the examples bench just made), the cost of capturing a model's kernels, and
+# last the fp16 matmul's search once more at this tree (matmul_again.db).
 # Each writes NAME.json, its table in NAME.log and its errors in NAME.err under $S.
 #
 #   setsid nohup bash scripts/gpu/side_checks.sh > /dev/null 2>&1 < /dev/null &   # from the same copy as the sweep
@@ -26,14 +26,14 @@ step() {  # name, seconds, command...
 }
 bench=$("$py" -c "import sqlite3, sys
 print(sqlite3.connect(sys.argv[1]).execute('SELECT id FROM benches ORDER BY id').fetchone()[0])" "$S/ex.db")
-# the fp16 matmul again at this tree (its sweep run came before the priors drew the tile configs first)
-step matmul_again 720 "$py" -m kernelband bench --suite examples --tasks matmul --policies kernelband --seeds 1 \
-  --proposer rewrite -n 10 -q 4 --db "$S/matmul_again.db" --json
 step online_softmax 300 "$py" benchmarks/online_softmax.py --out "$S/online_softmax.json"
 step respellings_gpu 240 "$py" -m pytest -p no:cacheprovider -o addopts= -m gpu tests/test_respellings.py -q
 step call_cost 600 "$py" benchmarks/call_cost.py --db "$S/ex.db" --bench "$bench" --out "$S/call_cost.json"
 step capture_overhead 400 "$py" benchmarks/capture_overhead.py --repeats 3 --steps 30 --batch 8 --scale 32 \
   --dim 1024 --vocab 16384 --eval --out "$S/capture_overhead.json"
 step capture_tests 300 "$py" -m pytest -p no:cacheprovider -o addopts= -m gpu tests/test_capture.py -q
+# the fp16 matmul again at this tree (its sweep run came before the priors drew the tile configs first)
+step matmul_again 720 "$py" -m kernelband bench --suite examples --tasks matmul --policies kernelband --seeds 1 \
+  --proposer rewrite -n 10 -q 4 --db "$S/matmul_again.db" --json
 touch "$S/side.done"
 log done
