@@ -158,18 +158,30 @@ def child(args) -> None:
 
 
 # -- the sweep ----------------------------------------------------------------------------------------------
+def _module_file(path: str, source: str, run_id: int) -> str:
+    """best.py where the run wrote it, else the module the database keeps written out anew: a bench resumed
+    on another machine leaves the files of its earlier runs behind."""
+    if (path and Path(path).is_file()) or not source:
+        return path
+    folder = Path(tempfile.mkdtemp(prefix=f"kb-run-{run_id}-"))
+    (folder / "best.py").write_text(source)
+    return str(folder / "best.py")
+
+
 def handed_back(db: str, bench: int | None, examples: list[str]) -> list[dict]:
     """The newest finished run of each example in the database, with what its summary says of best.py."""
     from kernelband.store import Store
 
     found: dict[str, dict] = {}
-    for run in Store(db).runs(bench):
+    store = Store(db)
+    for run in store.runs(bench):
         summary = run.summary or {}
         name = run.task.removeprefix("examples:")
         if run.status != "done" or not run.task.startswith("examples:") or name not in examples:
             continue
         handback = summary.get("handback") or {}
-        found[name] = {"run": run.id, "task": run.task, "file": summary.get("best_path", ""),
+        found[name] = {"run": run.id, "task": run.task, "file": _module_file(summary.get("best_path", ""),
+                                                                              store.handed_back(run.id), run.id),
                        "best_candidate": summary.get("best_candidate"), "form": handback.get("form"),
                        "cached": handback.get("cached", []), "dispatched": handback.get("dispatched", []),
                        "confirmed_speedup": summary.get("confirmed_speedup"),

@@ -75,6 +75,7 @@ def test_optimize_end_to_end_with_the_rewriter(tmp_path: Path):
     best = Path(summary["best_path"]).read_text()
     assert "def add(" in best
     assert Path(summary["diff_path"]).exists()
+    assert store.handed_back(run.id) == best  # and kept in the database, for a machine without the file
 
     listed = invoke("runs", "--db", str(db), "--json")
     assert listed.returncode == 0

@@ -662,6 +662,8 @@ def test_a_sweep_split_over_two_databases_merges_into_the_same_report(tmp_path):
     """Half the tasks in one database, half in another (two machines or sessions): merged, the report's
     numbers are those of the sweep run in one database; merging again copies nothing."""
     whole, bench, _ = build_db(tmp_path / "whole.db")
+    with whole._tx() as db:
+        db.execute("UPDATE runs SET handed_back = 'the module of run ' || id")
     expected = report_data(whole, f"bench:{bench}")
     parts = []
     for name, keep in (("a", TASKS[: len(TASKS) // 2]), ("b", TASKS[len(TASKS) // 2:])):
@@ -686,6 +688,8 @@ def test_a_sweep_split_over_two_databases_merges_into_the_same_report(tmp_path):
     assert res.exit_code == 0, res.output
     store = Store(merged)
     assert len(store.runs(target)) == len(whole.runs(bench))
+    kept = sorted(whole.handed_back(r.id) for r in whole.runs(bench))
+    assert all(kept) and sorted(store.handed_back(r.id) for r in store.runs(target)) == kept  # the modules too
     got = report_data(store, f"bench:{target}")
     assert got["summary"] == expected["summary"]
     def rows(data):  # run ids are new in the merged database

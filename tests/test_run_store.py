@@ -73,6 +73,10 @@ def test_an_older_database_gets_the_runs_reason_column(tmp_path):
     store.end_run(1, RunStatus.FAILED, "the starting kernel fails to load")
     row = store.run(1)
     assert (row.status, row.reason) == ("failed", "the starting kernel fails to load")
+    # and the column of the module a run hands back
+    assert Store(db, read_only=True).handed_back(1) == "" and store.handed_back(1) == ""
+    store.finish_run(1, "done", {}, handed_back="import triton\n")
+    assert store.handed_back(1) == "import triton\n"
 
 
 def test_two_databases_in_one_folder_keep_their_files_apart(tmp_path):

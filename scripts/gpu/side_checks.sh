@@ -2,7 +2,7 @@
 # The GPU measurements of the issues beside issue 49's sweep, on the examples' GPU once scripts/gpu/reach_sweep.sh
 # has finished that lane (the 29 tasks still run on the other GPUs, each under its own timing lock): the online
 # reductions against torch, the re-spelled kernels' variants run on the GPU (block pointers included), the host
-# cost of a hand-back per call (on the examples bench just made), the cost of capturing a model's kernels, and
+# cost of a hand-back per call (of hand-backs made for it), the cost of capturing a model's kernels, and
 # last the fp16 matmul's search once more at this tree (matmul_again.db).
 # Each writes NAME.json, its table in NAME.log and its errors in NAME.err under $S.
 #
@@ -24,11 +24,11 @@ step() {  # name, seconds, command...
   timeout "$limit" "$@" > "$S/$name.log" 2> "$S/$name.err"
   log "$name exit $?"
 }
-bench=$("$py" -c "import sqlite3, sys
-print(sqlite3.connect(sys.argv[1]).execute('SELECT id FROM benches ORDER BY id').fetchone()[0])" "$S/ex.db")
 step online_softmax 300 "$py" benchmarks/online_softmax.py --out "$S/online_softmax.json"
 step respellings_gpu 240 "$py" -m pytest -p no:cacheprovider -o addopts= -m gpu tests/test_respellings.py -q
-step call_cost 600 "$py" benchmarks/call_cost.py --db "$S/ex.db" --bench "$bench" --out "$S/call_cost.json"
+# its own hand-backs (greedy, one iteration an example): the sweep's earlier runs left their best.py files on
+# machines long gone, and their databases predate the column that keeps the module
+step call_cost 900 "$py" benchmarks/call_cost.py --make --db "$S/call_cost.db" --out "$S/call_cost.json"
 step capture_overhead 400 "$py" benchmarks/capture_overhead.py --repeats 3 --steps 30 --batch 8 --scale 32 \
   --dim 1024 --vocab 16384 --eval --out "$S/capture_overhead.json"
 step capture_tests 300 "$py" -m pytest -p no:cacheprovider -o addopts= -m gpu tests/test_capture.py -q

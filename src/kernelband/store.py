@@ -220,10 +220,21 @@ class Store:
         rows = self._rows("SELECT * FROM runs WHERE status != 'done' ORDER BY id DESC LIMIT 1")
         return _run_row(rows[0]) if rows else None
 
-    def finish_run(self, run_id: int, status: str, summary: dict) -> None:
+    def finish_run(self, run_id: int, status: str, summary: dict, handed_back: str = "") -> None:
+        """The run done, with its summary and the source of the module it hands back: kept here, since the
+        file written beside it (summary's best_path) may be on a machine long gone."""
         with self._tx() as db:
-            db.execute("UPDATE runs SET status = ?, finished = ?, summary = ?, reason = '' WHERE id = ?",
-                       (RunStatus(status).value, time.time(), json.dumps(summary), run_id))
+            db.execute("UPDATE runs SET status = ?, finished = ?, summary = ?, reason = '', handed_back = ? "
+                       "WHERE id = ?", (RunStatus(status).value, time.time(), json.dumps(summary), handed_back,
+                                        run_id))
+
+    def handed_back(self, run_id: int) -> str:
+        """The module a finished run handed back ('' where the run predates the column or is not done)."""
+        try:
+            rows = self._rows("SELECT handed_back FROM runs WHERE id = ?", (run_id,))
+        except sqlite3.OperationalError:  # an older database opened read-only: no such column
+            return ""
+        return rows[0]["handed_back"] if rows else ""
 
     def end_run(self, run_id: int, status: RunStatus, reason: str) -> None:
         """A run that ended without finishing: `failed` (an error) or `interrupted` (Ctrl-C), and why."""
@@ -430,10 +441,11 @@ class Store:
         row = src._rows("SELECT * FROM runs WHERE id = ?", (run_id,))[0]
         with self._tx() as db:
             new = db.execute("INSERT INTO runs (bench_id, task, task_key, policy, proposer, seed, config, status, "
-                             "device, created, finished, summary, reason) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                             "device, created, finished, summary, reason, handed_back) "
+                             "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                              (bench_id, row["task"], row["task_key"], row["policy"], row["proposer"], row["seed"],
                               row["config"], row["status"], row["device"], row["created"], row["finished"],
-                              row["summary"], row.get("reason") or "")).lastrowid
+                              row["summary"], row.get("reason") or "", row.get("handed_back") or "")).lastrowid
             for table in ("candidates", "proposals", "evaluations", "iterations", "llm_calls"):
                 for r in src._rows(f"SELECT * FROM {table} WHERE run_id = ?", (run_id,)):
                     r["run_id"] = new
@@ -487,6 +499,8 @@ def _add_columns(db: sqlite3.Connection) -> None:
 
     if "reason" not in columns("runs"):
         db.execute("ALTER TABLE runs ADD COLUMN reason TEXT NOT NULL DEFAULT ''")
+    if "handed_back" not in columns("runs"):
+        db.execute("ALTER TABLE runs ADD COLUMN handed_back TEXT NOT NULL DEFAULT ''")
     if "attempts" not in columns("llm_calls"):
         db.execute("ALTER TABLE llm_calls ADD COLUMN attempts INTEGER")
     if "outcome" not in columns("proposals"):

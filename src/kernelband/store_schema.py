@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS runs (
     created REAL NOT NULL,
     finished REAL,
     summary TEXT,                  -- JSON, once done
-    reason TEXT NOT NULL DEFAULT '' -- why a failed or interrupted run ended
+    reason TEXT NOT NULL DEFAULT '', -- why a failed or interrupted run ended
+    handed_back TEXT NOT NULL DEFAULT '' -- the module handed back (best.py), once done
 );
 CREATE TABLE IF NOT EXISTS candidates (
     run_id INTEGER NOT NULL REFERENCES runs(id),

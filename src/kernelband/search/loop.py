@@ -484,7 +484,7 @@ class Search:
         if self.out_dir is not None:
             summary.best_path, summary.diff_path = write_files(self.out_dir / f"run-{self.run_id}", chosen,
                                                                self.task.module_source, self.task.name)
-        self.store.finish_run(self.run_id, "done", summary.to_dict())
+        self.store.finish_run(self.run_id, "done", summary.to_dict(), handed_back=chosen.source)
         self.on_event({"kind": "done", "seconds": seconds, **summary.to_dict()})
         return summary
 
