@@ -7,6 +7,7 @@
 # Each writes NAME.json, its table in NAME.log and its errors in NAME.err under $S.
 #
 #   setsid nohup bash scripts/gpu/side_checks.sh > /dev/null 2>&1 < /dev/null &   # from the same copy as the sweep
+#   SKIP=online_softmax,respellings_gpu setsid nohup bash scripts/gpu/side_checks.sh ...  # those done already
 set -u
 cd "$(dirname "$0")/../.."
 S=${KB_STATE:-kernelband-runs/reach}
@@ -17,9 +18,10 @@ log() { echo "$(date -u +%T) side: $*" >> "$S/session.log"; }
 while [ ! -f "$S/ex.finished" ]; do sleep 10; done
 n=$(nvidia-smi -L 2>/dev/null | wc -l)
 export CUDA_VISIBLE_DEVICES=$(( n > 0 ? n - 1 : 0 ))
-step() {  # name, seconds, command...
+step() {  # name, seconds, command...; a name in $SKIP (comma-separated) was measured in an earlier session
   local name=$1 limit=$2
   shift 2
+  case ",${SKIP:-}," in *",$name,"*) log "$name skipped"; return ;; esac
   log "$name begins"
   timeout "$limit" "$@" > "$S/$name.log" 2> "$S/$name.err"
   log "$name exit $?"
