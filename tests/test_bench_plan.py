@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from kernelband.tasks import tritonbench as tb
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 try:
@@ -18,10 +20,13 @@ try:
 finally:
     sys.path.pop(0)
 
+# the plans read the TritonBench-G level-1/2 tasks' names from the data (a clean clone has none)
+needs_data = pytest.mark.skipif(tb.find() is None, reason="no TritonBench data")
 SEARCH = bp.Search(iterations=10, q=1, finalists=3, beta=0.69)
 RATES = bp.Rates(ncu_s=8.0, plain_s=5.0)
 
 
+@needs_data
 def test_the_plan_fills_on_train_tasks_and_benches_each_suite_s_test_tasks_in_two_lanes():
     parts = bp.plan(["tritonbench-g-l12", "examples"], ("kernelband", "random"), ("kernelband",), ("kernelband",),
                     5, 3)
@@ -115,6 +120,7 @@ def _script(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120, env=env)
 
 
+@needs_data
 def test_the_script_prints_each_bench_and_the_sessions_and_refuses_bad_input_in_one_line():
     done = _script("--gpus", "4", "--s-per-eval", "8.6")
     assert done.returncode == 0, done.stderr

@@ -49,3 +49,17 @@ def test_threads_parse_at_once_without_error():
         gc.set_threshold(*threshold)
     assert errors == []
     assert pyast.parse(SOURCE).body
+
+
+def test_the_package_parses_only_through_the_lock():
+    # a parse outside it (ast.literal_eval parses too) can meet another thread's: the search proposes in threads
+    import re
+    from pathlib import Path
+
+    import kernelband
+
+    root = Path(kernelband.__file__).parent
+    direct = re.compile(r"(?<![\w.])ast\.(parse|literal_eval)\(")
+    found = [f"{p.relative_to(root)}:{i}" for p in root.rglob("*.py") if p.name != "pyast.py"
+             for i, line in enumerate(p.read_text().splitlines(), 1) if direct.search(line)]
+    assert found == []

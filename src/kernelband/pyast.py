@@ -15,6 +15,12 @@ import threading
 _lock = threading.RLock()  # re-entrant: a finalizer that runs inside a parse may parse too
 
 
-def parse(source: str, filename: str = "<unknown>") -> ast.Module:
+def parse(source: str, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
     with _lock:
-        return ast.parse(source, filename=filename)
+        return ast.parse(source, filename=filename, mode=mode)
+
+
+def literal_eval(source: str):
+    """`ast.literal_eval` of a string, which parses it first."""
+    with _lock:
+        return ast.literal_eval(source)

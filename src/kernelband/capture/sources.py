@@ -16,6 +16,7 @@ import sys
 import textwrap
 from functools import lru_cache
 
+from kernelband import pyast
 from kernelband.tasks.pyfile import module_part
 
 HEADER = "import torch\nimport triton\nimport triton.language as tl\n"
@@ -25,7 +26,7 @@ HEADER = "import torch\nimport triton\nimport triton.language as tl\n"
 def _tree(path: str) -> ast.Module | None:
     try:
         with open(path, encoding="utf-8") as f:
-            return ast.parse(module_part(f.read()), filename=path)
+            return pyast.parse(module_part(f.read()), filename=path)
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
 

@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kernelband import pyast
 from kernelband.capture import records
 from kernelband.capture.plan import Derived, order
 
@@ -91,7 +92,7 @@ def _forms(case: records.Case, names: list[str], i: int, blocks: list[int]) -> l
 def program_axes(source: str, kernel: str) -> set[int]:
     """The grid axes the kernel `kernel` in `source` reads with `tl.program_id` (all three where unknown)."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return {0, 1, 2}
     fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == kernel), None)

@@ -15,6 +15,7 @@ import hashlib
 from dataclasses import dataclass, field
 from enum import Enum
 
+from kernelband import pyast
 from kernelband.evaluation.records import EvalResult, Outcome, ShapeResult
 from kernelband.tasks.model import ShapeInfo
 
@@ -61,7 +62,7 @@ def normalized_hash(source: str) -> str:
     reply that only reformats an earlier candidate is known as the same code. A source that does not parse is
     hashed as written."""
     try:
-        return source_hash(ast.unparse(ast.parse(source)))
+        return source_hash(ast.unparse(pyast.parse(source)))
     except (SyntaxError, ValueError, RecursionError):
         return source_hash(source)
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from kernelband import pyast
 from kernelband.proposers.rewriter.analysis.source import Launch, ModuleSource
 from kernelband.proposers.rewriter.analysis.source import (
     _launch as launch_of,  # the launch's arguments by parameter
@@ -107,7 +108,7 @@ def _constants(ms: ModuleSource) -> frozenset[str]:
 
 def _key(node: cst.BaseExpression) -> str:
     """What an expression computes, spacing and parentheses aside."""
-    return ast.dump(ast.parse(f"({code(node)})", mode="eval"))
+    return ast.dump(pyast.parse(f"({code(node)})", mode="eval"))
 
 
 def _calls(node: cst.CSTNode) -> int:
@@ -129,7 +130,7 @@ _BY_POSITIVE = (cst.LeftShift, cst.RightShift, cst.Power)
 
 def _number(node: cst.BaseExpression) -> float | None:
     try:
-        value = ast.literal_eval(code(node))
+        value = pyast.literal_eval(code(node))
     except (ValueError, SyntaxError):
         return None
     return value if isinstance(value, int | float) else None

@@ -20,12 +20,12 @@ argument) or that is not a statement of its own, a key with values code cannot s
 
 from __future__ import annotations
 
-import ast
 import json
 from dataclasses import dataclass, field
 
 import libcst as cst
 
+from kernelband import pyast
 from kernelband.evaluation.records import TunedChoice, TunedConfig
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import (
@@ -141,7 +141,7 @@ class _Pinning:
         if configs is None or key is None:
             raise CannotPin(f"the autotune decorator of {kernel.name} does not name its configs and key")
         try:
-            key_names = ast.literal_eval(code(key.value))
+            key_names = pyast.literal_eval(code(key.value))
         except (ValueError, SyntaxError):
             key_names = None
         if not isinstance(key_names, list | tuple) or not all(isinstance(n, str) for n in key_names):

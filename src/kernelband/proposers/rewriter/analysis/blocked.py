@@ -36,6 +36,7 @@ from functools import cached_property
 
 import libcst as cst
 
+from kernelband import pyast
 from kernelband.proposers.rewriter.analysis.accesses import Access, Accesses
 from kernelband.proposers.rewriter.analysis.block_reads import BlockReads, readable
 from kernelband.proposers.rewriter.analysis.carries import Carries
@@ -550,7 +551,7 @@ class _Host(ast.NodeTransformer):
         self.generic_visit(node)
         name = tl_name(node)
         if name in HOST_CALLS:
-            return ast.Call(ast.parse(HOST_CALLS[name], mode="eval").body, node.args, node.keywords)
+            return ast.Call(pyast.parse(HOST_CALLS[name], mode="eval").body, node.args, node.keywords)
         return node
 
 

@@ -26,6 +26,7 @@ from functools import cached_property
 
 import libcst as cst
 
+from kernelband import pyast
 from kernelband.proposers.rewriter.analysis.loops import Carried, Loop, Loops
 from kernelband.proposers.rewriter.analysis.shapes import Shapes
 from kernelband.proposers.rewriter.analysis.syntax import assigned, subnodes
@@ -344,7 +345,7 @@ class Found:
                     continue
                 term = normal(carried.term)
                 lanes = not (tl_name(term) == carried.kind and term.args)
-                me = normal(ast.parse(f"__var({carried.name!r})", mode="eval").body)
+                me = normal(pyast.parse(f"__var({carried.name!r})", mode="eval").body)
                 if lanes:
                     later = [b for b in self.block if b.op == carried.kind and _dump(b.operand) == _dump(me)
                              and b.loop is not loop.node]

@@ -3,11 +3,12 @@ the names an expression loads, and the scopes (module or function) that assign t
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import libcst as cst
+
+from kernelband import pyast
 
 CDIV_NAMES = ("cdiv",)  # triton.cdiv, tl.cdiv, cdiv
 EMPTY = cst.Module(body=[])
@@ -65,10 +66,10 @@ def literal_config(node: cst.BaseExpression) -> tuple[dict, dict] | None:
     if not (isinstance(node, cst.Call) and (dotted(node.func) or "").endswith("Config") and node.args):
         return None
     try:
-        kwargs = ast.literal_eval(code(node.args[0].value))
-        given = dict(zip(CONFIG_OPTIONS, [ast.literal_eval(code(a.value)) for a in node.args[1:]
+        kwargs = pyast.literal_eval(code(node.args[0].value))
+        given = dict(zip(CONFIG_OPTIONS, [pyast.literal_eval(code(a.value)) for a in node.args[1:]
                                           if a.keyword is None]))
-        given.update({a.keyword.value: ast.literal_eval(code(a.value)) for a in node.args[1:] if a.keyword})
+        given.update({a.keyword.value: pyast.literal_eval(code(a.value)) for a in node.args[1:] if a.keyword})
     except (ValueError, SyntaxError):
         return None
     return (kwargs, given) if isinstance(kwargs, dict) else None

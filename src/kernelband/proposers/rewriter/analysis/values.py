@@ -24,6 +24,7 @@ from functools import cached_property
 
 import libcst as cst
 
+from kernelband import pyast
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import assigned, code, dotted
 
@@ -32,7 +33,7 @@ MAX_DEPTH = 8  # nested helper calls inlined
 
 def parse_expression(node: cst.BaseExpression) -> ast.expr:
     """A libcst expression as a Python ast expression (parenthesized: it may span lines)."""
-    return ast.parse(f"({code(node).strip()})", mode="eval").body
+    return pyast.parse(f"({code(node).strip()})", mode="eval").body
 
 
 def call(name: str, *args: ast.expr) -> ast.Call:

@@ -31,6 +31,7 @@ import copy
 
 import libcst as cst
 
+from kernelband import pyast
 from kernelband.proposers.rewriter.analysis.buffers import HostFunction, Site
 from kernelband.proposers.rewriter.analysis.facts import KernelFacts, facts_of
 from kernelband.proposers.rewriter.analysis.source import ModuleSource
@@ -128,7 +129,7 @@ class _Names(ast.NodeTransformer):
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
         if node.id in self.names:
-            return ast.parse(self.names[node.id], mode="eval").body
+            return pyast.parse(self.names[node.id], mode="eval").body
         return ast.Name(self.tl) if node.id == "tl" else node
 
 
@@ -178,7 +179,7 @@ def _reader_address(two: Side, load: cst.Call, h2: set[str], pointer: str) -> st
     """The text of the reader's load address with the intermediate's pointer replaced by `pointer`: directly a
     term of the address, or of a local assigned once at the top level that is a term of it."""
     address = two.kernel.address(load)
-    terms = add_terms(ast.parse(code(address).strip(), mode="eval").body)
+    terms = add_terms(pyast.parse(code(address).strip(), mode="eval").body)
     out = []
     for term in terms:
         names = {n.id for n in ast.walk(term) if isinstance(n, ast.Name)}
@@ -186,7 +187,7 @@ def _reader_address(two: Side, load: cst.Call, h2: set[str], pointer: str) -> st
             out.append(pointer)
         elif isinstance(term, ast.Name) and term.id in two.top and len(two.kernel.scope.assigns[term.id]) == 1 \
                 and two.kernel.bases(cst.Name(term.id)) & h2:
-            value = ast.parse(code(two.top[term.id]).strip(), mode="eval").body
+            value = pyast.parse(code(two.top[term.id]).strip(), mode="eval").body
             inner = add_terms(value)
             reads = [n.id for n in ast.walk(value) if isinstance(n, ast.Name)]
             if [ast.unparse(t) for t in inner].count(next(iter(h2 & set(reads)), "")) != 1 or any(
@@ -306,11 +307,11 @@ def inline(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: Moved,
             and _host(mask.comparators[0]) is not None):
         raise NotCertain(f"{k1.name}'s store is not masked by `offsets < n`")
     n = _host(mask.comparators[0])
-    dims = [ast.parse(code(d).strip(), mode="eval").body for d in moved.dims()]
+    dims = [pyast.parse(code(d).strip(), mode="eval").body for d in moved.dims()]
     division = ceil_division(dims[0]) if len(dims) == 1 else None
-    wanted = (n, _host(ast.parse(block, mode="eval").body))
-    if division is None or [ast.dump(ast.parse(x, mode="eval")) for x in division] != [
-            ast.dump(ast.parse(x, mode="eval")) for x in wanted]:
+    wanted = (n, _host(pyast.parse(block, mode="eval").body))
+    if division is None or [ast.dump(pyast.parse(x, mode="eval")) for x in division] != [
+            ast.dump(pyast.parse(x, mode="eval")) for x in wanted]:
         raise NotCertain(f"the grid of the {a.where} is not n / B rounded up for its mask's n and block")
     if not _numel_of(host, a, n, h):
         raise NotCertain(f"{n} is not certain to be {h}.numel()")

@@ -10,6 +10,7 @@ import copy
 
 import libcst as cst
 
+from kernelband import pyast
 from kernelband.proposers.rewriter.analysis.buffers import HostFunction, Site
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
@@ -43,7 +44,7 @@ class _Host(ast.NodeTransformer):
         given = self.side.arg_code(node.id)
         if given is None:
             raise NotCertain(f"the {self.side.site.where} does not pass {node.id}")
-        return ast.Call(ast.Name("__host__"), [ast.parse(given, mode="eval").body], [])
+        return ast.Call(ast.Name("__host__"), [pyast.parse(given, mode="eval").body], [])
 
 
 class Side:
@@ -131,8 +132,8 @@ def same_grid(host: HostFunction, a: Site, b: Site, dims_a: list[cst.BaseExpress
     dims_b, _ = host.grid(b)
     if dims_b is None:
         return False
-    return [ast.dump(ast.parse(code(d).strip(), mode="eval")) for d in dims_a] == \
-        [ast.dump(ast.parse(d, mode="eval")) for d in dims_b]
+    return [ast.dump(pyast.parse(code(d).strip(), mode="eval")) for d in dims_a] == \
+        [ast.dump(pyast.parse(d, mode="eval")) for d in dims_b]
 
 
 def one_program(host: HostFunction, site: Site) -> bool:

@@ -32,6 +32,7 @@ import math
 
 import libcst as cst
 
+from kernelband import pyast
 from kernelband.proposers.rewriter.analysis.block_reads import readable
 from kernelband.proposers.rewriter.analysis.blocked import RowBlock
 from kernelband.proposers.rewriter.analysis.facts import facts_of
@@ -162,7 +163,7 @@ class _Twin(cst.CSTTransformer):
 def _never(host: str, low: str, bound: str, exact: bool, block: str | int | None = None) -> bool:
     """Whether a row length that is a number never takes the one-block branch."""
     try:
-        n, top = ast.literal_eval(host), ast.literal_eval(bound)
+        n, top = pyast.literal_eval(host), pyast.literal_eval(bound)
     except (ValueError, SyntaxError):
         return False
     if not isinstance(n, int) or not isinstance(top, int):
@@ -269,7 +270,7 @@ class _Launch:
         host = self._host(row.bound)
         if isinstance(host, str) and host.startswith("!"):
             return host[1:]
-        atom = isinstance(ast.parse(host, mode="eval").body, ast.Name | ast.Attribute | ast.Subscript | ast.Call
+        atom = isinstance(pyast.parse(host, mode="eval").body, ast.Name | ast.Attribute | ast.Subscript | ast.Call
                           | ast.Constant)
         n = host if atom else f"({host})"
         size = f"triton.next_power_of_2({n})"
@@ -350,9 +351,9 @@ class _Launch:
                 names[node.id] = str(value)
         class Values(ast.NodeTransformer):
             def visit_Name(self, node: ast.Name) -> ast.AST:
-                return ast.parse(names[node.id], mode="eval").body if node.id in names else node
+                return pyast.parse(names[node.id], mode="eval").body if node.id in names else node
 
-        return ast.unparse(Values().visit(ast.parse(row.host_end, mode="eval")))
+        return ast.unparse(Values().visit(pyast.parse(row.host_end, mode="eval")))
 
 
 def single_pass(ms: ModuleSource) -> Found:
