@@ -30,7 +30,7 @@ step online_softmax 300 "$py" benchmarks/online_softmax.py --out "$S/online_soft
 step respellings_gpu 240 "$py" -m pytest -p no:cacheprovider -o addopts= -m gpu tests/test_respellings.py -q
 # its own hand-backs (greedy, one iteration an example): the sweep's earlier runs left their best.py files on
 # machines long gone, and their databases predate the column that keeps the module
-step call_cost 900 "$py" benchmarks/call_cost.py --make --db "$S/call_cost.db" --out "$S/call_cost.json"
+step call_cost 1200 "$py" benchmarks/call_cost.py --make --db "$S/call_cost.db" --out "$S/call_cost.json"
 step capture_overhead 400 "$py" benchmarks/capture_overhead.py --repeats 3 --steps 30 --batch 8 --scale 32 \
   --dim 1024 --vocab 16384 --eval --out "$S/capture_overhead.json"
 step capture_tests 300 "$py" -m pytest -p no:cacheprovider -o addopts= -m gpu tests/test_capture.py -q
