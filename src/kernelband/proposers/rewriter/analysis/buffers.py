@@ -276,6 +276,15 @@ class HostFunction:
         sx, sy = (self.storage_at(x, at[0]), self.storage_at(y, at[1])) if at else (self.storage(x), self.storage(y))
         return bool(sx & sy) or (OUTSIDE in sx and OUTSIDE in sy)
 
+    def restored(self, site: Site) -> list[str]:
+        """The pointer parameters of the site's kernel that one run of the launch changes in a way a second run
+        reads (an autotuner reruns it): read and written (atomics included), or written where the launch passes
+        memory the kernel also reads through another parameter."""
+        read = [p for p in site.passed.values() if p.read]
+        changed = {name for name, p in site.passed.items()
+                   if p.written and (p.read or any(self.may_alias(p.root, r.root, (site, site)) for r in read))}
+        return [p.name for p in site.kernel.params if p.name in changed]
+
     def aliases(self, name: str) -> set[str]:
         """The host names that may be the memory of `name` (itself included)."""
         own = self.storage(name) - {OUTSIDE}

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis import knobs as knobs_mod
-from kernelband.proposers.rewriter.analysis.buffers import host_functions
+from kernelband.proposers.rewriter.analysis.buffers import host_functions, touches
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.knobs import Knob
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, tile_terms
@@ -275,19 +275,12 @@ def _decorator(configs: list[str], key: list[str], restore: list[str], prune: st
 
 
 def _restored(ms: ModuleSource, kernel: Kernel) -> list[str]:
-    """Pointer parameters that a tuning run changes in a way the next run reads: both loaded and stored, the
-    target of an atomic, or stored where a launch passes memory that another parameter it loads may be (the
-    host's aliasing fact: `k[grid](x, x, n)`, or two buffers the caller hands in)."""
-    accesses = facts_of(kernel).accesses
-    read = {b for a in accesses.loads for b in a.bases}
-    written = {b for a in accesses.stores for b in a.bases}
-    atomic = set().union(*[bases for _, bases in accesses.atomics]) if accesses.atomics else set()
-    changed = (read & written) | atomic
+    """Pointer parameters that a tuning run changes in a way the next run reads: the kernel's own read-and-written
+    and atomic buffers, and at each launch those the host's aliasing fact adds (`k[grid](x, y, x, n)`)."""
+    own = touches(kernel)
+    changed = own.reads & own.writes  # atomics count as both
     for host in host_functions(ms):
-        for site in (s for s in host.sites if s.kernel is kernel):
-            passed = site.passed
-            changed |= {w for w in written & passed.keys() for r in read & passed.keys()
-                        if r != w and host.may_alias(passed[w].root, passed[r].root, (site, site))}
+        changed |= {p for site in host.sites if site.kernel is kernel for p in host.restored(site)}
     return [p.name for p in kernel.params if p.name in changed]
 
 

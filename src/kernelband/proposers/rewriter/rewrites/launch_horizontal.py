@@ -74,20 +74,6 @@ def _options_only(kernel: Kernel) -> tuple[list, list[str]] | None:
     return options, keys
 
 
-def _restored(host: HostFunction, site: Site, renames: dict[str, str]) -> list[str]:
-    """The pointer parameters of a launch's kernel (as the fused kernel names them) that one tuning run changes in
-    a way the next one reads: read and written (atomics and the buffers it hands a helper included), or written
-    where the launch passes memory the kernel also reads through another parameter."""
-    read = [p for p in site.passed.values() if p.read]
-    found = []
-    for param in site.kernel.params:
-        passed = site.passed.get(param.name)
-        if passed is not None and passed.written and (passed.read or any(
-                host.may_alias(passed.root, r.root, (site, site)) for r in read)):
-            found.append(renames.get(param.name, param.name))
-    return found
-
-
 def _decorators(a: Kernel, b: Kernel, renames: dict[str, str], restore: list[str]) -> list[cst.Decorator]:
     tuned = [(k, _options_only(k)) for k in (a, b)]
     found = [(k, t) for k, t in tuned if t is not None]
@@ -119,7 +105,7 @@ def horizontal(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: Mo
     dims_a = [code(d).strip() for d in moved.dims()]
     renames = renames_of(k1, k2, used)
     globals_clash(k1, k2, renames)
-    decorators = _decorators(k1, k2, renames, _restored(host, a, {}) + _restored(host, b, renames))
+    decorators = _decorators(k1, k2, renames, host.restored(a) + [renames.get(p, p) for p in host.restored(b)])
     name = fresh_name(f"{k1.name}_{k2.name}_horizontal", used)
     pid = fresh_name("pid", used)
     sizes = [[fresh_name(f"grid_{i}", used) for i in range(len(dims))] for dims in (dims_a, dims_b)]
