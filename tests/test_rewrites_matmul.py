@@ -97,6 +97,11 @@ CARRIES = ("mm_kernel's K loop carries a_ptrs from one step to the next other th
     ("    return c\n", "    return c, mm_kernel\n", None),  # not a launch: still fine
     ("    mm_kernel[(", "    _ = mm_kernel[(", "the mm_kernel launch in mm is not a statement of its own in a function"),
     ("BLOCK_K=32)", "BLOCK_K=32 + 0)", None),  # an expression the host can read again: still fine
+    ("dtype=tl.float32)\n", "dtype=tl.float32) + 1.0\n", "mm_kernel's accumulator acc does not start as float32 zeros "
+                                                         "before the K loop"),
+    ("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", "acc = tl.full((BLOCK_M, BLOCK_N), 1.0, dtype=tl.float32)",
+     "mm_kernel's accumulator acc does not start as float32 zeros before the K loop"),  # a full of ones is no sum
+    ("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", "acc = tl.full((BLOCK_M, BLOCK_N), 0, tl.float32)", None),
     ("BLOCK_K=32)", "BLOCK_K=int(32))", None),  # a call that gives the same value again: still fine
     ("BLOCK_K=32)", "BLOCK_K=pick(32))", "a launch of mm_kernel computes K or BLOCK_K with a call that may not give the "
                                          "same value twice (not a tensor's sizes, int, min, max or cdiv): the host "

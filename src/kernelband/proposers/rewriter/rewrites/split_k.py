@@ -105,6 +105,21 @@ def _increment(loop: Loop, name: str) -> tuple[str, str] | None:
     return None
 
 
+def _float32_zeros(init: ast.expr | None) -> bool:
+    """Whether a value starts as float32 zeros: tl.zeros(shape, float32) or tl.full(shape, 0, float32), the dtype
+    by position or keyword, under whatever name the module gives triton.language."""
+    if init is None or tl_name(init) not in ("zeros", "full"):
+        return False
+    named = {k.arg: k.value for k in init.keywords}
+    at = 1 if tl_name(init) == "zeros" else 2
+    dtype = named.get("dtype", init.args[at] if len(init.args) > at else None)
+    if tl_name(init) == "full":
+        value = named.get("value", init.args[1] if len(init.args) > 1 else None)
+        if not (isinstance(value, ast.Constant) and value.value == 0):
+            return False
+    return dtype is not None and ast.unparse(dtype).rpartition(".")[2] == "float32"
+
+
 def _loop(dk: DotKernel) -> dict | str:
     """The K loop and what its twin needs, read from the facts (`analysis.loops`, `dots`); or the fact that
     makes a split's meaning uncertain."""
@@ -142,11 +157,7 @@ def _loop(dk: DotKernel) -> dict | str:
     updates = [s for s in loop.node.body.body if acc in assigned(s)]
     if any(acc in _names(s) for s in loop.node.body.body if s not in updates):
         return f"{kernel.name}'s K loop reads {acc} other than to accumulate into it (each split holds part of it)"
-    init = facts.values.initial(acc)
-    if not (init is not None and tl_name(init) in ("zeros", "full")
-            and any(ast.unparse(k.value) == "tl.float32" for k in init.keywords if k.arg == "dtype")
-            or init is not None and tl_name(init) == "zeros" and any(ast.unparse(a) == "tl.float32"
-                                                                        for a in init.args[1:])):
+    if not _float32_zeros(facts.values.initial(acc)):
         return f"{kernel.name}'s accumulator {acc} does not start as float32 zeros before the K loop"
     at = body.index(loop.node)
     before, after = body[:at], body[at + 1:]
