@@ -160,6 +160,15 @@ def test_keyword_arguments_a_meta_grid_an_autotuner_and_two_launches_are_kept():
     assert "enumerate((n,)) if type(v) is int" in new  # a plain name is read where it stands
 
 
+def test_a_launch_whose_value_is_kept_or_returned_reads_its_values_just_before_its_line():
+    kept = ELEMENTWISE.replace("    axpy[lambda meta: (triton.cdiv(n,", "    handle = axpy[lambda meta: (triton.cdiv(n,") \
+        .replace("    return again\n", "    return again if handle is not None else None\n")
+    assert kept != ELEMENTWISE
+    _, new = one(kept)
+    assert ("    _aligned = sum(1 << i for i, v in enumerate((n,)) if type(v) is int and v % 8 == 0 and v % 16)\n"
+            "    handle = axpy[lambda meta: (triton.cdiv(n, meta[\"B\"]),)](out, y, again, n, ALIGNED=_aligned)\n") in new
+
+
 # -- the same outputs, and bits only where the values say ----------------------------------------------------
 def test_the_matmul_variant_gives_the_originals_outputs_and_sets_a_bit_where_a_value_is_a_multiple_of_8():
     traced(MATMUL, "matmul_kernel", """
@@ -247,8 +256,9 @@ def test_at_a_stride_of_1000_only_the_hinted_kernel_moves_16_bytes_at_a_time_on_
     ("](x, y, out, x.numel())", "](*(x, y, out, x.numel()))",
      "the axpy launch in twice passes starred arguments: which values are axpy's parameters is unknown"),
     ("    axpy[lambda meta: (triton.cdiv(x.numel(), meta[\"B\"]),)](x, y, out, x.numel())\n",
-     "    handle = axpy[lambda meta: (triton.cdiv(x.numel(), meta[\"B\"]),)](x, y, out, x.numel())\n",
-     "the axpy launch in twice is not a statement of its own in a function: its values cannot be read before it"),
+     "    x.numel() and axpy[lambda meta: (triton.cdiv(x.numel(), meta[\"B\"]),)](x, y, out, x.numel())\n",
+     "the axpy launch in twice runs only on some evaluations of its line (a branch of an expression, a lambda), or "
+     "outside a function: its values cannot be read before it"),
 ])
 def test_divisibility_hints_refuse_with_the_fact_that_is_missing(old, new, reason):
     source = ELEMENTWISE.replace(old, new)

@@ -32,10 +32,11 @@ bits, as Triton compiles once per combination of its own specializations. The ke
 copied into a twin: what a later rewrite does to it (its tiles, its order) then holds on every shape.
 
 Each value the host tests is evaluated once: a launch's argument that is not a name or a number is bound to a
-new local before the test and passed to the launch. Parameters that every launch passes as a number
+new local just before the launch's line (`k[grid](...)`, `h = k[grid](...)`, `return k[grid](...)`) and passed
+to the launch. Parameters that every launch passes as a number
 Triton specializes already (1 or a multiple of 16), or as one that is not a multiple of 8, are left out.
-Refused: a kernel whose offsets and masks read no integer parameter, a launch that is not a statement of its
-own in a function, one with starred arguments or one that binds names as it evaluates them (`:=`), a parameter a
+Refused: a kernel whose offsets and masks read no integer parameter, a launch that only some runs of its line
+make (a branch of an expression, a lambda) or outside a function, one with starred arguments or one that binds names as it evaluates them (`:=`), a parameter a
 launch neither passes nor has a number as its default, and kernels with `*args` or keyword-only parameters.
 """
 
@@ -48,11 +49,12 @@ from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, Module
 from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, int_value, subnodes
 from kernelband.proposers.rewriter.edits import Found, Variant, appended, keyword_arg, statements
 from kernelband.proposers.rewriter.rewrites.matmul_launch import branched, host_names
-from kernelband.proposers.rewriter.rewrites.online_launch import launch_statement
 
 D = 8  # elements: 16 bytes of fp16 or bf16
 SPECIALIZED = 16  # Triton's own divisibility specialization of an integer argument
 EFFECTS = (cst.NamedExpr, cst.Await, cst.Yield)
+# expressions that evaluate a part of themselves only on some runs
+CONDITIONAL = (cst.IfExp, cst.BooleanOperation, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
 def _useful(value: int | str) -> bool:
@@ -60,12 +62,27 @@ def _useful(value: int | str) -> bool:
     return not isinstance(value, int) or (value % D == 0 and value % SPECIALIZED != 0)
 
 
+def _statement(ms: ModuleSource, launch: Launch) -> cst.SimpleStatementLine | None:
+    """The line in a function whose every run makes the launch (`k[grid](...)`, `h = k[grid](...)`, `return
+    k[grid](...)`): its values can be read once just before it. None where the launch sits in a branch of an
+    expression or a lambda, whose values may not be there to read, or at module level."""
+    node = ms.parents.get(id(launch.call))
+    while node is not None and not isinstance(node, cst.SimpleStatementLine):
+        if isinstance(node, (*CONDITIONAL, cst.BaseCompoundStatement)):
+            return None
+        node = ms.parents.get(id(node))
+    if node is None or len(node.body) != 1 or launch.scope.name == "<module>":
+        return None
+    return node
+
+
 def _values(ms: ModuleSource, launch: Launch, params: list[str]) -> dict[str, cst.BaseExpression] | str:
     """What the launch passes for each parameter (a number as its default where it passes none); or why the
     host cannot read them once before the launch."""
     kernel = launch.kernel
-    if launch_statement(ms, launch) is None:
-        return f"the {launch.where} is not a statement of its own in a function: its values cannot be read before it"
+    if _statement(ms, launch) is None:
+        return (f"the {launch.where} runs only on some evaluations of its line (a branch of an expression, a "
+                "lambda), or outside a function: its values cannot be read before it")
     if any(a.star for a in launch.call.args):
         return f"the {launch.where} passes starred arguments: which values are {kernel.name}'s parameters is unknown"
     if any(subnodes(launch.call, kind) for kind in EFFECTS):
@@ -116,8 +133,8 @@ def _launch(ms: ModuleSource, launch: Launch, values: dict[str, cst.BaseExpressi
         index = launch.args[p]
         args[index] = args[index].with_changes(value=cst.Name(names[p]))
     hinted = call.with_changes(args=appended(args, keyword_arg(flag, cst.Name(names[mask]))))
-    line = launch_statement(ms, launch)
-    launched = code(line.with_changes(leading_lines=[], body=[line.body[0].with_changes(value=hinted)]))
+    line = _statement(ms, launch)
+    launched = code(line.with_changes(leading_lines=[]).deep_replace(call, hinted))
     return branched(line, setup, None, [launched.rstrip("\n")])
 
 
