@@ -603,12 +603,12 @@ def test_autotune_keys_on_the_element_count_of_the_tensors_the_kernel_reads():
     assert "def rms_kernel(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr, tune_numel):" in new
     assert "        x.shape[1],\n        tune_numel=x.numel() + out.numel(),\n    )\n" in new  # laid out as the others
     assert '    key=["n_cols", "tune_numel"],\n' in new and "key ['n_cols', 'tune_numel']" in rationale
-    # a parameter with a default (a new one after it would not be valid), or expressions passed for every
-    # pointer (they would be evaluated twice): no new parameter, the key as before
-    for source in (ROWS.replace("BLOCK: tl.constexpr)", "BLOCK: tl.constexpr = 512)"),
-                   ROWS.replace("        x,\n        out,\n", "        x + 0,\n        out[:],\n")):
-        [(_, kept)] = variants(source, "autotune")
-        assert "tune_numel" not in kept and '    key=["n_cols"],\n' in kept
+    # a parameter with a default stays last: the new one goes before it
+    [(_, defaulted)] = variants(ROWS.replace("BLOCK: tl.constexpr)", "BLOCK: tl.constexpr = 512)"), "autotune")
+    assert "def rms_kernel(x_ptr, out_ptr, n_cols, tune_numel, BLOCK: tl.constexpr = 512):" in defaulted
+    # expressions passed for every pointer (they would be evaluated twice): no new parameter, the key as before
+    [(_, kept)] = variants(ROWS.replace("        x,\n        out,\n", "        x + 0,\n        out[:],\n"), "autotune")
+    assert "tune_numel" not in kept and '    key=["n_cols"],\n' in kept
 
 
 def test_autotune_restores_a_buffer_the_kernel_reads_and_writes():

@@ -6,6 +6,7 @@ whether the values are multiples of 8 or not (a bit set where a value is not wou
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -276,3 +277,44 @@ def test_parameters_every_launch_passes_as_numbers_triton_specializes_are_left_o
         "every launch of scale_rows passes pitch_in, pitch_out, width as numbers that Triton specializes already "
         "(1 or multiples of 16) or that are not multiples of 8",))
 
+
+
+# -- carried by the tile rewrites -----------------------------------------------------------------------------
+@pytest.mark.parametrize("rewrite", ["matmul_configs", "split_k", "persistent_tiles"])
+def test_the_tl_dot_tile_rewrites_carry_the_hints_on_every_kernel_and_keep_the_outputs(rewrite):
+    variants, _ = made(MATMUL, rewrite)
+    assert variants
+    for rationale, new in variants:
+        kernels = re.findall(r"@triton\.jit\ndef (\w+)\(", new)
+        assert kernels and all("ALIGNED: tl.constexpr" in kernel_text(new, k) for k in kernels), (rationale, kernels)
+        assert "multiples of 8" in rationale
+    # the first config of the first variant: tiles larger than these shapes, masks and the stated bits at work
+    run_modules({"kb_original": MATMUL, "kb_variant": one_config_each(variants[0][1])[0][1]}, """
+import torch, kb_original as original, kb_variant as variant
+torch.manual_seed(0)
+for M, N, K in [(40, 24, 48), (37, 37, 37), (24, 40, 40)]:
+    a, b = torch.randn(M, K).half(), torch.randn(K, N).half()
+    assert torch.allclose(variant.matmul(a, b).float(), original.matmul(a, b).float(), atol=2e-2, rtol=2e-2)
+""")
+
+
+def test_a_hinted_kernel_keeps_its_facts_so_the_other_rewrites_still_read_it():
+    _, hinted = one(MATMUL)
+    assert "if ALIGNED & 4:\n        K = K // 8 * 8" in hinted  # K is rebound: read as K all the same
+    for rewrite in ("split_k", "persistent_tiles", "grouped_ordering", "single_pass"):
+        assert made(hinted, rewrite)[0], (rewrite, made(hinted, rewrite)[1])
+    assert made(hinted, "divisibility_hints") == ([], (
+        "matmul_kernel states the divisibility of K, M, N, stride_ak, stride_am, stride_bk, stride_bn, stride_cm, "
+        "stride_cn already",))
+
+
+def test_a_twin_takes_its_new_parameters_before_those_with_defaults():
+    defaulted = MATMUL.replace("BLOCK_K: tl.constexpr", "BLOCK_K: tl.constexpr = 32")
+    [(_, new)], _ = made(defaulted, "split_k")
+    twin = kernel_text(new, "matmul_kernel_split_k")
+    assert "ws_ptr, ws_span, SPLIT_K: tl.constexpr, REDUCE: tl.constexpr, BLOCK_K: tl.constexpr = 32" in twin
+    compile(new, "split_k", "exec")
+    # a launch that passes a defaulted parameter by position would bind it to the new ones instead
+    positional = defaulted.replace("BLOCK_M=32, BLOCK_N=32, BLOCK_K=32", "32, 32, 32")
+    assert made(positional, "split_k") == ([], ("a launch of matmul_kernel passes a parameter that has a default "
+                                                "by position",))

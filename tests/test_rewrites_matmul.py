@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from interpreted import run_modules
 from test_rewrite_correctness import one_config_each
-from test_rewrites_structural import MM, example, made
+from test_rewrites_structural import MM, example, made, made_plain
 
 from kernelband.proposers.rewriter.rewrites.matmul_launch import CPU_SMS
 from kernelband.tasks import tritonbench as tb
@@ -28,7 +28,7 @@ def kernel_text(source: str, name: str) -> str:
 
 # -- split_k --------------------------------------------------------------------------------------------------
 def test_split_k_adds_a_twin_that_splits_the_k_loop_and_launches_it_only_where_split_k_exceeds_one():
-    [(rationale, new)], reasons = made(MATMUL, "split_k")
+    [(rationale, new)], reasons = made_plain(MATMUL, "split_k")
     assert rationale.startswith("matmul_kernel's K loop split over a third grid axis into up to 16 float32 partial")
     assert kernel_text(new, "matmul_kernel") == kernel_text(MATMUL, "matmul_kernel")
     twin = kernel_text(new, "matmul_kernel_split_k")
@@ -164,7 +164,7 @@ def test_split_k_and_persistent_tiles_leave_element_wise_kernels_alone():
 
 # -- persistent_tiles -----------------------------------------------------------------------------------------
 def test_persistent_tiles_loops_each_program_over_the_tiles_of_the_original_grid():
-    [(rationale, new)], _ = made(MATMUL, "persistent_tiles")
+    [(rationale, new)], _ = made_plain(MATMUL, "persistent_tiles")
     assert rationale.startswith("matmul_kernel on one program per SM, each looping over the tiles")
     assert kernel_text(new, "matmul_kernel") == kernel_text(MATMUL, "matmul_kernel")
     twin = kernel_text(new, "matmul_kernel_persistent")
@@ -221,8 +221,8 @@ def test_persistent_tiles_on_an_autotuned_kernel_compute_the_grid_in_the_kernel(
     """After matmul_configs the tiles follow the config the autotuner picks: the twin keeps the autotuner, counts
     the tiles itself from the grid lambda (meta["BLOCK_M"] as BLOCK_M, M as the M it is passed), and the launch's
     grid is min(SMs, tiles) of the chosen config."""
-    [(_, tuned)] = made(MATMUL, "matmul_configs")[0][:1]
-    [(_, new)], _ = made(tuned, "persistent_tiles")
+    [(_, tuned)] = made_plain(MATMUL, "matmul_configs")[0][:1]
+    [(_, new)], _ = made_plain(tuned, "persistent_tiles")
     twin = new[new.index("@triton.autotune", new.index("def matmul_kernel(")):]
     assert twin.index("def matmul_kernel_persistent(") > 0 and "@triton.jit" in twin
     assert ("    grid_0 = (tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N))\n    grid_1 = 1\n"

@@ -47,6 +47,17 @@ class Variant:
         return new.code
 
 
+@dataclass(frozen=True, eq=False)
+class Composed(Variant):
+    """A variant whose text is written already: one rewrite's variant with a follow-up rewrite of the module it
+    makes (`rewrites.divisibility_hints.aligned`), which reads that module, not the one the edits were found on."""
+
+    text: str = ""
+
+    def apply(self, source: ModuleSource) -> str:
+        return self.text
+
+
 @dataclass
 class Found:
     """What one rewrite makes of a module: its variants, and why there are not more."""
@@ -137,6 +148,28 @@ def appended(items: Sequence, new) -> list:
         new = new.with_changes(whitespace_after_arg=last.whitespace_after_arg)
         last = last.with_changes(whitespace_after_arg=NO_SPACE)
     return [*items[:-1], last.with_changes(comma=separator), new]
+
+
+def with_params(params: cst.Parameters, new: Sequence[cst.Param]) -> cst.Parameters:
+    """`params` with `new` after the last parameter without a default, before those with one (a constexpr
+    `BLOCK: tl.constexpr = 128`, or the bits divisibility_hints adds), which Python keeps last. Valid where
+    every launch passes the defaulted ones by keyword or not at all (`defaults_by_keyword`)."""
+    items = list(params.params)
+    cut = next((i for i, p in enumerate(items) if p.default is not None), len(items))
+    head, tail = items[:cut], items[cut:]
+    for param in new:
+        head = appended(head, param)
+    if head and tail and not isinstance(head[-1].comma, cst.Comma):
+        head[-1] = head[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return params.with_changes(params=[*head, *tail])
+
+
+def defaults_by_keyword(params: cst.Parameters, calls: Sequence[cst.Call]) -> bool:
+    """Whether no call passes a parameter that has a default by position: parameters added before those
+    (`with_params`) then bind what they bound before."""
+    required = sum(p.default is None for p in params.params)
+    return all(not any(a.star for a in call.args)
+               and sum(a.keyword is None for a in call.args) <= required for call in calls)
 
 
 def without(items: Sequence, indices: set[int]) -> list:

@@ -13,7 +13,8 @@ variant it can make of it, in a fixed order, with the reasons it cannot do more.
     rows              each program does the work of R consecutive programs side by side (rows.py)
     fused_absmax      the host's `x.abs().max()` (two passes over x) as one: the infinity norm
     inductor_configs  autotune a row or element-wise kernel over Inductor's configs (inductor_configs.py)
-    matmul_configs    autotune a tl.dot kernel over the matmul tutorial's and Inductor's configs (matmul_configs.py)
+    matmul_configs    autotune a tl.dot kernel over the matmul tutorial's and Inductor's configs (matmul_configs.py);
+                      it, split_k and persistent_tiles carry divisibility_hints where they apply
     single_pass       a row that fits one block read in one pass, the blocked loops kept for longer rows
                       (single_pass.py)
     online_softmax    a max pass and an exp-sum pass over a row as one, with a running max; a row held in one
@@ -43,7 +44,7 @@ from kernelband.proposers.rewriter.rewrites.block_sizes import block_size, vecto
 from kernelband.proposers.rewriter.rewrites.cache_hints import cache_hints
 from kernelband.proposers.rewriter.rewrites.coarsen import coarsen
 from kernelband.proposers.rewriter.rewrites.contiguity_hints import contiguity_hints
-from kernelband.proposers.rewriter.rewrites.divisibility_hints import divisibility_hints
+from kernelband.proposers.rewriter.rewrites.divisibility_hints import aligned, divisibility_hints
 from kernelband.proposers.rewriter.rewrites.fused_absmax import fused_absmax
 from kernelband.proposers.rewriter.rewrites.grouped_ordering import grouped_ordering
 from kernelband.proposers.rewriter.rewrites.launch_fusion import launch_fusion
@@ -66,12 +67,13 @@ REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "rows": rows,
     "fused_absmax": fused_absmax,
     "inductor_configs": config_sets("inductor_configs", inductor_configs.choose),
-    "matmul_configs": config_sets("matmul_configs", matmul_configs.choose),
+    # the tl.dot tile rewrites carry the divisibility hints: their tiles pay only with 16-byte loads
+    "matmul_configs": aligned(config_sets("matmul_configs", matmul_configs.choose)),
     "single_pass": single_pass,
     "online_softmax": online_softmax,
     "contiguity_hints": contiguity_hints,
-    "split_k": split_k,
-    "persistent_tiles": persistent_tiles,
+    "split_k": aligned(split_k),
+    "persistent_tiles": aligned(persistent_tiles),
     "divisibility_hints": divisibility_hints,
     "launch_fusion": launch_fusion,
 }

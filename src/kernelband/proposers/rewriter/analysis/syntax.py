@@ -244,6 +244,30 @@ def assigned(*nodes: cst.CSTNode) -> set[str]:
     return set(scope.assigns)
 
 
+def restated(statement: cst.CSTNode, constexprs: set[str]) -> str | None:
+    """The name `p` of `if FLAG & BIT: p = p // D * D` (FLAG a constexpr, BIT and D integers), else None.
+
+    Such a statement changes no value where the launch sets the bit only for values that are multiples of D,
+    as the host code of divisibility_hints does, and tells Triton's axis analysis that p is one. The symbolic
+    run reads p after it as p (`values`), so the facts every other rewrite reads hold on a hinted kernel."""
+    if not (isinstance(statement, cst.If) and statement.orelse is None
+            and isinstance(test := statement.test, cst.BinaryOperation) and isinstance(test.operator, cst.BitAnd)
+            and isinstance(test.left, cst.Name) and test.left.value in constexprs
+            and isinstance(test.right, cst.Integer) and isinstance(statement.body, cst.IndentedBlock)
+            and len(statement.body.body) == 1 and isinstance(line := statement.body.body[0], cst.SimpleStatementLine)
+            and len(line.body) == 1 and isinstance(assign := line.body[0], cst.Assign) and len(assign.targets) == 1
+            and isinstance(target := assign.targets[0].target, cst.Name)):
+        return None
+    value = assign.value
+    if (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply)
+            and isinstance(inner := value.left, cst.BinaryOperation) and isinstance(inner.operator, cst.FloorDivide)
+            and isinstance(inner.left, cst.Name) and inner.left.value == target.value
+            and isinstance(inner.right, cst.Integer) and isinstance(value.right, cst.Integer)
+            and inner.right.value == value.right.value):
+        return target.value
+    return None
+
+
 def names_only(target: cst.BaseExpression) -> bool:
     """Whether an assignment target binds names and nothing else (`a`, `a, *b`), not an element or an attribute
     of an object (`x[0]`, `f.h`): only then does the assignment leave every object as it was."""

@@ -26,7 +26,7 @@ import libcst as cst
 
 from kernelband import pyast
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import assigned, code, dotted
+from kernelband.proposers.rewriter.analysis.syntax import assigned, code, dotted, restated
 
 MAX_DEPTH = 8  # nested helper calls inlined
 
@@ -163,6 +163,7 @@ class KernelValues:
         owner = caller or kernel
         self.param_names = {p.name for p in owner.params}
         self.constexpr_names = [p.name for p in owner.params if p.constexpr]
+        self.own_constexprs = {p.name for p in kernel.params if p.constexpr}
         self.tl_aliases = set(kernel.tl) | {"triton.language"}
         self.locals = set(kernel.scope.assigns) - set(kernel.scope.params)
         self.var_init: Env = {}
@@ -209,7 +210,8 @@ class KernelValues:
             elif isinstance(statement, cst.For | cst.While):
                 self._loop(statement, env)
             elif isinstance(statement, cst.If):
-                self._if(statement, env)
+                if restated(statement, self.own_constexprs) is None:  # a restatement leaves the value as it was
+                    self._if(statement, env)
             elif isinstance(statement, cst.With):
                 self._block(list(statement.body.body), env)
             elif isinstance(statement, cst.BaseSmallStatement):  # the body of a one-line `if x: y = z`

@@ -20,10 +20,12 @@ from kernelband.proposers.rewriter.edits import (
     Found,
     Variant,
     appended,
+    defaults_by_keyword,
     keyword_arg,
     parenthesized,
     replace_with,
     set_kwarg,
+    with_params,
     without,
 )
 from kernelband.proposers.rewriter.rewrites.configs import Chooser, ConfigSet
@@ -192,7 +194,8 @@ def _key(kernel: Kernel, tuned: set[str]) -> list[str]:
 def _sized_by(kernel: Kernel, launches: list[Launch]) -> list[tuple[cst.Call, str]] | None:
     """Each launch's call, with the sum of the element counts of the tensors it passes for the kernel's
     pointer parameters (those passed as a plain name or attribute at every launch); None if there are none,
-    or the parameters have defaults or a star (a new last parameter would not be valid there).
+    or the parameters have a star, or a launch passes one with a default by position (the new parameter
+    goes before those).
 
     The sizes the shapes differ in are often not arguments: flash_decode2_phi's shapes differ only in the
     batch, which only the grid and the tensors know, and rmsnorm_triton's only in the rows. Keyed on their
@@ -202,7 +205,7 @@ def _sized_by(kernel: Kernel, launches: list[Launch]) -> list[tuple[cst.Call, st
     search figure, up to 1.04x searched against 0.34x re-checked (BENCHMARKS.md, bench 3)."""
     params = kernel.node.params
     if params.star_arg not in (cst.MaybeSentinel.DEFAULT, None) or params.kwonly_params or params.star_kwarg \
-            or any(p.default is not None for p in params.params):
+            or not defaults_by_keyword(params, [launch.call for launch in launches]):
         return None
     tensors = []
     for param in (p.name for p in kernel.params if p.name in kernel.pointers):
@@ -217,8 +220,7 @@ def _sized_by(kernel: Kernel, launches: list[Launch]) -> list[tuple[cst.Call, st
 
 def _param_added(name: str) -> Edit:
     def edit(node: cst.FunctionDef) -> cst.FunctionDef:
-        return node.with_changes(params=node.params.with_changes(
-            params=appended(node.params.params, cst.Param(cst.Name(name)))))
+        return node.with_changes(params=with_params(node.params, [cst.Param(cst.Name(name))]))
     return edit
 
 

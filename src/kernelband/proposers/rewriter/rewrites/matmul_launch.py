@@ -31,7 +31,14 @@ from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.host_values import plain
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, int_value, loads, subnodes
-from kernelband.proposers.rewriter.edits import Edit, appended, keyword_arg, statements
+from kernelband.proposers.rewriter.edits import (
+    Edit,
+    appended,
+    defaults_by_keyword,
+    keyword_arg,
+    statements,
+    with_params,
+)
 from kernelband.proposers.rewriter.rewrites.matmul_configs import dot_axes
 
 CPU_SMS = 4
@@ -62,9 +69,11 @@ def dot_kernel(ms: ModuleSource, kernel: Kernel, autotuned: bool = False) -> Dot
     if "torch" not in ms.imported or "triton" not in ms.imported:
         return "the module does not `import torch` and `import triton`"
     params = kernel.node.params
-    if any(p.default is not None for p in params.params) or params.kwonly_params or params.posonly_params \
+    if params.kwonly_params or params.posonly_params \
             or params.star_arg not in (cst.MaybeSentinel.DEFAULT, None) or params.star_kwarg:
-        return f"{kernel.name} has parameters with defaults, stars or keyword-only ones"
+        return f"{kernel.name} has stars, keyword-only or positional-only parameters"
+    if not defaults_by_keyword(params, [launch.call for launch in ms.launches_of(kernel)]):
+        return f"a launch of {kernel.name} passes a parameter that has a default by position"
     axes_read = {int_value(c.args[0].value) if len(c.args) == 1 else None
                  for c in kernel.calls("program_id") + kernel.calls("num_programs")}
     if not axes_read <= {0, 1}:
@@ -178,16 +187,15 @@ def with_twin(kernel: Kernel, twin: cst.FunctionDef) -> tuple[cst.CSTNode, Edit]
 
 
 def new_params(kernel: Kernel, names: list[tuple[str, bool]]) -> tuple[cst.FunctionDef, dict[str, str]]:
-    """The kernel's def with parameters added at its end (name, constexpr), each under a name it does not
-    use; and those names."""
+    """The kernel's def with parameters added (name, constexpr) after those without a default, each under a
+    name it does not use; and those names. The launches pass them by keyword."""
     used = set(kernel.names)
     fresh = {name: fresh_name(name, used) for name, _ in names}
-    params = list(kernel.node.params.params)
-    for name, constexpr in names:
-        annotation = cst.Annotation(cst.parse_expression(f"{kernel.tl_name}.constexpr")) if constexpr else None
-        params = appended(params, cst.Param(cst.Name(fresh[name]), annotation=annotation))
-    node = kernel.node.with_changes(params=kernel.node.params.with_changes(params=params))
-    return node, fresh
+    tl = kernel.tl_name
+    new = [cst.Param(cst.Name(fresh[name]),
+                     annotation=cst.Annotation(cst.parse_expression(f"{tl}.constexpr")) if constexpr else None)
+           for name, constexpr in names]
+    return kernel.node.with_changes(params=with_params(kernel.node.params, new)), fresh
 
 
 class Renamed(cst.CSTTransformer):
