@@ -1,9 +1,11 @@
 """What `kernelband capture`'s hooks do per launch, on the compiled-kernel path (tests/compiled_launch.py reaches
-Triton's own hook objects without a GPU): a launch of a seen signature issues no torch op at all, and a new
+Triton's own hook objects without a GPU): device times come from CUDA events read back without waiting (a
+stand-in for torch.cuda counts the waits), a launch of a seen signature issues no torch op at all, and a new
 signature's statistics, computed at the end, are those of its values at the launch."""
 
 from __future__ import annotations
 
+import collections
 import math
 from pathlib import Path
 
@@ -14,9 +16,124 @@ import triton
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelband.capture import describe
-from kernelband.capture.record import Recorder, WallTimer
+from kernelband.capture.record import CudaTimer, Recorder, WallTimer
 
 TESTS = str(Path(__file__).parent)
+
+
+class FakeCuda:
+    """torch.cuda as CudaTimer uses it, with a device clock the test moves: an event records the clock's time.
+    `passed` says whether the device has reached the events recorded; reading a time before it has raises,
+    as cudaEventElapsedTime does."""
+
+    def __init__(self, passed: bool):
+        self.passed = passed
+        self.synced = False
+        self.clock = 0.0
+        self.capturing = False
+        self.calls: collections.Counter = collections.Counter()
+        cuda = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False):
+                assert enable_timing
+                self.at: float | None = None
+
+            def record(self, stream=None) -> None:
+                cuda.calls["record"] += 1
+                self.at = cuda.clock
+
+            def query(self) -> bool:
+                cuda.calls["query"] += 1
+                return cuda.passed or cuda.synced
+
+            def elapsed_time(self, end) -> float:
+                cuda.calls["elapsed_time"] += 1
+                if not (cuda.passed or cuda.synced):
+                    raise RuntimeError("CUDA error: device not ready")
+                return end.at - self.at
+
+        class Stream:
+            def __init__(self, handle: int):
+                self.cuda_stream = handle
+
+        self.Event = Event
+        self.ExternalStream = Stream
+        self._current = Stream(0)
+
+    def synchronize(self) -> None:
+        self.calls["synchronize"] += 1
+        self.synced = True
+
+    def current_device(self) -> int:
+        return 0
+
+    def current_stream(self):
+        self.calls["current_stream"] += 1
+        return self._current
+
+    def is_current_stream_capturing(self) -> bool:
+        return self.capturing
+
+
+def _durations(recorder_timer_cuda: FakeCuda, ms_of) -> tuple:
+    """Exit hooks that move the device clock by `ms_of(launch metadata)` before the recorder's end event: added
+    after the recorder's, they run before it (the exit chain runs in reverse)."""
+    times: list[float] = []
+
+    def run_kernel(metadata) -> None:
+        ms = ms_of(metadata.get())
+        times.append(ms)
+        recorder_timer_cuda.clock += ms
+
+    return run_kernel, times
+
+
+def _run_with_cuda(tmp_path: Path, cuda: FakeCuda, calls: list, batch: int, monkeypatch) -> tuple[Recorder, list]:
+    monkeypatch.setattr(CudaTimer, "BATCH", batch)
+    recorder = Recorder(tmp_path, 1 << 20, [], [TESTS], interpreter=False, timer=CudaTimer(cuda))
+    runtime = triton.knobs.runtime
+    run_kernel, times = _durations(cuda, lambda data: data["kernelband_capture"][3]["n"] / 1000)
+    recorder.install()
+    runtime.launch_exit_hook.add(run_kernel)
+    try:
+        for x in calls:
+            compiled_launch.scale(x, 2.0)
+    finally:
+        runtime.launch_exit_hook.remove(run_kernel)
+        recorder.uninstall()
+    return recorder, times
+
+
+@pytest.mark.parametrize("passed", [False, True], ids=["device-behind", "device-done"])
+def test_device_times_come_from_events_read_without_waiting_and_every_launch_is_timed(tmp_path: Path, monkeypatch,
+                                                                                       passed: bool):
+    cuda = FakeCuda(passed)
+    sizes = [1000, 1000, 3000, 1000, 3000, 2000, 1000, 1000, 2000, 3000]
+    recorder, times = _run_with_cuda(tmp_path, cuda, [torch.randn(n) for n in sizes], 4, monkeypatch)
+    # while the program runs: two events per launch, no wait, and a time read only where the device is done
+    assert cuda.calls["synchronize"] == 0 and cuda.calls["record"] == 2 * len(sizes)
+    assert cuda.calls["elapsed_time"] == (8 if passed else 0)  # two batches of four read back; the rest pending
+    assert cuda.calls["current_stream"] == 1  # the stream's object is made once
+    entries = recorder.finish()
+    assert cuda.calls["synchronize"] == 1 and cuda.calls["elapsed_time"] == len(sizes)  # one wait, at the end
+    assert recorder.errors == [] and recorder.launches == len(sizes)
+    (entry,) = entries
+    (kernel,) = entry.kernels
+    assert kernel.time_ms == pytest.approx(sum(times)) and entry.time_ms == pytest.approx(sum(times))
+    by_size = collections.defaultdict(float)
+    for n, ms in zip(sizes, times):
+        by_size[n] += ms
+    assert {c.args[0].tensor.shape[0]: c.time_ms for c in entry.cases} == pytest.approx(by_size)
+    assert {c.grid[0]: c.time_ms for c in kernel.cases} == pytest.approx(
+        {math.ceil(n / 128): ms for n, ms in by_size.items()})
+
+
+def test_a_launch_into_a_cuda_graph_being_captured_records_no_event(tmp_path: Path, monkeypatch):
+    cuda = FakeCuda(passed=True)
+    cuda.capturing = True
+    recorder, _ = _run_with_cuda(tmp_path, cuda, [torch.randn(100)] * 3, 4, monkeypatch)
+    assert recorder.graph_launches == 3 and cuda.calls["record"] == 0 and recorder.finish() == []
 
 
 class _Ops(TorchDispatchMode):

@@ -110,29 +110,39 @@ class WallTimer:
 
 
 class CudaTimer:
-    """Device time per launch: CUDA events on the launch's stream, read back in order once they have passed."""
+    """Device time per launch: CUDA events on the launch's stream, read back in order once they have passed.
+    Nothing waits for the device before the end (`collect(wait=True)`): an event's time is read only once
+    `query` says it has passed, in batches of `BATCH` launches.
 
-    def __init__(self):
+    `cuda` is torch.cuda, or a stand-in with the same names (tests count its waits without a GPU)."""
+
+    BATCH = 512
+
+    def __init__(self, cuda=None):
+        self.cuda = torch.cuda if cuda is None else cuda
         self.free: list = []
         self.pending: collections.deque = collections.deque()
-        self.streams: dict[int, object] = {}
+        self.streams: dict[tuple[int, int], object] = {}
         self.open = None
 
     def _event(self):
-        return self.free.pop() if self.free else torch.cuda.Event(enable_timing=True)
+        return self.free.pop() if self.free else self.cuda.Event(enable_timing=True)
 
     def capturing(self) -> bool:
         """Whether the launch goes into a CUDA graph being captured: it runs later, at each replay, and an
         event recorded or a copy queued now would become part of the graph."""
-        return torch.cuda.is_current_stream_capturing()
+        return self.cuda.is_current_stream_capturing()
 
     def _stream(self, handle: int):
-        current = torch.cuda.current_stream()
-        if current.cuda_stream == handle:
-            return current
-        if handle not in self.streams:
-            self.streams[handle] = torch.cuda.ExternalStream(handle)
-        return self.streams[handle]
+        """The stream object of a launch's stream handle, made once per device and handle: making the current
+        stream's object costs more than the rest of a launch's timing."""
+        key = (self.cuda.current_device(), handle)
+        stream = self.streams.get(key)
+        if stream is None:
+            current = self.cuda.current_stream()
+            stream = current if current.cuda_stream == handle else self.cuda.ExternalStream(handle)
+            self.streams[key] = stream
+        return stream
 
     def start(self, targets: list, stream) -> None:
         on = self._stream(stream)
@@ -148,12 +158,12 @@ class CudaTimer:
         end = self._event()
         end.record(stream)
         self.pending.append((start, end, targets))
-        if len(self.pending) >= 512:
+        if len(self.pending) >= self.BATCH:
             self.collect(wait=False)
 
     def collect(self, wait: bool) -> None:
         if wait:
-            torch.cuda.synchronize()
+            self.cuda.synchronize()
         while self.pending and (wait or self.pending[0][1].query()):
             start, end, targets = self.pending.popleft()
             ms = start.elapsed_time(end)
