@@ -1,7 +1,8 @@
 """What `kernelband capture`'s hooks do per launch, on the compiled-kernel path (tests/compiled_launch.py reaches
 Triton's own hook objects without a GPU): device times come from CUDA events read back without waiting (a
-stand-in for torch.cuda counts the waits), a launch of a seen signature issues no torch op at all, and a new
-signature's statistics, computed at the end, are those of its values at the launch."""
+stand-in for torch.cuda counts the waits), a launch never reads a tensor's values back to the host, a launch of
+a seen signature issues no torch op at all, and a new signature's statistics, computed at the end, are those of
+its values at the launch."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 import triton
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernelband.capture import describe
+from kernelband.capture import describe, sources
 from kernelband.capture.record import CudaTimer, Recorder, WallTimer
 
 TESTS = str(Path(__file__).parent)
@@ -207,6 +208,21 @@ def test_a_launch_issues_no_torch_op_for_a_seen_signature_and_only_copies_for_a_
     assert "clone" in issued  # the kept values and the samples statistics are computed from at the end
     assert issued <= {"clone", "as_strided", "aminmax", "slice", "view", "detach", "_to_copy", "view_as_real",
                       "alias"}, issued
+    assert recorder.new_launches == 9 and 0 < recorder.hooks_new_s < recorder.hooks_s
+
+
+def test_a_launch_never_reads_tensor_values_back_to_the_host(tmp_path: Path):
+    """On "meta" tensors every read of values on the host (.item(), .tolist(), .cpu(), printing) raises, as on
+    a GPU it would wait for the device: the hooks meet no error on them."""
+    recorder = Recorder(tmp_path, 1 << 20, [], [TESTS], interpreter=False, timer=WallTimer())
+    recorder.install()
+    try:
+        _program("meta", compiled_launch.Scaler(3.0))
+    finally:
+        recorder.uninstall()
+    assert recorder.errors == [] and recorder.launches == 27 and recorder.new_launches == 9
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        recorder.finish()  # the end reads the statistics back: there, not before
 
 
 def _expected(values: torch.Tensor, sample: int) -> tuple[float, float]:
@@ -261,3 +277,24 @@ def test_statistics_computed_at_the_end_are_those_of_the_values_at_the_launch(tm
     assert [(a["ids"].low, a["ids"].high) for a in args] == expected_ranges
     assert [(a["mask"].low, a["mask"].high) for a in args] == expected_masks
     assert (args[0]["table"].mean, args[0]["table"].std) == pytest.approx(expected_table, rel=1e-5)
+
+
+def test_a_wrapped_kernel_reads_its_source_files_at_the_end_not_in_a_launch(tmp_path: Path, monkeypatch):
+    read: list[str] = []
+    for name in ("read", "extracted_module", "launch_path"):
+        original = getattr(sources, name)
+        monkeypatch.setattr(sources, name, lambda *a, _o=original, _n=name: read.append(_n) or _o(*a))
+    recorder = Recorder(tmp_path, 1 << 20, [], [TESTS], interpreter=False, timer=WallTimer())
+    recorder.install()
+    try:
+        scaler = compiled_launch.Scaler(3.0)
+        for n in (100, 200, 100):
+            scaler.apply(torch.randn(n))
+    finally:
+        recorder.uninstall()
+    assert read == [] and recorder.launches == 3
+    (entry,) = recorder.finish()
+    assert entry.mode == "launch" and "Scaler.apply is not a function at the top level" in entry.why
+    (kernel,) = entry.kernels
+    assert read and kernel.launch_as == "kernel" and "def scale_kernel" in kernel.module_source
+    assert [c.calls for c in kernel.cases] == [2, 1] and all(a.tensor.saved for a in kernel.cases[0].args[:1])
