@@ -40,6 +40,14 @@ def main(argv: list[str]) -> int:
     sys.path[0] = program_dir
 
     import torch
+
+    from kernelband.evaluation.env import detect_mode
+
+    # Where KernelBand runs kernels in Triton's interpreter (no GPU), the program's run there too. Decided here,
+    # before Triton is imported, and not by `kernelband capture`'s own process, which so never imports torch.
+    if detect_mode() == "interpreter":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
     import triton
 
     from kernelband.capture import records

@@ -102,15 +102,11 @@ def child_command(command: list[str], raw: Path, max_bytes: int) -> list[str]:
 
 
 def _env() -> dict[str, str]:
-    """The program's environment, with KernelBand importable for the child's boot and, on a machine where
-    KernelBand runs kernels in the Triton interpreter (no GPU), the program's kernels there too."""
-    from kernelband.evaluation.evaluator import detect_mode
-
+    """The program's environment, with KernelBand importable for the child's boot (which also decides whether
+    the program's kernels run in Triton's interpreter)."""
     src = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    if detect_mode() == "interpreter":
-        env.setdefault("TRITON_INTERPRET", "1")
     return env
 
 
