@@ -74,6 +74,10 @@ def test_capture_writes_a_task_per_entry_in_order_of_device_time(captured):
         assert k["task"] and k["command"] == f"kernelband optimize {k['task']}"
     assert [k["launches"] for k in kernels if k["kernel"] == "embedding_kernel"] == [2 * STEPS]
     assert report["launches"] == 7 * STEPS and report["overhead"] < 1
+    # three batch lengths in three steps: every launch brings a new signature; the program's process took longer
+    # than the program, and writing came after it
+    assert report["new_launches"] == 7 * STEPS and report["hooks_new_s"] == report["hooks_s"]
+    assert report["child_s"] > report["wall_s"] + report["finish_s"] and report["write_s"] > 0
     for t in tasks:
         # three batch lengths seen; sizes added between and around them up to the ten a task needs
         assert (t["seen"], t["added"], t["held_out"]) == (3, 7, 2), t

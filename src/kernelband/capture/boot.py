@@ -40,6 +40,14 @@ def main(argv: list[str]) -> int:
     sys.path[0] = program_dir
 
     import torch
+
+    from kernelband.evaluation.env import detect_mode
+
+    # Where KernelBand runs kernels in Triton's interpreter (no GPU), the program's run there too. Decided here,
+    # before Triton is imported, and not by `kernelband capture`'s own process, which so never imports torch.
+    if detect_mode() == "interpreter":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
     import triton
 
     from kernelband.capture import records
@@ -76,7 +84,7 @@ def main(argv: list[str]) -> int:
         device=torch.cuda.get_device_name() if gpu else "Triton interpreter on the CPU", exit_code=code,
         wall_s=wall_s, hooks_s=recorder.hooks_s, finish_s=time.perf_counter() - t1, launches=recorder.launches,
         benchmark_launches=recorder.benchmark_launches, unattributed=recorder.unattributed,
-        graph_launches=recorder.graph_launches,
+        graph_launches=recorder.graph_launches, new_launches=recorder.new_launches, hooks_new_s=recorder.hooks_new_s,
         program_dir=program_dir, worker_path=worker_path, hook_errors=recorder.errors,
         versions={"torch": torch.__version__, "triton": triton.__version__,
                   "python": sys.version.split()[0]},

@@ -14,8 +14,13 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where a tensor is built, not here: KernelBand's own process reads the templates and sizes
+# (capture's plan and writer) and needs no torch.
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,8 @@ def _dense_stride(t: T, shape: list[int]) -> tuple:
 
 
 def _draw(t: T, n: int, device) -> torch.Tensor:
+    import torch
+
     dtype = getattr(torch, t.dtype)
     if dtype.is_floating_point or dtype.is_complex:
         values = torch.randn(n, device=device, dtype=torch.float32) * t.std + t.mean
@@ -109,6 +116,8 @@ def build(args: list, sizes: dict, device, data_dir: str | None = None, case: st
     tensors lie in `data_dir` (not read for the "meta" device, which builds no values)."""
     kept = {}
     if case is not None and str(device) != "meta" and any(isinstance(a, T) and a.saved is not None for a in args):
+        import torch
+
         path = os.path.join(data_dir or "", f"{case}.pt")
         if not data_dir or not os.path.exists(path):
             raise FileNotFoundError(f"the kept values of case {case} are missing ({path}): keep the task's "

@@ -15,6 +15,12 @@ call of the entry starts where its frame is new, or where its frame launches aga
 code; its arguments are read then, from the frame. Launches an autotuner makes to benchmark its configs are
 counted apart: they are not the program's work. A hook never raises into the program: an error in it is counted
 and reported.
+
+What a launch costs: where its entry, kernel and signature are seen, a walk up the frames (classified once per
+code object), the signature's key (shapes, strides, dtypes, integers) and, on a GPU, two event records; nothing
+waits for the device and no torch op is issued. A new entry, kernel or signature is described once, with copies
+only (`describe`). Whatever reads back from the device or from files is left to the end (`finish`): the
+events' times, the statistics, the kept tensors, and the module a wrapped kernel's task carries.
 """
 
 from __future__ import annotations
@@ -110,29 +116,39 @@ class WallTimer:
 
 
 class CudaTimer:
-    """Device time per launch: CUDA events on the launch's stream, read back in order once they have passed."""
+    """Device time per launch: CUDA events on the launch's stream, read back in order once they have passed.
+    Nothing waits for the device before the end (`collect(wait=True)`): an event's time is read only once
+    `query` says it has passed, in batches of `BATCH` launches.
 
-    def __init__(self):
+    `cuda` is torch.cuda, or a stand-in with the same names (tests count its waits without a GPU)."""
+
+    BATCH = 512
+
+    def __init__(self, cuda=None):
+        self.cuda = torch.cuda if cuda is None else cuda
         self.free: list = []
         self.pending: collections.deque = collections.deque()
-        self.streams: dict[int, object] = {}
+        self.streams: dict[tuple[int, int], object] = {}
         self.open = None
 
     def _event(self):
-        return self.free.pop() if self.free else torch.cuda.Event(enable_timing=True)
+        return self.free.pop() if self.free else self.cuda.Event(enable_timing=True)
 
     def capturing(self) -> bool:
         """Whether the launch goes into a CUDA graph being captured: it runs later, at each replay, and an
         event recorded or a copy queued now would become part of the graph."""
-        return torch.cuda.is_current_stream_capturing()
+        return self.cuda.is_current_stream_capturing()
 
     def _stream(self, handle: int):
-        current = torch.cuda.current_stream()
-        if current.cuda_stream == handle:
-            return current
-        if handle not in self.streams:
-            self.streams[handle] = torch.cuda.ExternalStream(handle)
-        return self.streams[handle]
+        """The stream object of a launch's stream handle, made once per device and handle: making the current
+        stream's object costs more than the rest of a launch's timing."""
+        key = (self.cuda.current_device(), handle)
+        stream = self.streams.get(key)
+        if stream is None:
+            current = self.cuda.current_stream()
+            stream = current if current.cuda_stream == handle else self.cuda.ExternalStream(handle)
+            self.streams[key] = stream
+        return stream
 
     def start(self, targets: list, stream) -> None:
         on = self._stream(stream)
@@ -148,12 +164,12 @@ class CudaTimer:
         end = self._event()
         end.record(stream)
         self.pending.append((start, end, targets))
-        if len(self.pending) >= 512:
+        if len(self.pending) >= self.BATCH:
             self.collect(wait=False)
 
     def collect(self, wait: bool) -> None:
         if wait:
-            torch.cuda.synchronize()
+            self.cuda.synchronize()
         while self.pending and (wait or self.pending[0][1].query()):
             start, end, targets = self.pending.popleft()
             ms = start.elapsed_time(end)
@@ -174,6 +190,10 @@ class Recorder:
         self.keeper = describe.Keeper()
         self.timer = timer or (WallTimer() if self.interpreter else CudaTimer())
         self.hooks_s = 0.0
+        # of those, the launches that brought a new entry, kernel or signature (described once each) and their time
+        self.new_launches = 0
+        self.hooks_new_s = 0.0
+        self._new = False  # the launch in the hooks now brought something new
         self.launches = 0
         self.benchmark_launches = 0
         self.unattributed = 0
@@ -188,6 +208,7 @@ class Recorder:
         self._stdlib = os.path.realpath(stdlib) + os.sep, stdlib + os.sep
         self._attached: dict[int, tuple[object, object]] = {}
         self._known: dict[int, tuple] = {}  # per kernel (held, so that its id stays its own): its constexprs
+        self._why: dict[str, str | None] = {}  # per source file: why it cannot be a task's module (None: it can)
         self._undo: list = []
 
     # -- hooks ----------------------------------------------------------------------------------------------
@@ -201,6 +222,7 @@ class Recorder:
                 if warmup:
                     return original(fn, *args, grid=grid, warmup=warmup, **kwargs)
                 t0 = time.perf_counter()
+                recorder._new = False
                 targets = recorder._interpreted(fn, args, kwargs, grid)
                 if targets:
                     recorder.timer.start(targets, None)
@@ -210,7 +232,7 @@ class Recorder:
                 finally:
                     t2 = time.perf_counter()
                     recorder.timer.stop()
-                    recorder.hooks_s += (t1 - t0) + (time.perf_counter() - t2)
+                    recorder._spent((t1 - t0) + (time.perf_counter() - t2), last=True)
 
             InterpretedFunction.run = run
             self._undo.append(lambda: setattr(InterpretedFunction, "run", original))
@@ -255,6 +277,7 @@ class Recorder:
 
     def _enter(self, metadata) -> None:
         t0 = time.perf_counter()
+        self._new = False
         try:
             data = metadata.get()
             got = data.get(_KEY)
@@ -273,7 +296,7 @@ class Recorder:
         except Exception as exc:  # noqa: BLE001
             self._error(exc)
         finally:
-            self.hooks_s += time.perf_counter() - t0
+            self._spent(time.perf_counter() - t0, last=False)
 
     def _exit(self, metadata) -> None:
         t0 = time.perf_counter()
@@ -282,7 +305,15 @@ class Recorder:
         except Exception as exc:  # noqa: BLE001
             self._error(exc)
         finally:
-            self.hooks_s += time.perf_counter() - t0
+            self._spent(time.perf_counter() - t0, last=True)
+
+    def _spent(self, seconds: float, last: bool) -> None:
+        """Count time in the hooks; `last`: the launch's hooks are done."""
+        self.hooks_s += seconds
+        if self._new:
+            self.hooks_new_s += seconds
+            if last:
+                self.new_launches += 1
 
     def _interpreted(self, fn, args: tuple, kwargs: dict, grid) -> list | None:
         try:
@@ -343,6 +374,7 @@ class Recorder:
             return None
         unit = self.units.get(frame.f_code)
         if unit is None:
+            self._new = True
             unit = self.units[frame.f_code] = _Unit(self._new_entry(frame), self.max_bytes)
         entry = unit.record
         targets: list = [entry]
@@ -353,7 +385,8 @@ class Recorder:
             self._new_call(unit, frame)
         state = unit.kernels.get(id(fn))
         if state is None:
-            state = unit.kernels[id(fn)] = _KernelState(fn, self._new_kernel(fn, constexprs, entry), self.max_bytes)
+            self._new = True
+            state = unit.kernels[id(fn)] = _KernelState(fn, self._new_kernel(fn, constexprs), self.max_bytes)
             entry.kernels.append(state.record)
         kernel = state.record
         kernel.launches += 1
@@ -364,6 +397,7 @@ class Recorder:
                tuple((n, values[n]) for n in constexprs))
         case = state.cases.get(key)
         if case is None and len(state.cases) < MAX_CASES:
+            self._new = True
             keep = state.budget if entry.mode == "launch" else None  # entry mode keeps the entry's arguments
             cid = self._case_id()
             case = records.Case(cid, self.keeper.describe(names, args, cid, keep), grid=grid,
@@ -399,6 +433,7 @@ class Recorder:
             return None
         key = describe.key(values)
         if key not in unit.cases:
+            self._new = True
             case = None
             if len(unit.cases) < MAX_CASES and all(describe.kind(v) != "other" for v in values):
                 cid = self._case_id()
@@ -438,17 +473,28 @@ class Recorder:
         for name in code.co_varnames[:code.co_argcount]:
             if describe.kind(local.get(name)) == "other":
                 return f"{code.co_name}'s argument {name} is a {type(local.get(name)).__name__}, not a tensor or a number"
-        return sources.why_not_module(code.co_filename, self.worker_path, self.program_path) or ""
+        return self._why_not_module(code.co_filename) or ""
 
-    def _new_kernel(self, fn, constexprs: list[str], entry: records.Entry) -> records.Kernel:
+    def _why_not_module(self, path: str) -> str | None:
+        """`sources.why_not_module`, once per file: it parses the file and looks for each module it imports."""
+        if path not in self._why:
+            self._why[path] = sources.why_not_module(path, self.worker_path, self.program_path)
+        return self._why[path]
+
+    def _new_kernel(self, fn, constexprs: list[str]) -> records.Kernel:
         python_fn = fn.fn
         code = python_fn.__code__
-        kernel = records.Kernel(name=python_fn.__name__, file=code.co_filename, line=code.co_firstlineno,
-                                params=list(inspect.signature(python_fn).parameters), constexpr_params=constexprs)
-        if entry.mode != "launch":
-            return kernel
+        return records.Kernel(name=python_fn.__name__, file=code.co_filename, line=code.co_firstlineno,
+                              params=list(inspect.signature(python_fn).parameters), constexpr_params=constexprs)
+
+    def _add_module(self, fn, kernel: records.Kernel) -> None:
+        """The module a wrapping task carries for `kernel` (an entry in launch mode): the kernel's file, or the
+        kernel alone where that file cannot be the module. It reads source files, so it is done at the end, not
+        in a launch's hooks."""
+        python_fn = fn.fn
+        code = python_fn.__code__
         kernel.launch_as = sources.launch_path(fn, python_fn.__globals__)
-        why = sources.why_not_module(code.co_filename, self.worker_path, self.program_path)
+        why = self._why_not_module(code.co_filename)
         try:
             if why or not kernel.launch_as:
                 kernel.module_source = sources.extracted_module(fn)
@@ -458,7 +504,6 @@ class Recorder:
                 kernel.module_source = sources.read(code.co_filename)
         except (OSError, TypeError) as exc:
             kernel.module_note = f"its source cannot be read ({exc})"
-        return kernel
 
     # -- the end --------------------------------------------------------------------------------------------
     def finish(self) -> list[records.Entry]:
@@ -466,6 +511,14 @@ class Recorder:
         time, most first."""
         self.timer.collect(wait=True)
         self.keeper.finish(self.data_dir)
+        for unit in self.units.values():
+            if unit.record.mode == "launch":
+                for state in unit.kernels.values():
+                    try:
+                        self._add_module(state.fn, state.record)
+                    except Exception as exc:  # noqa: BLE001 - one kernel without a module; the rest is written
+                        self._error(exc)
+                        state.record.module_note = f"its module cannot be made ({type(exc).__name__}: {exc})"
         entries = [u.record for u in self.units.values()]
         for e in entries:
             e.kernels.sort(key=lambda k: -k.time_ms)

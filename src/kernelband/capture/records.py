@@ -120,7 +120,7 @@ class Capture:
     exit_code: int
     wall_s: float  # the program's run, capture hooks included, finishing excluded
     hooks_s: float  # time spent in the capture's own hooks, on the host
-    finish_s: float  # synchronising, reading the kept tensors back and writing them
+    finish_s: float  # synchronising, reducing the statistics, reading the kept tensors back and writing them
     launches: int
     benchmark_launches: int  # launched by an autotuner's benchmark: not the program's own work
     unattributed: int  # launches with no host frame outside Triton and torch, or no arguments to read
@@ -128,6 +128,10 @@ class Capture:
     program_dir: str
     worker_path: list[str]  # where a task's module can import from
     hook_errors: list[str] = field(default_factory=list)  # the first errors the hooks met (and kept from the program)
+    # of `launches` and `hooks_s`: the launches that brought a new entry, kernel or signature, described once each;
+    # the other launches cost the hooks (hooks_s - hooks_new_s) / (launches - new_launches) each
+    new_launches: int = 0
+    hooks_new_s: float = 0.0
     versions: dict[str, str] = field(default_factory=dict)
     entries: list[Entry] = field(default_factory=list)
 

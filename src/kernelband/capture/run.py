@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -62,6 +63,10 @@ class Report:
     benchmark_launches: int
     unattributed: int
     device_ms: float
+    new_launches: int = 0  # of `launches`: those that brought a new entry, kernel or signature (described once)
+    hooks_new_s: float = 0.0  # of `hooks_s`: the time of those launches
+    child_s: float = 0.0  # the program's process, start to end: start-up and imports, the run, finishing
+    write_s: float = 0.0  # writing the tasks, once it has ended
     kernels: list[KernelRow] = field(default_factory=list)
     tasks: list[TaskRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -71,12 +76,20 @@ class Report:
         return 1e6 * self.hooks_s / self.launches if self.launches else 0.0
 
     @property
+    def us_per_seen_launch(self) -> float:
+        """The hooks' time per launch of a seen signature: what every launch pays once the program's signatures
+        are known (a new one is described once)."""
+        seen = self.launches - self.new_launches
+        return 1e6 * (self.hooks_s - self.hooks_new_s) / seen if seen > 0 else 0.0
+
+    @property
     def overhead(self) -> float:
         """The hooks' share of the program's wall time under capture."""
         return self.hooks_s / self.wall_s if self.wall_s > 0 else 0.0
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "us_per_launch": self.us_per_launch, "overhead": self.overhead}
+        return {**asdict(self), "us_per_launch": self.us_per_launch, "us_per_seen_launch": self.us_per_seen_launch,
+                "overhead": self.overhead}
 
 
 def child_command(command: list[str], raw: Path, max_bytes: int) -> list[str]:
@@ -102,15 +115,11 @@ def child_command(command: list[str], raw: Path, max_bytes: int) -> list[str]:
 
 
 def _env() -> dict[str, str]:
-    """The program's environment, with KernelBand importable for the child's boot and, on a machine where
-    KernelBand runs kernels in the Triton interpreter (no GPU), the program's kernels there too."""
-    from kernelband.evaluation.evaluator import detect_mode
-
+    """The program's environment, with KernelBand importable for the child's boot (which also decides whether
+    the program's kernels run in Triton's interpreter)."""
     src = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    if detect_mode() == "interpreter":
-        env.setdefault("TRITON_INTERPRET", "1")
     return env
 
 
@@ -180,22 +189,28 @@ def capture(command: list[str], out: Path, top: int = 5, max_bytes: int = 16 << 
         raise UserError(f"--max-bytes cannot be negative ({max_bytes})")
     raw = Path(tempfile.mkdtemp(prefix="kernelband-capture-"))
     try:
+        t0 = time.perf_counter()
         cap = _run(command, raw, max_bytes, echo)
+        t1 = time.perf_counter()
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UserError(f"cannot create --out {out}: {exc.strerror}") from exc
         written, notes = _write_tasks(cap, out, raw, top)
         shutil.copyfile(raw / records.RECORD_FILE, out / records.RECORD_FILE)
+        t2 = time.perf_counter()
     finally:
         shutil.rmtree(raw, ignore_errors=True)
-    return _report(cap, out, top, written, notes)
+    report = _report(cap, out, top, written, notes)
+    report.child_s, report.write_s = t1 - t0, t2 - t1
+    return report
 
 
 def _report(cap: records.Capture, out: Path, top: int, written: list[writer.Written], notes: list[str]) -> Report:
     total = cap.time_ms
     report = Report(cap.command, _relative(out), cap.mode, cap.device, cap.wall_s, cap.hooks_s, cap.finish_s,
-                    cap.launches, cap.benchmark_launches, cap.unattributed, total, notes=notes)
+                    cap.launches, cap.benchmark_launches, cap.unattributed, total, new_launches=cap.new_launches,
+                    hooks_new_s=cap.hooks_new_s, notes=notes)
     if cap.graph_launches:
         report.notes.append(f"{cap.graph_launches} launches went into CUDA graphs being captured: their replays "
                             "are not seen")

@@ -71,9 +71,11 @@ def _print(report) -> None:
         out.print(f"wrote {t.path}: {t.entry}" + (f" (wraps {t.kernel})" if t.kernel else "")
                   + f", {shapes}" + (f"; {t.note}" if t.note else ""), highlight=False, soft_wrap=True)
     out.print(f"capture cost: {report.hooks_s * 1e3:.1f} ms in the hooks over {report.launches} launches "
-              f"({report.us_per_launch:.1f} µs each, {100 * report.overhead:.1f}% of the program's "
-              f"{report.wall_s:.2f} s), then {report.finish_s:.2f} s to read back and keep tensors",
-              highlight=False, soft_wrap=True)
+              f"({100 * report.overhead:.1f}% of the program's {report.wall_s:.2f} s): "
+              f"{report.hooks_new_s * 1e3:.1f} ms on the {report.new_launches} launches that brought a new signature, "
+              f"{report.us_per_seen_launch:.1f} µs on each other launch; then {report.finish_s:.2f} s to read back "
+              f"and keep tensors ({report.child_s:.1f} s for the program's process in all, start-up included), "
+              f"{report.write_s:.2f} s to write the tasks", highlight=False, soft_wrap=True)
     if report.benchmark_launches:
         out.print(f"note: {report.benchmark_launches} launches by autotuners' benchmarks are not counted",
                   highlight=False, soft_wrap=True)

@@ -32,3 +32,16 @@ def worker_env(workdir: str, mode: str, device_index: int | None) -> dict[str, s
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join([src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
+
+
+def detect_mode() -> str:
+    """"gpu" where torch sees a CUDA GPU, else "interpreter" (kernels run in Triton's interpreter on the CPU);
+    KERNELBAND_MODE forces either. Light to import: `kernelband capture`'s child asks before importing Triton."""
+    forced = os.environ.get("KERNELBAND_MODE")
+    if forced in ("gpu", "interpreter"):
+        return forced
+    try:
+        import torch
+        return "gpu" if torch.cuda.is_available() else "interpreter"
+    except Exception:  # noqa: BLE001
+        return "interpreter"

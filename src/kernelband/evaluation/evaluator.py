@@ -18,7 +18,6 @@ workers.py, the GPU lock in gpulock.py; this module orders the stages.
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -42,6 +41,7 @@ from kernelband.evaluation.context import (
     first_line,
     release_compare_memory,
 )
+from kernelband.evaluation.env import detect_mode
 from kernelband.evaluation.pool import WorkerPool
 from kernelband.evaluation.records import (
     ALONE_NOTE,
@@ -71,17 +71,6 @@ def _free_gpu_memory(device_index: int) -> int:
     import torch
 
     return torch.cuda.mem_get_info(device_index)[0]
-
-
-def detect_mode() -> str:
-    forced = os.environ.get("KERNELBAND_MODE")
-    if forced in ("gpu", "interpreter"):
-        return forced
-    try:
-        import torch
-        return "gpu" if torch.cuda.is_available() else "interpreter"
-    except Exception:  # noqa: BLE001
-        return "interpreter"
 
 
 def _setting(name: str) -> property:
