@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The GPU measurements of the issues beside issue 49's sweep, on the examples' GPU once scripts/gpu/reach_sweep.sh
-# has finished that lane (the 29 tasks still run on the other GPUs, each under its own timing lock): the online
-# reductions against torch, the re-spelled kernels' variants run on the GPU (block pointers included), the host
-# cost of a hand-back per call (of hand-backs made for it), the cost of capturing a model's kernels, and
-# last the fp16 matmul's search once more at this tree (matmul_again.db).
+# The GPU measurements of the issues beside issue 49's sweep, on the last GPU (from the start with SIDE_NOW=1,
+# else once scripts/gpu/reach_sweep.sh has finished the examples' lane there; the 29 tasks run on the other GPUs,
+# each under its own timing lock), in this order: the host cost of a hand-back per call (of hand-backs made for
+# it), the cost of capturing a model's kernels, the fp16 matmul's search once more at this tree
+# (matmul_again.db), the capture's GPU test, the online reductions against torch, and the re-spelled kernels'
+# variants run on the GPU (block pointers included).
 # Each writes NAME.json, its table in NAME.log and its errors in NAME.err under $S.
 #
 #   setsid nohup bash scripts/gpu/side_checks.sh > /dev/null 2>&1 < /dev/null &   # from the same copy as the sweep
@@ -27,15 +28,15 @@ step() {  # name, seconds, command...; a name in $SKIP (comma-separated) was mea
   timeout "$limit" "$@" > "$S/$name.log" 2> "$S/$name.err"
   log "$name exit $?"
 }
-step capture_tests 300 "$py" -m pytest -p no:cacheprovider -o addopts= -m gpu tests/test_capture.py -q
-step capture_overhead 400 "$py" benchmarks/capture_overhead.py --repeats 3 --steps 30 --batch 8 --scale 32 \
-  --dim 1024 --vocab 16384 --eval --out "$S/capture_overhead.json"
 # its own hand-backs (greedy, one iteration an example): the sweep's earlier runs left their best.py files on
 # machines long gone, and their databases predate the column that keeps the module
 step call_cost 1200 "$py" benchmarks/call_cost.py --make --db "$S/call_cost.db" --out "$S/call_cost.json"
-# the fp16 matmul again at this tree (its sweep run came before the priors drew the tile configs first)
+step capture_overhead 600 "$py" benchmarks/capture_overhead.py --repeats 5 --steps 30 --batch 8 --scale 32 \
+  --dim 1024 --vocab 16384 --eval --out "$S/capture_overhead.json"
+# the fp16 matmul again at this tree (the tile rewrites carry divisibility hints since run AT)
 step matmul_again 720 "$py" -m kernelband bench --suite examples --tasks matmul --policies kernelband --seeds 1 \
   --proposer rewrite -n 10 -q 4 --db "$S/matmul_again.db" --json
+step capture_tests 300 "$py" -m pytest -p no:cacheprovider -o addopts= -m gpu tests/test_capture.py -q
 step online_softmax 300 "$py" benchmarks/online_softmax.py --out "$S/online_softmax.json"
 step respellings_gpu 240 "$py" -m pytest -p no:cacheprovider -o addopts= -m gpu tests/test_respellings.py -q
 touch "$S/side.done"
