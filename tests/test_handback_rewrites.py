@@ -62,12 +62,54 @@ assert (info.misses, info.hits) == (2, 1), info  # once per shape, not on every 
 """)
 
 
-def test_a_starting_kernels_own_launch_code_is_left_as_it_is(add_rmsnorm):
-    """A value or two per call costs about what the cached call does: nothing worth moving."""
-    for name in ("vector_add", "softmax", "matmul", "transpose", "dequantize"):
+FEW = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr, n, BLOCK: tl.constexpr):
+    pass
+
+
+def entry(x):
+    n = x.numel()
+    k[(max(1, n // 1024),)](x, n, BLOCK=min(n, 1024))
+    return x
+'''
+
+
+def test_one_triton_helper_is_worth_caching_and_a_builtin_call_or_two_are_not(add_rmsnorm):
+    """A `triton.cdiv` or `triton.next_power_of_2` from the host costs about 1.4 µs in Triton 3.9, several times
+    the cached call: the starting kernels' own grids of one or two of them are cached, their names kept; values of
+    a builtin call or two cost about what the cached call does, and stay."""
+    cached = cache_launch_values(load_task("examples:transpose").module_source)
+    assert cached.functions == ["transpose_launch(rows, cols) -> grid"]
+    assert "    grid = (triton.cdiv(rows, 16), triton.cdiv(cols, 16))\n    return grid\n" in cached.source
+    assert "    grid = transpose_launch(rows, cols)\n    transpose_kernel[grid](" in cached.source
+    assert cache_launch_values(load_task("examples:dequantize").module_source).functions == \
+        ["dequantize_launch(n) -> grid"]
+    assert cache_launch_values(add_rmsnorm.module_source).functions == ["add_rmsnorm_launch(cols) -> block"]
+    for name in ("layernorm", "rmsnorm", "softmax"):  # grids of the rows alone: nothing computed
         source = load_task(f"examples:{name}").module_source
         assert cache_launch_values(source).source == source
-    assert cache_launch_values(add_rmsnorm.module_source).functions == []
+    assert cache_launch_values(FEW).source == FEW
+
+
+def test_a_cached_grid_calls_no_triton_helper_on_a_shape_met_before():
+    source = cache_launch_values(load_task("examples:transpose").module_source).source
+    interpreted(source, """
+import triton
+calls = []
+cdiv = triton.cdiv
+triton.cdiv = lambda *args: calls.append(args) or cdiv(*args)
+x = torch.randn(40, 24)
+for _ in range(3):
+    torch.testing.assert_close(module.transpose(x), x.t())
+assert len(calls) == 2, calls  # the grid's two, on the first call alone
+torch.testing.assert_close(module.transpose(x[:33]), x[:33].t())  # a new shape: its own grid
+assert len(calls) == 4, calls
+""")
 
 
 BRANCHED = '''
@@ -156,7 +198,8 @@ def test_the_hand_back_dispatches_caches_and_reports_the_rewritten_modules_own_f
     assert len(evaluated) == 1 and chosen.source == evaluated[0] and chosen.check is final
     record = chosen.handback
     assert record.form is Form.AS_IS and record.dispatched == ["rows=8, cols=256"]
-    assert record.cached == ["add_rmsnorm_launch(rows, cols) -> block, ROWS, grid"]
+    assert record.cached == ["add_rmsnorm_launch(rows, cols) -> block, ROWS, grid",
+                             "add_rmsnorm_start_launch(cols) -> block"]  # the starting kernel's, beside it
     assert "STARTING_KERNEL_SHAPES" in chosen.source and "add_rmsnorm_launch" in chosen.source
     # the rewritten module fails: the module as searched goes back, with a note
     failed = hand_back(rows_variant, _result(0.7, 1.5), _result(0.8, 1.4),
