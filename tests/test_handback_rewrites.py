@@ -267,10 +267,11 @@ def test_a_pinned_module_whose_rewrites_fail_goes_back_pinned_alone():
     search.tuned = [choice]
     chosen = hand_back(TUNED_ROWS, search, _result(1.2, 1.3), evaluate, noise=1.0)
     assert len(tried) == 2
-    assert "    ROWS, grid = f_launch(n)\n    if config is None:" in tried[0]  # both branches' values, moved
+    # both branches' values, moved; the grid is no lambda, so the key's function gives the configuration alone
+    assert "    config = k_launch(n, x.dtype)\n    ROWS, grid = f_launch(n)\n    if config is None:" in tried[0]
     assert "k_tuned[grid](\n            x, n, ROWS=ROWS)" in tried[0] and "x, n, ROWS=ROWS, **config)" in tried[0]
     assert chosen.source == tried[1] and chosen.handback.form is Form.PINNED and chosen.handback.cached == []
-    assert "f_launch" not in chosen.source and "k_config" in chosen.source
+    assert "f_launch" not in chosen.source and "k_launch" in chosen.source
     assert any("its launch values cached: the pinned module is runtime_error: boom" in n
                for n in chosen.handback.notes)
 
