@@ -112,6 +112,57 @@ assert len(calls) == 4, calls
 """)
 
 
+def test_a_launchs_strides_are_read_once_per_tensor_and_on_every_call():
+    """Six `x.stride(i)` calls cost three times what three `x.stride()` do; the strides are the layout's, not the
+    shape's, so they are read on every call (a transposed view gets its own)."""
+    cached = cache_launch_values(load_task("examples:matmul").module_source)
+    assert cached.functions == ["matmul_launch(M, N) -> grid", "matmul: a.stride(), b.stride(), c.stride() read once"]
+    source = cached.source
+    assert ("    a_strides = a.stride()\n    b_strides = b.stride()\n    c_strides = c.stride()\n"
+            "    matmul_kernel[grid](a, b, c, M, N, K, a_strides[0], a_strides[1], b_strides[0], b_strides[1],\n"
+            "                        c_strides[0], c_strides[1], BLOCK_M=32") in source
+    assert ".stride(0)" not in source.split("def matmul(")[1]
+    interpreted(source, """
+a, b = torch.randn(40, 24).half(), torch.randn(36, 24).half()
+for b in (b.t(), b.t().contiguous()):  # the one shape, two layouts
+    torch.testing.assert_close(module.matmul(a, b), (a.float() @ b.float()).half(), atol=1e-2, rtol=1e-2)
+""")
+
+
+STRIDED = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr, y_ptr, sx0, sx1, sy0, sy1):
+    pass
+
+
+def entry(x, y, flag):
+    if flag:
+        k[(1,)](x, y, x.stride(0), x.stride(1), y.stride(0), y.stride(1))
+    if flag:
+        k[(1,)](x, y, x.stride(0), x.stride(1), 0, 0)
+    else:
+        k[(1,)](x, y, 0, 0, y.stride(0), y.stride(1))
+    k[(1,)](x, y, x.stride(0), 0, y.stride(0), y.stride(1))
+    return x
+'''
+
+
+def test_strides_are_gathered_only_where_every_branch_read_them_before():
+    """An `if` without an `else`, or a branch that reads none of a tensor's strides, would read them where the
+    module read none (`x.stride()` of something that is no tensor there raises): those stay as they are."""
+    from kernelband.search.launch_cache import _launches
+    from kernelband.search.stride_reads import gather_strides
+
+    source, gathered = gather_strides(STRIDED, _launches)
+    assert gathered == ["entry: y.stride() read once"]  # the last launch's two reads of y
+    assert "    y_strides = y.stride()\n    k[(1,)](x, y, x.stride(0), 0, y_strides[0], y_strides[1])\n" in source
+    assert source.count("y_strides") == 3 and "x_strides" not in source
+
+
 BRANCHED = '''
 import triton
 

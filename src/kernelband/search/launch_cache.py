@@ -14,7 +14,8 @@ What depends only on the shape: a value computed from integers read off the inpu
 number once), through arithmetic, indexing by a number, comprehensions and the calls in PURE_CALLS. Only the
 function's top-level statements are read, and a name must be assigned once in it. A value whose inputs are bound
 after the first launch that reads a cached value stays where it is. A function whose values cost less than the
-cached call is left as it is (`_cost`): a handful of builtin calls, no Triton helper, no comprehension.
+cached call is left as it is (`_cost`): a handful of builtin calls, no Triton helper, no comprehension. Then
+the strides a launch passes are read once per tensor (stride_reads.py): they are the layout's, read every call.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from kernelband.proposers.rewriter.analysis.syntax import (
     subnodes,
 )
 from kernelband.search.module_edits import Replace, Unparenthesize, spaced, with_import
+from kernelband.search.stride_reads import gather_strides
 
 # Triton's host helpers, `constexpr_function`s in Triton 3.9: a call from the host costs about 1.4 µs, ten
 # times the cached call, so that one alone is worth caching
@@ -59,7 +61,8 @@ MIN_CALLS = 3  # the least cost, in builtin calls, worth the cached call
 @dataclass
 class Cached:
     source: str  # the module, with each function's shape-only launch values cached (the same source if none)
-    functions: list[str] = field(default_factory=list)  # "f_launch(rows, cols) -> block, ROWS, grid", per function
+    # per function: "f_launch(rows, cols) -> block, ROWS, grid", and "f: a.stride(), b.stride() read once"
+    functions: list[str] = field(default_factory=list)
 
 
 def cache_launch_values(source: str) -> Cached:
@@ -80,10 +83,11 @@ def cache_launch_values(source: str) -> Cached:
         if plan is not None:
             replace[id(fn)] = plan.statements
             functions.append(plan.summary)
-    if not replace:
-        return Cached(source)
-    module = with_import(ms.module.visit(Replace(replace)), "functools")
-    return Cached(module.code, functions)
+    if replace:
+        source = with_import(ms.module.visit(Replace(replace)), "functools").code
+    # the strides a launch passes, read once per tensor (stride_reads.py): read on every call, not cached
+    source, gathered = gather_strides(source, _launches)
+    return Cached(source, functions + gathered)
 
 
 def _launches(ms: ModuleSource, scope: Scope) -> list[Launch]:
