@@ -201,6 +201,18 @@ def test_a_module_the_pinning_cannot_handle_goes_back_autotuned_with_a_note(sour
 SIMPLE = STARRED.replace("    args = (x, x.numel())\n", "").replace("](*args)", "](x, x.numel())")
 
 
+def test_a_grid_of_more_than_the_key_stays_a_lambda_at_the_launch():
+    """The key's function is cached per key: a grid reading another of the function's values (here the rows, not
+    in the key), or its meta argument otherwise than by a constexpr's name, is left for Triton to call."""
+    rows = SIMPLE.replace("    k[lambda meta: (triton.cdiv(x.numel(),", "    rows = x.shape[0]\n    k[lambda meta: (triton.cdiv(rows,")
+    passed_on = SIMPLE.replace('meta["BLOCK"]),)]', 'meta["BLOCK"]) + len(meta) * 0,)]')
+    for source in (rows, passed_on):
+        pinned = pin(source, [_choice()]).source
+        assert "    config = k_launch(n, x.dtype)\n    if config is None:" in pinned
+        assert "    return K_CONFIGS.get((n, str(x_dtype)))\n" in pinned
+        assert "        k[lambda meta: (triton.cdiv(" in pinned and "x, n, **config)" in pinned
+
+
 def test_the_pinned_module_goes_back_with_its_own_figures_unless_it_is_slower_fails_or_misses():
     choice = _choice()
     evaluated = []
