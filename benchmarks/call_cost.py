@@ -6,8 +6,10 @@ The wall time per call is that of back-to-back calls synchronised once (what an 
 calls a round (fewer where a round would pass `--round-ms`), the three alternating from round to round, the
 median of `--rounds` rounds. Each run's module is measured in a fresh Python process with no profiler in it.
 "Launched directly": the launches one call of best.py makes on that shape are recorded (kernel, grid, arguments,
-configuration) and replayed with their grids worked out beforehand and the outputs allocated anew each call, as
-best.py allocates them. The hand-back adds no host cost on a shape when best.py is within max(3 µs, 5 %) of that.
+configuration) and replayed with their grids worked out beforehand and the outputs allocated anew each call by the
+calls best.py made for them (`torch.empty_like(x)`, `torch.empty(shape, ...)`, `torch.zeros(...)`: each costs what
+it costs, a zeros a fill on the GPU); an output made otherwise (a copy, a view at an offset) is allocated with
+`torch.empty_strided`, and a tensor no launch reads is not allocated. The hand-back adds no host cost on a shape when best.py is within max(3 µs, 5 %) of that.
 
     python benchmarks/call_cost.py --db runs.db [--bench N] [--out call_cost.json]
     python benchmarks/call_cost.py --make --db runs.db [--policy greedy -n 1 -q 2] [--examples a,b] ...
@@ -28,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROUNDS, CALLS, ROUND_MS = 9, 300, 50.0
@@ -36,8 +39,32 @@ VARIANTS = ("start", "handed_back", "direct")
 
 
 # -- one fresh process: one run's module ------------------------------------------------------------------
-def record_launches(call) -> list[tuple]:
-    """(kernel, positional arguments, keyword arguments, grid) of every Triton launch `call()` makes."""
+# The torch functions and tensor methods that allocate a tensor, whose calls best.py makes are replayed as made.
+ALLOCATORS = ("empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like")
+TENSOR_ALLOCATORS = ("new_empty", "new_zeros", "new_ones", "new_full")
+
+
+@dataclass
+class Launch:
+    fn: object  # the JITFunction
+    args: tuple
+    kwargs: dict
+    grid: object
+
+
+@dataclass
+class Allocation:
+    fn: object  # the torch function, or the unbound tensor method
+    args: tuple
+    kwargs: dict
+    result: object  # the tensor it returned
+    # per tensor argument that an earlier allocation of the call made: (its place, that allocation)
+    made_from: list[tuple[int, Allocation]] = field(default_factory=list)
+
+
+def record_call(call) -> list[Launch | Allocation]:
+    """The Triton launches and the tensor allocations (ALLOCATORS, TENSOR_ALLOCATORS) of one `call()`, in order."""
+    import torch
     from triton.runtime.jit import JITFunction
 
     classes = [JITFunction]
@@ -46,55 +73,120 @@ def record_launches(call) -> list[tuple]:
         classes.append(InterpretedFunction)
     except ImportError:
         pass
-    seen, originals = [], {cls: cls.run for cls in classes}
+    seen: list[Launch | Allocation] = []
+    latest: dict[int, Allocation] = {}  # data_ptr -> the latest allocation there
+    launching = []  # non-empty while a launch runs: what the launch itself allocates (the interpreter) is not the call's
+    runs = {cls: cls.run for cls in classes}
+    allocators = {(torch, name): getattr(torch, name) for name in ALLOCATORS}
+    allocators |= {(torch.Tensor, name): getattr(torch.Tensor, name) for name in TENSOR_ALLOCATORS}
+    inherited = [name for name in TENSOR_ALLOCATORS if name not in vars(torch.Tensor)]  # from its C base
 
     def recording(original):
         def run(self, *args, grid, warmup, **kwargs):
             if not warmup:
-                seen.append((self, args, dict(kwargs), grid))
-            return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+                seen.append(Launch(self, args, dict(kwargs), grid))
+            launching.append(self)
+            try:
+                return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+            finally:
+                launching.pop()
         return run
 
-    for cls, original in originals.items():
+    def allocating(original):
+        def allocate(*args, **kwargs):
+            result = original(*args, **kwargs)
+            if not launching and isinstance(result, torch.Tensor):
+                made_from = [(place, latest[a.data_ptr()]) for place, a in enumerate(args)
+                             if isinstance(a, torch.Tensor) and a.data_ptr() in latest]
+                seen.append(Allocation(original, args, dict(kwargs), result, made_from))
+                latest[result.data_ptr()] = seen[-1]
+            return result
+        return allocate
+
+    for cls, original in runs.items():
         cls.run = recording(original)
+    for (owner, name), original in allocators.items():
+        setattr(owner, name, allocating(original))
     try:
         call()
     finally:
-        for cls, original in originals.items():
+        for cls, original in runs.items():
             cls.run = original
+        for (owner, name), original in allocators.items():
+            if owner is torch.Tensor and name in inherited:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
     return seen
+
+
+def record_launches(call) -> list[tuple]:
+    """(kernel, positional arguments, keyword arguments, grid) of every Triton launch `call()` makes."""
+    return [(e.fn, e.args, e.kwargs, e.grid) for e in record_call(call) if isinstance(e, Launch)]
 
 
 def launched_directly(call, inputs: tuple, device: str):
     """A function that makes the launches of one `call()` on `inputs` itself: the same kernels, configurations
     and inputs, the grids as numbers, and every other tensor argument (the outputs, the intermediates) allocated
-    anew per call as `call` allocates it."""
+    anew per call by the allocation `call` made it with (else `torch.empty_strided`, with its shape, strides and
+    dtype)."""
     import torch
 
     from kernelband.worker.guards import launch_grid
     from kernelband.worker.harness import tensors_in
 
     given = {t.data_ptr() for t in tensors_in(inputs)}
-    made: dict[int, int] = {}  # data_ptr of a tensor the call allocated -> its place in `specs`
-    specs, plan = [], []
-    for fn, args, kwargs, grid in record_launches(call):
-        slots = []
-        for place, arg in enumerate(args):
-            if isinstance(arg, torch.Tensor) and arg.data_ptr() not in given:
-                if arg.data_ptr() not in made:
-                    made[arg.data_ptr()] = len(specs)
-                    specs.append((tuple(arg.shape), tuple(arg.stride()), arg.dtype))
-                slots.append((place, made[arg.data_ptr()]))
+    allocated: dict[int, Allocation] = {}  # data_ptr -> the call's latest allocation there
+    steps: list[tuple] = []  # ("allocate", fn, args, kwargs, slots) or ("strided", shape, stride, dtype)
+    replayed: dict[int, int] = {}  # id of an allocation -> its step
+    strided: dict[tuple, int] = {}  # (data_ptr, dtype) of a tensor made otherwise -> its step
+
+    def replay(allocation: Allocation) -> int:
+        if id(allocation) not in replayed:
+            slots = [(place, replay(earlier)) for place, earlier in allocation.made_from
+                     if allocation.args[place].data_ptr() not in given]
+            steps.append(("allocate", allocation.fn, list(allocation.args), allocation.kwargs, slots))
+            replayed[id(allocation)] = len(steps) - 1
+        return replayed[id(allocation)]
+
+    def step_of(tensor) -> int:
+        allocation = allocated.get(tensor.data_ptr())
+        if allocation is not None and allocation.result.dtype == tensor.dtype:
+            return replay(allocation)
+        key = (tensor.data_ptr(), tensor.dtype)  # made otherwise (a copy, a view at an offset, another dtype)
+        if key not in strided:
+            steps.append(("strided", tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype))
+            strided[key] = len(steps) - 1
+        return strided[key]
+
+    plan = []
+    for event in record_call(call):
+        if isinstance(event, Allocation):
+            allocated[event.result.data_ptr()] = event
+            continue
+        fn, args, kwargs, grid = event.fn, event.args, event.kwargs, event.grid
+        slots = [(place, step_of(arg)) for place, arg in enumerate(args)
+                 if isinstance(arg, torch.Tensor) and arg.data_ptr() not in given]
         numbers = launch_grid(grid, kwargs, list(getattr(fn, "arg_names", []) or []), args)
         plan.append((fn[tuple(numbers) if numbers else grid], list(args), kwargs, slots))
 
     def direct():
-        fresh = [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in specs]
+        fresh = []
+        for step in steps:
+            if step[0] == "allocate":
+                _, fn, args, kwargs, slots = step
+                for place, k in slots:
+                    args[place] = fresh[k]
+                fresh.append(fn(*args, **kwargs))
+            else:
+                _, shape, stride, dtype = step
+                fresh.append(torch.empty_strided(shape, stride, dtype=dtype, device=device))
         for launch, args, kwargs, slots in plan:
             for place, k in slots:
                 args[place] = fresh[k]
             launch(*args, **kwargs)
 
+    direct.steps = steps  # what it allocates, for a reader
     return direct
 
 
@@ -126,6 +218,11 @@ def child(args) -> None:
     interpreter = os.environ.get("KERNELBAND_MODE") == "interpreter"
     if interpreter:
         os.environ["TRITON_INTERPRET"] = "1"
+        from triton.runtime.autotuner import Autotuner
+
+        # no driver to time an autotuner's configurations on (a pinned module's fallback, on the interpreter's
+        # shapes): they tie, and it keeps the first
+        Autotuner._bench = lambda self, *args, config, **kwargs: [1.0, 1.0, 1.0]
     import torch
 
     from kernelband.tasks import load_task

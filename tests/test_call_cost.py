@@ -46,6 +46,49 @@ assert ours[0][1][2] is ours[1][1][1]  # the intermediate the second launch read
 """)
 
 
+ALLOCATING = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr, a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
+    pass
+
+
+def entry(x):
+    a = torch.empty_like(x)
+    b = torch.zeros((x.shape[0], 2), dtype=torch.float16, device=x.device)
+    c = x.new_empty(x.shape).t()  # a view of a tensor allocated in another shape: same data, strides of its own
+    d = torch.empty(5)  # read by no launch: not the kernels' to allocate
+    k[(1,)](x, a, b, c, x.numel(), BLOCK=16)
+    return a, b, c, d
+"""
+
+
+def test_the_direct_side_allocates_the_outputs_with_the_modules_own_calls():
+    """A direct side that allocated every output with `torch.empty_strided` would price best.py's
+    `torch.empty_like(x)` (or a `torch.zeros`, a fill on the GPU) at what another call costs."""
+    interpreted(ALLOCATING, f"""
+import sys
+sys.path.insert(0, {str(ROOT / "benchmarks")!r})
+import call_cost
+x = torch.randn(4, 4)
+call = lambda: module.entry(x)
+direct = call_cost.launched_directly(call, (x,), "cpu")
+made = [(step[1].__name__, [a for a in step[2] if not isinstance(a, torch.Tensor)]) for step in direct.steps]
+assert made == [("empty_like", []), ("zeros", [(4, 2)]), ("new_empty", [torch.Size([4, 4])])], made
+[(_, args, _, _)] = call_cost.record_launches(direct)
+[(_, theirs, _, _)] = call_cost.record_launches(call)
+assert args[0] is x and all(a is not b for a, b in zip(args[1:4], theirs[1:4]))  # made anew per call
+assert args[2].dtype == torch.float16 and not args[2].any()  # zeros, as the module's
+# after the recording, torch and its tensors allocate as before
+assert all(type(getattr(torch, n)).__name__ == "builtin_function_or_method" for n in call_cost.ALLOCATORS)
+assert not set(call_cost.TENSOR_ALLOCATORS) & set(vars(torch.Tensor))  # inherited from its C base, as before
+""")
+
+
 def test_the_script_measures_each_examples_smallest_and_largest_shape_in_a_fresh_process(tmp_path: Path):
     from kernelband.tasks import load_task
 

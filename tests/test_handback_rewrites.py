@@ -62,12 +62,105 @@ assert (info.misses, info.hits) == (2, 1), info  # once per shape, not on every 
 """)
 
 
-def test_a_starting_kernels_own_launch_code_is_left_as_it_is(add_rmsnorm):
-    """A value or two per call costs about what the cached call does: nothing worth moving."""
-    for name in ("vector_add", "softmax", "matmul", "transpose", "dequantize"):
+FEW = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr, n, BLOCK: tl.constexpr):
+    pass
+
+
+def entry(x):
+    n = x.numel()
+    k[(max(1, n // 1024),)](x, n, BLOCK=min(n, 1024))
+    return x
+'''
+
+
+def test_one_triton_helper_is_worth_caching_and_a_builtin_call_or_two_are_not(add_rmsnorm):
+    """A `triton.cdiv` or `triton.next_power_of_2` from the host costs about 1.4 µs in Triton 3.9, several times
+    the cached call: the starting kernels' own grids of one or two of them are cached, their names kept; values of
+    a builtin call or two cost about what the cached call does, and stay."""
+    cached = cache_launch_values(load_task("examples:transpose").module_source)
+    assert cached.functions == ["transpose_launch(rows, cols) -> grid"]
+    assert "    grid = (triton.cdiv(rows, 16), triton.cdiv(cols, 16))\n    return grid\n" in cached.source
+    assert "    grid = transpose_launch(rows, cols)\n    transpose_kernel[grid](" in cached.source
+    assert cache_launch_values(load_task("examples:dequantize").module_source).functions == \
+        ["dequantize_launch(n) -> grid"]
+    assert cache_launch_values(add_rmsnorm.module_source).functions == ["add_rmsnorm_launch(cols) -> block"]
+    for name in ("layernorm", "rmsnorm", "softmax"):  # grids of the rows alone: nothing computed
         source = load_task(f"examples:{name}").module_source
         assert cache_launch_values(source).source == source
-    assert cache_launch_values(add_rmsnorm.module_source).functions == []
+    assert cache_launch_values(FEW).source == FEW
+
+
+def test_a_cached_grid_calls_no_triton_helper_on_a_shape_met_before():
+    source = cache_launch_values(load_task("examples:transpose").module_source).source
+    interpreted(source, """
+import triton
+calls = []
+cdiv = triton.cdiv
+triton.cdiv = lambda *args: calls.append(args) or cdiv(*args)
+x = torch.randn(40, 24)
+for _ in range(3):
+    torch.testing.assert_close(module.transpose(x), x.t())
+assert len(calls) == 2, calls  # the grid's two, on the first call alone
+torch.testing.assert_close(module.transpose(x[:33]), x[:33].t())  # a new shape: its own grid
+assert len(calls) == 4, calls
+""")
+
+
+def test_a_launchs_strides_are_read_once_per_tensor_and_on_every_call():
+    """Six `x.stride(i)` calls cost three times what three `x.stride()` do; the strides are the layout's, not the
+    shape's, so they are read on every call (a transposed view gets its own)."""
+    cached = cache_launch_values(load_task("examples:matmul").module_source)
+    assert cached.functions == ["matmul_launch(M, N) -> grid", "matmul: a.stride(), b.stride(), c.stride() read once"]
+    source = cached.source
+    assert ("    a_strides = a.stride()\n    b_strides = b.stride()\n    c_strides = c.stride()\n"
+            "    matmul_kernel[grid](a, b, c, M, N, K, a_strides[0], a_strides[1], b_strides[0], b_strides[1],\n"
+            "                        c_strides[0], c_strides[1], BLOCK_M=32") in source
+    assert ".stride(0)" not in source.split("def matmul(")[1]
+    interpreted(source, """
+a, b = torch.randn(40, 24).half(), torch.randn(36, 24).half()
+for b in (b.t(), b.t().contiguous()):  # the one shape, two layouts
+    torch.testing.assert_close(module.matmul(a, b), (a.float() @ b.float()).half(), atol=1e-2, rtol=1e-2)
+""")
+
+
+STRIDED = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr, y_ptr, sx0, sx1, sy0, sy1):
+    pass
+
+
+def entry(x, y, flag):
+    if flag:
+        k[(1,)](x, y, x.stride(0), x.stride(1), y.stride(0), y.stride(1))
+    if flag:
+        k[(1,)](x, y, x.stride(0), x.stride(1), 0, 0)
+    else:
+        k[(1,)](x, y, 0, 0, y.stride(0), y.stride(1))
+    k[(1,)](x, y, x.stride(0), 0, y.stride(0), y.stride(1))
+    return x
+'''
+
+
+def test_strides_are_gathered_only_where_every_branch_read_them_before():
+    """An `if` without an `else`, or a branch that reads none of a tensor's strides, would read them where the
+    module read none (`x.stride()` of something that is no tensor there raises): those stay as they are."""
+    from kernelband.search.launch_cache import _launches
+    from kernelband.search.stride_reads import gather_strides
+
+    source, gathered = gather_strides(STRIDED, _launches)
+    assert gathered == ["entry: y.stride() read once"]  # the last launch's two reads of y
+    assert "    y_strides = y.stride()\n    k[(1,)](x, y, x.stride(0), 0, y_strides[0], y_strides[1])\n" in source
+    assert source.count("y_strides") == 3 and "x_strides" not in source
 
 
 BRANCHED = '''
@@ -156,7 +249,8 @@ def test_the_hand_back_dispatches_caches_and_reports_the_rewritten_modules_own_f
     assert len(evaluated) == 1 and chosen.source == evaluated[0] and chosen.check is final
     record = chosen.handback
     assert record.form is Form.AS_IS and record.dispatched == ["rows=8, cols=256"]
-    assert record.cached == ["add_rmsnorm_launch(rows, cols) -> block, ROWS, grid"]
+    assert record.cached == ["add_rmsnorm_launch(rows, cols) -> block, ROWS, grid",
+                             "add_rmsnorm_start_launch(cols) -> block"]  # the starting kernel's, beside it
     assert "STARTING_KERNEL_SHAPES" in chosen.source and "add_rmsnorm_launch" in chosen.source
     # the rewritten module fails: the module as searched goes back, with a note
     failed = hand_back(rows_variant, _result(0.7, 1.5), _result(0.8, 1.4),
@@ -224,10 +318,11 @@ def test_a_pinned_module_whose_rewrites_fail_goes_back_pinned_alone():
     search.tuned = [choice]
     chosen = hand_back(TUNED_ROWS, search, _result(1.2, 1.3), evaluate, noise=1.0)
     assert len(tried) == 2
-    assert "    ROWS, grid = f_launch(n)\n    if config is None:" in tried[0]  # both branches' values, moved
+    # both branches' values, moved; the grid is no lambda, so the key's function gives the configuration alone
+    assert "    config = k_launch(n, x.dtype)\n    ROWS, grid = f_launch(n)\n    if config is None:" in tried[0]
     assert "k_tuned[grid](\n            x, n, ROWS=ROWS)" in tried[0] and "x, n, ROWS=ROWS, **config)" in tried[0]
     assert chosen.source == tried[1] and chosen.handback.form is Form.PINNED and chosen.handback.cached == []
-    assert "f_launch" not in chosen.source and "k_config" in chosen.source
+    assert "f_launch" not in chosen.source and "k_launch" in chosen.source
     assert any("its launch values cached: the pinned module is runtime_error: boom" in n
                for n in chosen.handback.notes)
 

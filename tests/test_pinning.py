@@ -90,6 +90,35 @@ def test_a_key_the_search_never_met_falls_back_to_the_winning_configs_and_the_st
     assert "num_warps=1, num_stages=3" not in pin(autotuned, seen).source
 
 
+def test_a_pinned_launch_takes_its_configuration_and_grid_once_per_key_and_no_autotuner(vector_add, autotuned):
+    """Triton's autotuner, even for a key it has tuned, builds the key and calls the grid's lambda (and its
+    triton.cdiv) on every launch; the pinned launch works both out once per key and launches the kernel itself."""
+    from interpreted import interpreted
+
+    choice = TunedChoice("add_kernel", [1000, 3000, "torch.float32", "torch.float32", "torch.float32"],
+                         TunedConfig({"BLOCK_SIZE": 128}, num_warps=2, num_stages=3))
+    pinned = pin(autotuned, [choice], start=vector_add.module_source).source
+    interpreted(pinned, """
+import triton
+from triton.runtime.autotuner import Autotuner
+tuned, cdivs = [], []
+run, cdiv = Autotuner.run, triton.cdiv
+Autotuner.run = lambda self, *args, **kwargs: tuned.append(args[3]) or run(self, *args, **kwargs)
+triton.cdiv = lambda *args: cdivs.append(args) or cdiv(*args)
+Autotuner._bench = lambda self, *args, config, **kwargs: [1.0, 1.0, 1.0]  # no GPU to time them on: alike
+x, y = torch.randn(1000), torch.randn(1000)
+for _ in range(3):
+    torch.testing.assert_close(module.add(x, y), x + y)
+assert tuned == [] and len(cdivs) == 1, (tuned, cdivs)  # the grid of BLOCK_SIZE 128, worked out once
+info = module.add_kernel_launch.cache_info()
+assert (info.misses, info.hits) == (1, 2), info
+# a key the search never met: the fallback tuner chooses, and the grid's lambda follows its choice
+x, y = torch.randn(700), torch.randn(700)
+torch.testing.assert_close(module.add(x, y), x + y)
+assert tuned == [700], tuned
+""")
+
+
 def test_the_starting_kernels_launch_joins_the_fallback_only_where_it_says_it_in_numbers():
     from kernelband.tasks import load_task
 
@@ -172,6 +201,18 @@ def test_a_module_the_pinning_cannot_handle_goes_back_autotuned_with_a_note(sour
 SIMPLE = STARRED.replace("    args = (x, x.numel())\n", "").replace("](*args)", "](x, x.numel())")
 
 
+def test_a_grid_of_more_than_the_key_stays_a_lambda_at_the_launch():
+    """The key's function is cached per key: a grid reading another of the function's values (here the rows, not
+    in the key), or its meta argument otherwise than by a constexpr's name, is left for Triton to call."""
+    rows = SIMPLE.replace("    k[lambda meta: (triton.cdiv(x.numel(),", "    rows = x.shape[0]\n    k[lambda meta: (triton.cdiv(rows,")
+    passed_on = SIMPLE.replace('meta["BLOCK"]),)]', 'meta["BLOCK"]) + len(meta) * 0,)]')
+    for source in (rows, passed_on):
+        pinned = pin(source, [_choice()]).source
+        assert "    config = k_launch(n, x.dtype)\n    if config is None:" in pinned
+        assert "    return K_CONFIGS.get((n, str(x_dtype)))\n" in pinned
+        assert "        k[lambda meta: (triton.cdiv(" in pinned and "x, n, **config)" in pinned
+
+
 def test_the_pinned_module_goes_back_with_its_own_figures_unless_it_is_slower_fails_or_misses():
     choice = _choice()
     evaluated = []
@@ -182,9 +223,14 @@ def test_the_pinned_module_goes_back_with_its_own_figures_unless_it_is_slower_fa
     chosen = hand_back(SIMPLE, _ok(1.3, tuned=[choice]), _ok(1.2), evaluate(_ok(1.21)), noise=1.005)
     assert chosen.handback.form is Form.PINNED and chosen.check.speedup == 1.21
     assert chosen.source == evaluated[0] and chosen.autotuned == SIMPLE
-    # the key's argument computed once, and the key looked up once per key, not on every call
-    assert "    n = x.numel()\n    config = k_config((n,), (x.dtype,))\n" in chosen.source
-    assert "@functools.cache\ndef k_config(values, dtypes):" in chosen.source and "import functools" in chosen.source
+    # the key's argument computed once, and the key looked up once per key, not on every call: with the grid
+    # its configuration gives (the lambda's `x.numel()` is the key's n), the lambda left to the fallback tuner
+    assert "    n = x.numel()\n    config, grid = k_launch(n, x.dtype)\n" in chosen.source
+    assert "@functools.cache\ndef k_launch(n, x_dtype):" in chosen.source and "import functools" in chosen.source
+    assert "    config = K_CONFIGS.get((n, str(x_dtype)))\n" in chosen.source
+    assert '        return None, lambda meta: (triton.cdiv(n, meta["BLOCK"]),)\n' in chosen.source
+    assert '    return config, (triton.cdiv(n, config["BLOCK"]),)\n' in chosen.source
+    assert "        k_tuned[grid](x, n)\n    else:\n        k[grid](x, n, **config)\n" in chosen.source
     assert chosen.handback.shapes == [{"label": "n=1", "held_out": False, "ms": 0.5, "call_ms": None,
                                        "timer": "events", "placements": 1}]
     # slower than the autotuned module by more than the noise floor (2 % here)
@@ -321,7 +367,8 @@ def test_an_llm_style_module_is_pinned_at_a_nested_multi_line_launch():
         in pinned.source
     # the key as Triton computes it: the key arguments passed at the launch, then the other arguments' dtypes
     # (constexprs and a tensor's numbers have none)
-    assert "config = rows_kernel_config((M, N), (x.dtype, out.dtype))" in pinned.source
+    assert "        config, grid = rows_kernel_launch(M, N, x.dtype, out.dtype)\n" in pinned.source
+    assert "    config = ROWS_KERNEL_CONFIGS.get((M, N, str(x_dtype), str(out_dtype)))\n" in pinned.source
     # configs built by a function: the fallback tunes over all of them, with the decorator's other arguments
     assert "configs=_configs(),\n    key=[\"M\", \"N\"],\n    reset_to_zero=[\"out_ptr\"],\n)(rows_kernel)" \
         in pinned.source

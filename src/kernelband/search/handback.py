@@ -180,6 +180,16 @@ def hand_back(source: str, search: EvalResult | None, check: EvalResult | None,
     return Chosen(source, as_searched, check)
 
 
+def rewrite(source: str, search: EvalResult | None, check: EvalResult, noise: float | None, start: Start | None,
+            objective: Objective | str = Objective.DEVICE) -> _Form:
+    """The first module `hand_back` would evaluate for the chosen candidate `source` (every rewrite that
+    applies), not evaluated; `source` itself where no rewrite applies."""
+    pinned = pin(source, choices(check, search), start.source if start is not None else None) \
+        if autotuned(source) else None
+    forms = _forms(source, pinned.source if pinned is not None else None, search, check, noise, start, objective, [])
+    return forms[0] if forms else _Form(source)
+
+
 def _forms(source: str, pinned: str | None, search: EvalResult | None, check: EvalResult, noise: float | None,
            start: Start | None, objective: Objective | str, notes: list[str]) -> list[_Form]:
     """The rewritten modules to try, in order: every rewrite that applies, then the pinned module alone where

@@ -2,18 +2,20 @@
 
 A launch's grid and arguments are often computed from the inputs' sizes on every call: `triton.cdiv`,
 `triton.next_power_of_2`, a `min`/`max` of them, a block count written out twice (in the grid and as a
-constexpr). Each is a Python call of a fraction of a µs, so a module that computes a dozen of them per call
-costs a program that calls it eagerly more than a kernel of a few µs saves. `cache_launch_values` moves them,
-in each function that launches kernels, into a function of the sizes alone, cached with `functools.cache` (one
+constexpr), a divisibility mask summed over a generator. In Triton 3.9 `triton.cdiv` and `triton.next_power_of_2`
+are `constexpr_function`s: a call from the host costs about 1.4 µs (an import and the unwrapping of its
+arguments), the most of what a launch of a few µs adds to a call. `cache_launch_values` moves these values, in
+each function that launches kernels, into a function of the sizes alone, cached with `functools.cache` (one
 entry per distinct shape, as Triton's autotuner keeps one choice per key), each value named once: the launch
 reads `grid`, `ROWS`, `block` instead of the expressions.
 
 What depends only on the shape: a value computed from integers read off the inputs (`x.shape`, `x.numel()`,
 `x.size(i)`, `x.stride(i)`), parameters annotated `int`, and numbers (literals, or module constants assigned a
-number once), through arithmetic and the calls in PURE_CALLS. Only the function's top-level statements are
-read, and a name must be assigned once in it. A value whose inputs are bound after the first launch that reads
-a cached value stays where it is. A function whose values hold fewer than MIN_CALLS calls is left as it is: a
-cached call costs about what one or two such calls do.
+number once), through arithmetic, indexing by a number, comprehensions and the calls in PURE_CALLS. Only the
+function's top-level statements are read, and a name must be assigned once in it. A value whose inputs are bound
+after the first launch that reads a cached value stays where it is. A function whose values cost less than the
+cached call is left as it is (`_cost`): a handful of builtin calls, no Triton helper, no comprehension. Then
+the strides a launch passes are read once per tensor (stride_reads.py): they are the layout's, read every call.
 """
 
 from __future__ import annotations
@@ -38,20 +40,29 @@ from kernelband.proposers.rewriter.analysis.syntax import (
     subnodes,
 )
 from kernelband.search.module_edits import Replace, Unparenthesize, spaced, with_import
+from kernelband.search.stride_reads import gather_strides
 
-PURE_CALLS = frozenset({"triton.cdiv", "triton.next_power_of_2", "min", "max", "int", "abs", "round", "float",
-                        "bool", "math.ceil", "math.floor", "math.log2", "math.sqrt"})
+# Triton's host helpers, `constexpr_function`s in Triton 3.9: a call from the host costs about 1.4 µs, ten
+# times the cached call, so that one alone is worth caching
+TRITON_HELPERS = frozenset({"triton.cdiv", "triton.next_power_of_2"})
+PURE_CALLS = TRITON_HELPERS | frozenset({"min", "max", "int", "abs", "round", "float", "bool", "math.ceil",
+                                         "math.floor", "math.log2", "math.sqrt", "tuple", "len", "sum", "enumerate",
+                                         "range", "zip", "type"})
+# builtins a value may read as values (`type(v) is int`)
+PURE_NAMES = frozenset({"True", "False", "None", "int", "float", "bool"})
+_COMPREHENSIONS = (cst.GeneratorExp, cst.ListComp, cst.SetComp)
 # tensor methods and attributes that give the integers a shape is made of
 SHAPE_METHODS = frozenset({"numel", "size", "stride", "dim", "element_size"})
 SHAPE_ATTRIBUTES = frozenset({"shape", "ndim"})
 NUMBER_ANNOTATIONS = frozenset({"int", "float", "bool"})
-MIN_CALLS = 3
+MIN_CALLS = 3  # the least cost, in builtin calls, worth the cached call
 
 
 @dataclass
 class Cached:
     source: str  # the module, with each function's shape-only launch values cached (the same source if none)
-    functions: list[str] = field(default_factory=list)  # "f_launch(rows, cols) -> block, ROWS, grid", per function
+    # per function: "f_launch(rows, cols) -> block, ROWS, grid", and "f: a.stride(), b.stride() read once"
+    functions: list[str] = field(default_factory=list)
 
 
 def cache_launch_values(source: str) -> Cached:
@@ -72,10 +83,11 @@ def cache_launch_values(source: str) -> Cached:
         if plan is not None:
             replace[id(fn)] = plan.statements
             functions.append(plan.summary)
-    if not replace:
-        return Cached(source)
-    module = with_import(ms.module.visit(Replace(replace)), "functools")
-    return Cached(module.code, functions)
+    if replace:
+        source = with_import(ms.module.visit(Replace(replace)), "functools").code
+    # the strides a launch passes, read once per tensor (stride_reads.py): read on every call, not cached
+    source, gathered = gather_strides(source, _launches)
+    return Cached(source, functions + gathered)
 
 
 def _launches(ms: ModuleSource, scope: Scope) -> list[Launch]:
@@ -111,14 +123,43 @@ def _key(node: cst.BaseExpression) -> str:
     return ast.dump(pyast.parse(f"({code(node)})", mode="eval"))
 
 
-def _calls(node: cst.CSTNode) -> int:
-    return len(subnodes(node, cst.Call))
+def _cost(node: cst.CSTNode) -> int:
+    """What computing a value costs per call, in builtin calls: a Triton helper or a comprehension (a frame of
+    its own) counts MIN_CALLS, so that one alone is worth caching."""
+    calls = subnodes(node, cst.Call)
+    helpers = sum(1 for c in calls if dotted(c.func) in TRITON_HELPERS)
+    return len(calls) - helpers + MIN_CALLS * (helpers + sum(len(subnodes(node, k)) for k in _COMPREHENSIONS))
+
+
+def _bound_inside(node: cst.CSTNode) -> set[str]:
+    """The names a comprehension in `node` binds (its `for` targets): not names of the function."""
+    return {n.value for comp in subnodes(node, cst.CompFor) for n in subnodes(comp.target, cst.Name)}
+
+
+def _reads(node: cst.CSTNode) -> list[cst.Name]:
+    """The names an expression reads from the function, a comprehension's own aside."""
+    inner = _bound_inside(node)
+    return [n for n in loads(node) if n.value not in inner]
 
 
 def _nontrivial(node: cst.BaseExpression) -> bool:
     """More than a name, a number or a tuple of those: something is computed."""
     return bool(subnodes(node, cst.Call) or subnodes(node, cst.BinaryOperation) or subnodes(node, cst.IfExp)
-                or subnodes(node, cst.Comparison) or subnodes(node, cst.BooleanOperation))
+                or subnodes(node, cst.Comparison) or subnodes(node, cst.BooleanOperation)
+                or subnodes(node, cst.Subscript) or any(subnodes(node, k) for k in _COMPREHENSIONS))
+
+
+def _number_index(node: cst.Subscript) -> bool:
+    """`v[0]`, `v[-1]`, `v[1:]`: an index or a slice by numbers."""
+    def number(part) -> bool:
+        return part is None or isinstance(part, cst.Integer) or (
+            isinstance(part, cst.UnaryOperation) and isinstance(part.expression, cst.Integer))
+    if len(node.slice) != 1:
+        return False
+    part = node.slice[0].slice
+    if isinstance(part, cst.Index):
+        return number(part.value)
+    return isinstance(part, cst.Slice) and number(part.lower) and number(part.upper) and number(part.step)
 
 
 # What an expression moved out of a branch may compute: these calls and operators never raise on numbers; a
@@ -137,6 +178,8 @@ def _number(node: cst.BaseExpression) -> float | None:
 
 
 def _cannot_raise(node: cst.BaseExpression) -> bool:
+    if subnodes(node, cst.Subscript):  # an index past the end
+        return False
     for call in subnodes(node, cst.Call):
         name = dotted(call.func)
         if name == "triton.cdiv" and len(call.args) == 2 and _number(call.args[1].value):
@@ -185,6 +228,7 @@ class _Plan:
         self.shadowed = set(scope.assigns) | set(scope.params) | shadowed
         self.ints: dict[str, int] = {}  # integer names of the shape -> the statement that binds them (-1: a parameter)
         self.derived: dict[str, tuple[int, cst.BaseExpression]] = {}  # computed from them, once
+        self.inner: set[str] = set()  # the targets of the comprehension `_pure` is reading
         self.statements: list[cst.BaseStatement] = []
         self.summary = ""
 
@@ -201,7 +245,13 @@ class _Plan:
         if isinstance(node, cst.Name):
             if node.value in self.ints:
                 return {node.value}
-            return set() if node.value in self.constants or node.value in ("True", "False", "None") else None
+            if node.value in self.inner or node.value in self.constants:
+                return set()
+            return set() if node.value in PURE_NAMES and node.value not in self.shadowed else None
+        if isinstance(node, cst.Subscript):
+            return self._pure(node.value) if _number_index(node) else None
+        if isinstance(node, _COMPREHENSIONS):
+            return self._comprehension(node)
         if isinstance(node, cst.Call):
             name = dotted(node.func)
             if name in PURE_CALLS and name.split(".")[0] not in self.shadowed:
@@ -237,6 +287,34 @@ class _Plan:
             found |= names
         return found
 
+    def _comprehension(self, node: cst.GeneratorExp | cst.ListComp | cst.SetComp) -> set[str] | None:
+        """The shape's integers a comprehension reads: its iterables' and, with its targets bound, its element's
+        and conditions'."""
+        found: set[str] = set()
+        bound = set()
+        comp = node.for_in
+        parts: list[cst.BaseExpression] = []
+        while comp is not None:
+            if comp.asynchronous is not None:
+                return None
+            names = self._pure(comp.iter) if not (bound & {n.value for n in loads(comp.iter)}) else None
+            if names is None:
+                return None
+            found |= names
+            bound |= {n.value for n in subnodes(comp.target, cst.Name)}
+            parts += [c.test for c in comp.ifs]
+            comp = comp.inner_for_in
+        self.inner |= bound
+        try:
+            for part in [node.elt, *parts]:
+                names = self._pure(part)
+                if names is None:
+                    return None
+                found |= names
+        finally:
+            self.inner -= bound
+        return found
+
     def _read(self) -> None:
         """The shape's integers and the values computed from them, statement by statement."""
         for param in self.fn.params.params:
@@ -268,17 +346,18 @@ class _Plan:
     def _statement_of(self, launch: Launch) -> int:
         return next(i for i, s in enumerate(self.body) if contains(s, {id(launch.call)}))
 
-    @staticmethod
-    def _values(launch: Launch) -> list[tuple[str, cst.BaseExpression]]:
+    def _values(self, launch: Launch) -> list[tuple[str, cst.BaseExpression]]:
         """A launch's values, each with the name it would go by: keyword arguments by their keyword, positional
-        ones by the kernel's parameter, then the grid."""
+        ones by the kernel's parameter, then the grid (`grid`, or after the kernel where the function has a
+        `grid` of its own)."""
         by_index = {i: name for name, i in launch.args.items()}
         named = [(a.keyword.value, a.value) for a in launch.call.args if a.keyword is not None]
         named += [(by_index[i], a.value) for i, a in enumerate(launch.call.args)
                   if a.keyword is None and not a.star and i in by_index]
         grid = launch.subscript.slice
         if len(grid) == 1 and isinstance(grid[0].slice, cst.Index):
-            named.append(("grid", grid[0].slice.value))
+            named.append(("grid" if "grid" not in self.scope.assigns else f"{launch.kernel.name}_grid",
+                          grid[0].slice.value))
         return named
 
     def _always(self, statement: cst.BaseStatement) -> set[str] | None:
@@ -310,12 +389,17 @@ class _Plan:
         always = self._always(statement)
         return always is None or _key(value) in always or _cannot_raise(value)
 
+    def _reads_derived(self, value: cst.BaseExpression, at: int) -> bool:
+        """The value reads a name computed from the shape before `at` (`grid = (...)`, then `k[grid]`)."""
+        return any(n.value in self.derived and self.derived[n.value][0] < at for n in _reads(value))
+
     def make(self) -> _Plan | None:
         self._read()
         placed = sorted(((self._statement_of(launch), k, launch) for k, launch in enumerate(self.launches)),
                         key=lambda x: x[:2])
         at = next((i for i, _, launch in placed
-                   if any(self._movable(v, i, self.body[i]) for _, v in self._values(launch))), None)
+                   if any(self._movable(v, i, self.body[i]) or self._reads_derived(v, i)
+                          for _, v in self._values(launch))), None)
         if at is None:
             return None
         later = loads(*self.body[at:])
@@ -324,7 +408,7 @@ class _Plan:
                    and not any(n.value == name for n in loads(*self.body[i + 1:at]))]
         launch_values = [(base, value) for i, _, launch in placed if i >= at
                          for base, value in self._values(launch) if self._movable(value, at, self.body[i])]
-        if sum(_calls(v) for _, v in derived + launch_values) < MIN_CALLS:
+        if sum(_cost(v) for _, v in derived + launch_values) < MIN_CALLS:
             return None
         return self._build(at, derived, launch_values)
 
@@ -346,7 +430,7 @@ class _Plan:
             replace[id(value)] = cst.Name(seen[key])
         names = [n for n, _ in named]
         order = list(self.ints)  # in the order the function binds them
-        inputs = sorted({n.value for _, v in named for n in loads(v) if n.value in self.ints and n.value not in names},
+        inputs = sorted({n.value for _, v in named for n in _reads(v) if n.value in self.ints and n.value not in names},
                         key=order.index)
         function = fresh_name(f"{self.fn.name.value}_launch", self.used)
         body = self.body[:at]

@@ -4,14 +4,18 @@ configuration the evaluator's autotuner chose for it.
 An autotuner in the user's process times its configurations with Triton's defaults, beside whatever else the
 process does; for a kernel of a few µs that choice is a draw, and the speed the search measured is then a
 promise the user's program may not keep. The pinned module makes the choice once, the evaluator's, in code a
-person would write: the kernel without `@triton.autotune`, a table {key: configuration} beside it, and at each
-launch one lookup of the key the way Triton computes it (the values of the `key=[...]` arguments passed at the
-launch, then the dtypes of the arguments that have one). The lookup is a cached function of those values and
-dtypes (`functools.cache`), so a key is looked up once, as Triton's autotuner looks up a key it has tuned; a key
-argument computed at the launch is named once and read by both. A key the search never met goes to an
-autotuned copy of the kernel, over the configurations that won somewhere and the starting kernel's own launch
-configuration (where the starting kernel says it in numbers): on a shape the search never timed, the fallback
-can always choose what the starting kernel ran.
+person would write: the kernel without `@triton.autotune`, a table {key: configuration} beside it, and before
+each launch one call of a function of the key as Triton computes it (the values of the `key=[...]` arguments
+passed at the launch, then the dtypes of the tensors among its other arguments), cached with `functools.cache`,
+so that a key is looked up once, as Triton's autotuner looks up a key it has tuned. Where the launch's grid is a
+`lambda meta:` of the key's values and of constexprs every chosen configuration sets, that function also
+returns the grid the configuration gives: Triton would call the lambda, and its `triton.cdiv`s (about 1.4 µs
+each from the host in Triton 3.9), on every launch. The kernel is then launched directly with the
+configuration's values as its keyword arguments, no autotuner in between; a key argument computed at the launch
+is named once and read by both. A key the search never met goes to an autotuned copy of the kernel, over the
+configurations that won somewhere and the starting kernel's own launch configuration (where the starting kernel
+says it in numbers): on a shape the search never timed, the fallback can always choose what the starting kernel
+ran.
 
 `pin` returns the pinned source, or why the module cannot be pinned (the module is then handed back as it
 is): a `prune_configs_by`, a config's own `pre_hook`, a launch whose arguments cannot be read (a starred
@@ -20,7 +24,10 @@ argument) or that is not a statement of its own, a key with values code cannot s
 
 from __future__ import annotations
 
+import ast
+import builtins
 import json
+import textwrap
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -163,14 +170,14 @@ class _Pinning:
             raise CannotPin(f"{kernel.name} is never launched as {kernel.name}[grid](...) in the module")
         names = {
             "table": fresh_name(f"{kernel.name.upper()}_CONFIGS", self.used),
-            "lookup": fresh_name(f"{kernel.name}_config", self.used),
             "tuner": fresh_name(f"{kernel.name}_tuned", self.used),
         }
         self.added |= set(names.values())
         # the tensors among a launch's arguments: every one has a dtype where each key holds as many dtypes
         dtypes = {len(c.key) - len([n for n in key_names if n in launches[0].args]) for c in mine}
-        for launch in launches:
-            self._launch(launch, list(key_names), names, dtypes)
+        # the constexprs every chosen configuration sets: a grid may read them from the configuration
+        chosen = frozenset.intersection(*(frozenset(c) for c in table.values()))
+        functions = [self._launch(launch, list(key_names), names, dtypes, chosen) for launch in launches]
         winners = list({json.dumps(c, sort_keys=True): c for c in table.values()}.values())
         start, why = self._starting_config(kernel, configs.value)
         if why:
@@ -193,14 +200,9 @@ class _Pinning:
         text = (f"# The configuration the search's autotuner chose for each key it met: the `key` arguments' values,\n"
                 f"# then the tensors' dtypes (how Triton's autotuner keys its choices).\n"
                 f"{names['table']} = {{\n{rows}\n}}\n\n\n"
-                f"@functools.cache\n"
-                f"def {names['lookup']}(values, dtypes):\n"
-                f'    """The configuration chosen for a key, looked up once per key: `values` are the `key` arguments\'\n'
-                f"    values, `dtypes` those of the launch's other arguments (None where one has none); None for a key\n"
-                f'    the search never met."""\n'
-                f"    return {names['table']}.get((*values, *(str(d) for d in dtypes if d is not None)))\n\n\n"
                 f"# A key the search never met is tuned, among {fallback}.\n"
-                f"{names['tuner']} = {autotune}(\n{tuner_args})({kernel.name})\n")
+                f"{names['tuner']} = {autotune}(\n{tuner_args})({kernel.name})\n"
+                + "".join(f"\n\n{f}" for f in functions))
         decorators = [d for d in kernel.node.decorators if d is not kernel.autotune]
         plain = kernel.node.with_changes(decorators=decorators)
         if decorators and kernel.node.decorators[0] is kernel.autotune:
@@ -215,7 +217,10 @@ class _Pinning:
         self.pinned.append(kernel.name)
         self.keys += len(table)
 
-    def _launch(self, launch: Launch, key_names: list[str], names: dict[str, str], dtypes: set[int]) -> None:
+    def _launch(self, launch: Launch, key_names: list[str], names: dict[str, str], dtypes: set[int],
+                chosen: frozenset[str]) -> str:
+        """Rewrites the launch to take its configuration (and, where it can, its grid) from a function of its
+        key cached per key; that function's code."""
         where = launch.where
         statement = self.ms.parents.get(id(self.ms.parents.get(id(launch.call))))
         expr = self.ms.parents.get(id(launch.call))
@@ -237,27 +242,70 @@ class _Pinning:
             if n in passed and not isinstance(passed[n], cst.Name | cst.Integer | cst.Float | cst.SimpleString):
                 named[id(passed[n])] = cst.Name(fresh_name(n, taken))
                 computed.append(f"{named[id(passed[n])].value} = {code(passed[n])}\n")
-        key_values = [code(named.get(id(passed[n]), passed[n])) for n in key_names if n in passed]
+        keyed = [(passed[n], named.get(id(passed[n]), passed[n])) for n in key_names if n in passed]
         constexprs = {p.name for p in launch.kernel.params if p.constexpr}
-        tensors = [code(v) for n, v in passed.items()
-                   if n not in key_names and n not in constexprs and not _never_a_tensor(v)]
+        numbers = _number_params(launch)
+        tensors = [v for n, v in passed.items()
+                   if n not in key_names and n not in constexprs and not _never_a_tensor(v, numbers)]
         sure = dtypes == {len(tensors)}  # every key held a dtype for each: they are all tensors
-        of = [f"{t}.dtype" if sure else f'getattr({t}, "dtype", None)' for t in tensors]
+        # the cached function's parameters: the key's names (its literals written in), then the dtypes
+        inputs = list(dict.fromkeys(v.value for _, v in keyed if isinstance(v, cst.Name)))
+        mine = set(inputs)
+        of = [fresh_name(f"{t.value}_dtype" if isinstance(t, cst.Name) else "dtype", mine) for t in tensors]
+        dtype_args = [f"{code(t)}.dtype" if sure else f'getattr({code(t)}, "dtype", None)' for t in tensors]
+        key_code = ", ".join(code(v) for _, v in keyed)
+        if sure or not of:
+            key_code += "".join(f", str({d})" for d in of)
+        else:
+            key_code += f", *(str(d) for d in ({', '.join(of)}{',' if len(of) == 1 else ''}) if d is not None)"
+        lookup = f"{names['table']}.get(({key_code}{',' if len(keyed) + len(of) == 1 else ''}))"
+        inner = fresh_name("config", set(inputs) | set(of) | self.used)
+        grid = _KeyGrid(self.ms, launch, {_key(a): b.value for a, b in keyed if isinstance(b, cst.Name)},
+                        set(inputs), chosen, inner).make()
+        function = fresh_name(f"{launch.kernel.name}_launch", self.used)
+        self.added.add(function)
         local = fresh_name("config", taken)
         call = launch.call.visit(Replace(named)) if named else launch.call
-        tuned = call.with_changes(func=launch.subscript.with_changes(value=cst.Name(names["tuner"])))
-        pinned = call.with_changes(args=appended(call.args, cst.Arg(cst.Name(local), star="**")))
-        text = ("".join(computed)
-                + f"{local} = {names['lookup']}({_tuple_code(key_values)}, {_tuple_code(of)})\n"
-                f"if {local} is None:  # a key the search never met\n"
-                f"    {_TUNED}\n"
-                f"else:\n"
-                f"    {_PINNED}\n")
+        subscript = call.func
+        if grid is not None:
+            if grid.statement is not None:  # the grid's own line, read by this launch alone, goes with it
+                self.replace[id(grid.statement)] = []
+                grid_name = grid.name
+            else:
+                grid_name = fresh_name("grid", taken)
+            subscript = subscript.with_changes(slice=[cst.SubscriptElement(cst.Index(cst.Name(grid_name)))])
+            targets = f"{local}, {grid_name}"
+            text = (f"@functools.cache\n"
+                    f"def {function}({', '.join(inputs + of)}):\n"
+                    + _docstring(f"{launch.kernel.name}'s configuration and grid for a key, worked out once per key: "
+                                 f"the configuration the search's autotuner chose and the grid it gives; for a key "
+                                 f"the search never met, None and the grid for the fallback tuner's choice.")
+                    + f"    {inner} = {lookup}\n"
+                    f"    if {inner} is None:  # a key the search never met\n"
+                    f"        return None, {grid.tuned}\n"
+                    f"    return {inner}, {grid.pinned}\n")
+        else:
+            targets = local
+            text = (f"@functools.cache\n"
+                    f"def {function}({', '.join(inputs + of)}):\n"
+                    + _docstring(f"The configuration the search's autotuner chose for {launch.kernel.name}'s key, "
+                                 f"looked up once per key; None for a key the search never met.")
+                    + f"    return {lookup}\n")
+        tuned = call.with_changes(func=subscript.with_changes(value=cst.Name(names["tuner"])))
+        pinned = call.with_changes(func=subscript,
+                                   args=appended(call.args, cst.Arg(cst.Name(local), star="**")))
+        text_call = ("".join(computed)
+                     + f"{targets} = {function}({', '.join(inputs + dtype_args)})\n"
+                     f"if {local} is None:  # a key the search never met\n"
+                     f"    {_TUNED}\n"
+                     f"else:\n"
+                     f"    {_PINNED}\n")
         # the launches go in as nodes, not text: a launch over several lines keeps its lines' indentation
         # relative to the block it now stands in
-        body = list(cst.parse_module(text).visit(_Put({_TUNED: tuned, _PINNED: pinned})).body)
+        body = list(cst.parse_module(text_call).visit(_Put({_TUNED: tuned, _PINNED: pinned})).body)
         body[0] = body[0].with_changes(leading_lines=statement.leading_lines)
         self.replace[id(statement)] = list(body)
+        return text
 
     def _locals(self, launch: Launch) -> set[str]:
         """The names a local of the launching function must not take: its own, those it reads, the module's and
@@ -330,17 +378,111 @@ class _Pinning:
         return f"{prefix or 'triton.Config'}({_dict_code(kwargs)}{options_code})", ""
 
 
+def _key(node: cst.BaseExpression) -> str:
+    """What an expression computes, spacing and parentheses aside."""
+    return ast.dump(pyast.parse(f"({code(node)})", mode="eval"))
+
+
+@dataclass
+class _Grid:
+    """A launch's `lambda meta: ...` grid as a function of its key: `pinned`, the grid with the chosen
+    configuration's values (code reading `config`), `tuned`, the lambda for the fallback tuner."""
+
+    pinned: str
+    tuned: str
+    statement: cst.SimpleStatementLine | None  # the launching function's `grid = lambda ...`, read by it alone
+    name: str = ""  # the name that line binds
+
+
+class _KeyGrid:
+    """Whether a launch's grid depends on the key alone, and how to write it so: a `lambda meta:` reading
+    `meta` by constexpr names that every chosen configuration sets, or that the launch passes as a key value or
+    a number, and otherwise the key's values (by name, or the expressions the launch passes for them) and
+    module-level names."""
+
+    def __init__(self, ms: ModuleSource, launch: Launch, keys: dict[str, str], inputs: set[str],
+                 chosen: frozenset[str], config: str):
+        self.ms, self.launch, self.keys, self.inputs, self.chosen, self.config = ms, launch, keys, inputs, chosen, config
+
+    def make(self) -> _Grid | None:
+        launch = self.launch
+        grid = launch.grid
+        if len(grid) != 1 or not isinstance(launch.grid_value[0], cst.Lambda) or launch.meta_grid is None:
+            return None
+        meta, body = launch.meta_grid
+        if not launch.meta_use[1]:  # meta read otherwise than by a constexpr's name
+            return None
+        by_key = body.visit(_ByKey(self.keys))
+        local = set(launch.scope.assigns) | set(launch.scope.params)
+        module = set(self.ms.module_scope.assigns) | set(self.ms.imported) | set(dir(builtins))
+        inner = {n.value for comp in subnodes(by_key, cst.CompFor) for n in subnodes(comp.target, cst.Name)}
+        for name in {n.value for n in loads(by_key)} - inner - {meta}:
+            if name not in self.inputs and (name in local or name not in module):
+                return None  # it reads the launching function's other values
+        values: dict[int, cst.BaseExpression] = {}
+        for sub in subnodes(by_key, cst.Subscript):
+            if dotted(sub.value) != meta:
+                continue
+            key = sub.slice[0].slice.value.evaluated_value
+            arg = launch.arg(key)
+            if key in self.chosen:
+                values[id(sub)] = cst.parse_expression(f"{self.config}[{json.dumps(key)}]")
+            elif arg is not None and (isinstance(arg.value, cst.Integer | cst.Float)
+                                      or (isinstance(arg.value, cst.Name) and arg.value.value in self.inputs)):
+                values[id(sub)] = arg.value
+            else:
+                return None
+        pinned = by_key.visit(Replace(values))
+        tuned = cst.Lambda(params=cst.Parameters([cst.Param(cst.Name(meta))]), body=by_key)
+        statement, name = None, ""
+        if isinstance(grid[0], cst.Name) and sum(1 for n in loads(launch.scope.node.body) if n.value == grid[0].value) == 1:
+            assign = self.ms.parents.get(id(launch.grid_value[0]))
+            line = self.ms.parents.get(id(assign))
+            if isinstance(assign, cst.Assign) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+                statement, name = line, grid[0].value
+        return _Grid(code(pinned), code(tuned), statement, name)
+
+
+class _ByKey(cst.CSTTransformer):
+    """An expression with each part that computes a key value the launch passes replaced by that value's name."""
+
+    def __init__(self, keys: dict[str, str]):
+        super().__init__()
+        self.keys = keys
+
+    def on_leave(self, original_node, updated_node):
+        if isinstance(original_node, cst.Attribute):  # `x.n`: its attribute is no value of its own
+            updated_node = updated_node.with_changes(attr=original_node.attr)
+        if not isinstance(original_node, cst.BaseExpression):
+            return updated_node
+        try:
+            name = self.keys.get(_key(original_node))
+        except SyntaxError:  # a part that is no expression on its own
+            return updated_node
+        return cst.Name(name) if name is not None else updated_node
+
+
 # Tensor methods that give a number: an argument computed by one has no dtype for the key.
 _NUMBER_METHODS = ("stride", "numel", "size", "element_size", "dim")
 
 
-def _never_a_tensor(node: cst.BaseExpression) -> bool:
-    """A literal, or a tensor method's number (`x.stride(0)`): left out of the key's dtypes, which it never
-    adds to (the table's keys then read like the launch's tensors only)."""
+def _number_params(launch: Launch) -> frozenset[str]:
+    """The launching function's parameters annotated as numbers (`seed: int`), never assigned in it."""
+    fn = launch.scope.node
+    if not isinstance(fn, cst.FunctionDef):
+        return frozenset()
+    return frozenset(p.name.value for p in fn.params.params
+                     if p.annotation is not None and dotted(p.annotation.annotation) in ("int", "float", "bool")
+                     and p.name.value not in launch.scope.assigns)
+
+
+def _never_a_tensor(node: cst.BaseExpression, numbers: frozenset[str] = frozenset()) -> bool:
+    """A literal, a parameter annotated as a number, or a tensor method's number (`x.stride(0)`): left out of
+    the key's dtypes, which it never adds to (the table's keys then read like the launch's tensors only)."""
     if isinstance(node, cst.Integer | cst.Float | cst.SimpleString | cst.Imaginary):
         return True
     if isinstance(node, cst.Name):
-        return node.value in ("None", "True", "False")
+        return node.value in ("None", "True", "False") or node.value in numbers
     return (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
             and node.func.attr.value in _NUMBER_METHODS)
 
@@ -353,6 +495,11 @@ def _parse_config(node: cst.BaseExpression) -> dict | None:
     kwargs, given = parsed
     return options(TunedConfig(kwargs=kwargs, num_warps=given.get("num_warps"), num_stages=given.get("num_stages"),
                                num_ctas=given.get("num_ctas"), maxnreg=given.get("maxnreg")))
+
+
+def _docstring(text: str) -> str:
+    """A function's docstring, its lines filled to the module's width."""
+    return textwrap.fill(f'"""{text}"""', width=110, initial_indent="    ", subsequent_indent="    ") + "\n"
 
 
 def _tuple_code(items: list[str]) -> str:
