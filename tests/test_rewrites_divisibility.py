@@ -318,3 +318,16 @@ def test_a_twin_takes_its_new_parameters_before_those_with_defaults():
     positional = defaulted.replace("BLOCK_M=32, BLOCK_N=32, BLOCK_K=32", "32, 32, 32")
     assert made(positional, "split_k") == ([], ("a launch of matmul_kernel passes a parameter that has a default "
                                                 "by position",))
+
+
+def test_only_a_positional_star_or_a_defaulted_parameter_by_position_keeps_new_parameters_out():
+    import libcst as cst
+
+    from kernelband.proposers.rewriter.edits import defaults_by_keyword
+
+    def ok(signature: str, call: str) -> bool:
+        return defaults_by_keyword(cst.parse_statement(f"def k({signature}): pass").params,
+                                   [cst.parse_expression(call)])
+    assert ok("a, B", "k(x, *rest)")  # no default: nothing to shift
+    assert ok("a, B=1", "k(x, **config.kwargs)") and ok("a, B=1", "k(x, B=2)")
+    assert not ok("a, B=1", "k(x, 2)") and not ok("a, B=1", "k(*rest)")

@@ -168,8 +168,10 @@ def defaults_by_keyword(params: cst.Parameters, calls: Sequence[cst.Call]) -> bo
     """Whether no call passes a parameter that has a default by position: parameters added before those
     (`with_params`) then bind what they bound before."""
     required = sum(p.default is None for p in params.params)
-    return all(not any(a.star for a in call.args)
-               and sum(a.keyword is None for a in call.args) <= required for call in calls)
+    if required == len(params.params):
+        return True
+    return all(not any(a.star == "*" for a in call.args)  # `*args`: how many it passes is unknown
+               and sum(a.keyword is None and not a.star for a in call.args) <= required for call in calls)
 
 
 def without(items: Sequence, indices: set[int]) -> list:
