@@ -9,7 +9,7 @@
 #
 #   setsid nohup bash scripts/gpu/reach_sweep.sh > /dev/null 2>&1 < /dev/null &     # from a copy of the tree
 #   KB_STATE=kernelband-runs/reach bash scripts/gpu/gpu_collect.sh 575                # in each later call
-#   SIDE_NOW=1 ...: the sweep on all GPUs but the last, which scripts/gpu/side_checks.sh takes at once
+#   SIDE_NOW=1 ...: the sweep on all GPUs but the last, which scripts/gpu/side_checks.sh takes at once (2: two)
 # Needs .wheels/ and .data/ carried with the call (scripts/gpu/carry.sh). SMOKE=1: tiny benches on the
 # interpreter, the plumbing on a machine without a GPU.
 set -u
@@ -28,7 +28,7 @@ if [ "${SMOKE:-0}" = 1 ]; then
 else
   declare -A suite=([l12]="--suite tritonbench-g-l12" [ex]="--suite examples")
   # the examples on the last GPU, the 29 tasks on the others (both on one where there is only one)
-  # SIDE_NOW=1: the last GPU is left to scripts/gpu/side_checks.sh from the start
+  # SIDE_NOW=1 (or 2): the last GPU (or two) is left to scripts/gpu/side_checks.sh from the start
   n=$(( $(nvidia-smi -L 2>/dev/null | wc -l) - ${SIDE_NOW:-0} ))
   [ "$n" -ge 1 ] || n=1
   last=$((n - 1))

@@ -16,8 +16,10 @@ mkdir -p "$S"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
 log() { echo "$(date -u +%T) side: $*" >> "$S/session.log"; }
-# SIDE_NOW=1: the sweep left the last GPU free (scripts/gpu/reach_sweep.sh with SIDE_NOW=1), so no wait
-[ "${SIDE_NOW:-0}" = 1 ] || while [ ! -f "$S/ex.finished" ]; do sleep 10; done
+# SIDE_NOW=1 (or 2): the sweep left the last GPU (or two) free (scripts/gpu/reach_sweep.sh with the same), so no
+# wait; with two, the matmul's search runs on the second beside the other steps
+side=${SIDE_NOW:-0}
+[ "$side" -ge 1 ] || while [ ! -f "$S/ex.finished" ]; do sleep 10; done
 n=$(nvidia-smi -L 2>/dev/null | wc -l)
 export CUDA_VISIBLE_DEVICES=$(( n > 0 ? n - 1 : 0 ))
 step() {  # name, seconds, command...; a name in $SKIP (comma-separated) was measured in an earlier session
@@ -28,16 +30,21 @@ step() {  # name, seconds, command...; a name in $SKIP (comma-separated) was mea
   timeout "$limit" "$@" > "$S/$name.log" 2> "$S/$name.err"
   log "$name exit $?"
 }
+# the fp16 matmul again at this tree (the tile rewrites carry divisibility hints since run AT)
+matmul() {
+  step matmul_again 720 "$py" -m kernelband bench --suite examples --tasks matmul --policies kernelband --seeds 1 \
+    --proposer rewrite -n 10 -q 4 --db "$S/matmul_again.db" --json
+}
+[ "$side" -ge 2 ] && [ "$n" -ge 2 ] && { CUDA_VISIBLE_DEVICES=$((n - 2)) matmul & }
 # its own hand-backs (greedy, one iteration an example): the sweep's earlier runs left their best.py files on
 # machines long gone, and their databases predate the column that keeps the module
 step call_cost 1200 "$py" benchmarks/call_cost.py --make --db "$S/call_cost.db" --out "$S/call_cost.json"
 step capture_overhead 600 "$py" benchmarks/capture_overhead.py --repeats 5 --steps 30 --batch 8 --scale 32 \
   --dim 1024 --vocab 16384 --eval --out "$S/capture_overhead.json"
-# the fp16 matmul again at this tree (the tile rewrites carry divisibility hints since run AT)
-step matmul_again 720 "$py" -m kernelband bench --suite examples --tasks matmul --policies kernelband --seeds 1 \
-  --proposer rewrite -n 10 -q 4 --db "$S/matmul_again.db" --json
+{ [ "$side" -ge 2 ] && [ "$n" -ge 2 ]; } || matmul
 step capture_tests 300 "$py" -m pytest -p no:cacheprovider -o addopts= -m gpu tests/test_capture.py -q
 step online_softmax 300 "$py" benchmarks/online_softmax.py --out "$S/online_softmax.json"
 step respellings_gpu 240 "$py" -m pytest -p no:cacheprovider -o addopts= -m gpu tests/test_respellings.py -q
+wait
 touch "$S/side.done"
 log done
