@@ -22,7 +22,7 @@ from kernelband.proposers.rewriter.analysis.buffers import HostFunction, Site, h
 from kernelband.proposers.rewriter.analysis.coverage import HostTerms, Tensor, covers
 from kernelband.proposers.rewriter.analysis.host_flow import Path, header, paths, reaching
 from kernelband.proposers.rewriter.analysis.source import ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import arg_of, code, dotted, loads
+from kernelband.proposers.rewriter.analysis.syntax import arg_of, code, dotted
 
 # What each zeroing allocation is without its zeros: the same arguments, less a fill value.
 ZEROED_TORCH = {"zeros": "empty", "zeros_like": "empty_like", "full": "empty", "full_like": "empty_like"}
@@ -178,7 +178,7 @@ def _prove(hf: HostFunction, terms: HostTerms, places: dict[int, Path], fill: Ze
     here = order[id(path[-1].statement)]
     names = hf.aliases(fill.name)
     later = [s for s in hf.sites if order.get(id(s.path[-1].statement), -1) > here
-             and any(n.value in names for a in s.launch.call.args for n in loads(a.value))]
+             and any(p.root in names for p in s.passed.values())]
     if not later:
         return f"no launch after `{code(path[-1].statement).strip()}` in {hf.name} passes {fill.name}"
     site = fill.site = later[0]
