@@ -70,6 +70,9 @@ STRUCTURAL = {
     "divisibility_hints": "a twin in which the integer parameters of the loads' and stores' offsets and mask bounds "
                           "(strides, sizes) that the host finds to be multiples of 8 are rebound `x = x // 8 * 8` "
                           "under a constexpr bit, launched where one is, the original elsewhere",
+    "zero_fill": "a buffer allocated zeroed on the host, allocated empty where the first launch after it runs on "
+                 "every path from it, nothing reads it before, the kernel only writes it and its stores' indices "
+                 "over the grid cover every element (a flat block over numel, or rows of a row-major tensor)",
 }
 TILES = ("matmul_configs", "split_k", "persistent_tiles")
 # Words a reason uses that a module may also use as a name: they stay words.

@@ -63,7 +63,7 @@ BUILTIN: tuple[Strategy, ...] = (
         "into one (e.g. keep a row in registers and compute its max, sum and normalised output in a single "
         "pass instead of re-reading it; fold bias, activation and dtype casts into the producing kernel). "
         "Intermediates stay in registers or shared memory instead of being written to and re-read from DRAM.",
-        "DRAM", ("fused_absmax", "single_pass", "online_softmax", "launch_fusion")),
+        "DRAM", ("fused_absmax", "single_pass", "online_softmax", "launch_fusion", "zero_fill")),
     Strategy(
         "pipeline",
         "Hide memory latency behind computation: for kernels with a loop over K or over row chunks, raise "

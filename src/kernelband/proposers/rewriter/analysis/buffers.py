@@ -294,15 +294,18 @@ class HostFunction:
         """Whether the name is memory the function allocates (every value it takes is a new tensor)."""
         return OUTSIDE not in self.storage(name) and name not in self.scope.params
 
-    def uses(self, name: str, besides: list[Site]) -> list[Use]:
+    def uses(self, name: str, besides: list[Site], within: list[cst.CSTNode] | None = None) -> list[Use]:
         """Where the host uses the elements of `name`, or of a name that may be its memory, other than in the
         launches `besides`: reading sizes (`h.stride(0)`, `torch.empty_like(h)`) is no use, nor is a view bound to a
         local name (`v = h.view(-1)`: v's uses count); one kept in an object or a global (`CACHE['h'] = h`,
-        `f.h = h`) is handed on."""
+        `f.h = h`) is handed on. `within`: only the uses inside these nodes (the statements between two points)."""
         skip = {id(site.launch.call) for site in besides}
+        inside = {id(node) for node in within} if within is not None else None
         names = self.aliases(name)
         found = []
         for node in self.scope.body_loads():
+            if inside is not None and not self._under(node, inside):
+                continue
             if node.value not in names or self._under(node, skip) or self._metadata(node) \
                     or isinstance(self._parent(node), cst.NameItem):  # `global g`: a declaration, no use
                 continue
