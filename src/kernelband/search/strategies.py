@@ -62,7 +62,9 @@ BUILTIN: tuple[Strategy, ...] = (
         "Cut global-memory round trips by doing more work per byte loaded: merge consecutive kernels or passes "
         "into one (e.g. keep a row in registers and compute its max, sum and normalised output in a single "
         "pass instead of re-reading it; fold bias, activation and dtype casts into the producing kernel). "
-        "Intermediates stay in registers or shared memory instead of being written to and re-read from DRAM.",
+        "Intermediates stay in registers or shared memory instead of being written to and re-read from DRAM. "
+        "An output the host allocates zeroed that the kernel then writes whole needs no zero fill: allocate it "
+        "empty.",
         "DRAM", ("fused_absmax", "single_pass", "online_softmax", "launch_fusion", "zero_fill")),
     Strategy(
         "pipeline",
