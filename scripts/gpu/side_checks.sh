@@ -14,6 +14,7 @@ cd "$(dirname "$0")/../.."
 S=${KB_STATE:-kernelband-runs/reach}
 mkdir -p "$S"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+[ -f .data/tritonbench_g_tasks.json ] && export KERNELBAND_TRITONBENCH=$PWD/.data/tritonbench_g_tasks.json
 py=${PYTHON:-python3}
 log() { echo "$(date -u +%T) side: $*" >> "$S/session.log"; }
 # SIDE_NOW=1 (or 2): the sweep left the last GPU (or two) free (scripts/gpu/reach_sweep.sh with the same), so no
@@ -31,9 +32,12 @@ step() {  # name, seconds, command...; a name in $SKIP (comma-separated) was mea
   log "$name exit $?"
 }
 # the fp16 matmul again at this tree (the tile rewrites carry divisibility hints since run AT)
+# then triton_mul2 again (its zero fill, dropped by zero_fill since run AT, was a third of its time)
 matmul() {
   step matmul_again 720 "$py" -m kernelband bench --suite examples --tasks matmul --policies kernelband --seeds 1 \
     --proposer rewrite -n 10 -q 4 --db "$S/matmul_again.db" --json
+  step mul2_again 600 "$py" -m kernelband bench --suite tritonbench-g-l12 --tasks triton_mul2 --policies kernelband \
+    --seeds 1 --proposer rewrite -n 10 -q 4 --db "$S/mul2_again.db" --json
 }
 [ "$side" -ge 2 ] && [ "$n" -ge 2 ] && { CUDA_VISIBLE_DEVICES=$((n - 2)) matmul & }
 # its own hand-backs (greedy, one iteration an example): the sweep's earlier runs left their best.py files on
