@@ -48,7 +48,9 @@ class ZeroFill:
 
     @property
     def where(self) -> str:
-        return f"{self.name} = {code(self.allocation).strip()} in {self.hf.name}"
+        fn = self.allocation.func
+        how = code(fn.attr if isinstance(fn, cst.Attribute) else fn).strip()
+        return f"{self.name} (allocated by {how}) in {self.hf.name}"
 
 
 def zero_fills(ms: ModuleSource) -> list[ZeroFill]:
