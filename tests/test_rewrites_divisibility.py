@@ -331,3 +331,14 @@ def test_only_a_positional_star_or_a_defaulted_parameter_by_position_keeps_new_p
     assert ok("a, B", "k(x, *rest)")  # no default: nothing to shift
     assert ok("a, B=1", "k(x, **config.kwargs)") and ok("a, B=1", "k(x, B=2)")
     assert not ok("a, B=1", "k(x, 2)") and not ok("a, B=1", "k(*rest)")
+
+
+def test_a_host_function_that_binds_a_builtin_the_test_calls_is_refused_and_the_tiles_go_plain():
+    # iv_dependent_matmul's wrapper takes `type: str`: `type(v) is int` would call the string
+    shadowed = MATMUL.replace("b: torch.Tensor) -> torch.Tensor:", "b: torch.Tensor, type: str = 'plain') -> torch.Tensor:", 1)
+    assert shadowed != MATMUL
+    assert made(shadowed, "divisibility_hints") == ([], (
+        "the matmul_kernel launch in matmul sees type bound to its own values: the host's test of the bits calls "
+        "the builtins",))
+    [(rationale, new), _] = made(shadowed, "matmul_configs")
+    assert "ALIGNED" not in new and "multiples of 8" not in rationale

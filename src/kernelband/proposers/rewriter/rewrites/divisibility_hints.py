@@ -54,6 +54,7 @@ from kernelband.proposers.rewriter.rewrites.matmul_launch import branched, host_
 
 D = 8  # elements: 16 bytes of fp16 or bf16
 SPECIALIZED = 16  # Triton's own divisibility specialization of an integer argument
+BUILTINS = ("sum", "enumerate", "type", "int")  # what the host's test of the bits calls
 EFFECTS = (cst.NamedExpr, cst.Await, cst.Yield)
 # expressions that evaluate a part of themselves only on some runs
 CONDITIONAL = (cst.IfExp, cst.BooleanOperation, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
@@ -214,6 +215,11 @@ def _variant(ms: ModuleSource, kernel: Kernel, params: list[str], launches: list
     if not kept:
         return (f"every launch of {kernel.name} passes {', '.join(params)} as numbers that Triton specializes "
                 f"already (1 or multiples of 16) or that are not multiples of {D}")
+    for launch in launches:
+        bound = set(launch.scope.assigns) | set(launch.scope.params) | set(ms.module_scope.assigns)
+        if shadowed := [name for name in BUILTINS if name in bound]:
+            return (f"the {launch.where} sees {', '.join(shadowed)} bound to its own values: the host's test of the "
+                    "bits calls the builtins")
     node, flag = _hinted(kernel, kept)
     edits = [e for launch, g in zip(launches, given) if (e := _launch(ms, launch, {p: g[p] for p in kept}, flag))
              is not None]
