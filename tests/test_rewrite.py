@@ -611,6 +611,15 @@ def test_autotune_keys_on_the_element_count_of_the_tensors_the_kernel_reads():
     assert "tune_numel" not in kept and '    key=["n_cols"],\n' in kept
 
 
+def test_autotune_keys_on_no_element_count_of_what_triton_wrapped():
+    # rms_rbe_matmul passes `out_ptr = triton.reinterpret(out, ...)`: a TensorWrapper, which has no numel()
+    wrapped = ROWS.replace("def rms(x, out):\n", "def rms(x, out):\n    view = triton.reinterpret(out, tl.float16)\n") \
+        .replace("        out,\n        x.shape[1]", "        view,\n        x.shape[1]")
+    assert wrapped.count("view") == 2
+    [(_, new)] = variants(wrapped, "autotune")
+    assert "tune_numel=x.numel()," in new and "view.numel()" not in new
+
+
 def test_autotune_restores_a_buffer_the_kernel_reads_and_writes():
     inplace = ADD.replace("tl.store(out_ptr + offs", "tl.store(x_ptr + offs")
     [(_, new)] = variants(inplace, "autotune")

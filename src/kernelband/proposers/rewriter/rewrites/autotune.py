@@ -14,7 +14,14 @@ from kernelband.proposers.rewriter.analysis.buffers import host_functions, touch
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.knobs import Knob
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, tile_terms
-from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, literal_config, loads, subnodes
+from kernelband.proposers.rewriter.analysis.syntax import (
+    code,
+    dotted,
+    fresh_name,
+    literal_config,
+    loads,
+    subnodes,
+)
 from kernelband.proposers.rewriter.edits import (
     Edit,
     Found,
@@ -210,12 +217,22 @@ def _sized_by(kernel: Kernel, launches: list[Launch]) -> list[tuple[cst.Call, st
     tensors = []
     for param in (p.name for p in kernel.params if p.name in kernel.pointers):
         passed = [launch.arg(param) for launch in launches]
-        if all(a is not None and not a.star and isinstance(a.value, (cst.Name, cst.Attribute)) for a in passed):
+        if all(a is not None and not a.star and isinstance(a.value, (cst.Name, cst.Attribute))
+               and not _wrapped(launch, a.value) for launch, a in zip(launches, passed)):
             tensors.append([code(a.value) for a in passed])
     if not tensors:
         return None
     return [(launch.call, " + ".join(f"{names[i]}.numel()" for names in tensors))
             for i, launch in enumerate(launches)]
+
+
+def _wrapped(launch: Launch, value: cst.BaseExpression) -> bool:
+    """Whether the name a launch passes for a pointer holds what a `triton.*` call made of a tensor
+    (`triton.reinterpret(out, tl.float16)`: a TensorWrapper, which has no `numel()`)."""
+    if not isinstance(value, cst.Name):
+        return False
+    made = launch.scope.value(value.value)
+    return isinstance(made, cst.Call) and (dotted(made.func) or "").startswith("triton.")
 
 
 def _param_added(name: str) -> Edit:
