@@ -53,7 +53,7 @@ for bench, status in sqlite3.connect(sys.argv[1]).execute("SELECT id, status FRO
     break
 PY
 }
-# the examples' bench done in an earlier session leaves its GPU to the level-1/2 lane
+# a lane whose bench is done leaves its GPU to the level-1/2 lane
 if [ "${SMOKE:-0}" != 1 ] && [ "$(bench_of "$S/ex.db" | cut -d' ' -f2)" = done ]; then
   gpus[l12]="--gpus $(seq -s, 0 "$last")"
 fi

@@ -31,8 +31,8 @@ step() {  # name, seconds, command...; a name in $SKIP (comma-separated) was mea
   timeout "$limit" "$@" > "$S/$name.log" 2> "$S/$name.err"
   log "$name exit $?"
 }
-# the fp16 matmul again at this tree (the tile rewrites carry divisibility hints since run AT)
-# then triton_mul2 again (its zero fill, dropped by zero_fill since run AT, was a third of its time)
+# the fp16 matmul searched at this tree (its tile rewrites carry divisibility hints), then triton_mul2 (whose host
+# zero fill zero_fill drops)
 matmul() {
   step matmul_again 720 "$py" -m kernelband bench --suite examples --tasks matmul --policies kernelband --seeds 1 \
     --proposer rewrite -n 10 -q 4 --db "$S/matmul_again.db" --json

@@ -166,10 +166,9 @@ def aligned(rewrite: Callable[[ModuleSource], Found]) -> Callable[[ModuleSource]
 
     Why: a tl.dot kernel's large tiles pay only where their loads are 16-byte vectors (and cp.async), and on
     strides and sizes that are multiples of 8 and not 16 they are not unless the kernel states it. Drawn as a
-    separate arm, the hints land on whichever branch the bandit picks; run AT's fp16 matmul put them on the
-    starting kernel's 32 x 32 tiles (1.03x) and never on the branch with the tile configs, which stayed at
-    0.20-0.28x cuBLAS on 1000³ and 3000³. With no bit set the kernel compiles as before, so the hints cost the
-    shapes Triton specializes itself nothing."""
+    separate arm, the hints land on whichever branch the search picks, rarely the one that holds the tile
+    configs. With no bit set the kernel compiles as before, so the hints cost the shapes Triton specializes
+    itself nothing."""
     def carrying(ms: ModuleSource) -> Found:
         found = rewrite(ms)
         return Found([_with_hints(ms, variant) for variant in found.variants], found.reasons)
