@@ -20,7 +20,6 @@ the strides a launch passes are read once per tensor (stride_reads.py): they are
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -39,7 +38,7 @@ from kernelband.proposers.rewriter.analysis.syntax import (
     loads,
     subnodes,
 )
-from kernelband.search.module_edits import Replace, Unparenthesize, spaced, with_import
+from kernelband.search.module_edits import Named, Replace, Unparenthesize, expression_key, spaced, with_import
 from kernelband.search.stride_reads import gather_strides
 
 # Triton's host helpers, `constexpr_function`s in Triton 3.9: a call from the host costs about 1.4 µs, ten
@@ -116,11 +115,6 @@ def _constants(ms: ModuleSource) -> frozenset[str]:
         if isinstance(value, cst.Integer | cst.Float) and name not in declared:
             found.add(name)
     return frozenset(found)
-
-
-def _key(node: cst.BaseExpression) -> str:
-    """What an expression computes, spacing and parentheses aside."""
-    return ast.dump(pyast.parse(f"({code(node)})", mode="eval"))
 
 
 def _cost(node: cst.CSTNode) -> int:
@@ -375,7 +369,7 @@ class _Plan:
         if rest is None:
             return set()
         branches.append(rest.body)
-        computed = [{_key(v) for launch in self.launches if contains(branch, {id(launch.call)})
+        computed = [{expression_key(v) for launch in self.launches if contains(branch, {id(launch.call)})
                      for _, v in self._values(launch)} for branch in branches]
         return set.intersection(*computed)
 
@@ -387,7 +381,7 @@ class _Plan:
         if names is None or not _nontrivial(value) or any(self.ints[n] >= at for n in names):
             return False
         always = self._always(statement)
-        return always is None or _key(value) in always or _cannot_raise(value)
+        return always is None or expression_key(value) in always or _cannot_raise(value)
 
     def _reads_derived(self, value: cst.BaseExpression, at: int) -> bool:
         """The value reads a name computed from the shape before `at` (`grid = (...)`, then `k[grid]`)."""
@@ -420,12 +414,12 @@ class _Plan:
         seen: dict[str, str] = {}  # what an expression computes (_key) -> the name it goes by
         replace: dict[int, cst.CSTNode | list] = {}
         for name, value in derived:
-            named.append((name, value.visit(_Named(seen))))
-            seen[_key(value)] = name
+            named.append((name, value.visit(Named(seen))))
+            seen[expression_key(value)] = name
         for base, value in launch_values:
-            key = _key(value)
+            key = expression_key(value)
             if key not in seen:
-                named.append((fresh_name(base, taken), value.visit(_Named(seen))))
+                named.append((fresh_name(base, taken), value.visit(Named(seen))))
                 seen[key] = named[-1][0]
             replace[id(value)] = cst.Name(seen[key])
         names = [n for n, _ in named]
@@ -469,20 +463,3 @@ class _Plan:
         statement = self._moved(name)
         comment = statement.trailing_whitespace.comment if statement is not None else None
         return f"  {comment.value}" if comment is not None else ""
-
-
-class _Named(cst.CSTTransformer):
-    """An expression with each part that computes what a value already named does replaced by that name."""
-
-    def __init__(self, seen: dict[str, str]):
-        super().__init__()
-        self.seen = seen
-
-    def on_leave(self, original_node, updated_node):
-        if not isinstance(original_node, cst.BaseExpression):
-            return updated_node
-        try:
-            name = self.seen.get(_key(original_node))
-        except SyntaxError:  # a part that is no expression on its own
-            return updated_node
-        return cst.Name(name) if name is not None else updated_node

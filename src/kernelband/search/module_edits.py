@@ -1,11 +1,39 @@
 """Edits of a parsed module that the hand-back's rewrites share (pinning.py, launch_cache.py, dispatch.py): nodes
-replaced by identity, an import added where the module lacks it, and top-level statements put before another."""
+replaced by identity, parts of an expression by the names of values that compute them, an import added where the module lacks it, and top-level statements put before another."""
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
-from kernelband.proposers.rewriter.analysis.syntax import dotted
+from kernelband import pyast
+from kernelband.proposers.rewriter.analysis.syntax import code, dotted
+
+
+def expression_key(node: cst.BaseExpression) -> str:
+    """What an expression computes, spacing and parentheses aside."""
+    return ast.dump(pyast.parse(f"({code(node)})", mode="eval"))
+
+
+class Named(cst.CSTTransformer):
+    """An expression with each part that computes what a named value does (`names`: expression_key -> name)
+    replaced by that name."""
+
+    def __init__(self, names: dict[str, str]):
+        super().__init__()
+        self.names = names
+
+    def on_leave(self, original_node, updated_node):
+        if isinstance(original_node, cst.Attribute):  # `x.n`: its attribute is no value of its own
+            updated_node = updated_node.with_changes(attr=original_node.attr)
+        if not isinstance(original_node, cst.BaseExpression):
+            return updated_node
+        try:
+            name = self.names.get(expression_key(original_node))
+        except SyntaxError:  # a part that is no expression on its own
+            return updated_node
+        return cst.Name(name) if name is not None else updated_node
 
 
 class Replace(cst.CSTTransformer):

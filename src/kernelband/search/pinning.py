@@ -24,7 +24,6 @@ argument) or that is not a statement of its own, a key with values code cannot s
 
 from __future__ import annotations
 
-import ast
 import builtins
 import json
 import textwrap
@@ -45,7 +44,7 @@ from kernelband.proposers.rewriter.analysis.syntax import (
     subnodes,
 )
 from kernelband.proposers.rewriter.edits import appended
-from kernelband.search.module_edits import Replace, with_import
+from kernelband.search.module_edits import Named, Replace, expression_key, with_import
 
 # Arguments of triton.autotune that change which configurations are tried, and so the choice itself.
 _UNPINNABLE = ("prune_configs_by",)
@@ -260,7 +259,7 @@ class _Pinning:
             key_code += f", *(str(d) for d in ({', '.join(of)}{',' if len(of) == 1 else ''}) if d is not None)"
         lookup = f"{names['table']}.get(({key_code}{',' if len(keyed) + len(of) == 1 else ''}))"
         inner = fresh_name("config", set(inputs) | set(of) | self.used)
-        grid = _KeyGrid(self.ms, launch, {_key(a): b.value for a, b in keyed if isinstance(b, cst.Name)},
+        grid = _KeyGrid(self.ms, launch, {expression_key(a): b.value for a, b in keyed if isinstance(b, cst.Name)},
                         set(inputs), chosen, inner).make()
         function = fresh_name(f"{launch.kernel.name}_launch", self.used)
         self.added.add(function)
@@ -378,11 +377,6 @@ class _Pinning:
         return f"{prefix or 'triton.Config'}({_dict_code(kwargs)}{options_code})", ""
 
 
-def _key(node: cst.BaseExpression) -> str:
-    """What an expression computes, spacing and parentheses aside."""
-    return ast.dump(pyast.parse(f"({code(node)})", mode="eval"))
-
-
 @dataclass
 class _Grid:
     """A launch's `lambda meta: ...` grid as a function of its key: `pinned`, the grid with the chosen
@@ -412,7 +406,7 @@ class _KeyGrid:
         meta, body = launch.meta_grid
         if not launch.meta_use[1]:  # meta read otherwise than by a constexpr's name
             return None
-        by_key = body.visit(_ByKey(self.keys))
+        by_key = body.visit(Named(self.keys))
         local = set(launch.scope.assigns) | set(launch.scope.params)
         module = set(self.ms.module_scope.assigns) | set(self.ms.imported) | set(dir(builtins))
         inner = {n.value for comp in subnodes(by_key, cst.CompFor) for n in subnodes(comp.target, cst.Name)}
@@ -441,25 +435,6 @@ class _KeyGrid:
             if isinstance(assign, cst.Assign) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
                 statement, name = line, grid[0].value
         return _Grid(code(pinned), code(tuned), statement, name)
-
-
-class _ByKey(cst.CSTTransformer):
-    """An expression with each part that computes a key value the launch passes replaced by that value's name."""
-
-    def __init__(self, keys: dict[str, str]):
-        super().__init__()
-        self.keys = keys
-
-    def on_leave(self, original_node, updated_node):
-        if isinstance(original_node, cst.Attribute):  # `x.n`: its attribute is no value of its own
-            updated_node = updated_node.with_changes(attr=original_node.attr)
-        if not isinstance(original_node, cst.BaseExpression):
-            return updated_node
-        try:
-            name = self.keys.get(_key(original_node))
-        except SyntaxError:  # a part that is no expression on its own
-            return updated_node
-        return cst.Name(name) if name is not None else updated_node
 
 
 # Tensor methods that give a number: an argument computed by one has no dtype for the key.
