@@ -2,9 +2,9 @@
 # The GPU measurements of the issues beside issue 49's sweep, on the last GPU (from the start with SIDE_NOW=1,
 # else once scripts/gpu/reach_sweep.sh has finished the examples' lane there; the 29 tasks run on the other GPUs,
 # each under its own timing lock), in this order: the host cost of a hand-back per call (of hand-backs made for
-# it), the cost of capturing a model's kernels, the fp16 matmul's search once more at this tree
-# (matmul_again.db), the capture's GPU test, the online reductions against torch, and the re-spelled kernels'
-# variants run on the GPU (block pointers included).
+# it), the cost of capturing a model's kernels, triton_mul2's and the fp16 matmul's searches once more at this tree
+# (mul2_again.db, matmul_hints.db), the capture's GPU test, the online reductions against torch, and the
+# re-spelled kernels' variants run on the GPU (block pointers included).
 # Each writes NAME.json, its table in NAME.log and its errors in NAME.err under $S.
 #
 #   setsid nohup bash scripts/gpu/side_checks.sh > /dev/null 2>&1 < /dev/null &   # from the same copy as the sweep
@@ -31,13 +31,31 @@ step() {  # name, seconds, command...; a name in $SKIP (comma-separated) was mea
   timeout "$limit" "$@" > "$S/$name.log" 2> "$S/$name.err"
   log "$name exit $?"
 }
-# the fp16 matmul searched at this tree (its tile rewrites carry divisibility hints), then triton_mul2 (whose host
-# zero fill zero_fill drops)
+# triton_mul2 searched once more (zero_fill drops its host zero fill), then the fp16 matmul at this tree (its tile
+# rewrites carry divisibility hints). A matmul search outlasts what one session leaves it (about 40 s an
+# evaluation), so its bench resumes from the database a session committed (docs/results/reach/MODEL/NAME.db.xz).
+resumed() {  # name: the committed database unpacked into $S, where there is one and $S has none
+  local kept
+  kept=docs/results/reach/$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 \
+    | grep -o 'H[0-9]\+' | tr 'A-Z' 'a-z')/$1.db.xz
+  [ -f "$S/$1.db" ] || [ ! -f "$kept" ] || "$py" -c "import lzma
+import shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$kept" "$S/$1.db"
+  [ -f "$S/$1.db" ] && "$py" -c "import sqlite3, sys
+print(sqlite3.connect(sys.argv[1]).execute('SELECT min(id) FROM benches').fetchone()[0] or '')" "$S/$1.db"
+}
+search() {  # name, seconds, suite, task: its bench begun, or resumed where one was committed
+  local name=$1 limit=$2 id
+  id=$(resumed "$name")
+  if [ -n "$id" ]; then
+    step "$name" "$limit" "$py" -m kernelband bench --resume "$id" --db "$S/$name.db" --json
+  else
+    step "$name" "$limit" "$py" -m kernelband bench --suite "$3" --tasks "$4" --policies kernelband --seeds 1 \
+      --proposer rewrite -n 10 -q 4 --db "$S/$name.db" --json
+  fi
+}
 matmul() {
-  step matmul_again 720 "$py" -m kernelband bench --suite examples --tasks matmul --policies kernelband --seeds 1 \
-    --proposer rewrite -n 10 -q 4 --db "$S/matmul_again.db" --json
-  step mul2_again 600 "$py" -m kernelband bench --suite tritonbench-g-l12 --tasks triton_mul2 --policies kernelband \
-    --seeds 1 --proposer rewrite -n 10 -q 4 --db "$S/mul2_again.db" --json
+  search mul2_again 600 tritonbench-g-l12 triton_mul2
+  search matmul_hints 1800 examples matmul
 }
 [ "$side" -ge 2 ] && [ "$n" -ge 2 ] && { CUDA_VISIBLE_DEVICES=$((n - 2)) matmul & }
 # its own hand-backs (greedy, one iteration an example): the sweep's earlier runs left their best.py files on
