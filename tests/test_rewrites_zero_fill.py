@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from interpreted import run_modules
-from test_rewrites_structural import made
+from test_rewrites_structural import made, made_plain
 
 from kernelband.tasks import tritonbench as tb
 
@@ -147,6 +147,35 @@ for m, n in ((1, 1), (3, 16), (5, 37), (4, 70)):
     x = torch.randn(m, n)
     assert torch.equal(kb_rows_new.scale(x), kb_rows.scale(x)), (m, n)
     assert torch.equal(kb_looped_new.relu(x), kb_looped.relu(x)), (m, n)
+""")
+
+
+# -- the other rewrites drop the fill too ------------------------------------------------------------------------
+def test_every_other_rewrites_variants_drop_the_fill_and_say_so():
+    for rewrite in ("block_size", "num_warps", "autotune"):
+        variants, reasons = made(MUL2, rewrite)
+        assert variants, (rewrite, reasons)
+        for rationale, new in variants:
+            assert "torch.empty_like(x)" in new and "zeros" not in new, (rewrite, new)
+            assert rationale.endswith("; and output (allocated by zeros_like) in triton_mul2 allocated empty")
+        # the rewrite alone keeps the fill: the drop is the rider's
+        assert all("torch.zeros_like(x)" in new for _, new in made_plain(MUL2, rewrite)[0])
+
+
+def test_a_module_without_a_dead_fill_gets_the_rewrites_own_variants():
+    live = changed(MUL2, "    output = 2 * x\n", "    output = 2 * x + tl.load(out_ptr + offsets, mask=mask)\n")
+    assert made(live, "block_size") == made_plain(live, "block_size")
+
+
+def test_a_variant_with_the_fill_dropped_gives_the_originals_outputs_in_the_interpreter():
+    variants, _ = made(MUL2, "block_size")
+    new = variants[0][1]
+    run_modules({"kb_mul2": MUL2, "kb_mul2_new": new}, """
+import torch, kb_mul2, kb_mul2_new
+torch.manual_seed(0)
+for n in (1, 15, 16, 37, 100):
+    x = torch.randn(n)
+    assert torch.equal(kb_mul2_new.triton_mul2(x), kb_mul2.triton_mul2(x)), n
 """)
 
 

@@ -66,6 +66,39 @@ class Found:
     reasons: list[str]
 
 
+def carried(rewrite: Callable[[ModuleSource], Found], follow: Callable[[ModuleSource], Found],
+            short: Callable[[str], str], rounds: Callable[[ModuleSource], int]) -> Callable[[ModuleSource], Found]:
+    """`rewrite`, each of its variants followed by `follow` wherever it applies to the module the variant makes:
+    `follow`'s first variant, then its first on the module that one makes, up to `rounds(module)` times (each
+    round's edits are found on the module the last one made). `short` cuts a follow-up's rationale to the clause
+    that joins the variant's. `.plain` is the rewrite alone, for a reader of its own text."""
+    def carrying(ms: ModuleSource) -> Found:
+        found = rewrite(ms)
+        return Found([followed(ms, variant, follow, short, rounds(ms)) for variant in found.variants], found.reasons)
+    carrying.plain = getattr(rewrite, "plain", rewrite)
+    return carrying
+
+
+def followed(ms: ModuleSource, variant: Variant, follow: Callable[[ModuleSource], Found],
+             short: Callable[[str], str], rounds: int) -> Variant:
+    text, stated = variant.apply(ms), []
+    for _ in range(rounds):
+        try:
+            made = ModuleSource(text)
+        except cst.ParserSyntaxError:
+            break
+        found = follow(made)
+        if not found.variants:
+            break
+        text = found.variants[0].apply(made)
+        stated.append(found.variants[0])
+    if not stated:
+        return variant
+    rationale = "; ".join(short(step.rationale) for step in stated)
+    return Composed(variant.rewrite, f"{variant.rationale}; and {rationale}",
+                    variant.touches.union(*(step.touches for step in stated)), (), move=variant.move, text=text)
+
+
 class _Apply(cst.CSTTransformer):
     def __init__(self, edits: Sequence[tuple[cst.CSTNode, Edit]], paths: set[int]) -> None:
         super().__init__()

@@ -31,7 +31,8 @@ variant it can make of it, in a fixed order, with the reasons it cannot do more.
                       flattened tensor computed where the next reads its output; a two-stage reduction whose last
                       program combines; independent launches as one grid (launch_fusion.py and its launch_*.py)
     zero_fill         a buffer the host allocates zeroed (torch.zeros, zeros_like, new_zeros, .zero_()) that the first
-                      launch after it writes whole before anything reads it, allocated empty (analysis/coverage.py)
+                      launch after it writes whole before anything reads it, allocated empty (analysis/coverage.py);
+                      every other rewrite's variants drop such fills too
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from kernelband.proposers.rewriter.rewrites.persistent_tiles import persistent_t
 from kernelband.proposers.rewriter.rewrites.rows import rows
 from kernelband.proposers.rewriter.rewrites.single_pass import single_pass
 from kernelband.proposers.rewriter.rewrites.split_k import split_k
-from kernelband.proposers.rewriter.rewrites.zero_fill import zero_fill
+from kernelband.proposers.rewriter.rewrites.zero_fill import dropping_fills, zero_fill
 
 REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "block_size": block_size,
@@ -81,5 +82,7 @@ REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "launch_fusion": launch_fusion,
     "zero_fill": zero_fill,
 }
+# every other rewrite drops the host's dead zero fills too (rewrites/zero_fill.py, `dropping_fills`)
+REWRITES = {name: rewrite if name == "zero_fill" else dropping_fills(rewrite) for name, rewrite in REWRITES.items()}
 # Rewrites in no built-in strategy, until a GPU run shows they help: a strategies file can add them (README).
 STRATEGY_FILE_ONLY: frozenset[str] = frozenset()

@@ -49,7 +49,7 @@ import libcst as cst
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, launch_value
 from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, int_value, restated, subnodes
-from kernelband.proposers.rewriter.edits import Composed, Found, Variant, appended, keyword_arg, statements
+from kernelband.proposers.rewriter.edits import Found, Variant, appended, carried, keyword_arg, statements
 from kernelband.proposers.rewriter.rewrites.matmul_launch import branched, host_names
 
 D = 8  # elements: 16 bytes of fp16 or bf16
@@ -162,39 +162,16 @@ def divisibility_hints(ms: ModuleSource) -> Found:
 
 
 def aligned(rewrite: Callable[[ModuleSource], Found]) -> Callable[[ModuleSource], Found]:
-    """`rewrite`, each of its variants carrying these hints wherever they apply to the module it makes.
+    """`rewrite`, each of its variants carrying these hints wherever they apply to the module it makes (one
+    kernel a round, and a rewrite may add a kernel, as split_k's twin).
 
     Why: a tl.dot kernel's large tiles pay only where their loads are 16-byte vectors (and cp.async), and on
     strides and sizes that are multiples of 8 and not 16 they are not unless the kernel states it. Drawn as a
     separate arm, the hints land on whichever branch the search picks, rarely the one that holds the tile
     configs. With no bit set the kernel compiles as before, so the hints cost the shapes Triton specializes
     itself nothing."""
-    def carrying(ms: ModuleSource) -> Found:
-        found = rewrite(ms)
-        return Found([_with_hints(ms, variant) for variant in found.variants], found.reasons)
-    carrying.plain = rewrite  # the rewrite alone, for a reader of its own text
-    return carrying
-
-
-def _with_hints(ms: ModuleSource, variant: Variant) -> Variant:
-    """The variant, then the hints of each kernel of its module that takes them (a rewrite may add a kernel, as
-    split_k's twin): one kernel a round, since each round's edits are found on the module the last one made."""
-    text, stated = variant.apply(ms), []
-    for _ in range(len(ms.kernels) + 2):
-        try:
-            made = ModuleSource(text)
-        except cst.ParserSyntaxError:
-            break
-        found = divisibility_hints(made)
-        if not found.variants:
-            break
-        text = found.variants[0].apply(made)
-        stated.append(found.variants[0])
-    if not stated:
-        return variant
-    rationale = "; ".join(hint.rationale.split(" where ")[0] for hint in stated)
-    return Composed(variant.rewrite, f"{variant.rationale}; and {rationale}",
-                    variant.touches.union(*(hint.touches for hint in stated)), (), move=variant.move, text=text)
+    return carried(rewrite, divisibility_hints, lambda rationale: rationale.split(" where ")[0],
+                   lambda ms: len(ms.kernels) + 2)
 
 
 def _stated(kernel: Kernel) -> set[str]:

@@ -14,6 +14,8 @@ Shape, dtype, device and layout arguments stay as they were.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.source import ModuleSource
@@ -23,7 +25,7 @@ from kernelband.proposers.rewriter.analysis.zero_fills import (
     ZeroFill,
     zero_fills,
 )
-from kernelband.proposers.rewriter.edits import Edit, Found, Variant, without
+from kernelband.proposers.rewriter.edits import Edit, Found, Variant, carried, without
 
 
 def _emptied(fill: ZeroFill) -> Edit:
@@ -59,3 +61,20 @@ def zero_fill(ms: ModuleSource) -> Found:
             f"before anything reads one", frozenset({fill.hf.name}),
             ((fill.edit, _emptied(fill)),)))
     return Found(variants, reasons)
+
+
+def dropping_fills(rewrite: Callable[[ModuleSource], Found]) -> Callable[[ModuleSource], Found]:
+    """`rewrite`, each of its variants with the host's dead zero fills dropped too, wherever they are dead in the
+    module the variant makes (checked there, as on any module).
+
+    Why: a dead zero fill is a full write of the buffer, a cost that no tile, config or launch of the kernel
+    takes away. Drawn as an arm of its own, the drop lands on whichever branch the search picks, rarely the one
+    that holds the best tiles. Only where the parent has a fill to drop: most modules allocate nothing zeroed,
+    and looking again would parse every variant's module once more."""
+    follow = carried(rewrite, zero_fill, lambda rationale: rationale.split(":")[0],
+                     lambda ms: len(zero_fills(ms)))
+
+    def carrying(ms: ModuleSource) -> Found:
+        return follow(ms) if zero_fill(ms).variants else rewrite(ms)
+    carrying.plain = follow.plain
+    return carrying
