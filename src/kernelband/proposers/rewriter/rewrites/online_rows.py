@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.facts import facts_of
-from kernelband.proposers.rewriter.analysis.reductions import Exponent, Softmax, exponent_of, holds
+from kernelband.proposers.rewriter.analysis.reductions import Exponent, exponent_of, holds
 from kernelband.proposers.rewriter.analysis.source import Kernel
 from kernelband.proposers.rewriter.analysis.syntax import (
     assigned,
@@ -135,13 +135,12 @@ def _walk_if(node: cst.If, item: int, guards: tuple) -> list:
     return out
 
 
-def plan(kernel: Kernel, targets: list[Softmax]) -> Plan | str:  # noqa: C901 - one check per fact
-    """What the twin does with each statement; or the fact that makes it uncertain."""
+def plan(kernel: Kernel, block: str | None) -> Plan | str:  # noqa: C901 - one check per fact
+    """What the twin of the row block `block` (the extent the row's reductions reduce; None where they reduce
+    more than one) does with each statement; or the fact that makes it uncertain."""
     name = kernel.name
     facts = facts_of(kernel)
-    block = targets[0].dim
-    if any(t.dim != block for t in targets) or kernel.param(block or "") is None \
-            or not kernel.param(block).constexpr:
+    if block is None or kernel.param(block) is None or not kernel.param(block).constexpr:
         return f"{name}'s row block is not one constexpr parameter"
     role = facts.roles.get(block)
     if role is None or role.steps:
