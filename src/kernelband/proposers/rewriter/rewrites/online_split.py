@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, subnodes
+from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, int_value, subnodes
 from kernelband.proposers.rewriter.edits import statements
 from kernelband.proposers.rewriter.rewrites.online_launch import (
     CHUNK,
@@ -56,8 +56,9 @@ CPU_SMS = 8  # the interpreter's "SM count": small, so that a few rows (the task
 ATOMICS = tuple(f"atomic_{op}" for op in ("add", "max", "min", "xchg", "cas", "and", "or", "xor"))
 
 
-def split_edits(ms: ModuleSource, plan: Plan, twin: str, chunk: str) -> list | str:
-    """The launches' and the stage kernels' edits, or why rows cannot be split here."""
+def split_edits(ms: ModuleSource, plan: Plan, twin: str, chunk: str, fill=lambda launch: 2) -> list | str:
+    """The launches' and the stage kernels' edits, or why rows cannot be split here (`fill(launch)`: the
+    programs a SM that the split aims at, two by default)."""
     kernel, block, tl = plan.kernel, plan.block, plan.kernel.tl_name
     name = kernel.name
     if plan.region is not kernel.node.body:
@@ -76,8 +77,8 @@ def split_edits(ms: ModuleSource, plan: Plan, twin: str, chunk: str) -> list | s
         host = f"{local['chunk']} = {CHUNK} if {gpu} else {CPU_CHUNK}\n"
         return Launching(before, call, host, f"{size} // {local['chunk']}", {chunk: local["chunk"]},
                          long_branch(line, call, size, twin, chunk, gpu))
-    edits = [(launch_statement(ms, launch), split_launch(ms, launch, names, list(parts.values()), used, 2, prepare,
-                                                         ("chunk",)))
+    edits = [(launch_statement(ms, launch), split_launch(ms, launch, names, list(parts.values()), used, fill(launch),
+                                                         prepare, ("chunk",)))
              for launch in ms.launches_of(kernel)]
     segment = f"({block} // {names['split']})"
     twin_ = Twin(plan, chunk, (f"{names['sid']} * {segment}", f"({names['sid']} + 1) * {segment}"))
@@ -111,7 +112,8 @@ def split_axis(ms: ModuleSource, kernel: Kernel, nodes: list[cst.CSTNode]) -> in
             return f"the {launch.where} passes no tensor that says its device"
         if launch_statement(ms, launch) is None:
             return f"the {launch.where} is not a statement of its own"
-    if len(axes) != 1 or any(kernel.program_axis(c) == max(axes) for c in kernel.calls("program_id")):
+    if len(axes) != 1 or any(len(c.args) == 1 and int_value(c.args[0].value) == max(axes)
+                             for c in kernel.calls("program_id") + kernel.calls("num_programs")):
         return f"{name}'s launches differ in their grid's axes"
     return axes.pop()
 
@@ -127,11 +129,20 @@ def grid_of(launch: Launch) -> tuple[list[cst.BaseExpression], str] | str:
         grid, text = [body], code(body)
     else:
         text = code(launch.grid[0]) if len(launch.grid) == 1 else f"({', '.join(code(g) for g in launch.grid)},)"
-    elements = grid[0].elements if len(grid) == 1 and isinstance(grid[0], cst.Tuple) else grid
-    if len(grid) == 1 and not isinstance(grid[0], cst.Tuple) \
-            or not 1 <= len(elements) <= 2 or any(isinstance(e, cst.StarredElement) for e in elements):
+    elements = list(grid[0].elements if len(grid) == 1 and isinstance(grid[0], cst.Tuple) else grid)
+    if len(grid) == 1 and not isinstance(grid[0], cst.Tuple) or any(isinstance(e, cst.StarredElement)
+                                                                   for e in elements):
         return f"the grid of the {launch.where} does not have one or two axes known at the launch"
-    return list(elements), text
+    values = [e.value if isinstance(e, cst.Element) else e for e in elements]
+    ones = 0  # trailing axes of one program: left out, the split's axis takes the first of them
+    while len(values) - ones > 1 and int_value(values[-1 - ones]) == 1:
+        ones += 1
+    if ones:
+        elements = elements[:len(elements) - ones]
+        text = f"({', '.join(code(v) for v in values[:len(elements)])},)"
+    if not 1 <= len(elements) <= 2:
+        return f"the grid of the {launch.where} does not have one or two axes known at the launch"
+    return elements, text
 
 
 def stage_names(kernel: Kernel, used: set[str]) -> dict[str, str]:

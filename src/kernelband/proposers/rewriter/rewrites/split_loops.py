@@ -30,7 +30,7 @@ import libcst as cst
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.loops import Loop
 from kernelband.proposers.rewriter.analysis.reductions import source_of
-from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import assigned, code, dotted, fresh_name, loads, subnodes
 from kernelband.proposers.rewriter.edits import statements
 from kernelband.proposers.rewriter.rewrites.online_launch import launch_statement
@@ -214,9 +214,11 @@ def _read_before_set(rest: list[cst.BaseStatement], names: set[str]) -> str:
     """A name of `names` that the statements may read before they set it; "" where none."""
     pending = set(names)
     for statement in rest:
-        if isinstance(statement, cst.For):
-            reads = {n.value for n in loads(statement.iter)}
-            inner = pending - {n.value for n in subnodes(statement.target, cst.Name)}
+        if isinstance(statement, cst.For | cst.While):  # what the body sets before reading it is no read
+            head = statement.iter if isinstance(statement, cst.For) else statement.test
+            reads = {n.value for n in loads(head)}
+            inner = pending - ({n.value for n in subnodes(statement.target, cst.Name)}
+                               if isinstance(statement, cst.For) else set())
             reads |= {n.value for n in loads(statement.body)} & inner - _set_first(statement.body.body, inner)
         else:
             reads = {n.value for n in loads(statement)}
@@ -321,17 +323,22 @@ def loop_edits(ms: ModuleSource, found: LoopSplit) -> tuple[list, str] | str:
               for stage, stage_body in (("partials", first), ("combine", second))]
     edits = []
     for launch in ms.launches_of(kernel):
-        warps = launch.kwarg("num_warps")
-        count = int(warps.value.value) if warps is not None and isinstance(warps.value, cst.Integer) \
-            else DEFAULT_WARPS
-        edits.append((launch_statement(ms, launch), split_launch(
-            ms, launch, names, pointers, used, max(2, FILL_WARPS // count), _unsplit)))
+        edits.append((launch_statement(ms, launch), split_launch(ms, launch, names, pointers, used, fill(launch),
+                                                                 _unsplit)))
     edits.append((kernel.node, lambda node: cst.FlattenSentinel([node, *stages])))
     what = (f"{name}'s row sums ({', '.join(s.name for s in found.sums)}) split over SPLIT programs a row where "
             f"the rows are too few for the SMs: each sums its run of the loop's blocks ({names['partials']}), "
             f"then each adds its row's SPLIT partials in one fixed order and runs what follows"
             + (", its loops over its run" if found.later else "") + f" ({names['combine']})")
     return edits, what
+
+
+def fill(launch: Launch) -> int:
+    """The programs a SM that give it FILL_WARPS warps, at the launch's num_warps (a literal; else Triton's
+    default), two at least."""
+    warps = launch.kwarg("num_warps")
+    count = int(warps.value.value) if warps is not None and isinstance(warps.value, cst.Integer) else DEFAULT_WARPS
+    return max(2, FILL_WARPS // max(1, count))
 
 
 def _unsplit(launch, line: cst.SimpleStatementLine, gpu: str, local: dict[str, str]) -> Launching:

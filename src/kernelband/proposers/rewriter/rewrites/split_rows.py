@@ -24,7 +24,7 @@ from kernelband.proposers.rewriter.edits import Found, Variant
 from kernelband.proposers.rewriter.rewrites.online_launch import CHUNK, passes_block
 from kernelband.proposers.rewriter.rewrites.online_rows import plan
 from kernelband.proposers.rewriter.rewrites.online_split import split_edits
-from kernelband.proposers.rewriter.rewrites.split_loops import loop_edits, loop_split, summing_loops
+from kernelband.proposers.rewriter.rewrites.split_loops import fill, loop_edits, loop_split, summing_loops
 
 
 def split_rows(ms: ModuleSource) -> Found:
@@ -68,7 +68,7 @@ def _one_block(ms: ModuleSource, kernel: Kernel) -> tuple[list, str] | str:
                f"(the split is chosen at the launch, from the block)"
     used = set(kernel.names) | {n for s in ms.scopes for n in s.assigns} | set(ms.kernels)
     twin, chunk = fresh_name(f"{name}_chunked", used), fresh_name("CHUNK", used)
-    edits = split_edits(ms, found, twin, chunk)
+    edits = split_edits(ms, found, twin, chunk, fill)
     if isinstance(edits, str):
         return edits
     stats = ", ".join(s.op for s in found.stats)
