@@ -361,7 +361,7 @@ def _phases(kernel: Kernel, walk: list) -> str:  # noqa: C901 - one rule per kin
             inside = [leaf.phases for leaf in leaves if node in leaf.guards]
             readers.append((position, {n.value for n in loads(node.test)}, set().union(*inside)))
     for position, (_, leaf, _, _) in enumerate(walk):
-        if not isinstance(leaf, Leaf) or leaf.row:
+        if not isinstance(leaf, Leaf) or leaf.row or _restates(kernel, leaf.node):
             continue
         mine = max(leaf.phases)
         for before, reads, phases in readers:
@@ -378,6 +378,16 @@ def _phases(kernel: Kernel, walk: list) -> str:  # noqa: C901 - one rule per kin
         if any(access.bases & other.bases for other in clash):
             return f"{name} reads one value of a buffer that it writes along the row (or the reverse)"
     return ""
+
+
+def _restates(kernel: Kernel, small: cst.BaseSmallStatement) -> bool:
+    """`start = 0` where start is 0 already (single_pass's twin sets each pass's offset anew): wherever it
+    runs, it changes nothing."""
+    if not (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)):
+        return False
+    values = facts_of(kernel).values
+    before = values.env_at(small).get(small.targets[0].target.value)
+    return before is not None and ast.dump(before) == ast.dump(values.expand(small.value))
 
 
 def _in_row(call: cst.Call, leaves: list[Leaf]) -> bool:
