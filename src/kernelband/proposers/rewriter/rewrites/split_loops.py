@@ -90,7 +90,7 @@ def loop_split(kernel: Kernel) -> LoopSplit | str:  # noqa: C901 - one check per
     if any(subnodes(s, cst.For) or subnodes(s, cst.While) for s in before):
         return f"{name} loops before the loop that sums its row"
     if any(kernel.is_tl(c.func, "store") for s in before for c in subnodes(s, cst.Call)):
-        return f"{name} stores before the loop that sums its row (both stages would store it)"
+        return f"{name} stores before the loop that sums its row (each stage stores it again)"
     why = _counted(kernel, loop, "sum loop")
     if why:
         return why
@@ -106,7 +106,7 @@ def loop_split(kernel: Kernel) -> LoopSplit | str:  # noqa: C901 - one check per
             continue
         if carried.kind != "sum":
             return f"{name}'s sum loop carries {carried.name} from one block to the next, which is neither a sum nor " \
-                   f"a fixed step (a run of the blocks that starts elsewhere would start it elsewhere)"
+                   f"a fixed step (a program that starts at a later block does not know its value there)"
         if not _zero_start(facts.values.env_at(loop.node).get(carried.name)):
             return f"{name}'s sum {carried.name} does not start from 0 (each run of the blocks would add its start)"
         if carried.shape is None or len(carried.shape) > 1:
@@ -205,8 +205,8 @@ def _read_after(kernel: Kernel, total: Sum, rest: list[cst.BaseStatement]) -> st
             if found is None or call.args[0].value is not name or found.dim != (shape or (None,))[0]:
                 return f"{kernel.name} reads its lanes {total.name} after the loop other than summed over them"
             total.reads.append(call)
-        if total.name in assigned(statement):
-            break
+        if isinstance(statement, cst.SimpleStatementLine) and total.name in assigned(statement):
+            break  # set anew on every path: what follows reads another value
     return ""
 
 
