@@ -21,7 +21,9 @@ The launch chooses it on the host, from the launch's own grid and the GPU's SM c
     elif <the chunked twin's test>: ...
 
 Two programs per SM at least, each segment at least one chunk (SPLIT and CHUNK are powers of two, as the block
-is, so the segments tile it). On the CPU (the Triton interpreter) the SM count is CPU_SMS, small, so that small
+is, so the segments tile it); split_rows (split_loops.py) takes these stages, and the host's choice with the
+programs a SM it aims at, for rows whose statistics are sums. Trailing grid axes of one program are left out,
+the split's axis taking the first of them. On the CPU (the Triton interpreter) the SM count is CPU_SMS, small, so that small
 shapes take this path. Every program of a row computes the same statistics, so scalars stored from them are
 stored alike by each (the same value at the same address). Where a statistic is a tile (a block of rows), the
 launch's grid is not a tuple of one or two axes, or the row block sits in a loop, this path is not offered.

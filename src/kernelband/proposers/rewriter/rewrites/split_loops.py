@@ -77,7 +77,7 @@ def loop_split(kernel: Kernel) -> LoopSplit | str:  # noqa: C901 - one check per
     name, facts = kernel.name, facts_of(kernel)
     body = list(kernel.node.body.body)
     if kernel.calls("dot"):
-        return f"{name} multiplies with tl.dot (split_k splits a K loop)"
+        return f"{name} multiplies with tl.dot (split_k splits such loops)"
     tops = [loop for loop in facts.loops.all if any(s is loop.node for s in body)]
     summing = summing_loops(kernel)
     if any(loop not in tops for loop in summing):
