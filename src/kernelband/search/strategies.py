@@ -45,8 +45,10 @@ BUILTIN: tuple[Strategy, ...] = (
         "Where each program handles one small row, let each program loop over several consecutive rows "
         "(coarsening) so that fewer programs start. For a matmul whose output has fewer tiles than the GPU has "
         "SMs and whose K is long, split K over a third grid axis and sum the partial tiles; for one with many "
-        "tiles, a persistent grid of one program per SM that loops over the tiles.",
-        "SM", ("block_size", "autotune", "coarsen", "inductor_configs", "matmul_configs", "split_k", "persistent_tiles"),
+        "tiles, a persistent grid of one program per SM that loops over the tiles. Where rows are too few for the "
+        "SMs, split each row over several programs that sum their segments, then combine the partial sums.",
+        "SM", ("block_size", "autotune", "coarsen", "inductor_configs", "matmul_configs", "split_k", "persistent_tiles",
+               "split_rows"),
         proposer="rewriter"),
     Strategy(
         "vectorization",

@@ -19,6 +19,8 @@ variant it can make of it, in a fixed order, with the reasons it cannot do more.
                       (single_pass.py)
     online_softmax    a max pass and an exp-sum pass over a row as one, with a running max; a row held in one
                       block walked in chunks for long rows, its statistics online (online_softmax.py)
+    split_rows        rows whose statistics are sums (RMSNorm, an L2 norm, a row sum), too few for the SMs, split over
+                      several programs a row: partial sums, then combined in a fixed order (split_rows.py)
     contiguity_hints  tl.max_contiguous / tl.multiple_of on `M + tl.arange(0, P)` where M is a multiple of P
                       (contiguity_hints.py)
     split_k           a tl.dot kernel's K loop split over a third grid axis where its M x N tiles leave SMs idle,
@@ -57,6 +59,7 @@ from kernelband.proposers.rewriter.rewrites.persistent_tiles import persistent_t
 from kernelband.proposers.rewriter.rewrites.rows import rows
 from kernelband.proposers.rewriter.rewrites.single_pass import single_pass
 from kernelband.proposers.rewriter.rewrites.split_k import split_k
+from kernelband.proposers.rewriter.rewrites.split_rows import split_rows
 from kernelband.proposers.rewriter.rewrites.zero_fill import dropping_fills, zero_fill
 
 REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
@@ -75,6 +78,7 @@ REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "matmul_configs": aligned(config_sets("matmul_configs", matmul_configs.choose)),
     "single_pass": single_pass,
     "online_softmax": online_softmax,
+    "split_rows": split_rows,
     "contiguity_hints": contiguity_hints,
     "split_k": aligned(split_k),
     "persistent_tiles": aligned(persistent_tiles),

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.facts import facts_of
-from kernelband.proposers.rewriter.analysis.reductions import Exponent, Softmax, exponent_of, holds
+from kernelband.proposers.rewriter.analysis.reductions import Exponent, exponent_of, holds
 from kernelband.proposers.rewriter.analysis.source import Kernel
 from kernelband.proposers.rewriter.analysis.syntax import (
     assigned,
@@ -135,13 +135,12 @@ def _walk_if(node: cst.If, item: int, guards: tuple) -> list:
     return out
 
 
-def plan(kernel: Kernel, targets: list[Softmax]) -> Plan | str:  # noqa: C901 - one check per fact
-    """What the twin does with each statement; or the fact that makes it uncertain."""
+def plan(kernel: Kernel, block: str | None) -> Plan | str:  # noqa: C901 - one check per fact
+    """What the twin of the row block `block` (the extent the row's reductions reduce; None where they reduce
+    more than one) does with each statement; or the fact that makes it uncertain."""
     name = kernel.name
     facts = facts_of(kernel)
-    block = targets[0].dim
-    if any(t.dim != block for t in targets) or kernel.param(block or "") is None \
-            or not kernel.param(block).constexpr:
+    if block is None or kernel.param(block) is None or not kernel.param(block).constexpr:
         return f"{name}'s row block is not one constexpr parameter"
     role = facts.roles.get(block)
     if role is None or role.steps:
@@ -362,7 +361,7 @@ def _phases(kernel: Kernel, walk: list) -> str:  # noqa: C901 - one rule per kin
             inside = [leaf.phases for leaf in leaves if node in leaf.guards]
             readers.append((position, {n.value for n in loads(node.test)}, set().union(*inside)))
     for position, (_, leaf, _, _) in enumerate(walk):
-        if not isinstance(leaf, Leaf) or leaf.row:
+        if not isinstance(leaf, Leaf) or leaf.row or _restates(kernel, leaf.node):
             continue
         mine = max(leaf.phases)
         for before, reads, phases in readers:
@@ -379,6 +378,16 @@ def _phases(kernel: Kernel, walk: list) -> str:  # noqa: C901 - one rule per kin
         if any(access.bases & other.bases for other in clash):
             return f"{name} reads one value of a buffer that it writes along the row (or the reverse)"
     return ""
+
+
+def _restates(kernel: Kernel, small: cst.BaseSmallStatement) -> bool:
+    """`start = 0` where start is 0 already (single_pass's twin sets each pass's offset anew): wherever it
+    runs, it changes nothing."""
+    if not (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)):
+        return False
+    values = facts_of(kernel).values
+    before = values.env_at(small).get(small.targets[0].target.value)
+    return before is not None and ast.dump(before) == ast.dump(values.expand(small.value))
 
 
 def _in_row(call: cst.Call, leaves: list[Leaf]) -> bool:

@@ -42,7 +42,7 @@ def online_softmax(ms: ModuleSource) -> Found:
         if not ms.launches_of(kernel):
             reasons.append(f"{kernel.name} is launched nowhere in this module (a helper, run by the kernels that call it)")
             continue
-        found = plan(kernel, rows)
+        found = plan(kernel, rows[0].dim if all(r.dim == rows[0].dim for r in rows) else None)
         if isinstance(found, str):
             reasons.append(found)
             continue

@@ -21,7 +21,9 @@ The launch chooses it on the host, from the launch's own grid and the GPU's SM c
     elif <the chunked twin's test>: ...
 
 Two programs per SM at least, each segment at least one chunk (SPLIT and CHUNK are powers of two, as the block
-is, so the segments tile it). On the CPU (the Triton interpreter) the SM count is CPU_SMS, small, so that small
+is, so the segments tile it); split_rows (split_loops.py) takes these stages, and the host's choice with the
+programs a SM it aims at, for rows whose statistics are sums. Trailing grid axes of one program are left out,
+the split's axis taking the first of them. On the CPU (the Triton interpreter) the SM count is CPU_SMS, small, so that small
 shapes take this path. Every program of a row computes the same statistics, so scalars stored from them are
 stored alike by each (the same value at the same address). Where a statistic is a tile (a block of rows), the
 launch's grid is not a tuple of one or two axes, or the row block sits in a loop, this path is not offered.
@@ -29,10 +31,12 @@ launch's grid is not a tuple of one or two axes, or the row block sits in a loop
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
-from kernelband.proposers.rewriter.analysis.source import ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, subnodes
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, int_value, subnodes
 from kernelband.proposers.rewriter.edits import statements
 from kernelband.proposers.rewriter.rewrites.online_launch import (
     CHUNK,
@@ -51,57 +55,121 @@ from kernelband.proposers.rewriter.rewrites.online_rows import Plan, Twin
 CPU_SMS = 8  # the interpreter's "SM count": small, so that a few rows (the tasks' interpreter shapes) split
 
 
-def split_edits(ms: ModuleSource, plan: Plan, twin: str, chunk: str) -> list | str:
-    """The launches' and the stage kernels' edits, or why rows cannot be split here."""
+ATOMICS = tuple(f"atomic_{op}" for op in ("add", "max", "min", "xchg", "cas", "and", "or", "xor"))
+
+
+def split_edits(ms: ModuleSource, plan: Plan, twin: str, chunk: str, fill=lambda launch: 2) -> list | str:
+    """The launches' and the stage kernels' edits, or why rows cannot be split here (`fill(launch)`: the
+    programs a SM that the split aims at, two by default)."""
     kernel, block, tl = plan.kernel, plan.block, plan.kernel.tl_name
     name = kernel.name
     if plan.region is not kernel.node.body:
         return f"{name}'s row block sits in a loop (its partials would need the loop's iteration)"
     if any(stat.shape for stat in plan.stats):
         return f"{name}'s statistics are tiles (a block of rows), not one value per program"
-    if any(any(kernel.is_tl(c.func, f"atomic_{op}") for op in ("add", "max", "min", "xchg", "cas", "and", "or", "xor")
-               for c in subnodes(leaf.node, cst.Call)) for leaf in plan.leaves):
+    axis = split_axis(ms, kernel, [leaf.node for leaf in plan.leaves])
+    if isinstance(axis, str):
+        return axis
+    used = set(kernel.names) | {n for s in ms.scopes for n in s.assigns} | set(ms.kernels) | {twin, chunk}
+    names = stage_names(kernel, used)
+    parts = {id(stat.call): fresh_name(f"{stat.run}_part", used) for stat in plan.stats}
+
+    def prepare(launch, line, gpu, local):
+        before, size, call = prepared(ms, launch, plan.block, line.body[0].value)
+        host = f"{local['chunk']} = {CHUNK} if {gpu} else {CPU_CHUNK}\n"
+        return Launching(before, call, host, f"{size} // {local['chunk']}", {chunk: local["chunk"]},
+                         long_branch(line, call, size, twin, chunk, gpu))
+    edits = [(launch_statement(ms, launch), split_launch(ms, launch, names, list(parts.values()), used, fill(launch),
+                                                         prepare, ("chunk",)))
+             for launch in ms.launches_of(kernel)]
+    segment = f"({block} // {names['split']})"
+    twin_ = Twin(plan, chunk, (f"{names['sid']} * {segment}", f"({names['sid']} + 1) * {segment}"))
+    stored = statements("".join(f"{tl}.store({parts[id(s.call)]} + {names['lin']} * {names['split']} + "
+                                f"{names['sid']}, {s.run})\n" for s in plan.stats))
+    first = [*header(tl, names, axis), *twin_.prologue(), *twin_.starts(), *twin_.statistics(), *stored]
+    second = [*header(tl, names, axis), *twin_.prologue(), *_combined(plan, names, parts), *twin_.after(),
+              *twin_.stores()]
+    stages = [stage_def(kernel, names[stage], body, list(parts.values()), {names["split"]: 2, chunk: CHUNK})
+              for stage, body in (("partials", first), ("combine", second))]
+    made = twin_def(plan, twin, chunk)
+    edits.append((kernel.node, lambda node: cst.FlattenSentinel([node, made, *stages])))
+    return edits
+
+
+def split_axis(ms: ModuleSource, kernel: Kernel, nodes: list[cst.CSTNode]) -> int | str:
+    """The number of axes (1 or 2) of every launch's grid, to which the split adds one; or why a launch cannot
+    take the split (`nodes`: the statements that each program of a row runs again)."""
+    name = kernel.name
+    if any(any(kernel.is_tl(c.func, op) for op in ATOMICS) for node in nodes for c in subnodes(node, cst.Call)):
         return f"{name} updates memory atomically (each program of a row would add its share again)"
     if "triton" not in ms.imported or "torch" not in ms.imported:
         return "the module does not import torch and triton"
     axes = set()
     for launch in ms.launches_of(kernel):
-        grid = launch.grid_value
-        elements = grid[0].elements if len(grid) == 1 and isinstance(grid[0], cst.Tuple) else grid
-        if launch.meta_grid is not None:
-            return f"the grid of the {launch.where} is computed from the autotuner's config, not known before it"
-        if len(grid) == 1 and not isinstance(grid[0], cst.Tuple) \
-                or not 1 <= len(elements) <= 2 or any(isinstance(e, cst.StarredElement) for e in elements):
-            return f"the grid of the {launch.where} does not have one or two axes known at the launch"
-        axes.add(len(elements))
+        elements = grid_of(launch)
+        if isinstance(elements, str):
+            return elements
+        axes.add(len(elements[0]))
         if device_tensor(ms, launch) is None:
             return f"the {launch.where} passes no tensor that says its device"
-    if len(axes) != 1 or any(kernel.program_axis(c) == max(axes) for c in kernel.calls("program_id")):
+        if launch_statement(ms, launch) is None:
+            return f"the {launch.where} is not a statement of its own"
+    if len(axes) != 1 or any(len(c.args) == 1 and int_value(c.args[0].value) == max(axes)
+                             for c in kernel.calls("program_id") + kernel.calls("num_programs")):
         return f"{name}'s launches differ in their grid's axes"
-    axis = axes.pop()
-    used = set(kernel.names) | {n for s in ms.scopes for n in s.assigns} | set(ms.kernels) | {twin, chunk}
-    names = {k: fresh_name(v, used) for k, v in (("partials", f"{name}_partials"), ("combine", f"{name}_combine"),
-                                                  ("split", "SPLIT"), ("sid", "split_id"), ("lin", "row_id"))}
-    parts = {id(stat.call): fresh_name(f"{stat.run}_part", used) for stat in plan.stats}
-    edits = [(launch_statement(ms, launch), _launch_edit(ms, launch, plan, twin, chunk, names, parts, used))
-             for launch in ms.launches_of(kernel)]
-    header = statements(f"{names['sid']} = {tl}.program_id({axis})\n{names['lin']} = {tl}.program_id(0)"
-                        + (f" + {tl}.program_id(1) * {tl}.num_programs(0)" if axis == 2 else "") + "\n")
-    segment = f"({block} // {names['split']})"
-    twin_ = Twin(plan, chunk, (f"{names['sid']} * {segment}", f"({names['sid']} + 1) * {segment}"))
-    stored = statements("".join(f"{tl}.store({parts[id(s.call)]} + {names['lin']} * {names['split']} + "
-                                f"{names['sid']}, {s.run})\n" for s in plan.stats))
-    first = [*header, *twin_.prologue(), *twin_.starts(), *twin_.statistics(), *stored]
-    second = [*header, *twin_.prologue(), *_combined(plan, names, parts), *twin_.after(), *twin_.stores()]
-    params = {names["split"]: 2, chunk: CHUNK}
-    stages = []
-    for stage, body in (("partials", first), ("combine", second)):
-        node = kernel.node.with_changes(name=cst.Name(names[stage]), body=kernel.node.body.with_changes(body=body))
-        node = node.with_changes(params=with_params(_with_pointers(node, list(parts.values())), tl, **params))
-        stages.append(node)
-    made = twin_def(plan, twin, chunk)
-    edits.append((kernel.node, lambda node: cst.FlattenSentinel([node, made, *stages])))
-    return edits
+    return axes.pop()
+
+
+def grid_of(launch: Launch) -> tuple[list[cst.BaseExpression], str] | str:
+    """(the grid's axes, code of the grid as a tuple or sequence at the launch), or why it is not known there: a
+    lambda or `def grid(meta)` that reads no meta counts as its body."""
+    grid = launch.grid_value
+    if launch.meta_grid is not None:
+        meta, body = launch.meta_grid
+        if any(n.value == meta for n in subnodes(body, cst.Name)) or not isinstance(body, cst.BaseExpression):
+            return f"the grid of the {launch.where} is computed from the autotuner's config, not known before it"
+        grid, text = [body], code(body)
+    else:
+        text = code(launch.grid[0]) if len(launch.grid) == 1 else f"({', '.join(code(g) for g in launch.grid)},)"
+    elements = list(grid[0].elements if len(grid) == 1 and isinstance(grid[0], cst.Tuple) else grid)
+    if len(grid) == 1 and not isinstance(grid[0], cst.Tuple) or any(isinstance(e, cst.StarredElement)
+                                                                   for e in elements):
+        return f"the grid of the {launch.where} does not have one or two axes known at the launch"
+    values = [e.value if isinstance(e, cst.Element) else e for e in elements]
+    ones = 0  # trailing axes of one program: left out, the split's axis takes the first of them
+    while len(values) - ones > 1 and int_value(values[-1 - ones]) == 1:
+        ones += 1
+    if ones:
+        elements = elements[:len(elements) - ones]
+        text = f"({', '.join(code(v) for v in values[:len(elements)])},)"
+    if not 1 <= len(elements) <= 2:
+        return f"the grid of the {launch.where} does not have one or two axes known at the launch"
+    return elements, text
+
+
+def stage_names(kernel: Kernel, used: set[str]) -> dict[str, str]:
+    """Fresh names of the two stage kernels, SPLIT, and the header's split and row indices."""
+    name = kernel.name
+    return {k: fresh_name(v, used) for k, v in (("partials", f"{name}_partials"), ("combine", f"{name}_combine"),
+                                                ("split", "SPLIT"), ("sid", "split_id"), ("lin", "row_id"))}
+
+
+def header(tl: str, names: dict[str, str], axis: int) -> list[cst.BaseStatement]:
+    """The stage kernels' first statements: the program's segment of its row, and the row's index over the
+    original grid."""
+    return statements(f"{names['sid']} = {tl}.program_id({axis})\n{names['lin']} = {tl}.program_id(0)"
+                      + (f" + {tl}.program_id(1) * {tl}.num_programs(0)" if axis == 2 else "") + "\n")
+
+
+def stage_def(kernel: Kernel, name: str, body: list, pointers: list[str], params: dict[str, int]) -> cst.FunctionDef:
+    """The kernel under another name with this body, the partials' pointers and these constexprs added."""
+    node = kernel.node.with_changes(name=cst.Name(name), body=kernel.node.body.with_changes(body=body))
+    return node.with_changes(params=with_params(_with_pointers(node, pointers), kernel.tl_name, **params))
+
+
+def partial_offsets(tl: str, names: dict[str, str]) -> str:
+    """The addresses of a row's SPLIT partials, in the order of its segments."""
+    return f"{names['lin']} * {names['split']} + {tl}.arange(0, {names['split']})"
 
 
 def _with_pointers(node: cst.FunctionDef, pointers: list[str]) -> cst.FunctionDef:
@@ -119,7 +187,7 @@ def _with_pointers(node: cst.FunctionDef, pointers: list[str]) -> cst.FunctionDe
 def _combined(plan: Plan, names: dict[str, str], parts: dict[int, str]) -> list[cst.BaseStatement]:
     """The row's statistics from its SPLIT partials: maxima and minima first (a sum is rescaled to its max)."""
     tl = plan.kernel.tl_name
-    offsets = f"{names['lin']} * {names['split']} + {tl}.arange(0, {names['split']})"
+    offsets = partial_offsets(tl, names)
     lines = []
     for stat in sorted(plan.stats, key=lambda s: s.op == "sum"):
         partial = f"{tl}.load({parts[id(stat.call)]} + {offsets})"
@@ -135,37 +203,53 @@ def _combined(plan: Plan, names: dict[str, str], parts: dict[int, str]) -> list[
     return statements("".join(f"{line}\n" for line in lines))
 
 
-def _launch_edit(ms: ModuleSource, launch, plan: Plan, twin: str, chunk: str, names: dict[str, str],
-                 parts: dict[int, str], used: set[str]):
+@dataclass
+class Launching:
+    """What a split's launch keeps of the original one: statements before it, the call the stages copy (grid
+    and arguments), host lines and the cap on SPLIT in code, the keywords both stages take, and the branch
+    taken where the rows are not split."""
+
+    before: list[cst.BaseStatement]
+    call: cst.Call
+    host: str
+    cap: str
+    keywords: dict[str, str]
+    orelse: cst.BaseStatement
+
+
+def split_launch(ms: ModuleSource, launch: Launch, names: dict[str, str], pointers: list[str], used: set[str],
+                 fill: int, prepare, more: tuple[str, ...] = ()):
+    """The edit of a launch statement that runs the two stages where the rows are too few for `fill` programs
+    a SM (on SPLIT = the power of two at or above fill * SMs / rows, at most the cap), else `prepare`'s branch:
+    `prepare(launch, line, gpu, local)` gives the Launching (`local`: fresh host names, `more` among them)."""
     tensor = device_tensor(ms, launch)
     gpu = f'{tensor}.device.type == "cuda"'
-    local = {k: fresh_name(k, used) for k in ("grid", "rows", "sms", "chunk", "split", "parts")}
+    local = {k: fresh_name(k, used) for k in ("grid", "rows", "sms", "split", "parts", *more)}
+    want = local["sms"] if fill == 2 else f"{fill // 2} * {local['sms']}"
 
     def edit(line: cst.SimpleStatementLine) -> cst.FlattenSentinel:
-        before, size, call = prepared(ms, launch, plan.block, line.body[0].value)
-        grid = code(launch.grid[0]) if len(launch.grid) == 1 else f"({', '.join(code(g) for g in launch.grid)},)"
+        made = prepare(launch, line, gpu, local)
         host = statements(
-            f"{local['grid']} = tuple({grid})\n"
+            f"{local['grid']} = tuple({grid_of(launch)[1]})\n"
             f"{local['rows']} = {local['grid']}[0] * ({local['grid']}[1] if len({local['grid']}) > 1 else 1)\n"
             f"{local['sms']} = torch.cuda.get_device_properties({tensor}.device).multi_processor_count if {gpu} "
             f"else {CPU_SMS}\n"
-            f"{local['chunk']} = {CHUNK} if {gpu} else {CPU_CHUNK}\n"
-            f"{local['split']} = min({size} // {local['chunk']}, triton.next_power_of_2(-(-2 * {local['sms']} // "
-            f"{local['rows']}))) if {local['rows']} < {local['sms']} else 1\n")
-        keywords = {p: f"{local['parts']}[{i}]" for i, p in enumerate(parts.values())}
-        keywords.update({chunk: local["chunk"], names["split"]: local["split"]})
+            f"{made.host}"
+            f"{local['split']} = min({made.cap}, triton.next_power_of_2(-(-{fill} * {local['sms']} // "
+            f"{local['rows']}))) if {local['rows']} < {want} else 1\n")
+        keywords = {p: f"{local['parts']}[{i}]" for i, p in enumerate(pointers)}
+        keywords.update({**made.keywords, names["split"]: local["split"]})
         stages = []
         for stage in ("partials", "combine"):
-            staged = relaunched(call, names[stage], **keywords)
+            staged = relaunched(made.call, names[stage], **keywords)
             staged = staged.with_changes(func=staged.func.with_changes(slice=[cst.SubscriptElement(cst.Index(
                 cst.parse_expression(f"(*{local['grid']}, {local['split']})")))]))
             stages.append(line.with_changes(body=[cst.Expr(staged)], leading_lines=[]))
-        allocate = statements(f"{local['parts']} = torch.empty(({len(parts)}, {local['rows']} * {local['split']}), "
-                              f"device={tensor}.device, dtype=torch.float32)\n")
+        allocate = statements(f"{local['parts']} = torch.empty(({len(pointers)}, {local['rows']} * "
+                              f"{local['split']}), device={tensor}.device, dtype=torch.float32)\n")
         branch = cst.parse_statement(f"if {local['split']} > 1:\n    pass\n")
-        branch = branch.with_changes(body=branch.body.with_changes(body=[*allocate, *stages]),
-                                     orelse=long_branch(line, call, size, twin, chunk, gpu))
-        out = [*before, *host, branch]
+        branch = branch.with_changes(body=branch.body.with_changes(body=[*allocate, *stages]), orelse=made.orelse)
+        out = [*made.before, *host, branch]
         out[0] = out[0].with_changes(leading_lines=line.leading_lines)
         return cst.FlattenSentinel(out)
     return edit

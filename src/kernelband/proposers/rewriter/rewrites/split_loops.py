@@ -1,0 +1,347 @@
+"""Rows summed by a loop over their blocks (`acc += x * x` lane by lane, or `total += tl.sum(x * x, 0)`), then read
+by what follows the loop (a loop that stores along the row, a store of the row's statistic), split over SPLIT
+programs a row as a two-stage reduction (online_split.py's stages, launch and host choice):
+
+    stage 1  <kernel>_partials[(*grid, SPLIT)]: what runs before the loop, then the loop over the j-th of SPLIT
+             equal runs of its iterations, then each sum (its lanes summed) stored, in float32, as the row's
+             j-th partial;
+    stage 2  <kernel>_combine[(*grid, SPLIT)]: what runs before the loop, each sum as tl.sum of the row's SPLIT
+             partials (one reduction of SPLIT values: the same order on every run), then what follows the loop,
+             each later loop over the j-th run of its own iterations.
+
+A run of iterations is `range(lo, hi, step)`: per = cdiv(cdiv(end - start, step), SPLIT) iterations, lo = start
++ j * per * step, hi = min(lo + per * step, end); the runs of the SPLIT programs tile the loop's iterations, each
+once. A value the loop advances by a fixed step (`ptrs += BLOCK`) starts a run advanced by the iterations
+before it. Everything is found from data flow (loops.py's carried values, reductions.py's sums over lanes), not
+from names: what the loop carries is a sum that starts from 0 or a fixed step; nothing in the loop reads a sum
+but its own update (a running value, whose part before a segment another program holds); lanes are read after
+the loop only summed over them; later loops carry nothing but fixed steps (a second reduction over the row,
+like a variance around a mean, would need a stage of its own); no other value the loop leaves behind is read
+after it. SPLIT aims at FILL_WARPS warps a SM, from the launch's num_warps.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from kernelband.proposers.rewriter.analysis.facts import facts_of
+from kernelband.proposers.rewriter.analysis.loops import Loop
+from kernelband.proposers.rewriter.analysis.reductions import source_of
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import assigned, code, dotted, fresh_name, loads, subnodes
+from kernelband.proposers.rewriter.edits import statements
+from kernelband.proposers.rewriter.rewrites.online_launch import launch_statement
+from kernelband.proposers.rewriter.rewrites.online_passes import _zero
+from kernelband.proposers.rewriter.rewrites.online_split import (
+    Launching,
+    header,
+    partial_offsets,
+    split_axis,
+    split_launch,
+    stage_def,
+    stage_names,
+)
+
+FILL_WARPS = 32  # warps a SM that the split aims at: half of what an SM holds, enough to keep loads in flight
+MAX_SPLIT = 32  # programs a row at most: a split wider than the row's blocks leaves programs with none
+DEFAULT_WARPS = 4  # Triton's num_warps where a launch passes none
+
+
+@dataclass(eq=False)
+class Sum:
+    name: str
+    lanes: bool  # a tile of the block's lanes, summed after the loop; else one value
+    reads: list[cst.Call] = field(default_factory=list)  # tl.sum(lanes) after the loop, each read as the row's sum
+    part: str = ""  # the partials' pointer parameter
+    row: str = ""  # the row's sum in stage 2, where the lanes were summed
+
+
+@dataclass(eq=False)
+class LoopSplit:
+    kernel: Kernel
+    loop: Loop  # the loop that sums
+    sums: list[Sum]
+    steps: dict[str, str]  # values it advances by a fixed step: name -> code of the step
+    later: list[Loop]  # the loops after it, each run over the j-th run of its iterations
+
+
+def summing_loops(kernel: Kernel) -> list[Loop]:
+    return [loop for loop in facts_of(kernel).loops.all if any(c.kind == "sum" for c in loop.carried.values())]
+
+
+def loop_split(kernel: Kernel) -> LoopSplit | str:  # noqa: C901 - one check per fact
+    """The split of the kernel's first loop, which sums its row; or the fact that stands in the way."""
+    name, facts = kernel.name, facts_of(kernel)
+    body = list(kernel.node.body.body)
+    if kernel.calls("dot"):
+        return f"{name} multiplies with tl.dot (split_k splits such loops)"
+    tops = [loop for loop in facts.loops.all if any(s is loop.node for s in body)]
+    summing = summing_loops(kernel)
+    if any(loop not in tops for loop in summing):
+        return f"{name} sums its row in a loop that sits in a loop or a branch"
+    loop = tops[0]
+    if loop is not summing[0]:
+        return f"{name} loops before the loop that sums its row"
+    index = next(i for i, s in enumerate(body) if s is loop.node)
+    before, rest = body[:index], body[index + 1:]
+    if any(subnodes(s, cst.For) or subnodes(s, cst.While) for s in before):
+        return f"{name} loops before the loop that sums its row"
+    if any(kernel.is_tl(c.func, "store") for s in before for c in subnodes(s, cst.Call)):
+        return f"{name} stores before the loop that sums its row (each stage stores it again)"
+    why = _counted(kernel, loop, "sum loop")
+    if why:
+        return why
+    sums, steps = [], {}
+    for carried in loop.carried.values():
+        if carried.name == loop.var:
+            continue
+        if carried.kind == "increment":
+            step = _step_of(loop, carried.name)
+            if step is None:
+                return f"{name}'s sum loop advances {carried.name} other than by adding a fixed step"
+            steps[carried.name] = step
+            continue
+        if carried.kind != "sum":
+            return f"{name}'s sum loop carries {carried.name} from one block to the next, which is neither a sum nor " \
+                   f"a fixed step (a program that starts at a later block does not know its value there)"
+        if not _zero_start(facts.values.env_at(loop.node).get(carried.name)):
+            return f"{name}'s sum {carried.name} does not start from 0 (each run of the blocks would add its start)"
+        if carried.shape is None or len(carried.shape) > 1:
+            return f"{name}'s sum {carried.name} is " + ("of a shape not known" if carried.shape is None else
+                                                         "a tile of more than one dimension (a block of rows)")
+        sums.append(Sum(carried.name, bool(carried.shape)))
+    if not sums:
+        return f"{name}'s loop over its row carries no sum"
+    for total in sums:
+        updates = [small for small in subnodes(loop.node.body, cst.BaseSmallStatement) if total.name in assigned(small)]
+        allowed = {id(n) for small in updates for n in loads(small)}
+        if any(n.value == total.name and id(n) not in allowed for n in loads(loop.node.body)):
+            return f"{name} reads its sum {total.name} inside the loop that accumulates it (a running value: the " \
+                   f"part of it before a program's run of the blocks is another program's)"
+        why = _read_after(kernel, total, rest)
+        if why:
+            return why
+    left = (assigned(loop.node.body) | {loop.var}) - {s.name for s in sums}
+    read = _read_before_set(rest, left)
+    if read:
+        return f"{name} reads {read} after its sum loop, which the loop leaves as its last block set it"
+    later = []
+    for statement in rest:
+        inner = subnodes(statement, cst.For) + subnodes(statement, cst.While)
+        if not inner:
+            continue
+        found = facts.loops.of(statement)
+        if found is None:
+            return f"{name} loops inside a branch after its sum loop"
+        if len(inner) > 1:
+            return f"{name} loops inside its loop after the sums"
+        why = _counted(kernel, found, "loop after the sums")
+        if why:
+            return why
+        for carried in found.carried.values():
+            if carried.name != found.var and (carried.kind != "increment" or _step_of(found, carried.name) is None):
+                return f"{name}'s loop after its row sums carries {carried.name} from one block to the next: a " \
+                       f"second reduction over the row, which one stage of partial sums does not split"
+        later.append(found)
+    return LoopSplit(kernel, loop, sums, steps, later)
+
+
+def _zero_start(value: ast.AST | None) -> bool:
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "to":
+        value = value.func.value
+    return value is not None and _zero(value)
+
+
+def _counted(kernel: Kernel, loop: Loop, what: str) -> str:
+    """Why the loop's iterations cannot be cut into runs ("" where they can)."""
+    name = kernel.name
+    node = loop.node
+    if loop.exits or node.orelse is not None:
+        return f"{name}'s {what} leaves its loop early"
+    if loop.var is None or loop.form not in ("range", "cdiv", "while") or isinstance(node, cst.For) and (
+            kernel.is_tl(node.iter.func, "static_range") or any(a.star for a in node.iter.args)):
+        return f"{name}'s {what} is not a counted loop (range, tl.range, or while v < n with v += step)"
+    step = loop.step
+    positive = isinstance(step, ast.Constant) and isinstance(step.value, int) and step.value > 0 \
+        or isinstance(step, ast.Name) and step.id in loop.block
+    if not positive:
+        return f"{name}'s {what} steps by something not known to be positive"
+    if subnodes(node.body, cst.For) or subnodes(node.body, cst.While):
+        return f"{name} loops inside its {what}"
+    return ""
+
+
+def _step_of(loop: Loop, name: str) -> str | None:
+    """Code of the fixed step a loop adds to `name` each iteration (`p += S`, `p = p + S`)."""
+    for statement in loop.node.body.body:
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+            continue
+        small = statement.body[0]
+        if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) \
+                and dotted(small.target) == name:
+            return code(small.value)
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and dotted(small.targets[0].target) == name \
+                and isinstance(small.value, cst.BinaryOperation) and isinstance(small.value.operator, cst.Add) \
+                and dotted(small.value.left) == name:
+            return code(small.value.right)
+    return None
+
+
+def _read_after(kernel: Kernel, total: Sum, rest: list[cst.BaseStatement]) -> str:
+    """Why the sum is read after its loop in a way the split cannot give; records each tl.sum of its lanes."""
+    facts = facts_of(kernel)
+    parents = kernel.ms.parents
+    sums = {id(b.call): b for b in facts.reductions.block if b.op == "sum"}
+    shape = facts.shapes.of_name(total.name)
+    for statement in rest:
+        for name in (n for n in loads(statement) if n.value == total.name):
+            if not total.lanes:
+                continue
+            call = parents.get(id(parents.get(id(name))))
+            found = sums.get(id(call)) if isinstance(call, cst.Call) else None
+            if found is None or call.args[0].value is not name or found.dim != (shape or (None,))[0]:
+                return f"{kernel.name} reads its lanes {total.name} after the loop other than summed over them"
+            total.reads.append(call)
+        if isinstance(statement, cst.SimpleStatementLine) and total.name in assigned(statement):
+            break  # set anew on every path: what follows reads another value
+    return ""
+
+
+def _read_before_set(rest: list[cst.BaseStatement], names: set[str]) -> str:
+    """A name of `names` that the statements may read before they set it; "" where none."""
+    pending = set(names)
+    for statement in rest:
+        if isinstance(statement, cst.For | cst.While):  # what the body sets before reading it is no read
+            head = statement.iter if isinstance(statement, cst.For) else statement.test
+            reads = {n.value for n in loads(head)}
+            inner = pending - ({n.value for n in subnodes(statement.target, cst.Name)}
+                               if isinstance(statement, cst.For) else set())
+            reads |= {n.value for n in loads(statement.body)} & inner - _set_first(statement.body.body, inner)
+        else:
+            reads = {n.value for n in loads(statement)}
+        if reads & pending:
+            return sorted(reads & pending)[0]
+        pending -= assigned(statement)
+    return ""
+
+
+def _set_first(body: list[cst.BaseStatement], names: set[str]) -> set[str]:
+    """Names that a loop body's top-level simple statements set before anything in it reads them."""
+    done, read = set(), set()
+    for statement in body:
+        read |= {n.value for n in loads(statement)} - done
+        if isinstance(statement, cst.SimpleStatementLine):
+            done |= assigned(statement) - read
+    return done & names
+
+
+# -- the stages -----------------------------------------------------------------------------------------------
+class _Rows(cst.CSTTransformer):
+    """Each tl.sum of a sum's lanes read as the row's sum."""
+
+    def __init__(self, rows: dict[int, str]) -> None:
+        self.rows = rows
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        return cst.Name(self.rows[id(original_node)]) if id(original_node) in self.rows else updated_node
+
+
+def _run(kernel: Kernel, loop: Loop, names: dict[str, str], used: set[str],
+         steps: dict[str, str]) -> list[cst.BaseStatement] | str:
+    """The statements that give the program its run of the loop's iterations, then the loop over that run."""
+    tl, node = kernel.tl_name, loop.node
+    if isinstance(node, cst.For):
+        args = [a for a in node.iter.args if a.keyword is None]
+        first, end, step = ("0", code(args[0].value), "1") if len(args) == 1 else (
+            code(args[0].value), code(args[1].value), code(args[2].value) if len(args) == 3 else "1")
+    else:
+        first = source_of(loop.start, tl) if loop.start is not None else None
+        if first is None:
+            return f"{kernel.name}'s while loop starts {loop.var} where code cannot name it"
+        end, step = code(node.test.comparisons[0].comparator), _step_of(loop, loop.var)
+    per, skipped, lo, hi = (fresh_name(f"{loop.var}_{part}", used) for part in ("per", "skipped", "lo", "hi"))
+    count = f"({end})" if first == "0" else f"({end}) - ({first})"
+    text = (f"{per} = {tl}.cdiv({tl}.cdiv({count}, {step}), {names['split']})\n"
+            f"{skipped} = {names['sid']} * {per}\n"
+            f"{lo} = {'' if first == '0' else f'{first} + '}{skipped} * {step}\n"
+            f"{hi} = {tl}.minimum({lo} + {per} * {step}, {end})\n")
+    text += "".join(f"{name} += {skipped} * ({each})\n" for name, each in steps.items())
+    if isinstance(node, cst.For):
+        keywords = [a for a in node.iter.args if a.keyword is not None]
+        bounds = [cst.Arg(cst.parse_expression(v)) for v in (lo, hi, step)]
+        new = node.with_changes(iter=node.iter.with_changes(args=[*bounds, *keywords]))
+    else:
+        text += f"{loop.var} = {lo}\n"
+        comparison = node.test.comparisons[0].with_changes(comparator=cst.Name(hi))
+        new = node.with_changes(test=node.test.with_changes(comparisons=[comparison]))
+    made = statements(text)
+    made[0] = made[0].with_changes(leading_lines=node.leading_lines)
+    return [*made, new.with_changes(leading_lines=[])]
+
+
+def loop_edits(ms: ModuleSource, found: LoopSplit) -> tuple[list, str] | str:
+    """The launches' and the stage kernels' edits with the variant's rationale, or why the rows cannot be split."""
+    kernel, tl = found.kernel, found.kernel.tl_name
+    name = kernel.name
+    body = list(kernel.node.body.body)
+    index = next(i for i, s in enumerate(body) if s is found.loop.node)
+    axis = split_axis(ms, kernel, body)
+    if isinstance(axis, str):
+        return axis
+    used = set(kernel.names) | {n for s in ms.scopes for n in s.assigns} | set(ms.kernels)
+    names = stage_names(kernel, used)
+    for total in found.sums:
+        total.part = fresh_name(f"{total.name}_part", used)
+        total.row = fresh_name(f"{total.name}_row", used) if total.lanes else total.name
+    where = f"{names['lin']} * {names['split']} + {names['sid']}"
+    run = _run(kernel, found.loop, names, used, found.steps)
+    if isinstance(run, str):
+        return run
+    stored = statements("".join(f"{tl}.store({s.part} + {where}, "
+                                f"{f'{tl}.sum({s.name}, 0)' if s.lanes else s.name})\n" for s in found.sums))
+    first = [*header(tl, names, axis), *body[:index], *run, *stored]
+    offsets = partial_offsets(tl, names)
+    rows = _Rows({id(call): s.row for s in found.sums for call in s.reads})
+    second = [*header(tl, names, axis), *body[:index], *statements("".join(
+        f"{s.row} = {tl}.sum({tl}.load({s.part} + {offsets}), 0)\n" for s in found.sums))]
+    later = {id(loop.node): loop for loop in found.later}
+    for statement in body[index + 1:]:
+        if id(statement) in later:
+            steps = {c.name: _step_of(later[id(statement)], c.name) for c in later[id(statement)].carried.values()
+                     if c.kind == "increment" and c.name != later[id(statement)].var}
+            made = _run(kernel, later[id(statement)], names, used, steps)
+            if isinstance(made, str):
+                return made
+            second += [s.visit(rows) for s in made]
+        else:
+            second.append(statement.visit(rows))
+    pointers = [s.part for s in found.sums]
+    stages = [stage_def(kernel, names[stage], stage_body, pointers, {names["split"]: 2})
+              for stage, stage_body in (("partials", first), ("combine", second))]
+    edits = []
+    for launch in ms.launches_of(kernel):
+        edits.append((launch_statement(ms, launch), split_launch(ms, launch, names, pointers, used, fill(launch),
+                                                                 _unsplit)))
+    edits.append((kernel.node, lambda node: cst.FlattenSentinel([node, *stages])))
+    what = (f"{name}'s row sums ({', '.join(s.name for s in found.sums)}) split over SPLIT programs a row where "
+            f"the rows are too few for the SMs: each sums its run of the loop's blocks ({names['partials']}), "
+            f"then each adds its row's SPLIT partials in one fixed order and runs what follows"
+            + (", its loops over its run" if found.later else "") + f" ({names['combine']})")
+    return edits, what
+
+
+def fill(launch: Launch) -> int:
+    """The programs a SM that give it FILL_WARPS warps, at the launch's num_warps (a literal; else Triton's
+    default), two at least."""
+    warps = launch.kwarg("num_warps")
+    count = int(warps.value.value) if warps is not None and isinstance(warps.value, cst.Integer) else DEFAULT_WARPS
+    return max(2, FILL_WARPS // max(1, count))
+
+
+def _unsplit(launch, line: cst.SimpleStatementLine, gpu: str, local: dict[str, str]) -> Launching:
+    """Rows enough for the SMs: the original launch, cap MAX_SPLIT."""
+    orelse = cst.Else(body=cst.IndentedBlock(body=[line.with_changes(leading_lines=[])]))
+    return Launching([], line.body[0].value, "", str(MAX_SPLIT), {}, orelse)

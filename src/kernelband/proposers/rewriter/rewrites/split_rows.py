@@ -1,0 +1,78 @@
+"""split_rows: rows whose statistics are sums (RMSNorm's sum of x * x, an L2 norm, a row's sum or mean), too few
+to fill the GPU, each split over SPLIT programs as a two-stage reduction: program (row, j) sums its segment of
+the row and stores the partial; then each program of the row adds its row's SPLIT partials in one fixed order,
+runs what reads the sums, and stores its segment. The launch chooses it on the host from its grid and the SM
+count (online_split.py), the original launch otherwise.
+
+Two forms of row, found by data flow (analysis/loops.py's carried sums, analysis/reductions.py's sums over a
+block), whatever the names:
+
+* a loop that sums the row in blocks, lane by lane or as one value, then what reads the sums, loops that store
+  along the row among it (split_loops.py);
+* a row held in one block (`BLOCK = next_power_of_2(n)`), its sums, maxima and minima reduced over the block
+  (online_rows.py's plan and online_split.py's stages, the chunked twin taking long rows that are not split).
+
+A row whose max is taken with a sum of exp(x - max) over it is online_softmax's, which splits it too.
+"""
+
+from __future__ import annotations
+
+from kernelband.proposers.rewriter.analysis.facts import facts_of
+from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import fresh_name
+from kernelband.proposers.rewriter.edits import Found, Variant
+from kernelband.proposers.rewriter.rewrites.online_launch import CHUNK, passes_block
+from kernelband.proposers.rewriter.rewrites.online_rows import plan
+from kernelband.proposers.rewriter.rewrites.online_split import split_edits
+from kernelband.proposers.rewriter.rewrites.split_loops import fill, loop_edits, loop_split, summing_loops
+
+
+def split_rows(ms: ModuleSource) -> Found:
+    variants, reasons = [], []
+    for kernel in ms.kernels.values():
+        reductions = facts_of(kernel).reductions
+        if reductions.softmax or reductions.online:
+            reasons.append(f"{kernel.name} takes a max of its row with a sum of exp(x - max): online_softmax "
+                           f"splits such rows")
+            continue
+        if not summing_loops(kernel) and not any(b.op == "sum" for b in reductions.block):
+            reasons.append(f"{kernel.name} takes no sum over a row")
+            continue
+        if not ms.launches_of(kernel):
+            reasons.append(f"{kernel.name} is launched nowhere in this module (a helper, run by the kernels that "
+                           f"call it)")
+            continue
+        made = _loop(ms, kernel) if summing_loops(kernel) else _one_block(ms, kernel)
+        if isinstance(made, str):
+            reasons.append(made)
+            continue
+        edits, what = made
+        touched = frozenset({kernel.name} | {x.scope.top for x in ms.launches_of(kernel)} - {None})
+        variants.append(Variant("split_rows", what, touched, tuple(edits)))
+    return Found(variants, reasons)
+
+
+def _loop(ms: ModuleSource, kernel: Kernel) -> tuple[list, str] | str:
+    found = loop_split(kernel)
+    return found if isinstance(found, str) else loop_edits(ms, found)
+
+
+def _one_block(ms: ModuleSource, kernel: Kernel) -> tuple[list, str] | str:
+    name = kernel.name
+    dims = {b.dim for b in facts_of(kernel).reductions.block if b.loop is None}
+    found = plan(kernel, dims.pop() if len(dims) == 1 else None)
+    if isinstance(found, str):
+        return found
+    if not passes_block(ms, kernel, found.block):
+        return f"{name}'s row block {found.block} is set by the autotuner or a heuristic, not by every launch " \
+               f"(the split is chosen at the launch, from the block)"
+    used = set(kernel.names) | {n for s in ms.scopes for n in s.assigns} | set(ms.kernels)
+    twin, chunk = fresh_name(f"{name}_chunked", used), fresh_name("CHUNK", used)
+    edits = split_edits(ms, found, twin, chunk, fill)
+    if isinstance(edits, str):
+        return edits
+    stats = ", ".join(s.op for s in found.stats)
+    return edits, (f"{name}'s row block {found.block} ({stats}) split over SPLIT programs a row where the rows are "
+                   f"too few for the SMs: each reduces its segment in chunks of {CHUNK} ({name}_partials), then "
+                   f"each combines its row's SPLIT partials in one fixed order and stores its segment "
+                   f"({name}_combine); long rows not split walked in chunks ({twin})")

@@ -1,0 +1,284 @@
+"""split_rows (rewrites/split_rows.py, split_loops.py): rows whose statistics are sums, split over several programs
+a row as a two-stage reduction, on the example RMSNorm's loop kernel, on its single_pass twin's one-block row,
+and on re-spellings (other names, a while loop, a scalar accumulator, a helper @triton.jit, pointers walked
+block by block, a 2-D grid); the variants give the original's outputs in the interpreter where the rows split
+and where they do not; and a row whose sums cannot be split is refused with the fact."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from interpreted import run_modules  # noqa: E402
+from respellings.rows import FOR_VECTOR_LITERAL  # noqa: E402
+
+from kernelband.proposers.rewriter.proposer import options  # noqa: E402
+from kernelband.tasks import load_task  # noqa: E402
+
+# A row's mean absolute value, one value stored a row: a while loop, a scalar sum of a helper's value, a grid of
+# two axes (batches and rows).
+WHILE_SCALAR_HELPER = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _mag(v):
+    return tl.abs(v)
+
+
+@triton.jit
+def l1_mean(src, dst, length, per_batch, CH: tl.constexpr):
+    b = tl.program_id(0)
+    m = tl.program_id(1)
+    base = src + (b * per_batch + m) * length
+    lanes = tl.arange(0, CH)
+    s = 0.0
+    pos = 0
+    while pos < length:
+        v = tl.load(base + pos + lanes, mask=pos + lanes < length, other=0.0)
+        s += tl.sum(_mag(v), axis=0)
+        pos += CH
+    tl.store(dst + b * per_batch + m, s / length)
+
+
+def row_l1_mean(x):
+    B, M, N = x.shape
+    out = torch.empty((B, M), device=x.device, dtype=torch.float32)
+    l1_mean[(B, M)](x, out, N, M, CH=16)
+    return out
+'''
+
+# L2 normalisation: block indices over tl.cdiv, pointers advanced a block each step, lanes of squares, the grid
+# a local tuple.
+CDIV_POINTERS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def normalize(X, Y, n, stride, BLK: tl.constexpr):
+    r = tl.program_id(0)
+    offs = tl.arange(0, BLK)
+    px = X + r * stride + offs
+    sq = tl.zeros([BLK], dtype=tl.float32)
+    for k in range(tl.cdiv(n, BLK)):
+        t = tl.load(px, mask=offs < n - k * BLK, other=0.0)
+        sq += t * t
+        px += BLK
+    inv = 1.0 / tl.maximum(tl.sqrt(tl.sum(sq, axis=0)), 1e-12)
+    px = X + r * stride + offs
+    py = Y + r * stride + offs
+    for k in range(tl.cdiv(n, BLK)):
+        keep = offs < n - k * BLK
+        tl.store(py, tl.load(px, mask=keep, other=0.0) * inv, mask=keep)
+        px += BLK
+        py += BLK
+
+
+def l2_normalize(x):
+    y = torch.empty_like(x)
+    grid = (x.shape[0],)
+    normalize[grid](x, y, x.shape[1], x.stride(0), BLK=16)
+    return y
+'''
+
+# A row held in one block (the launch passes next_power_of_2(n)), its sum of squares through a helper.
+ONE_BLOCK_HELPER = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _square(a):
+    return a * a
+
+
+@triton.jit
+def unit_rows(inp, out, width, WIDTH: tl.constexpr):
+    i = tl.program_id(0)
+    j = tl.arange(0, WIDTH)
+    a = tl.load(inp + i * width + j, mask=j < width, other=0.0)
+    norm = tl.sqrt(tl.sum(_square(a), axis=0))
+    tl.store(out + i * width + j, a / (norm + 1e-6), mask=j < width)
+
+
+def unit(x):
+    out = torch.empty_like(x)
+    unit_rows[(x.shape[0],)](x, out, x.shape[1], WIDTH=triton.next_power_of_2(x.shape[1]))
+    return out
+'''
+
+
+def made(source: str) -> tuple[list[tuple[str, str]], tuple[str, ...]]:
+    found = options(source, ("split_rows",))
+    return [(v.rationale, v.apply(found.module)) for v in found.variants], found.reasons
+
+
+def example() -> str:
+    return load_task("examples:rmsnorm").module_source
+
+
+def single_pass_of_example() -> str:
+    found = options(example(), ("single_pass",))
+    return found.variants[0].apply(found.module)
+
+
+def test_the_example_rmsnorms_loop_kernel_is_split_into_partial_sums_and_a_combining_stage():
+    [(rationale, new)], reasons = made(example())
+    assert reasons == ()
+    assert rationale == (
+        "rmsnorm_kernel's row sums (sum_sq) split over SPLIT programs a row where the rows are too few for the SMs: "
+        "each sums its run of the loop's blocks (rmsnorm_kernel_partials), then each adds its row's SPLIT partials "
+        "in one fixed order and runs what follows, its loops over its run (rmsnorm_kernel_combine)")
+    # stage 1: the program's run of the sum loop's blocks, its lanes summed into the row's j-th partial
+    assert "    start_hi = tl.minimum(start_lo + start_per * BLOCK_SIZE, n_cols)\n" \
+           "    for start in range(start_lo, start_hi, BLOCK_SIZE):\n" in new
+    assert "    tl.store(sum_sq_part + row_id * SPLIT + split_id, tl.sum(sum_sq, 0))\n" in new
+    # stage 2: the row's partials added in one order, read where the lanes were summed; the store loop split too
+    assert "    sum_sq_row = tl.sum(tl.load(sum_sq_part + row_id * SPLIT + tl.arange(0, SPLIT)), 0)\n" \
+           "    rstd = 1.0 / tl.sqrt(sum_sq_row / n_cols + eps)\n" in new
+    assert "    for start in range(start_lo_1, start_hi_1, BLOCK_SIZE):\n" in new
+    # the host: 16 programs a SM at the launch's 2 warps, the original launch where the rows fill the SMs
+    assert "    split = min(32, triton.next_power_of_2(-(-16 * sms // rows_1))) if rows_1 < 8 * sms else 1\n" in new
+    assert "        rmsnorm_kernel_partials[(*grid, split)](out, x, weight" in new
+    assert "    else:\n        rmsnorm_kernel[(rows,)](out, x, weight" in new
+
+
+def test_the_single_pass_twin_of_the_example_splits_its_one_block_row_and_the_loop_kernel_its_loop():
+    found, reasons = made(single_pass_of_example())
+    assert reasons == ()
+    assert [r.split("'s")[0] for r, _ in found] == ["rmsnorm_kernel", "rmsnorm_kernel_single_pass"]
+    assert found[1][0].startswith("rmsnorm_kernel_single_pass's row block BLOCK_SIZE (sum) split over SPLIT programs")
+
+
+@pytest.mark.parametrize("source, kernel, sums", [
+    (WHILE_SCALAR_HELPER, "l1_mean", "s"),
+    (CDIV_POINTERS, "normalize", "sq"),
+])
+def test_the_split_fires_on_other_spellings_of_a_loop_that_sums_its_row(source, kernel, sums):
+    [(rationale, new)], _ = made(source)
+    assert rationale.startswith(f"{kernel}'s row sums ({sums}) split over SPLIT programs a row")
+    assert f"def {kernel}_partials(" in new and f"def {kernel}_combine(" in new
+
+
+def test_the_split_of_a_while_loop_starts_its_variable_at_the_run_and_of_pointers_advances_them():
+    [(_, new)], _ = made(WHILE_SCALAR_HELPER)
+    assert "    pos = pos_lo\n    while pos < pos_hi:\n" in new
+    assert "    split_id = tl.program_id(2)\n    row_id = tl.program_id(0) + tl.program_id(1) * tl.num_programs(0)\n" \
+        in new
+    assert "    tl.store(dst + b * per_batch + m, s / length)\n" in new  # each program of the row stores it alike
+    [(_, new)], _ = made(CDIV_POINTERS)
+    assert "    px += k_skipped * (BLK)\n    for k in range(k_lo, k_hi, 1):\n" in new
+    assert "    px += k_skipped_1 * (BLK)\n    py += k_skipped_1 * (BLK)\n" in new
+
+
+def test_a_one_block_row_of_sums_is_split_with_its_chunked_twin_for_long_rows():
+    [(rationale, new)], _ = made(ONE_BLOCK_HELPER)
+    assert rationale.startswith("unit_rows's row block WIDTH (sum) split over SPLIT programs a row")
+    assert "def unit_rows_chunked(" in new and "def unit_rows_partials(" in new
+
+
+RECORD = '''
+    kernel.run = lambda *a, _run=run, _name=name, **k: (launched.append(_name), _run(*a, **k))[1]
+'''
+
+
+def check_outputs(source: str, entry: str, kernels: list[str], cases: str) -> None:
+    """Runs the original and the variant on each case, `(args, launched kernel names)`: the same outputs, the
+    variant's twice bitwise alike, and the kernels it launched those named (`kernels`: the stages, then the
+    kernel split)."""
+    [(_, new)] = [v for v in made(source)[0] if v[0].startswith(f"{kernels[-1]}'s")]
+    run_modules({"original": source, "variant": new}, f"""
+import torch
+import original
+import variant
+torch.manual_seed(0)
+launched = []
+for name in {kernels!r}:
+    kernel = getattr(variant, name, None)
+    if kernel is None:
+        continue
+    run = kernel.run
+{RECORD}
+for args, want in {cases}:
+    launched.clear()
+    expected = original.{entry}(*args)
+    got = variant.{entry}(*args)
+    assert launched == want, (args[0].shape, launched)
+    assert torch.allclose(got.float(), expected.float(), atol=1e-3, rtol=1e-3), (args[0].shape, got, expected)
+    assert torch.equal(variant.{entry}(*args), got)
+""")
+
+
+STAGES = ["{k}_partials", "{k}_combine"]
+
+
+@pytest.mark.slow
+def test_the_example_rmsnorm_split_gives_the_originals_outputs_in_the_interpreter():
+    """3 and 5 rows take the two stages (fewer than 8 * 8 interpreter SMs), 70 rows the original kernel."""
+    stages = [s.format(k="rmsnorm_kernel") for s in STAGES]
+    cases = ("[([torch.randn(r, c, dtype=torch.float16), torch.randn(c, dtype=torch.float16)], w) for r, c, w in "
+             f"((3, 1000, {stages}), (5, 300, {stages}), (3, 100, {stages}), (70, 600, ['rmsnorm_kernel']))]")
+    check_outputs(example(), "rmsnorm", [*stages, "rmsnorm_kernel"], cases)
+
+
+@pytest.mark.slow
+def test_the_single_pass_twins_split_gives_the_originals_outputs_in_the_interpreter():
+    """The twin's rows (up to 16384 columns) split where they are few; 40 rows of 37 (a block of 64, over the
+    interpreter's 32) take the chunked twin, 40 rows of 20 the single-pass twin itself."""
+    kernel = "rmsnorm_kernel_single_pass"
+    stages = [s.format(k=kernel) for s in STAGES]
+    cases = ("[([torch.randn(r, c, dtype=torch.float16), torch.randn(c, dtype=torch.float16)], w) for r, c, w in "
+             f"((3, 100, {stages}), (5, 300, {stages}), (40, 37, ['{kernel}_chunked']), (40, 20, ['{kernel}']))]")
+    check_outputs(single_pass_of_example(), "rmsnorm", [*stages, f"{kernel}_chunked", kernel], cases)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source, entry, kernel, cases", [
+    (WHILE_SCALAR_HELPER, "row_l1_mean", "l1_mean", "(((2, 2, 100), S), ((1, 3, 37), S), ((3, 20, 40), [K]))"),
+    (CDIV_POINTERS, "l2_normalize", "normalize", "(((3, 100), S), ((5, 37), S), ((50, 40), [K]))"),
+    (ONE_BLOCK_HELPER, "unit", "unit_rows", "(((3, 100), S), ((5, 37), S), ((50, 40), [K + '_chunked']), "
+                                            "((50, 20), [K]))"),
+])
+def test_each_spelling_split_gives_the_originals_outputs_in_the_interpreter(source, entry, kernel, cases):
+    """Rows too few for the interpreter's SMs split (S, the stages), more rows do not: the original kernel K,
+    or a one-block row's chunked twin where its block is over the interpreter's 32."""
+    stages = [s.format(k=kernel) for s in STAGES]
+    launched = cases.replace("S", repr(stages)).replace("K", repr(kernel))
+    check_outputs(source, entry, [*stages, f"{kernel}_chunked", kernel],
+                  f"[([torch.randn(*shape)], want) for shape, want in {launched}]")
+
+
+@pytest.mark.parametrize("old, new, why", [
+    ("        acc += x * x\n",
+     "        acc += x * x\n        tl.store(y_ptr + row, tl.sum(acc, axis=0))\n",
+     "rmsnorm_kernel reads its sum acc inside the loop that accumulates it (a running value: the part of it "
+     "before a program's run of the blocks is another program's)"),
+    ("    acc = tl.zeros([BLOCK], dtype=tl.float32)\n", "    acc = tl.full([BLOCK], 1.0, dtype=tl.float32)\n",
+     "rmsnorm_kernel's sum acc does not start from 0 (each run of the blocks would add its start)"),
+    ("    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / n_cols + eps)\n",
+     "    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / n_cols + eps) + x * 0.0\n",
+     "rmsnorm_kernel reads x after its sum loop, which the loop leaves as its last block set it"),
+    ("    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / n_cols + eps)\n",
+     "    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / n_cols + eps)\n    peak = tl.max(acc, axis=0)\n",
+     "rmsnorm_kernel reads its lanes acc after the loop other than summed over them"),
+])
+def test_a_row_whose_sums_cannot_be_split_is_refused_with_the_fact(old, new, why):
+    source = FOR_VECTOR_LITERAL.replace(old, new)
+    assert source != FOR_VECTOR_LITERAL
+    assert made(source) == ([], (why,))
+
+
+def test_a_second_reduction_over_the_row_that_reads_the_first_is_refused():
+    """LayerNorm's variance around its mean: a second loop of sums after the first's statistic."""
+    assert made(load_task("examples:layernorm").module_source) == ([], (
+        "layernorm_kernel's loop after its row sums carries acc from one block to the next: a second reduction "
+        "over the row, which one stage of partial sums does not split",))
