@@ -8,8 +8,9 @@ one-step grid around the starting tile. Two variants, one list each:
 (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps) as the sources write them. The kernel must be a plain GEMM
 (`analysis.dots`: the constexprs sizing its M, N and K tiles are read from the tiles' shapes, M and N scaling a
 program id, K stepping the loop that sums the product), with its accesses along each tile bounded, or each tile
-checked to divide the size it tiles (`extents`: the autotuner prunes the configs whose tiles do not): then any
-tile covers the same product. A GROUP_M swizzle the kernel has stays as the launch sets it; `grouped_ordering`
+checked to divide the size it tiles (`extents`: the autotuner prunes the configs whose tiles do not), or, where
+that size is a constant of the source, known to divide it (the configs whose tiles do not are left out, and
+the set with them): then any tile covers the same product. A GROUP_M swizzle the kernel has stays as the launch sets it; `grouped_ordering`
 adds one.
 
 Any other tl.dot kernel (attention, say) gets the tiles of Triton's fused-attention tutorial on its free tiles:
@@ -52,9 +53,10 @@ def dot_axes(kernel: Kernel) -> dict[str, str] | str:
     return plain[0].axes
 
 
-def free_axes(ms: ModuleSource, kernel: Kernel) -> tuple[dict[str, str], tuple[tuple[str, str], ...]] | str:
+def free_axes(ms: ModuleSource, kernel: Kernel) -> tuple[dict[str, str], tuple[tuple[str, str | int], ...]] | str:
     """The GEMM's axes, and the (tile, size) pairs whose divisibility a config needs where its accesses are not
-    masked (`extents`); or the fact that keeps any tile from being certain to compute the same."""
+    masked (`extents`: the size a parameter, or an integer); or the fact that keeps any tile from being certain
+    to compute the same."""
     axes = dot_axes(kernel)
     if isinstance(axes, str):
         return axes
@@ -65,6 +67,17 @@ def free_axes(ms: ModuleSource, kernel: Kernel) -> tuple[dict[str, str], tuple[t
     if isinstance(divides, str):
         return divides
     return axes, tuple(divides)
+
+
+def fitting(label: str, configs: list, divides: tuple[tuple[str, str | int], ...]) -> ConfigSet | str:
+    """The set of the configs whose tiles divide the sizes that are integers (a config whose tile does not
+    would reach past them), checked on the host against those that are parameters; or why none is left."""
+    fixed = [(tile, size) for tile, size in divides if isinstance(size, int)]
+    kept = [c for c in configs if all(size > 0 and size % c[0][tile] == 0 for tile, size in fixed if tile in c[0])]
+    if not kept:
+        sizes = ", ".join(f"{tile} of {size}" for tile, size in fixed)
+        return f"no config of {label} has tiles that divide the sizes the kernel fixes ({sizes}) along its unmasked accesses"
+    return ConfigSet(label, kept, tuple((tile, size) for tile, size in divides if isinstance(size, str)))
 
 
 def _order(a: int | str | None, b: int | str | None) -> int:
@@ -123,7 +136,10 @@ def free_tiles(ms: ModuleSource, kernel: Kernel) -> ConfigSet | str:
             configs.append((values, warps, stages))
     if not configs:
         return f"no tile of the fused-attention tutorial keeps the order of {kernel.name}'s launch values"
-    return ConfigSet("Triton's fused-attention tutorial tiles", configs[:MAX_ATTENTION_CONFIGS], tuple(divides))
+    fits = fitting("Triton's fused-attention tutorial tiles", configs, tuple(divides))
+    if isinstance(fits, str):
+        return fits
+    return ConfigSet(fits.label, fits.configs[:MAX_ATTENTION_CONFIGS], fits.divides)
 
 
 def choose(ms: ModuleSource, kernel: Kernel) -> list[ConfigSet] | str:
@@ -133,5 +149,7 @@ def choose(ms: ModuleSource, kernel: Kernel) -> list[ConfigSet] | str:
         return [other] if isinstance(other, ConfigSet) else other
     axes, divides = found
     m, n, k = axes["M"], axes["N"], axes["K"]
-    return [ConfigSet(label, [({m: bm, n: bn, k: bk}, warps, stages) for bm, bn, bk, stages, warps in table], divides)
+    sets = [fitting(label, [({m: bm, n: bn, k: bk}, warps, stages) for bm, bn, bk, stages, warps in table], divides)
             for label, table in (("Triton's matmul tutorial configs", TUTORIAL), ("Inductor's mm configs", INDUCTOR))]
+    kept = [s for s in sets if isinstance(s, ConfigSet)]
+    return kept or sets[0]
