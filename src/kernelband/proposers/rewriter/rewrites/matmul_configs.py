@@ -74,8 +74,9 @@ def fitting(label: str, configs: list, divides: tuple[tuple[str, str | int], ...
     would reach past them), checked on the host against those that are parameters; or why none is left."""
     fixed = [(tile, size) for tile, size in divides if isinstance(size, int)]
     kept = [c for c in configs if all(size > 0 and size % c[0][tile] == 0 for tile, size in fixed if tile in c[0])]
-    if not kept:
-        sizes = ", ".join(f"{tile} of {size}" for tile, size in fixed)
+    if not kept:  # the sizes no config's tile divides, else all: no config divides them all at once
+        sizes = ", ".join(f"{tile} of {size}" for tile, size in [
+            (tile, size) for tile, size in fixed if not any(size % c[0][tile] == 0 for c in configs)] or fixed)
         return f"no config of {label} has tiles that divide the sizes the kernel fixes ({sizes}) along its unmasked accesses"
     return ConfigSet(label, kept, tuple((tile, size) for tile, size in divides if isinstance(size, str)))
 
