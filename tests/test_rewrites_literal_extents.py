@@ -220,3 +220,18 @@ for name, label in zip({list(modules)!r}, {list(variants)!r}):
 """
     run_modules({"kb_original": source, **modules}, "import torch\nimport kb_original as original\n"
                 "torch.manual_seed(0)\n" + check)
+
+
+def test_a_free_tile_along_a_constant_no_tutorial_tile_divides_stays_as_the_launch_sets_it():
+    """TritonBench-G's mixed_sparse_attention walks `range(0, max_num_cols, BLOCK_N)` with max_num_cols = 16, its
+    column load masked by a flag, not by its offsets: no fused-attention tile of BLOCK_N (32 to 128) divides 16,
+    so BLOCK_N keeps the launch's value and BLOCK_M alone tunes, as before the size was known."""
+    from kernelband.tasks import load_task
+    from kernelband.tasks import tritonbench as tb
+
+    if tb.find() is None:
+        pytest.skip("no TritonBench-G data")
+    source = load_task("tritonbench:mixed_sparse_attention").module_source
+    [(rationale, new)], _ = made_plain(source, "matmul_configs")
+    assert "8 configs over BLOCK_M, num_warps, num_stages," in rationale
+    assert '("BLOCK_M", "N_CTX")' in new and "BLOCK_N\": " not in new

@@ -17,7 +17,9 @@ Any other tl.dot kernel (attention, say) gets the tiles of Triton's fused-attent
 a tile that scales a program id takes the tutorial's BLOCK_M values, one that a loop steps by its BLOCK_N
 values. A tile is free when every access along it is bounded, nothing's result depends on its extent, and the
 kernel reads it only as a tile's size (`roles`); a config keeps the order the launch's values have between two
-tiles (BLOCK_M >= BLOCK_N stays so, equal tiles stay equal), which the kernel may rely on.
+tiles (BLOCK_M >= BLOCK_N stays so, equal tiles stay equal), which the kernel may rely on. A tile whose accesses
+are not masked along a size the source fixes is free for the tutorial's values that divide it, and stays as the
+launch sets it where none does.
 """
 
 from __future__ import annotations
@@ -121,6 +123,10 @@ def free_tiles(ms: ModuleSource, kernel: Kernel) -> ConfigSet | str:
         if reason and role.unbounded and not role.shaped and not role.other:
             divides = unbounded_extents(ms, kernel, [param])
             reason = divides if isinstance(divides, str) else ""
+            sizes = [size for _, size in divides if isinstance(size, int)] if not reason else []
+            if sizes and not any(sizes[0] % (t if role.tiles else s) == 0 for t, s, _, _ in ATTENTION):
+                reason = (f"no tile of the fused-attention tutorial divides the {sizes[0]} {param} tiles, along which "
+                          f"{kernel.name} does not mask")  # the launch's value stays, and the other tiles tune
         if reason or launched.get(param) is None:
             why = why or reason or f"the launch of {kernel.name} does not set {param} where it can be changed"
             continue
