@@ -163,9 +163,10 @@ def test_matmul_configs_keeps_the_configs_whose_tiles_divide_the_constants(name)
 @pytest.mark.parametrize("name", SPELLINGS)
 def test_a_constant_no_config_divides_is_refused_with_what_the_kernel_fixes(name):
     """K = 100 and the loads along K not masked: no tutorial or Inductor tile of 32 or 64 ends at 100."""
+    tile = {"bound": "BLOCK_SIZE_K", "inline": "TK", "module": "BK"}[name]
     assert made_plain(spelled(name, k=100), "matmul_configs") == ([], (
-        "no config of Triton's matmul tutorial configs has tiles that divide the sizes the kernel fixes (BK of 100) "
-        "along its unmasked accesses".replace("BK", {"bound": "BLOCK_SIZE_K", "inline": "TK", "module": "BK"}[name]),))
+        f"no config of Triton's matmul tutorial configs has tiles that divide the sizes the kernel fixes ({tile} of "
+        "100) along its unmasked accesses",))
 
 
 def test_a_constant_a_tile_may_not_divide_is_still_refused_where_no_config_fits_it():

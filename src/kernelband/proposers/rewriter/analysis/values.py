@@ -30,7 +30,8 @@ from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import assigned, code, dotted, restated
 
 MAX_DEPTH = 8  # nested helper calls inlined
-INTEGER_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
+INTEGER_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+               ast.FloorDiv: operator.floordiv}
 
 
 def parse_expression(node: cst.BaseExpression) -> ast.expr:

@@ -9,9 +9,9 @@ one-step grid around the starting tile. Two variants, one list each:
 (`analysis.dots`: the constexprs sizing its M, N and K tiles are read from the tiles' shapes, M and N scaling a
 program id, K stepping the loop that sums the product), with its accesses along each tile bounded, or each tile
 checked to divide the size it tiles (`extents`: the autotuner prunes the configs whose tiles do not), or, where
-that size is a constant of the source, known to divide it (the configs whose tiles do not are left out, and
-the set with them): then any tile covers the same product. A GROUP_M swizzle the kernel has stays as the launch sets it; `grouped_ordering`
-adds one.
+that size is an integer of the source, known to divide it (the configs whose tiles do not are left out, and a
+set none of whose configs is left with them): then any tile covers the same product. A GROUP_M swizzle the
+kernel has stays as the launch sets it; `grouped_ordering` adds one.
 
 Any other tl.dot kernel (attention, say) gets the tiles of Triton's fused-attention tutorial on its free tiles:
 a tile that scales a program id takes the tutorial's BLOCK_M values, one that a loop steps by its BLOCK_N
@@ -79,7 +79,8 @@ def fitting(label: str, configs: list, divides: tuple[tuple[str, str | int], ...
     if not kept:  # the sizes no config's tile divides, else all: no config divides them all at once
         sizes = ", ".join(f"{tile} of {size}" for tile, size in [
             (tile, size) for tile, size in fixed if not any(size % c[0][tile] == 0 for c in configs)] or fixed)
-        return f"no config of {label} has tiles that divide the sizes the kernel fixes ({sizes}) along its unmasked accesses"
+        return (f"no config of {label} has tiles that divide the sizes the kernel fixes ({sizes}) along its "
+                "unmasked accesses")
     return ConfigSet(label, kept, tuple((tile, size) for tile, size in divides if isinstance(size, str)))
 
 
@@ -125,8 +126,9 @@ def free_tiles(ms: ModuleSource, kernel: Kernel) -> ConfigSet | str:
             reason = divides if isinstance(divides, str) else ""
             sizes = [size for _, size in divides if isinstance(size, int)] if not reason else []
             if sizes and not any(sizes[0] % (t if role.tiles else s) == 0 for t, s, _, _ in ATTENTION):
-                reason = (f"no tile of the fused-attention tutorial divides the {sizes[0]} {param} tiles, along which "
-                          f"{kernel.name} does not mask")  # the launch's value stays, and the other tiles tune
+                # the launch's value stays, and the other tiles tune
+                reason = (f"no tile of the fused-attention tutorial divides the {sizes[0]} {param} tiles, along "
+                          f"which {kernel.name} does not mask")
         if reason or launched.get(param) is None:
             why = why or reason or f"the launch of {kernel.name} does not set {param} where it can be changed"
             continue
@@ -156,7 +158,8 @@ def choose(ms: ModuleSource, kernel: Kernel) -> list[ConfigSet] | str:
         return [other] if isinstance(other, ConfigSet) else other
     axes, divides = found
     m, n, k = axes["M"], axes["N"], axes["K"]
+    tables = (("Triton's matmul tutorial configs", TUTORIAL), ("Inductor's mm configs", INDUCTOR))
     sets = [fitting(label, [({m: bm, n: bn, k: bk}, warps, stages) for bm, bn, bk, stages, warps in table], divides)
-            for label, table in (("Triton's matmul tutorial configs", TUTORIAL), ("Inductor's mm configs", INDUCTOR))]
+            for label, table in tables]
     kept = [s for s in sets if isinstance(s, ConfigSet)]
     return kept or sets[0]
