@@ -95,7 +95,8 @@ def extent(ms: ModuleSource, kernel: Kernel, param: str) -> str | int | None:
         return None
     candidates: set[str | int] = set()
     for loop in role.steps:
-        constant = facts.values.integer(loop.end)
+        # a constant end is the size only where the loop counts up to it from 0 (`range(K, 0, -BK)` ends at 0)
+        constant = facts.values.integer(loop.end) if facts.values.integer(loop.start) == 0 else None
         if isinstance(loop.end, ast.Name) and kernel.param(loop.end.id) is not None:
             candidates.add(loop.end.id)
         elif constant is not None:
