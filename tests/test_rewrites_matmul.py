@@ -202,9 +202,10 @@ def test_persistent_tiles_start_each_tile_from_the_parameters_as_passed():
 
 
 def test_the_tritonbench_matmul_keeps_its_tiles_where_only_the_host_knows_the_sizes_they_tile():
-    """Its store is not masked and its sizes are constants of the kernel's, the grid's M a host value the kernel
-    is not passed: no check could say a new tile divides them, so matmul_configs refuses, saying so;
-    persistent_tiles, which keeps the tiles, applies."""
+    """Its store is not masked and its sizes are constants of the kernel's, but the rows and columns the store
+    covers are the grid's, `triton.cdiv(M, BLOCK_SIZE_M)` of a host M the kernel is not passed: no check could say
+    a new M tile divides it, so matmul_configs refuses, saying so. split_k keeps the M and N tiles and splits the
+    K loop's 4096 / BLOCK_SIZE_K steps, a constant of the kernel's; persistent_tiles keeps the tiles."""
     path = tb.find()
     if path is None:
         pytest.skip("no TritonBench-G data")
@@ -212,8 +213,10 @@ def test_the_tritonbench_matmul_keeps_its_tiles_where_only_the_host_knows_the_si
 
     source = load_task("tritonbench:matmul_kernel").module_source
     assert made(source, "matmul_configs")[1] == (
-        "a store along BLOCK_SIZE_M in matmul_kernel is not masked, and the size BLOCK_SIZE_M tiles is not a "
-        "parameter a check could read",)
+        "a store along BLOCK_SIZE_M in matmul_kernel is not masked, and the size BLOCK_SIZE_M tiles is neither a "
+        "constant nor a parameter a check could read",)
+    [(_, split)] = made(source, "split_k")[0]
+    assert "k_per_split = tl.cdiv(tl.cdiv(4096, BLOCK_SIZE_K), SPLIT_K) * BLOCK_SIZE_K\n" in split
     assert len(made(source, "persistent_tiles")[0]) == 1
 
 

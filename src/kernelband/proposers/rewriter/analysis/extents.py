@@ -1,10 +1,17 @@
-"""The size each tile constexpr tiles, as a parameter of the kernel: what a host-side check reads to know that a
-tile divides it, where the kernel's loads and stores along that tile are not masked.
+"""The size each tile constexpr tiles, where the kernel's loads and stores along that tile are not masked: a
+parameter of the kernel, which a host-side check reads to know that a tile divides it, or an integer the source
+fixes, which a tile is known to divide or not before anything runs.
 
-* A tile that a loop steps by tiles the loop's extent: `for k in range(0, K, BLOCK_K)` tiles K.
+* A tile that a loop steps by tiles the loop's extent: `for k in range(0, K, BLOCK_K)` and
+  `for k in range(0, tl.cdiv(K, BLOCK_K))` tile K.
 * A tile that scales a program id tiles what the kernel counts its tiles over (`tl.cdiv(N, BLOCK_N)`, N a
   parameter) or what the launch's grid divides by it (`triton.cdiv(M, BLOCK_M)` beside `M` passed as the
   parameter M).
+
+The size is a constant where its value is an integer whatever the launch passes (`KernelValues.integer`): a
+literal inline, a local bound once to one (`M, N, K = 4096, 4096, 4096`), a module-level constant, or, in
+the grid, a literal or a name the host binds once to one. Then the accesses along a tile T of size C are in
+bounds exactly for the T that divide C: the blocks cover [0, C) and end at C.
 """
 
 from __future__ import annotations
@@ -15,34 +22,56 @@ import libcst as cst
 
 from kernelband.proposers.rewriter.analysis import grids
 from kernelband.proposers.rewriter.analysis.facts import facts_of
-from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import code, int_value
 from kernelband.proposers.rewriter.analysis.values import names_in, tl_name
 
 
-def _counted(kernel: Kernel, param: str) -> set[str]:
-    """Parameters X the kernel divides into tiles of `param`: `tl.cdiv(X, param)`."""
-    found = set()
+def _counted(kernel: Kernel, param: str) -> set[str | int]:
+    """Parameters X, or integers, the kernel divides into tiles of `param`: `tl.cdiv(X, param)`."""
+    values = facts_of(kernel).values
+    found: set[str | int] = set()
     for expression in facts_of(kernel).roles.expressions:
         for node in ast.walk(expression):
-            if tl_name(node) == "cdiv" and len(node.args) == 2 and ast.unparse(node.args[1]) == param \
-                    and isinstance(node.args[0], ast.Name) and kernel.param(node.args[0].id) is not None:
-                found.add(node.args[0].id)
+            if tl_name(node) == "cdiv" and len(node.args) == 2 and ast.unparse(node.args[1]) == param:
+                if isinstance(node.args[0], ast.Name) and kernel.param(node.args[0].id) is not None:
+                    found.add(node.args[0].id)
+                elif (constant := values.integer(node.args[0])) is not None:
+                    found.add(constant)
     return found
 
 
-def _gridded(ms: ModuleSource, kernel: Kernel, param: str) -> set[str]:
-    """Parameters whose argument every launch's grid divides by the value it passes as `param`."""
-    found: set[str] | None = None
+def _host_integer(ms: ModuleSource, launch: Launch, node: cst.BaseExpression) -> int | None:
+    """The integer a grid's numerator is: a literal, or a name the host binds once to one (in the launch's
+    function or the module; a parameter's default is not its value: a caller may pass another)."""
+    value = int_value(node)
+    if value is None and isinstance(node, cst.Name):
+        kind, given = ms.name_value(launch.scope, node.value)
+        value = int_value(given) if kind != "default" else None
+    return value
+
+
+def _divided(ms: ModuleSource, launch: Launch, division, passed: dict[str, str]) -> set[str | int]:
+    """What a grid's ceiling division divides: the integer it is, else the parameters passed its value."""
+    constant = _host_integer(ms, launch, division.numerator)
+    if constant is not None:
+        return {constant}
+    return {passed[t] for t in grids.numerator_codes(launch, division) if t in passed}
+
+
+def _gridded(ms: ModuleSource, kernel: Kernel, param: str) -> set[str | int]:
+    """Parameters whose argument every launch's grid divides by the value it passes as `param`, or the
+    integer every launch's grid divides so."""
+    found: set[str | int] | None = None
     for launch in ms.launches_of(kernel):
         passed = {code(launch.call.args[i].value).strip(): p for p, i in launch.args.items()
                   if kernel.param(p) is not None and not kernel.param(p).constexpr}
-        here: set[str] = set()
+        here: set[str | int] = set()
         if launch.meta_grid is not None:
             meta, body = launch.meta_grid
             for division in grids.ceil_divisions_in(body):
                 if code(division.divisor).strip() in (f'{meta}["{param}"]', f"{meta}['{param}']"):
-                    here |= {passed[t] for t in grids.numerator_codes(launch, division) if t in passed}
+                    here |= _divided(ms, launch, division, passed)
         else:
             arg = launch.arg(param)
             value = int_value(arg.value) if arg is not None else None
@@ -53,21 +82,25 @@ def _gridded(ms: ModuleSource, kernel: Kernel, param: str) -> set[str]:
             owned = grids.owners(ms, launch, divisions, facts_of(kernel).tile_sizes)
             for division in divisions:
                 if owned[id(division)] == [param]:
-                    here |= {passed[t] for t in grids.numerator_codes(launch, division) if t in passed}
+                    here |= _divided(ms, launch, division, passed)
         found = here if found is None else found & here
     return found or set()
 
 
-def extent(ms: ModuleSource, kernel: Kernel, param: str) -> str | None:
-    """The parameter naming the size `param` tiles, None where none is certain."""
+def extent(ms: ModuleSource, kernel: Kernel, param: str) -> str | int | None:
+    """The parameter naming the size `param` tiles, or the integer it is; None where neither is certain."""
     facts = facts_of(kernel)
     role = facts.roles.get(param)
     if role is None:
         return None
-    candidates: set[str] = set()
+    candidates: set[str | int] = set()
     for loop in role.steps:
+        # a constant end is the size only where the loop counts up to it from 0 (`range(K, 0, -BK)` ends at 0)
+        constant = facts.values.integer(loop.end) if facts.values.integer(loop.start) == 0 else None
         if isinstance(loop.end, ast.Name) and kernel.param(loop.end.id) is not None:
             candidates.add(loop.end.id)
+        elif constant is not None:
+            candidates.add(constant)
         elif loop.end is not None and names_in(loop.end) - {"tl"}:
             return None
     if role.tiles:
@@ -75,9 +108,9 @@ def extent(ms: ModuleSource, kernel: Kernel, param: str) -> str | None:
     return candidates.pop() if len(candidates) == 1 else None
 
 
-def unbounded_extents(ms: ModuleSource, kernel: Kernel, params: list[str]) -> list[tuple[str, str]] | str:
-    """(tile, size) for each of `params` along which a load or store is not masked; or why a size is not
-    known as a parameter (then no check can say the tile divides it)."""
+def unbounded_extents(ms: ModuleSource, kernel: Kernel, params: list[str]) -> list[tuple[str, str | int]] | str:
+    """(tile, size) for each of `params` along which a load or store is not masked, the size a parameter or an
+    integer; or why a size is neither (then no check can say the tile divides it)."""
     roles = facts_of(kernel).roles
     pairs = []
     for param in params:
@@ -87,6 +120,6 @@ def unbounded_extents(ms: ModuleSource, kernel: Kernel, params: list[str]) -> li
         if size is None:
             access = roles[param].unbounded[0]
             return (f"a {access.kind} along {param} in {kernel.name} is not masked, and the size {param} tiles is "
-                    "not a parameter a check could read")
+                    "neither a constant nor a parameter a check could read")
         pairs.append((param, size))
     return pairs

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import operator
 from functools import cached_property
 
 import libcst as cst
@@ -29,6 +30,8 @@ from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import assigned, code, dotted, restated
 
 MAX_DEPTH = 8  # nested helper calls inlined
+INTEGER_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+               ast.FloorDiv: operator.floordiv}
 
 
 def parse_expression(node: cst.BaseExpression) -> ast.expr:
@@ -323,6 +326,28 @@ class KernelValues:
             return self.var_init[name]
         first = next((v for v in self.kernel.scope.assigns.get(name, []) if v is not None), None)
         return self.expand(first) if first is not None else None
+
+    def integer(self, node: ast.expr | None, depth: int = 0) -> int | None:
+        """The integer a canonical form is certain to be, whatever the launch passes: a literal (inline or bound
+        to a local once, which the canonical form holds already), a module-level name assigned one once
+        (`K = 64`, `K: tl.constexpr = 64`, `K = tl.constexpr(64)`), or +, -, *, // of those; None otherwise. A
+        parameter is not one, even with a default: a launch may pass another value."""
+        if node is None or depth > MAX_DEPTH:
+            return None
+        if isinstance(node, ast.Constant):
+            return node.value if type(node.value) is int else None
+        if isinstance(node, ast.Name) and not self.is_param(node.id) and node.id not in self.locals:
+            value = self.ms.module_scope.value(node.id)
+            if isinstance(value, cst.Call) and (dotted(value.func) or "").rpartition(".")[2] == "constexpr" \
+                    and len(value.args) == 1:
+                value = value.args[0].value
+            return self.integer(parse_expression(value), depth + 1) if value is not None else None
+        if isinstance(node, ast.BinOp) and type(node.op) in INTEGER_OPS:
+            left, right = self.integer(node.left, depth + 1), self.integer(node.right, depth + 1)
+            if left is None or right is None or (isinstance(node.op, ast.FloorDiv) and right == 0):
+                return None
+            return INTEGER_OPS[type(node.op)](left, right)
+        return None
 
     def inline(self, helper: cst.FunctionDef, args: list[ast.expr], kwargs: Env, depth: int) -> ast.expr | None:
         """What a straight-line helper returns for these arguments; None for a helper with loops, branches or

@@ -8,15 +8,18 @@ one-step grid around the starting tile. Two variants, one list each:
 (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps) as the sources write them. The kernel must be a plain GEMM
 (`analysis.dots`: the constexprs sizing its M, N and K tiles are read from the tiles' shapes, M and N scaling a
 program id, K stepping the loop that sums the product), with its accesses along each tile bounded, or each tile
-checked to divide the size it tiles (`extents`: the autotuner prunes the configs whose tiles do not): then any
-tile covers the same product. A GROUP_M swizzle the kernel has stays as the launch sets it; `grouped_ordering`
-adds one.
+checked to divide the size it tiles (`extents`: the autotuner prunes the configs whose tiles do not), or, where
+that size is an integer of the source, known to divide it (the configs whose tiles do not are left out, and a
+set none of whose configs is left with them): then any tile covers the same product. A GROUP_M swizzle the
+kernel has stays as the launch sets it; `grouped_ordering` adds one.
 
 Any other tl.dot kernel (attention, say) gets the tiles of Triton's fused-attention tutorial on its free tiles:
 a tile that scales a program id takes the tutorial's BLOCK_M values, one that a loop steps by its BLOCK_N
 values. A tile is free when every access along it is bounded, nothing's result depends on its extent, and the
 kernel reads it only as a tile's size (`roles`); a config keeps the order the launch's values have between two
-tiles (BLOCK_M >= BLOCK_N stays so, equal tiles stay equal), which the kernel may rely on.
+tiles (BLOCK_M >= BLOCK_N stays so, equal tiles stay equal), which the kernel may rely on. A tile whose accesses
+are not masked along a size the source fixes is free for the tutorial's values that divide it, and stays as the
+launch sets it where none does.
 """
 
 from __future__ import annotations
@@ -52,9 +55,10 @@ def dot_axes(kernel: Kernel) -> dict[str, str] | str:
     return plain[0].axes
 
 
-def free_axes(ms: ModuleSource, kernel: Kernel) -> tuple[dict[str, str], tuple[tuple[str, str], ...]] | str:
+def free_axes(ms: ModuleSource, kernel: Kernel) -> tuple[dict[str, str], tuple[tuple[str, str | int], ...]] | str:
     """The GEMM's axes, and the (tile, size) pairs whose divisibility a config needs where its accesses are not
-    masked (`extents`); or the fact that keeps any tile from being certain to compute the same."""
+    masked (`extents`: the size a parameter, or an integer); or the fact that keeps any tile from being certain
+    to compute the same."""
     axes = dot_axes(kernel)
     if isinstance(axes, str):
         return axes
@@ -65,6 +69,19 @@ def free_axes(ms: ModuleSource, kernel: Kernel) -> tuple[dict[str, str], tuple[t
     if isinstance(divides, str):
         return divides
     return axes, tuple(divides)
+
+
+def fitting(label: str, configs: list, divides: tuple[tuple[str, str | int], ...]) -> ConfigSet | str:
+    """The set of the configs whose tiles divide the sizes that are integers (a config whose tile does not
+    would reach past them), checked on the host against those that are parameters; or why none is left."""
+    fixed = [(tile, size) for tile, size in divides if isinstance(size, int)]
+    kept = [c for c in configs if all(size > 0 and size % c[0][tile] == 0 for tile, size in fixed if tile in c[0])]
+    if not kept:  # the sizes no config's tile divides, else all: no config divides them all at once
+        sizes = ", ".join(f"{tile} of {size}" for tile, size in [
+            (tile, size) for tile, size in fixed if not any(size % c[0][tile] == 0 for c in configs)] or fixed)
+        return (f"no config of {label} has tiles that divide the sizes the kernel fixes ({sizes}) along its "
+                "unmasked accesses")
+    return ConfigSet(label, kept, tuple((tile, size) for tile, size in divides if isinstance(size, str)))
 
 
 def _order(a: int | str | None, b: int | str | None) -> int:
@@ -107,6 +124,11 @@ def free_tiles(ms: ModuleSource, kernel: Kernel) -> ConfigSet | str:
         if reason and role.unbounded and not role.shaped and not role.other:
             divides = unbounded_extents(ms, kernel, [param])
             reason = divides if isinstance(divides, str) else ""
+            sizes = [size for _, size in divides if isinstance(size, int)] if not reason else []
+            if sizes and not any(sizes[0] % (t if role.tiles else s) == 0 for t, s, _, _ in ATTENTION):
+                # the launch's value stays, and the other tiles tune
+                reason = (f"no tile of the fused-attention tutorial divides the {sizes[0]} {param} tiles, along "
+                          f"which {kernel.name} does not mask")
         if reason or launched.get(param) is None:
             why = why or reason or f"the launch of {kernel.name} does not set {param} where it can be changed"
             continue
@@ -123,7 +145,10 @@ def free_tiles(ms: ModuleSource, kernel: Kernel) -> ConfigSet | str:
             configs.append((values, warps, stages))
     if not configs:
         return f"no tile of the fused-attention tutorial keeps the order of {kernel.name}'s launch values"
-    return ConfigSet("Triton's fused-attention tutorial tiles", configs[:MAX_ATTENTION_CONFIGS], tuple(divides))
+    fits = fitting("Triton's fused-attention tutorial tiles", configs, tuple(divides))
+    if isinstance(fits, str):
+        return fits
+    return ConfigSet(fits.label, fits.configs[:MAX_ATTENTION_CONFIGS], fits.divides)
 
 
 def choose(ms: ModuleSource, kernel: Kernel) -> list[ConfigSet] | str:
@@ -133,5 +158,8 @@ def choose(ms: ModuleSource, kernel: Kernel) -> list[ConfigSet] | str:
         return [other] if isinstance(other, ConfigSet) else other
     axes, divides = found
     m, n, k = axes["M"], axes["N"], axes["K"]
-    return [ConfigSet(label, [({m: bm, n: bn, k: bk}, warps, stages) for bm, bn, bk, stages, warps in table], divides)
-            for label, table in (("Triton's matmul tutorial configs", TUTORIAL), ("Inductor's mm configs", INDUCTOR))]
+    tables = (("Triton's matmul tutorial configs", TUTORIAL), ("Inductor's mm configs", INDUCTOR))
+    sets = [fitting(label, [({m: bm, n: bn, k: bk}, warps, stages) for bm, bn, bk, stages, warps in table], divides)
+            for label, table in tables]
+    kept = [s for s in sets if isinstance(s, ConfigSet)]
+    return kept or sets[0]

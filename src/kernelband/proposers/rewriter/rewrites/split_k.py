@@ -27,7 +27,8 @@ output is left as it was (a host copy would overwrite it).
 
 Refused, as not certain (beyond `matmul_launch.dot_kernel` and the plain-GEMM fact of `analysis.dots`): a K
 loop (in any form the loops fact reads: range, a range over block indices, while) inside a branch or another
-loop, one that can leave early, one that does not count from 0 to a size the launch passes by one K tile a step;
+loop, one that can leave early, one that does not count from 0 by one K tile a step to a size the launch passes
+or an integer the source fixes (`KernelValues.integer`: each split then takes its part of that many steps);
 anything but the accumulator carried from step to step other than by a fixed increment (a split could not
 start part-way); the accumulator read in the loop other than to accumulate, or not started as float32 zeros;
 a name the loop assigns read after it (but the accumulator), or the accumulator changed after it; the output
@@ -138,8 +139,10 @@ def _loop(dk: DotKernel) -> dict | str:
     if loop.form not in ("range", "cdiv", "while"):
         return f"{kernel.name}'s K loop does not count its steps from a start to an end"
     end = loop.end
-    if not (isinstance(end, ast.Name) and kernel.param(end.id) is not None and not kernel.param(end.id).constexpr):
-        return f"the extent of {kernel.name}'s K loop is not a parameter the launch passes"
+    if isinstance(end, ast.Name) and kernel.param(end.id) is not None and not kernel.param(end.id).constexpr:
+        end = end.id
+    elif (end := facts.values.integer(loop.end)) is None:  # a constant: every split reads its steps off it
+        return f"the extent of {kernel.name}'s K loop is neither a constant nor a parameter the launch passes"
     if not same(loop.start, ast.Constant(0)):
         return f"{kernel.name}'s K loop does not start at 0"
     step = ast.unparse(loop.step) if loop.step is not None else None
@@ -171,7 +174,7 @@ def _loop(dk: DotKernel) -> dict | str:
         return f"{kernel.name}'s tl.store is not a statement of its own after the K loop"
     if facts.accesses.of(dk.store).form == "descriptor":
         return f"{kernel.name} stores through a tensor descriptor, whose workspace twin is not built here"
-    return {"loop": loop, "before": before, "after": after, "store": store, "acc": acc, "end": end.id,
+    return {"loop": loop, "before": before, "after": after, "store": store, "acc": acc, "end": end,
             "steps": steps}
 
 
@@ -308,12 +311,15 @@ def split_k(ms: ModuleSource) -> Found:
             reasons.append(f"the grid of a launch of {kernel.name} is not a function of its block sizes alone")
             continue
         args = []
+        end = found["end"]
         for each in sites:
-            k, block = each.launch.arg(found["end"]), each.launch.arg(dk.axes["K"])
-            if k is None or not rereadable(k.value) or (block is None) != tuned \
+            k = cst.Integer(str(end)) if isinstance(end, int) else each.launch.arg(end)
+            k = k.value if isinstance(k, cst.Arg) else k
+            block = each.launch.arg(dk.axes["K"])
+            if k is None or not rereadable(k) or (block is None) != tuned \
                     or block is not None and not rereadable(block.value):
                 break
-            args.append((code(k.value), None if block is None else code(block.value)))
+            args.append((code(k), None if block is None else code(block.value)))
         else:
             twin = fresh_name(f"{kernel.name}_split_k", {n for s in ms.scopes for n in s.assigns} | set(ms.kernels))
             node, p = _twin(dk, found, twin)
