@@ -1,8 +1,9 @@
 """split_rows (rewrites/split_rows.py, split_loops.py): rows whose statistics are sums, split over several programs
 a row as a two-stage reduction, on the example RMSNorm's loop kernel, on its single_pass twin's one-block row,
 and on re-spellings (other names, a while loop, a scalar accumulator, a helper @triton.jit, pointers walked
-block by block, a 2-D grid); the variants give the original's outputs in the interpreter where the rows split
-and where they do not; and a row whose sums cannot be split is refused with the fact."""
+block by block, a 2-D grid); the example LayerNorm's chain of sums (its mean, then its variance around the mean)
+and a re-spelling of it split into three stages; the variants give the original's outputs in the interpreter
+where the rows split and where they do not; and a row whose sums cannot be split is refused with the fact."""
 
 from __future__ import annotations
 
@@ -113,6 +114,54 @@ def unit_rows(inp, out, width, WIDTH: tl.constexpr):
 def unit(x):
     out = torch.empty_like(x)
     unit_rows[(x.shape[0],)](x, out, x.shape[1], WIDTH=triton.next_power_of_2(x.shape[1]))
+    return out
+'''
+
+
+# A row's z-scores: a chain of sums under other names, a while loop of scalar sums, then a loop over block indices
+# of lanes through a helper, reading the first's mean, pointers walked a block each step, then a while loop that
+# stores.
+ZSCORE_CHAIN = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _sq(v):
+    return v * v
+
+
+@triton.jit
+def zscore(src, dst, length, CH: tl.constexpr):
+    r = tl.program_id(0)
+    lanes = tl.arange(0, CH)
+    base = src + r * length
+    total = 0.0
+    pos = 0
+    while pos < length:
+        total += tl.sum(tl.load(base + pos + lanes, mask=pos + lanes < length, other=0.0), axis=0)
+        pos += CH
+    centre = total / length
+    spread = tl.zeros([CH], dtype=tl.float32)
+    p = base + lanes
+    for k in range(tl.cdiv(length, CH)):
+        keep = lanes < length - k * CH
+        v = tl.load(p, mask=keep, other=0.0)
+        spread += tl.where(keep, _sq(v - centre), 0.0)
+        p += CH
+    scale = 1.0 / tl.sqrt(tl.sum(spread, axis=0) / length + 1e-5)
+    pos = 0
+    while pos < length:
+        keep = pos + lanes < length
+        v = tl.load(base + pos + lanes, mask=keep, other=0.0)
+        tl.store(dst + r * length + pos + lanes, (v - centre) * scale, mask=keep)
+        pos += CH
+
+
+def zscore_rows(x):
+    out = torch.empty_like(x)
+    zscore[(x.shape[0],)](x, out, x.shape[1], CH=16)
     return out
 '''
 
@@ -277,8 +326,78 @@ def test_a_row_whose_sums_cannot_be_split_is_refused_with_the_fact(old, new, why
     assert made(source) == ([], (why,))
 
 
-def test_a_second_reduction_over_the_row_that_reads_the_first_is_refused():
-    """LayerNorm's variance around its mean: a second loop of sums after the first's statistic."""
-    assert made(load_task("examples:layernorm").module_source) == ([], (
-        "layernorm_kernel's loop after its row sums carries acc from one block to the next: a second reduction "
-        "over the row, which one stage of partial sums does not split",))
+
+
+def layernorm() -> str:
+    return load_task("examples:layernorm").module_source
+
+
+CHAIN = ["{k}_partials", "{k}_partials_2", "{k}_combine"]
+
+
+def test_the_example_layernorms_mean_then_variance_is_split_into_a_chain_of_three_stages():
+    [(rationale, new)], reasons = made(layernorm())
+    assert reasons == ()
+    assert rationale == (
+        "layernorm_kernel's chain of row sums (acc; then acc) split over SPLIT programs a row where the rows are too "
+        "few for the SMs, one stage a loop of sums: each sums its run of the first loop's blocks "
+        "(layernorm_kernel_partials); for each later loop, each adds its row's SPLIT partials of the sums before it "
+        "in one fixed order and sums its run of that loop's blocks (layernorm_kernel_partials_2); then each adds "
+        "its row's SPLIT partials in one fixed order and runs what follows, its loops over its run "
+        "(layernorm_kernel_combine)")
+    stage_2 = new[new.index("def layernorm_kernel_partials_2("):new.index("def layernorm_kernel_combine(")]
+    # stage 2: the mean from the row's partials of the first sum, then its run of the variance loop, its partial
+    assert "    acc_row = tl.sum(tl.load(acc_part + row_id * SPLIT + tl.arange(0, SPLIT)), 0)\n" \
+           "    mean = acc_row / n_cols\n" in stage_2
+    assert "    for start in range(start_lo_1, start_hi_1, BLOCK_SIZE):\n" in stage_2
+    assert "        d = tl.where(mask, x - mean, 0.0)\n        acc += d * d\n" \
+           "    tl.store(acc_part_1 + row_id * SPLIT + split_id, tl.sum(acc, 0))\n" in stage_2
+    # the last stage: both sums from their partials, the variance as written, the store loop over its run
+    assert "    acc_row_1 = tl.sum(tl.load(acc_part_1 + row_id * SPLIT + tl.arange(0, SPLIT)), 0)\n" \
+           "    rstd = 1.0 / tl.sqrt(acc_row_1 / n_cols + eps)\n" in new
+    # the host: one workspace of both sums' partials, the three stages launched in order on one grid
+    assert "        parts = torch.empty((2, rows_1 * split), device=out.device, dtype=torch.float32)\n" in new
+    launches = [line.split("[")[0].strip() for line in new.splitlines() if "[(*grid, split)](" in line]
+    assert launches == [s.format(k="layernorm_kernel") for s in CHAIN]
+
+
+def test_a_chain_of_sums_in_other_spellings_is_split():
+    [(rationale, new)], _ = made(ZSCORE_CHAIN)
+    assert rationale.startswith("zscore's chain of row sums (total; then spread) split over SPLIT programs a row")
+    assert all(f"def {s.format(k='zscore')}(" in new for s in CHAIN)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source, entry, kernel, cases", [
+    (layernorm(), "layernorm", "layernorm_kernel",
+     "[([3.0 + 2.0 * torch.randn(r, c), torch.randn(c), torch.randn(c)], w) for r, c, w in "
+     "((3, 1000, S), (5, 333, S), (8, 256, S), (11, 700, S), (2, 100, S), (70, 300, [K]))]"),
+    (ZSCORE_CHAIN, "zscore_rows", "zscore",
+     "[([3.0 + 2.0 * torch.randn(r, c)], w) for r, c, w in ((3, 100, S), (5, 37, S), (50, 40, [K]))]"),
+])
+def test_a_chain_split_gives_the_originals_outputs_in_the_interpreter(source, entry, kernel, cases):
+    """Rows too few for the interpreter's SMs take the three stages (S), more rows the original kernel (K)."""
+    stages = [s.format(k=kernel) for s in CHAIN]
+    check_outputs(source, entry, [*stages, kernel], cases.replace("S", repr(stages)).replace("K", repr(kernel)))
+
+
+@pytest.mark.parametrize("old, new, why", [
+    ("        acc += d * d\n",
+     "        acc += d * d\n        peak = tl.maximum(peak, tl.abs(d))\n",
+     "layernorm_kernel's sum loop carries peak from one block to the next, which is neither a sum nor a fixed step "
+     "(a program that starts at a later block does not know its value there)"),
+    ("        acc += d * d\n",
+     "        peak = tl.maximum(peak, tl.abs(d))\n",
+     "layernorm_kernel's loop after its row sums carries peak from one block to the next, which is neither a sum "
+     "nor a fixed step (a program that starts at a later block does not know its value there)"),
+    ("        acc += d * d\n",
+     "        acc += d * d\n        tl.store(out_row + start + cols, acc, mask=mask)\n",
+     "layernorm_kernel reads its sum acc inside the loop that accumulates it (a running value: the part of it "
+     "before a program's run of the blocks is another program's)"),
+])
+def test_a_chain_whose_later_loop_is_not_a_sum_of_the_row_is_refused_with_the_fact(old, new, why):
+    """A running max in the variance loop, with its sum or alone; the variance loop reading its own sum."""
+    start = "    acc = tl.zeros([BLOCK_SIZE], tl.float32)\n    for start in range(0, n_cols, BLOCK_SIZE):\n        mask"
+    source = layernorm().replace(old, new).replace(
+        start, "    peak = tl.zeros([BLOCK_SIZE], tl.float32)\n" + start)
+    assert made(source) == ([], (why,))

@@ -58,7 +58,8 @@ STRUCTURAL = {
     "split_rows": "rows whose statistics are sums (RMSNorm's sum of squares, an L2 norm, a row sum), too few for "
                   "the SMs, split over several programs a row: each sums its segment, then each adds its row's "
                   "partials in one fixed order and stores its segment; a loop's sums (any loop form, lane by lane "
-                  "or one value) or a one-block row's",
+                  "or one value), a chain of loops of sums each reading the sums before it (LayerNorm's mean, then "
+                  "its variance) a stage each, or a one-block row's",
     "launch_fusion": "two launches that run one after the other (analysis/buffers.py) as one: on one grid, the "
                      "second reading what the same program of the first stored, in registers (the store kept "
                      "where the host uses the buffer); an element-wise kernel over a flattened tensor computed "

@@ -147,11 +147,14 @@ def grid_of(launch: Launch) -> tuple[list[cst.BaseExpression], str] | str:
     return elements, text
 
 
-def stage_names(kernel: Kernel, used: set[str]) -> dict[str, str]:
-    """Fresh names of the two stage kernels, SPLIT, and the header's split and row indices."""
+def stage_names(kernel: Kernel, used: set[str], chain: int = 1) -> dict[str, str]:
+    """Fresh names of the stage kernels (a chain of `chain` stages of partials, "partials", "partials_2", ...,
+    then "combine"), SPLIT, and the header's split and row indices."""
     name = kernel.name
-    return {k: fresh_name(v, used) for k, v in (("partials", f"{name}_partials"), ("combine", f"{name}_combine"),
-                                                ("split", "SPLIT"), ("sid", "split_id"), ("lin", "row_id"))}
+    middle = tuple((f"partials_{i}", f"{name}_partials_{i}") for i in range(2, chain + 1))
+    return {k: fresh_name(v, used) for k, v in (("partials", f"{name}_partials"), *middle,
+                                                ("combine", f"{name}_combine"), ("split", "SPLIT"),
+                                                ("sid", "split_id"), ("lin", "row_id"))}
 
 
 def header(tl: str, names: dict[str, str], axis: int) -> list[cst.BaseStatement]:
@@ -218,10 +221,11 @@ class Launching:
 
 
 def split_launch(ms: ModuleSource, launch: Launch, names: dict[str, str], pointers: list[str], used: set[str],
-                 fill: int, prepare, more: tuple[str, ...] = ()):
-    """The edit of a launch statement that runs the two stages where the rows are too few for `fill` programs
-    a SM (on SPLIT = the power of two at or above fill * SMs / rows, at most the cap), else `prepare`'s branch:
-    `prepare(launch, line, gpu, local)` gives the Launching (`local`: fresh host names, `more` among them)."""
+                 fill: int, prepare, more: tuple[str, ...] = (), stages: tuple[str, ...] = ("partials", "combine")):
+    """The edit of a launch statement that runs the stages (`stages`: keys of `names`, in launch order) where the
+    rows are too few for `fill` programs a SM (on SPLIT = the power of two at or above fill * SMs / rows, at
+    most the cap), else `prepare`'s branch: `prepare(launch, line, gpu, local)` gives the Launching (`local`:
+    fresh host names, `more` among them)."""
     tensor = device_tensor(ms, launch)
     gpu = f'{tensor}.device.type == "cuda"'
     local = {k: fresh_name(k, used) for k in ("grid", "rows", "sms", "split", "parts", *more)}
@@ -239,16 +243,16 @@ def split_launch(ms: ModuleSource, launch: Launch, names: dict[str, str], pointe
             f"{local['rows']}))) if {local['rows']} < {want} else 1\n")
         keywords = {p: f"{local['parts']}[{i}]" for i, p in enumerate(pointers)}
         keywords.update({**made.keywords, names["split"]: local["split"]})
-        stages = []
-        for stage in ("partials", "combine"):
+        launched = []
+        for stage in stages:
             staged = relaunched(made.call, names[stage], **keywords)
             staged = staged.with_changes(func=staged.func.with_changes(slice=[cst.SubscriptElement(cst.Index(
                 cst.parse_expression(f"(*{local['grid']}, {local['split']})")))]))
-            stages.append(line.with_changes(body=[cst.Expr(staged)], leading_lines=[]))
+            launched.append(line.with_changes(body=[cst.Expr(staged)], leading_lines=[]))
         allocate = statements(f"{local['parts']} = torch.empty(({len(pointers)}, {local['rows']} * "
                               f"{local['split']}), device={tensor}.device, dtype=torch.float32)\n")
         branch = cst.parse_statement(f"if {local['split']} > 1:\n    pass\n")
-        branch = branch.with_changes(body=branch.body.with_changes(body=[*allocate, *stages]), orelse=made.orelse)
+        branch = branch.with_changes(body=branch.body.with_changes(body=[*allocate, *launched]), orelse=made.orelse)
         out = [*made.before, *host, branch]
         out[0] = out[0].with_changes(leading_lines=line.leading_lines)
         return cst.FlattenSentinel(out)

@@ -9,15 +9,23 @@ programs a row as a two-stage reduction (online_split.py's stages, launch and ho
              partials (one reduction of SPLIT values: the same order on every run), then what follows the loop,
              each later loop over the j-th run of its own iterations.
 
+A chain of loops of sums, each reading the sums of those before it (LayerNorm's mean, then its variance around
+the mean), takes a stage a loop: stage i (<kernel>_partials_i) runs what precedes its loop with the earlier
+sums added from their partials as the last stage adds them, then its run of its loop, and stores its sums'
+partials; the last stage adds every sum's partials. Every stage adds a sum's partials in the same order, so the
+programs of a row all read the same mean; each sum keeps its own expression in float32, its terms added in
+another order only. The partials of all sums share one workspace, a row of it a sum.
+
 A run of iterations is `range(lo, hi, step)`: per = cdiv(cdiv(end - start, step), SPLIT) iterations, lo = start
 + j * per * step, hi = min(lo + per * step, end); the runs of the SPLIT programs tile the loop's iterations, each
 once. A value the loop advances by a fixed step (`ptrs += BLOCK`) starts a run advanced by the iterations
 before it. Everything is found from data flow (loops.py's carried values, reductions.py's sums over lanes), not
-from names: what the loop carries is a sum that starts from 0 or a fixed step; nothing in the loop reads a sum
-but its own update (a running value, whose part before a segment another program holds); lanes are read after
-the loop only summed over them; later loops carry nothing but fixed steps (a second reduction over the row,
-like a variance around a mean, would need a stage of its own); no other value the loop leaves behind is read
-after it. SPLIT aims at FILL_WARPS warps a SM, from the launch's num_warps.
+from names: what a loop of sums carries is a sum that starts from 0 or a fixed step; nothing in the loop reads a
+sum but its own update (a running value, whose part before a segment another program holds); lanes are read
+after the loop only summed over them; nothing between two loops of sums stores; the loops after the chain carry
+nothing but fixed steps (a running max, say, which a program that starts at a later block cannot know); no other
+value a loop of sums leaves behind is read after it. SPLIT aims at FILL_WARPS warps a SM, from the launch's
+num_warps.
 """
 
 from __future__ import annotations
@@ -60,12 +68,17 @@ class Sum:
 
 
 @dataclass(eq=False)
-class LoopSplit:
-    kernel: Kernel
-    loop: Loop  # the loop that sums
+class Phase:
+    loop: Loop  # a loop that sums the row
     sums: list[Sum]
     steps: dict[str, str]  # values it advances by a fixed step: name -> code of the step
-    later: list[Loop]  # the loops after it, each run over the j-th run of its iterations
+
+
+@dataclass(eq=False)
+class LoopSplit:
+    kernel: Kernel
+    phases: list[Phase]  # the loops that sum the row, one after another: each reads the sums of those before it
+    later: list[Loop]  # the loops after them, each run over the j-th run of its iterations
 
 
 def summing_loops(kernel: Kernel) -> list[Loop]:
@@ -73,7 +86,8 @@ def summing_loops(kernel: Kernel) -> list[Loop]:
 
 
 def loop_split(kernel: Kernel) -> LoopSplit | str:  # noqa: C901 - one check per fact
-    """The split of the kernel's first loop, which sums its row; or the fact that stands in the way."""
+    """The split of the kernel's first loop, which sums its row, and of the loops of sums that follow it one
+    after another; or the fact that stands in the way."""
     name, facts = kernel.name, facts_of(kernel)
     body = list(kernel.node.body.body)
     if kernel.calls("dot"):
@@ -91,6 +105,50 @@ def loop_split(kernel: Kernel) -> LoopSplit | str:  # noqa: C901 - one check per
         return f"{name} loops before the loop that sums its row"
     if any(kernel.is_tl(c.func, "store") for s in before for c in subnodes(s, cst.Call)):
         return f"{name} stores before the loop that sums its row (each stage stores it again)"
+    first = _phase(kernel, loop, rest)
+    if isinstance(first, str):
+        return first
+    phases, later, between = [first], [], []
+    for at, statement in enumerate(rest):
+        inner = subnodes(statement, cst.For) + subnodes(statement, cst.While)
+        if not inner:
+            between.append(statement)
+            continue
+        found = facts.loops.of(statement)
+        if found is None:
+            return f"{name} loops inside a branch after its sum loop"
+        if len(inner) > 1:
+            return f"{name} loops inside its loop after the sums"
+        if found in summing and not later:  # the next loop of the chain: its own stage of partials
+            if any(kernel.is_tl(c.func, "store") for s in between for c in subnodes(s, cst.Call)):
+                return f"{name} stores between the loops that sum its row (each later stage stores it again)"
+            made = _phase(kernel, found, rest[at + 1:])
+            if isinstance(made, str):
+                return made
+            phases.append(made)
+            between = []
+            continue
+        why = _counted(kernel, found, "loop after the sums")
+        if why:
+            return why
+        for carried in found.carried.values():
+            if carried.name == found.var or carried.kind == "increment" and _step_of(found, carried.name):
+                continue
+            if carried.kind == "sum":
+                return f"{name}'s loop after its row sums carries {carried.name} from one block to the next, " \
+                       f"after a loop along the row that sums nothing (a chain of row sums takes its loops of " \
+                       f"sums one after another)"
+            return f"{name}'s loop after its row sums carries {carried.name} from one block to the next, which " \
+                   f"is neither a sum nor a fixed step (a program that starts at a later block does not know its " \
+                   f"value there)"
+        later.append(found)
+    return LoopSplit(kernel, phases, later)
+
+
+def _phase(kernel: Kernel, loop: Loop, rest: list[cst.BaseStatement]) -> Phase | str:  # noqa: C901
+    """The sums and fixed steps of a loop that sums the row (`rest`: the statements after it); or the fact that
+    stands in the way."""
+    name, facts = kernel.name, facts_of(kernel)
     why = _counted(kernel, loop, "sum loop")
     if why:
         return why
@@ -128,25 +186,7 @@ def loop_split(kernel: Kernel) -> LoopSplit | str:  # noqa: C901 - one check per
     read = _read_before_set(rest, left)
     if read:
         return f"{name} reads {read} after its sum loop, which the loop leaves as its last block set it"
-    later = []
-    for statement in rest:
-        inner = subnodes(statement, cst.For) + subnodes(statement, cst.While)
-        if not inner:
-            continue
-        found = facts.loops.of(statement)
-        if found is None:
-            return f"{name} loops inside a branch after its sum loop"
-        if len(inner) > 1:
-            return f"{name} loops inside its loop after the sums"
-        why = _counted(kernel, found, "loop after the sums")
-        if why:
-            return why
-        for carried in found.carried.values():
-            if carried.name != found.var and (carried.kind != "increment" or _step_of(found, carried.name) is None):
-                return f"{name}'s loop after its row sums carries {carried.name} from one block to the next: a " \
-                       f"second reduction over the row, which one stage of partial sums does not split"
-        later.append(found)
-    return LoopSplit(kernel, loop, sums, steps, later)
+    return Phase(loop, sums, steps)
 
 
 def _zero_start(value: ast.AST | None) -> bool:
@@ -287,49 +327,68 @@ def loop_edits(ms: ModuleSource, found: LoopSplit) -> tuple[list, str] | str:
     kernel, tl = found.kernel, found.kernel.tl_name
     name = kernel.name
     body = list(kernel.node.body.body)
-    index = next(i for i, s in enumerate(body) if s is found.loop.node)
+    at = [next(i for i, s in enumerate(body) if s is phase.loop.node) for phase in found.phases]
     axis = split_axis(ms, kernel, body)
     if isinstance(axis, str):
         return axis
     used = set(kernel.names) | {n for s in ms.scopes for n in s.assigns} | set(ms.kernels)
-    names = stage_names(kernel, used)
-    for total in found.sums:
+    chain = len(found.phases)
+    names = stage_names(kernel, used, chain)
+    keys = ("partials", *(f"partials_{i}" for i in range(2, chain + 1)), "combine")
+    sums = [total for phase in found.phases for total in phase.sums]
+    for total in sums:
         total.part = fresh_name(f"{total.name}_part", used)
         total.row = fresh_name(f"{total.name}_row", used) if total.lanes else total.name
     where = f"{names['lin']} * {names['split']} + {names['sid']}"
-    run = _run(kernel, found.loop, names, used, found.steps)
-    if isinstance(run, str):
-        return run
-    stored = statements("".join(f"{tl}.store({s.part} + {where}, "
-                                f"{f'{tl}.sum({s.name}, 0)' if s.lanes else s.name})\n" for s in found.sums))
-    first = [*header(tl, names, axis), *body[:index], *run, *stored]
     offsets = partial_offsets(tl, names)
-    rows = _Rows({id(call): s.row for s in found.sums for call in s.reads})
-    second = [*header(tl, names, axis), *body[:index], *statements("".join(
-        f"{s.row} = {tl}.sum({tl}.load({s.part} + {offsets}), 0)\n" for s in found.sums))]
+    rows = _Rows({id(call): s.row for s in sums for call in s.reads})
     later = {id(loop.node): loop for loop in found.later}
-    for statement in body[index + 1:]:
-        if id(statement) in later:
-            steps = {c.name: _step_of(later[id(statement)], c.name) for c in later[id(statement)].carried.values()
-                     if c.kind == "increment" and c.name != later[id(statement)].var}
-            made = _run(kernel, later[id(statement)], names, used, steps)
-            if isinstance(made, str):
-                return made
-            second += [s.visit(rows) for s in made]
-        else:
-            second.append(statement.visit(rows))
-    pointers = [s.part for s in found.sums]
-    stages = [stage_def(kernel, names[stage], stage_body, pointers, {names["split"]: 2})
-              for stage, stage_body in (("partials", first), ("combine", second))]
+    stages = []
+    for stage in range(len(keys)):  # stage i: the sums of the loops before the i-th added, then its loop
+        made = [*header(tl, names, axis), *body[:at[0]]]
+        for i in range(min(stage, chain)):
+            made += statements("".join(f"{s.row} = {tl}.sum({tl}.load({s.part} + {offsets}), 0)\n"
+                                       for s in found.phases[i].sums))
+            for statement in body[at[i] + 1:at[i + 1] if i + 1 < chain else len(body)]:
+                if id(statement) not in later:
+                    made.append(statement.visit(rows))
+                    continue
+                loop = later[id(statement)]
+                steps = {c.name: _step_of(loop, c.name) for c in loop.carried.values()
+                         if c.kind == "increment" and c.name != loop.var}
+                run = _run(kernel, loop, names, used, steps)
+                if isinstance(run, str):
+                    return run
+                made += [s.visit(rows) for s in run]
+        if stage < chain:
+            phase = found.phases[stage]
+            run = _run(kernel, phase.loop, names, used, phase.steps)
+            if isinstance(run, str):
+                return run
+            made += [s.visit(rows) for s in run]
+            made += statements("".join(f"{tl}.store({s.part} + {where}, "
+                                       f"{f'{tl}.sum({s.name}, 0)' if s.lanes else s.name})\n" for s in phase.sums))
+        stages.append(made)
+    pointers = [s.part for s in sums]
+    stages = [stage_def(kernel, names[key], made, pointers, {names["split"]: 2}) for key, made in zip(keys, stages)]
     edits = []
     for launch in ms.launches_of(kernel):
         edits.append((launch_statement(ms, launch), split_launch(ms, launch, names, pointers, used, fill(launch),
-                                                                 _unsplit)))
+                                                                 _unsplit, stages=keys)))
     edits.append((kernel.node, lambda node: cst.FlattenSentinel([node, *stages])))
-    what = (f"{name}'s row sums ({', '.join(s.name for s in found.sums)}) split over SPLIT programs a row where "
-            f"the rows are too few for the SMs: each sums its run of the loop's blocks ({names['partials']}), "
-            f"then each adds its row's SPLIT partials in one fixed order and runs what follows"
+    tail = ("then each adds its row's SPLIT partials in one fixed order and runs what follows"
             + (", its loops over its run" if found.later else "") + f" ({names['combine']})")
+    if chain == 1:
+        what = (f"{name}'s row sums ({', '.join(s.name for s in sums)}) split over SPLIT programs a row where "
+                f"the rows are too few for the SMs: each sums its run of the loop's blocks ({names['partials']}), "
+                + tail)
+    else:
+        listed = "; then ".join(", ".join(s.name for s in phase.sums) for phase in found.phases)
+        middle = ", ".join(names[key] for key in keys[1:-1])
+        what = (f"{name}'s chain of row sums ({listed}) split over SPLIT programs a row where the rows are too "
+                f"few for the SMs, one stage a loop of sums: each sums its run of the first loop's blocks "
+                f"({names['partials']}); for each later loop, each adds its row's SPLIT partials of the sums "
+                f"before it in one fixed order and sums its run of that loop's blocks ({middle}); " + tail)
     return edits, what
 
 

@@ -8,7 +8,8 @@ Two forms of row, found by data flow (analysis/loops.py's carried sums, analysis
 block), whatever the names:
 
 * a loop that sums the row in blocks, lane by lane or as one value, then what reads the sums, loops that store
-  along the row among it (split_loops.py);
+  along the row among it (split_loops.py); loops of sums that read the sums before them (LayerNorm's variance
+  around its mean) each take a stage of partials of their own, between the two;
 * a row held in one block (`BLOCK = next_power_of_2(n)`), its sums, maxima and minima reduced over the block
   (online_rows.py's plan and online_split.py's stages, the chunked twin taking long rows that are not split).
 
