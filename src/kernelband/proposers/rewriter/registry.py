@@ -19,8 +19,9 @@ variant it can make of it, in a fixed order, with the reasons it cannot do more.
                       (single_pass.py)
     online_softmax    a max pass and an exp-sum pass over a row as one, with a running max; a row held in one
                       block walked in chunks for long rows, its statistics online (online_softmax.py)
-    split_rows        rows whose statistics are sums (RMSNorm, an L2 norm, a row sum), too few for the SMs, split over
-                      several programs a row: partial sums, then combined in a fixed order (split_rows.py)
+    split_rows        rows whose statistics are sums (RMSNorm, an L2 norm, a row sum, LayerNorm's mean then variance),
+                      too few for the SMs, split over several programs a row: a stage of partial sums per loop of
+                      sums, combined in a fixed order (split_rows.py)
     contiguity_hints  tl.max_contiguous / tl.multiple_of on `M + tl.arange(0, P)` where M is a multiple of P
                       (contiguity_hints.py)
     split_k           a tl.dot kernel's K loop split over a third grid axis where its M x N tiles leave SMs idle,
