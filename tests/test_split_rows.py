@@ -195,8 +195,11 @@ def test_the_example_rmsnorms_loop_kernel_is_split_into_partial_sums_and_a_combi
     assert "    sum_sq_row = tl.sum(tl.load(sum_sq_part + row_id * SPLIT + tl.arange(0, SPLIT)), 0)\n" \
            "    rstd = 1.0 / tl.sqrt(sum_sq_row / n_cols + eps)\n" in new
     assert "    for start in range(start_lo_1, start_hi_1, BLOCK_SIZE):\n" in new
-    # the host: 16 programs a SM at the launch's 2 warps, the original launch where the rows fill the SMs
-    assert "    split = min(32, triton.next_power_of_2(-(-16 * sms // rows_1))) if rows_1 < 8 * sms else 1\n" in new
+    # the host: 16 programs a SM at the launch's 2 warps, at most as many as leave each 4 of the row's 256-column
+    # blocks on a GPU (the launch's own values), the original launch where the rows fill the SMs
+    assert '    runs = triton.cdiv(cols, 256) // (4 if out.device.type == "cuda" else 1)\n' in new
+    assert ("    split = min(1 << (max(1, min(32, runs)).bit_length() - 1), triton.next_power_of_2(-(-16 * sms // "
+            "rows_1))) if rows_1 < 8 * sms else 1\n") in new
     assert "        rmsnorm_kernel_partials[(*grid, split)](out, x, weight" in new
     assert "    else:\n        rmsnorm_kernel[(rows,)](out, x, weight" in new
 
@@ -272,10 +275,11 @@ STAGES = ["{k}_partials", "{k}_combine"]
 
 @pytest.mark.slow
 def test_the_example_rmsnorm_split_gives_the_originals_outputs_in_the_interpreter():
-    """3 and 5 rows take the two stages (fewer than 8 * 8 interpreter SMs), 70 rows the original kernel."""
+    """3 and 5 rows of two blocks or more take the two stages (fewer than 8 * 8 interpreter SMs); a row of one
+    block (nothing to split) and 70 rows the original kernel."""
     stages = [s.format(k="rmsnorm_kernel") for s in STAGES]
     cases = ("[([torch.randn(r, c, dtype=torch.float16), torch.randn(c, dtype=torch.float16)], w) for r, c, w in "
-             f"((3, 1000, {stages}), (5, 300, {stages}), (3, 100, {stages}), (70, 600, ['rmsnorm_kernel']))]")
+             f"((3, 1000, {stages}), (5, 300, {stages}), (3, 100, ['rmsnorm_kernel']), (70, 600, ['rmsnorm_kernel']))]")
     check_outputs(example(), "rmsnorm", [*stages, "rmsnorm_kernel"], cases)
 
 
@@ -371,12 +375,13 @@ def test_a_chain_of_sums_in_other_spellings_is_split():
 @pytest.mark.parametrize("source, entry, kernel, cases", [
     (layernorm(), "layernorm", "layernorm_kernel",
      "[([3.0 + 2.0 * torch.randn(r, c), torch.randn(c), torch.randn(c)], w) for r, c, w in "
-     "((3, 1000, S), (5, 333, S), (8, 256, S), (11, 700, S), (2, 100, S), (70, 300, [K]))]"),
+     "((3, 1000, S), (5, 333, S), (8, 256, [K]), (11, 700, S), (2, 100, [K]), (70, 300, [K]))]"),
     (ZSCORE_CHAIN, "zscore_rows", "zscore",
      "[([3.0 + 2.0 * torch.randn(r, c)], w) for r, c, w in ((3, 100, S), (5, 37, S), (50, 40, [K]))]"),
 ])
 def test_a_chain_split_gives_the_originals_outputs_in_the_interpreter(source, entry, kernel, cases):
-    """Rows too few for the interpreter's SMs take the three stages (S), more rows the original kernel (K)."""
+    """Rows too few for the interpreter's SMs take the three stages (S) where they span two blocks or more; rows
+    of one block, and more rows, the original kernel (K)."""
     stages = [s.format(k=kernel) for s in CHAIN]
     check_outputs(source, entry, [*stages, kernel], cases.replace("S", repr(stages)).replace("K", repr(kernel)))
 

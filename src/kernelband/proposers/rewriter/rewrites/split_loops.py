@@ -55,6 +55,7 @@ from kernelband.proposers.rewriter.rewrites.online_split import (
 
 FILL_WARPS = 32  # warps a SM that the split aims at: half of what an SM holds, enough to keep loads in flight
 MAX_SPLIT = 32  # programs a row at most: a split wider than the row's blocks leaves programs with none
+MIN_RUN = 4  # blocks a program's run takes at least: a shorter run saves less than the second launch costs
 DEFAULT_WARPS = 4  # Triton's num_warps where a launch passes none
 
 
@@ -373,8 +374,11 @@ def loop_edits(ms: ModuleSource, found: LoopSplit) -> tuple[list, str] | str:
     stages = [stage_def(kernel, names[key], made, pointers, {names["split"]: 2}) for key, made in zip(keys, stages)]
     edits = []
     for launch in ms.launches_of(kernel):
-        edits.append((launch_statement(ms, launch), split_launch(ms, launch, names, pointers, used, fill(launch),
-                                                                 _unsplit, stages=keys)))
+        blocks = _blocks_at(kernel, launch, found.phases[0].loop)
+        edits.append((launch_statement(ms, launch), split_launch(
+            ms, launch, names, pointers, used, fill(launch),
+            lambda launch, line, gpu, local, blocks=blocks: _unsplit(launch, line, gpu, local, blocks),
+            more=("runs",), stages=keys)))
     edits.append((kernel.node, lambda node: cst.FlattenSentinel([node, *stages])))
     tail = ("then each adds its row's SPLIT partials in one fixed order and runs what follows"
             + (", its loops over its run" if found.later else "") + f" ({names['combine']})")
@@ -400,7 +404,71 @@ def fill(launch: Launch) -> int:
     return max(2, FILL_WARPS // max(1, count))
 
 
-def _unsplit(launch, line: cst.SimpleStatementLine, gpu: str, local: dict[str, str]) -> Launching:
-    """Rows enough for the SMs: the original launch, cap MAX_SPLIT."""
+def _unsplit(launch, line: cst.SimpleStatementLine, gpu: str, local: dict[str, str], blocks: str | None) -> Launching:
+    """Rows enough for the SMs: the original launch. SPLIT's cap: MAX_SPLIT, and where the host can count the
+    first loop's blocks from what the launch passes, the largest power of two (SPLIT sizes an arange) that leaves
+    each program MIN_RUN of them on a GPU (one in the interpreter, whose small shapes exercise the split); 1 (no
+    split) where the row has fewer than 2 * MIN_RUN."""
     orelse = cst.Else(body=cst.IndentedBlock(body=[line.with_changes(leading_lines=[])]))
-    return Launching([], line.body[0].value, "", str(MAX_SPLIT), {}, orelse)
+    if blocks is None:
+        return Launching([], line.body[0].value, "", str(MAX_SPLIT), {}, orelse)
+    runs = f"{local['runs']} = {blocks} // ({MIN_RUN} if {gpu} else 1)\n"
+    cap = f"1 << (max(1, min({MAX_SPLIT}, {local['runs']})).bit_length() - 1)"
+    return Launching([], line.body[0].value, runs, cap, {}, orelse)
+
+
+def _blocks_at(kernel: Kernel, launch: Launch, loop: Loop) -> str | None:
+    """The number of the loop's iterations as host code, from the values the launch passes for the parameters
+    its range reads; None where it reads anything else (a value the kernel computes) or is not a range."""
+    node = loop.node
+    if not isinstance(node, cst.For) or not isinstance(node.iter, cst.Call) or dotted(node.iter.func) != "range":
+        return None
+    args = [a.value for a in node.iter.args if a.keyword is None]
+    if not 1 <= len(args) <= 3:
+        return None
+    first, end, step = (None, args[0], None) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else None)
+    parts = []
+    for part in (first, end, step):
+        if part is None:
+            parts.append(None)
+            continue
+        host = _on_host(kernel, launch, part)
+        if host is None:
+            return None
+        parts.append(host)
+    count = parts[1] if parts[0] in (None, "0") else f"({parts[1]}) - ({parts[0]})"
+    return f"triton.cdiv({count}, {parts[2]})" if parts[2] not in (None, "1") else count
+
+
+def _on_host(kernel: Kernel, launch: Launch, expression: cst.BaseExpression) -> str | None:
+    """The kernel-side expression with each parameter replaced by what the launch passes for it (its default
+    where it passes none) and tl.cdiv by triton.cdiv; None where it reads a name that is no parameter, or calls
+    anything else."""
+    params = {p.name: p for p in kernel.params}
+    for call in subnodes(expression, cst.Call):
+        if (dotted(call.func) or "").rpartition(".")[2] != "cdiv":
+            return None
+
+    class Host(cst.CSTTransformer):
+        missing = False
+
+        def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+            if original_node.value not in params:
+                self.missing = True
+                return updated_node
+            arg = launch.arg(original_node.value)
+            value = arg.value if arg is not None and not arg.star else params[original_node.value].default
+            if value is None:
+                self.missing = True
+                return updated_node
+            plain = isinstance(value, cst.Name | cst.Integer | cst.Attribute | cst.Call)
+            return cst.parse_expression(code(value) if plain else f"({code(value)})")
+
+        def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+            return updated_node.with_changes(func=cst.parse_expression("triton.cdiv"))
+
+    host = Host()
+    if isinstance(expression, cst.Integer):
+        return expression.value
+    made = expression.visit(host)
+    return None if host.missing else code(made)
