@@ -322,3 +322,25 @@ def marker_names(node: ast.AST, marker: str) -> set:
 
 
 __all__ = ["Carried", "Loop", "Loops", "loop_index", "code"]
+
+
+def carried_increment(loop: Loop, name: str) -> tuple[str, str] | None:
+    """("add", E) for `name += E` / `name = name + E`, ("advance", OFFSETS) for `name = tl.advance(name, OFFSETS)`:
+    the code of one step of a carried increment, as the loop body writes it."""
+    for statement in loop.node.body.body:
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+            continue
+        small = statement.body[0]
+        if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) \
+                and dotted(small.target) == name:
+            return "add", code(small.value)
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and dotted(small.targets[0].target) == name:
+            value = small.value
+            if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add) \
+                    and dotted(value.left) == name:
+                return "add", code(value.right)
+            if isinstance(value, cst.Call) and (dotted(value.func) or "").endswith("advance") and value.args:
+                offsets = arg_of(value, 1, "offsets")
+                # a split scales each offset by the steps it skips: they must be written out, one per axis
+                return ("advance", code(offsets)) if isinstance(offsets, cst.Tuple | cst.List) else None
+    return None

@@ -45,13 +45,12 @@ import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.host_values import rereadable
-from kernelband.proposers.rewriter.analysis.loops import Loop
+from kernelband.proposers.rewriter.analysis.loops import carried_increment
 from kernelband.proposers.rewriter.analysis.source import ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import (
     arg_of,
     assigned,
     code,
-    dotted,
     fresh_name,
     loads,
 )
@@ -82,28 +81,6 @@ WORKSPACE = ("torch.empty(({split}, {out}.untyped_storage().nbytes() // {out}.el
 
 def _names(*nodes: cst.CSTNode) -> set[str]:
     return {n.value for n in loads(*nodes)}
-
-
-def _increment(loop: Loop, name: str) -> tuple[str, str] | None:
-    """("add", E) for `name += E` / `name = name + E`, ("advance", OFFSETS) for `name = tl.advance(name, OFFSETS)`:
-    the code of one step of a carried increment, as the loop body writes it."""
-    for statement in loop.node.body.body:
-        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
-            continue
-        small = statement.body[0]
-        if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) \
-                and dotted(small.target) == name:
-            return "add", code(small.value)
-        if isinstance(small, cst.Assign) and len(small.targets) == 1 and dotted(small.targets[0].target) == name:
-            value = small.value
-            if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add) \
-                    and dotted(value.left) == name:
-                return "add", code(value.right)
-            if isinstance(value, cst.Call) and (dotted(value.func) or "").endswith("advance") and value.args:
-                offsets = arg_of(value, 1, "offsets")
-                # a split scales each offset by the steps it skips: they must be written out, one per axis
-                return ("advance", code(offsets)) if isinstance(offsets, cst.Tuple | cst.List) else None
-    return None
 
 
 def _float32_zeros(init: ast.expr | None) -> bool:
@@ -152,7 +129,7 @@ def _loop(dk: DotKernel) -> dict | str:
     for name, carried in loop.carried.items():
         if name in (acc, loop.var):
             continue
-        increment = _increment(loop, name) if carried.kind == "increment" else None
+        increment = carried_increment(loop, name) if carried.kind == "increment" else None
         if increment is None:
             return (f"{kernel.name}'s K loop carries {name} from one step to the next other than by a fixed "
                     "increment: a split cannot start part-way")

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.facts import facts_of
-from kernelband.proposers.rewriter.analysis.loops import Loop
+from kernelband.proposers.rewriter.analysis.loops import Loop, carried_increment
 from kernelband.proposers.rewriter.analysis.reductions import source_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import assigned, code, dotted, fresh_name, loads, subnodes
@@ -217,18 +217,8 @@ def _counted(kernel: Kernel, loop: Loop, what: str) -> str:
 
 def _step_of(loop: Loop, name: str) -> str | None:
     """Code of the fixed step a loop adds to `name` each iteration (`p += S`, `p = p + S`)."""
-    for statement in loop.node.body.body:
-        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
-            continue
-        small = statement.body[0]
-        if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) \
-                and dotted(small.target) == name:
-            return code(small.value)
-        if isinstance(small, cst.Assign) and len(small.targets) == 1 and dotted(small.targets[0].target) == name \
-                and isinstance(small.value, cst.BinaryOperation) and isinstance(small.value.operator, cst.Add) \
-                and dotted(small.value.left) == name:
-            return code(small.value.right)
-    return None
+    found = carried_increment(loop, name)
+    return found[1] if found is not None and found[0] == "add" else None
 
 
 def _read_after(kernel: Kernel, total: Sum, rest: list[cst.BaseStatement]) -> str:
