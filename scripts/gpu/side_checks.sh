@@ -2,7 +2,8 @@
 # The GPU measurements of the issues beside issue 49's sweep, on the last GPU (from the start with SIDE_NOW=1,
 # else once scripts/gpu/reach_sweep.sh has finished the examples' lane there; the 29 tasks run on the other GPUs,
 # each under its own timing lock), in this order: the host cost of a hand-back per call (of hand-backs made for
-# it), the cost of capturing a model's kernels, triton_mul2's and the fp16 matmul's searches once more at this tree
+# it), split_rows' variants on the GPU (benchmarks/split_rows_gpu.py), the cost of capturing a model's kernels,
+# triton_mul2's and the fp16 matmul's searches once more at this tree
 # (mul2_again.db, matmul_hints.db), the capture's GPU test, the online reductions against torch, and the
 # re-spelled kernels' variants run on the GPU (block pointers included).
 # Each writes NAME.json, its table in NAME.log and its errors in NAME.err under $S.
@@ -61,6 +62,7 @@ matmul() {
 # its own hand-backs (greedy, one iteration an example): the sweep's earlier runs left their best.py files on
 # machines long gone, and their databases predate the column that keeps the module
 step call_cost 1200 "$py" benchmarks/call_cost.py --make --db "$S/call_cost.db" --out "$S/call_cost.json"
+step split_rows_gpu 600 "$py" benchmarks/split_rows_gpu.py --out "$S/split_rows_gpu.json"
 step capture_overhead 600 "$py" benchmarks/capture_overhead.py --repeats 5 --steps 30 --batch 8 --scale 32 \
   --dim 1024 --vocab 16384 --eval --out "$S/capture_overhead.json"
 { [ "$side" -ge 2 ] && [ "$n" -ge 2 ]; } || matmul

@@ -1,0 +1,168 @@
+"""split_rows on a GPU: rows too few to fill the GPU, split over several programs a row.
+
+Two parts, written to one JSON file:
+- `variants`: every split_rows variant of every task it fires on (the TritonBench-G tasks and the built-in
+  examples), evaluated by the project's evaluator against the task's reference: outcome, runtime-weighted
+  speedup over the starting kernel, speedup per search shape.
+- `rows`: the examples rmsnorm and layernorm on the few-row shapes issue 49 quotes (64 rows of 32,000 columns)
+  and beside them, the starting kernel, each variant, the task's reference in eager torch and under
+  torch.compile(mode="max-autotune-no-cudagraphs"), each timed with triton.testing.do_bench (median) after its
+  output is checked against the eager reference.
+
+    python benchmarks/split_rows_gpu.py --out $OUT/split_rows_gpu.json        # GPU machine, about 8 minutes
+    python benchmarks/split_rows_gpu.py --interpreter --out split_rows.json   # CPU: tiny shapes, the plumbing
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+EXAMPLES = ("examples:rmsnorm", "examples:layernorm")
+GPU_ROWS = [(16, 32768), (64, 32000), (128, 16384), (8192, 8192)]
+CPU_ROWS = [(2, 700)]
+QUICK = ["examples:rmsnorm"]
+
+
+def fired() -> list[str]:
+    """The tasks split_rows makes a variant of: the TritonBench-G tasks, then the examples."""
+    from kernelband.proposers.rewriter.proposer import options
+    from kernelband.tasks import tritonbench
+
+    refs = []
+    for name, entry in sorted(tritonbench.entries().items()):
+        source, _ = tritonbench.split_instance(entry.instance)
+        if options(source, ("split_rows",)).variants:
+            refs.append(f"tritonbench:{name}")
+    return [*refs, *EXAMPLES]
+
+
+def evaluated(mode: str, refs: list[str]) -> list[dict]:
+    """Each variant of each task through the evaluator: is it correct, and how fast on the task's shapes."""
+    from kernelband.evaluation.evaluator import Evaluator
+    from kernelband.proposers.rewriter.proposer import options
+    from kernelband.tasks import load_task
+
+    rows = []
+    with Evaluator(mode=mode, use_ncu=False) as ev:
+        for ref in refs:
+            task = load_task(ref)
+            found = options(task.module_source, ("split_rows",))
+            for variant in found.variants:
+                started = time.time()
+                row = {"task": ref, "variant": variant.rationale}
+                try:
+                    result = ev.evaluate(task, variant.apply(found.module), seed=1)
+                    row.update(ok=result.ok, outcome=result.outcome.value, detail=result.detail[:300],
+                               speedup=result.speedup,
+                               shapes={s.label: s.speedup for s in result.shapes if not s.held_out})
+                except Exception as exc:  # the starting kernel cannot run here
+                    row["error"] = str(exc)[:300]
+                row["seconds"] = round(time.time() - started, 1)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return rows
+
+
+def _module(source: str, name: str, folder: Path):
+    path = folder / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def timed(fn, gpu: bool) -> float:
+    """Milliseconds a call takes: do_bench's median on a GPU, one call in the interpreter."""
+    if gpu:
+        import triton.testing
+
+        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def few_rows(gpu: bool, with_compile: bool) -> list[dict]:
+    """The examples on rows too few for the GPU: each kernel against eager torch and torch.compile."""
+    import torch
+
+    from kernelband.proposers.rewriter.proposer import options
+    from kernelband.tasks import load_task
+
+    folder = Path(tempfile.mkdtemp())
+    sys.path.insert(0, str(folder))
+    device = "cuda" if gpu else "cpu"
+    rows = []
+    for ref in EXAMPLES:
+        task = load_task(ref)
+        harness: dict = {}
+        exec(compile(task.harness_source, task.harness_file or ref, "exec"), harness)
+        entry, stem = harness["ENTRY"], ref.split(":")[1]
+        contenders = [("k0", getattr(_module(task.module_source, f"{stem}_k0", folder), entry))]
+        found = options(task.module_source, ("split_rows",))
+        for index, variant in enumerate(found.variants):
+            module = _module(variant.apply(found.module), f"{stem}_split{index}", folder)
+            contenders.append((f"split_rows {index}", getattr(module, entry)))
+        contenders.append(("torch eager", harness["reference"]))
+        if with_compile:
+            contenders.append(("torch.compile max-autotune-no-cudagraphs",
+                               torch.compile(harness["reference"], mode="max-autotune-no-cudagraphs")))
+        for n_rows, n_cols in (GPU_ROWS if gpu else CPU_ROWS):
+            torch.manual_seed(0)
+            args = harness["make_inputs"](device, rows=n_rows, cols=n_cols)
+            want = harness["reference"](*args).float()
+            moved = harness["bytes_moved"](rows=n_rows, cols=n_cols)
+            for label, fn in contenders:
+                row = {"task": ref, "kernel": label, "rows": n_rows, "cols": n_cols, "bytes": moved}
+                try:
+                    row["max_abs_err"] = (fn(*args).float() - want).abs().max().item()
+                    row["ms"] = timed(lambda fn=fn, args=args: fn(*args), gpu)
+                    row["gbps"] = moved / (row["ms"] * 1e-3) / 1e9
+                except Exception as exc:  # a contender that fails is reported, not fatal to the table
+                    row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+                rows.append(row)
+                print(f"{stem:10s} {n_rows:6d} x {n_cols:6d}  {label:42s} "
+                      + (f"{row['ms']:9.4f} ms  {row['gbps']:7.1f} GB/s  err {row['max_abs_err']:.1e}"
+                         if "ms" in row else row["error"]), flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--interpreter", action="store_true", help="run on the CPU with the Triton interpreter")
+    parser.add_argument("--tasks", default="", help="comma-separated task refs to evaluate (default: every task "
+                                                      "split_rows fires on; with --interpreter, rmsnorm)")
+    parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out of the table")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    if args.interpreter:
+        os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+
+    gpu = not args.interpreter
+    if gpu and not torch.cuda.is_available():
+        sys.exit("no GPU: run with --interpreter")
+    refs = args.tasks.split(",") if args.tasks else (fired() if gpu else QUICK)
+    table = few_rows(gpu, not args.no_compile)
+    variants = evaluated("gpu" if gpu else "interpreter", refs)
+    meta = {"device": torch.cuda.get_device_name() if gpu else "cpu (interpreter)", "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%d"), "commit": subprocess.run(
+                ["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"], capture_output=True,
+                text=True).stdout.strip()}
+    Path(args.out).write_text(json.dumps({"meta": meta, "rows": table, "variants": variants}, indent=1))
+    wrong = [r for r in variants if r.get("ok") is False]
+    print(f"{len(variants)} variants, {len(wrong)} not correct, {sum('error' in r for r in variants)} not run; "
+          f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
