@@ -195,3 +195,29 @@ for rows, cols in ((3, 1000), (3, 1024), (12, 100), (2, 5)):
     want = ["softmax_kernel_partials", "softmax_kernel_combine"] if split and rows < 8 else ["softmax_kernel_online"]
     assert launched == want, (rows, cols, launched)
 """)
+
+
+DERIVED = spellings.ONE_BLOCK.replace("tl.arange(0, BLOCK_SIZE)", "tl.arange(0, 2 * BLOCK_SIZE)").replace(
+    "BLOCK_SIZE=triton.next_power_of_2(n_cols))", "BLOCK_SIZE=triton.next_power_of_2(n_cols) // 2)")
+
+
+def test_a_row_block_computed_from_a_constexpr_is_chunked_at_compile_time_in_the_kernel():
+    """The block is 2 * BLOCK_SIZE: the kernel knows it at compile time, the host does not compute it."""
+    [(rationale, new)], reasons = made(DERIVED)
+    assert reasons == ()
+    assert rationale.startswith("softmax_kernel's row block 2 * BLOCK_SIZE in chunks of 4096")
+    assert rationale.endswith("(chosen in the kernel at compile time)")
+    assert "    if (2 * BLOCK_SIZE) > LONG_ROW:\n" in new
+    assert new.count("    for chunk in range(0, (2 * BLOCK_SIZE), CHUNK):\n") == 2
+
+
+@pytest.mark.slow
+def test_a_row_block_computed_from_a_constexpr_gives_the_softmax_in_the_interpreter():
+    """Rows of 1000 and 64 columns (blocks of 1024 and 64, over the interpreter's 32) take the twin's path, 20
+    columns the kernel's own."""
+    [(_, new)], _ = made(DERIVED)
+    interpreted(new, """
+for rows, cols in ((3, 1000), (4, 64), (5, 20)):
+    x = torch.randn(rows, cols)
+    assert torch.allclose(module.softmax(x), torch.softmax(x, dim=-1), atol=1e-6, rtol=1e-5), (rows, cols)
+""")

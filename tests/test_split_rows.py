@@ -475,3 +475,13 @@ def test_sums_inside_a_loop_that_carries_none_are_refused_with_the_fact():
     assert made(source) == ([], (
         "rms_fixed takes its sums (over BLOCK) inside a loop that carries no sum from one iteration to the next "
         "(each iteration reduces a block of its own: a split's partials would need the loop's iteration)",))
+
+
+def test_a_row_block_computed_from_a_constexpr_is_refused_with_the_fact():
+    """The host chooses the split from the block's size, which only the kernel computes here."""
+    source = FIXED_BLOCK.replace("def rms_fixed(out, inp, w, n, stride, eps):", "def rms_fixed(out, inp, w, n, "
+                                 "stride, eps, HALF: tl.constexpr):").replace(
+        "tl.arange(0, BLOCK)", "tl.arange(0, 2 * HALF)").replace("1e-6)", "1e-6, HALF=512)")
+    assert made(source) == ([], (
+        "rms_fixed's row block 2 * HALF is computed in the kernel from its constexpr parameters, which the host "
+        "does not compute (the split is chosen at the launch, from the block)",))

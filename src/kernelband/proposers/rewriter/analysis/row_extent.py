@@ -6,6 +6,8 @@ spells the reduced dimension one way (`dim`), and this fact says what sets its v
 * a constexpr parameter: the launch (or the autotuner, or a heuristic) passes it;
 * an integer the source fixes (`KernelValues.integer`): no launch can change it, so a rewrite may write the
   integer itself wherever it needs the block's size, in the kernel or on the host;
+* an expression of constexpr parameters (`2 * HALF`, HALF a parameter): the kernel knows it at compile time,
+  the host does not compute it;
 * otherwise the block's size is not known to any rewrite, and the refusal names that fact.
 
 It also holds what the row block's size must not do for a chunked twin to walk it, for blocks that are not a
@@ -28,7 +30,7 @@ from kernelband.proposers.rewriter.analysis.values import KernelValues, method_n
 @dataclass(frozen=True)
 class RowExtent:
     """The row block: `dim`, as shapes spell it; `param`, the constexpr parameter it is (where it is one);
-    `fixed`, the integer the source fixes it to (where it does)."""
+    `fixed`, the integer the source fixes it to (where it does); else an expression of constexpr parameters."""
 
     dim: str
     param: str | None = None
@@ -36,8 +38,10 @@ class RowExtent:
 
     @property
     def size(self) -> str:
-        """Code of the block's size inside the kernel: the parameter, or the integer."""
-        return self.param if self.param is not None else str(self.fixed)
+        """Code of the block's size inside the kernel: the parameter, the integer, or the expression."""
+        if self.param is not None:
+            return self.param
+        return str(self.fixed) if self.fixed is not None else f"({self.dim})"
 
 
 class RowExtents:
@@ -67,7 +71,13 @@ class RowExtents:
         param = self.kernel.param(dim)
         if param is not None and param.constexpr:
             return RowExtent(dim, param=dim)
-        fixed = self.values.integer(ast.parse(dim, mode="eval").body)
+        node = ast.parse(dim, mode="eval").body
+        fixed = self.values.integer(node)
+        constexprs = set(self.values.constexpr_names)
+        if fixed is None and names_in(node) and names_in(node) <= constexprs \
+                and all(isinstance(n, ast.Name | ast.BinOp | ast.Constant | ast.operator | ast.expr_context)
+                        for n in ast.walk(node)):
+            return RowExtent(dim)
         if fixed is None:
             return f"{name}'s row block {dim} is neither a constexpr parameter nor an integer the source fixes " \
                    f"(its size is known to no launch and no rewrite)"

@@ -113,7 +113,7 @@ def prepared(ms: ModuleSource, launch: Launch, plan: Plan, call: cst.Call) -> tu
     """(statements before the launch, code of the block size it passes, the call reading it): a block size
     that is not a name or a number is computed once, before; one the source fixes is that integer (no launch
     passes it)."""
-    if plan.extent.param is None:
+    if plan.extent.fixed is not None:
         return [], plan.size, call
     block = plan.block
     given = launch.arg(block)
@@ -196,9 +196,10 @@ def _docstring(statement: cst.CSTNode) -> bool:
 
 def host_knows(ms: ModuleSource, plan: Plan) -> bool:
     """Whether the host knows the row block's size at every launch: the source fixes it, or every launch
-    passes it."""
-    return bool(ms.launches_of(plan.kernel)) and (plan.extent.param is None
-                                                  or passes_block(ms, plan.kernel, plan.extent.param))
+    passes it (an expression of constexpr parameters is the kernel's to compute, not the host's)."""
+    extent = plan.extent
+    return bool(ms.launches_of(plan.kernel)) and (extent.fixed is not None or extent.param is not None
+                                                  and passes_block(ms, plan.kernel, extent.param))
 
 
 def passes_block(ms: ModuleSource, kernel: Kernel, block: str) -> bool:

@@ -74,8 +74,9 @@ def _one_block(ms: ModuleSource, kernel: Kernel) -> tuple[list, str] | str:
     if isinstance(found, str):
         return found
     if not host_knows(ms, found):
-        return f"{name}'s row block {found.block} is set by the autotuner or a heuristic, not by every launch " \
-               f"(the split is chosen at the launch, from the block)"
+        setter = "set by the autotuner or a heuristic, not by every launch" if found.extent.param is not None \
+            else "computed in the kernel from its constexpr parameters, which the host does not compute"
+        return f"{name}'s row block {found.block} is {setter} (the split is chosen at the launch, from the block)"
     used = set(kernel.names) | {n for s in ms.scopes for n in s.assigns} | set(ms.kernels)
     twin, chunk = fresh_name(f"{name}_chunked", used), fresh_name("CHUNK", used)
     edits = split_edits(ms, found, twin, chunk, fill)
