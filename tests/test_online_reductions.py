@@ -142,3 +142,82 @@ for rows, cols, want in ((3, 100, ["softmax_kernel_partials", "softmax_kernel_co
     assert torch.allclose(module.softmax(x), torch.softmax(x, dim=-1), atol=1e-6, rtol=1e-5), (rows, cols)
     assert launched == want, (rows, cols, launched)
 """)
+
+
+@pytest.mark.parametrize("block, before", [
+    ("1024", ""),  # a literal
+    ("ROW", "ROW = 1024\n"),  # a module constant
+    ("ROW", "ROW: tl.constexpr = 1024\n"),
+    ("2 * HALF", "HALF = 512\n"),  # a module constant's product
+])
+def test_a_row_block_the_source_fixes_gets_the_twin_and_the_split_with_that_integer(block, before):
+    """No launch passes the block, so none can change it: the twin walks the same 1024 lanes, the host
+    compares 1024 with LONG."""
+    [(rationale, new), (split_rationale, split)], reasons = made(fixed_block(block, before))
+    assert reasons == ()
+    assert rationale.startswith(f"softmax_kernel's row block {block} in chunks of 4096")
+    assert rationale.endswith("(softmax_kernel_online, chosen at the launch)") and "split over programs" in split_rationale
+    assert new.count("    for chunk in range(0, 1024, CHUNK):\n") == 2
+    assert '    if 1024 > (8192 if y.device.type == "cuda" else 32):\n' in new
+    assert "(1024 // SPLIT)" in split
+
+
+def fixed_block(block: str, before: str = "") -> str:
+    """spellings.ONE_BLOCK with its row block fixed by the source instead of passed by the launch."""
+    source = spellings.ONE_BLOCK.replace(", BLOCK_SIZE: tl.constexpr):", "):").replace(
+        "tl.arange(0, BLOCK_SIZE)", f"tl.arange(0, {block})").replace(
+        ", BLOCK_SIZE=triton.next_power_of_2(n_cols))", ")").replace("\n\n@triton.jit", f"\n{before}\n@triton.jit")
+    assert "BLOCK_SIZE" not in source
+    return source
+
+
+@pytest.mark.slow
+def test_a_row_block_the_source_fixes_gives_the_softmax_in_the_interpreter():
+    """Both variants of a literal block of 1024: 3 rows take the split's stages, 12 the chunked twin (1024 is
+    over the interpreter's 32), on rows shorter than the block and as long as it."""
+    variants, _ = made(fixed_block("1024"))
+    assert len(variants) == 2
+    for _, new in variants:
+        interpreted(new, """
+launched = []
+for name in ("softmax_kernel", "softmax_kernel_online", "softmax_kernel_partials", "softmax_kernel_combine"):
+    kernel = getattr(module, name, None)
+    if kernel is None:
+        continue
+    run = kernel.run
+    kernel.run = lambda *a, _run=run, _name=name, **k: (launched.append(_name), _run(*a, **k))[1]
+split = hasattr(module, "softmax_kernel_partials")
+for rows, cols in ((3, 1000), (3, 1024), (12, 100), (2, 5)):
+    launched.clear()
+    x = torch.randn(rows, cols)
+    x[0, cols - 1] = 25.0
+    assert torch.allclose(module.softmax(x), torch.softmax(x, dim=-1), atol=1e-6, rtol=1e-5), (rows, cols)
+    want = ["softmax_kernel_partials", "softmax_kernel_combine"] if split and rows < 8 else ["softmax_kernel_online"]
+    assert launched == want, (rows, cols, launched)
+""")
+
+
+DERIVED = spellings.ONE_BLOCK.replace("tl.arange(0, BLOCK_SIZE)", "tl.arange(0, 2 * BLOCK_SIZE)").replace(
+    "BLOCK_SIZE=triton.next_power_of_2(n_cols))", "BLOCK_SIZE=triton.next_power_of_2(n_cols) // 2)")
+
+
+def test_a_row_block_computed_from_a_constexpr_is_chunked_at_compile_time_in_the_kernel():
+    """The block is 2 * BLOCK_SIZE: the kernel knows it at compile time, the host does not compute it."""
+    [(rationale, new)], reasons = made(DERIVED)
+    assert reasons == ()
+    assert rationale.startswith("softmax_kernel's row block 2 * BLOCK_SIZE in chunks of 4096")
+    assert rationale.endswith("(chosen in the kernel at compile time)")
+    assert "    if (2 * BLOCK_SIZE) > LONG_ROW:\n" in new
+    assert new.count("    for chunk in range(0, (2 * BLOCK_SIZE), CHUNK):\n") == 2
+
+
+@pytest.mark.slow
+def test_a_row_block_computed_from_a_constexpr_gives_the_softmax_in_the_interpreter():
+    """Rows of 1000 and 64 columns (blocks of 1024 and 64, over the interpreter's 32) take the twin's path, 20
+    columns the kernel's own."""
+    [(_, new)], _ = made(DERIVED)
+    interpreted(new, """
+for rows, cols in ((3, 1000), (4, 64), (5, 20)):
+    x = torch.randn(rows, cols)
+    assert torch.allclose(module.softmax(x), torch.softmax(x, dim=-1), atol=1e-6, rtol=1e-5), (rows, cols)
+""")

@@ -406,3 +406,82 @@ def test_a_chain_whose_later_loop_is_not_a_sum_of_the_row_is_refused_with_the_fa
     source = layernorm().replace(old, new).replace(
         start, "    peak = tl.zeros([BLOCK_SIZE], tl.float32)\n" + start)
     assert made(source) == ([], (why,))
+
+
+# An RMSNorm whose row block the source fixes, as a user writes it: a module constant (no launch passes it).
+FIXED_BLOCK = '''
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 1024
+
+
+@triton.jit
+def rms_fixed(out, inp, w, n, stride, eps):
+    i = tl.program_id(0)
+    j = tl.arange(0, BLOCK)
+    x = tl.load(inp + i * stride + j, mask=j < n, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n + eps)
+    g = tl.load(w + j, mask=j < n, other=0.0)
+    tl.store(out + i * stride + j, x * r * g, mask=j < n)
+
+
+def rms(x, w):
+    y = torch.empty_like(x)
+    rms_fixed[(x.shape[0],)](y, x, w, x.shape[1], x.stride(0), 1e-6)
+    return y
+'''
+
+
+@pytest.mark.parametrize("old, new", [
+    ("", ""),  # the module constant
+    ("    j = tl.arange(0, BLOCK)\n", "    j = tl.arange(0, 1024)\n"),  # a literal
+    ("    j = tl.arange(0, BLOCK)\n", "    B: tl.constexpr = 2 * HALF\n    j = tl.arange(0, B)\n"),  # a local of one
+])
+def test_a_row_block_the_source_fixes_is_split_with_that_integer(old, new):
+    """No launch passes the block, so none can change it: the stages and the chunked twin walk the same 1024
+    lanes, the host caps SPLIT by 1024 // chunk."""
+    source = FIXED_BLOCK.replace(old, new).replace("BLOCK = 1024\n", "BLOCK = 1024\nHALF = 512\n")
+    [(rationale, new_source)], reasons = made(source)
+    assert reasons == ()
+    assert rationale.startswith("rms_fixed's row block ") and "(sum) split over SPLIT programs a row" in rationale
+    assert "    for chunk in range(split_id * (1024 // SPLIT), (split_id + 1) * (1024 // SPLIT), CHUNK):\n" \
+        in new_source
+    assert "    for chunk in range(0, 1024, CHUNK):\n" in new_source
+    assert "    split = min(1024 // chunk, " in new_source and "    elif 1024 > (8192 if " in new_source
+
+
+@pytest.mark.slow
+def test_a_row_block_the_source_fixes_split_gives_the_originals_outputs_in_the_interpreter():
+    """Few rows take the stages, 40 rows the chunked twin (1024 is over the interpreter's 32), on rows shorter
+    than the block and as long as it."""
+    stages = [s.format(k="rms_fixed") for s in STAGES]
+    cases = ("[([torch.randn(r, c), torch.randn(c)], w) for r, c, w in "
+             f"((3, 1000, {stages}), (5, 1024, {stages}), (2, 7, {stages}), (40, 700, ['rms_fixed_chunked']))]")
+    check_outputs(FIXED_BLOCK, "rms", [*stages, "rms_fixed_chunked", "rms_fixed"], cases)
+
+
+def test_sums_inside_a_loop_that_carries_none_are_refused_with_the_fact():
+    """Each iteration sums a block of its own and stores it (a loss a block): no row's sum to split."""
+    source = FIXED_BLOCK.replace(
+        "    x = tl.load(inp + i * stride + j, mask=j < n, other=0.0).to(tl.float32)\n"
+        "    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n + eps)\n"
+        "    g = tl.load(w + j, mask=j < n, other=0.0)\n"
+        "    tl.store(out + i * stride + j, x * r * g, mask=j < n)\n",
+        "    for k in range(0, 4):\n"
+        "        x = tl.load(inp + i * stride + k * n + j, mask=j < n, other=0.0)\n"
+        "        tl.store(out + i * 4 + k, tl.sum(x * x, axis=0))\n")
+    assert made(source) == ([], (
+        "rms_fixed takes its sums (over BLOCK) inside a loop that carries no sum from one iteration to the next "
+        "(each iteration reduces a block of its own: a split's partials would need the loop's iteration)",))
+
+
+def test_a_row_block_computed_from_a_constexpr_is_refused_with_the_fact():
+    """The host chooses the split from the block's size, which only the kernel computes here."""
+    source = FIXED_BLOCK.replace("def rms_fixed(out, inp, w, n, stride, eps):", "def rms_fixed(out, inp, w, n, "
+                                 "stride, eps, HALF: tl.constexpr):").replace(
+        "tl.arange(0, BLOCK)", "tl.arange(0, 2 * HALF)").replace("1e-6)", "1e-6, HALF=512)")
+    assert made(source) == ([], (
+        "rms_fixed's row block 2 * HALF is computed in the kernel from its constexpr parameters, which the host "
+        "does not compute (the split is chosen at the launch, from the block)",))

@@ -1,8 +1,8 @@
 """The one analysis of a module that every rewrite reads: `kernel_facts(ms, kernel)` computes, once per parsed
 module and kernel, the canonical values, shapes, loops, accesses, the integer parameters their offsets and
-masks read (alignment), constexpr roles, tl.dot operands and reductions (each its own module here), and keeps
-them for the next rewrite that asks. Like libcst's metadata providers: facts are derived once, and transforms
-only read them."""
+masks read (alignment), constexpr roles, tl.dot operands, reductions and the row block they reduce (each its
+own module here), and keeps them for the next rewrite that asks. Like libcst's metadata providers: facts are
+derived once, and transforms only read them."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from kernelband.proposers.rewriter.analysis.dots import Dots
 from kernelband.proposers.rewriter.analysis.loops import Loops
 from kernelband.proposers.rewriter.analysis.reductions import Reductions
 from kernelband.proposers.rewriter.analysis.roles import Roles
+from kernelband.proposers.rewriter.analysis.row_extent import RowExtents
 from kernelband.proposers.rewriter.analysis.shapes import Shapes
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import dotted, subnodes
@@ -86,6 +87,10 @@ class KernelFacts:
     @cached_property
     def reductions(self) -> Reductions:
         return Reductions(self.values, self.shapes, self.loops)
+
+    @cached_property
+    def row_extents(self) -> RowExtents:
+        return RowExtents(self.values, self.shapes, self.roles)
 
     # -- what the block-size rewrites read ----------------------------------------------------------------------
     @property

@@ -1,7 +1,8 @@
 """Where a row held in one block takes the chunked twin (online_rows.py): rows whose block is longer than
 LONG elements (LONG >= CHUNK, both powers of two, as the block is); shorter rows keep the original kernel.
 
-Where every launch passes the block size, the launch chooses, on the host:
+Where every launch passes the block size, or the source fixes it (`tl.arange(0, 1024)`, a module constant:
+analysis/row_extent.py), the launch chooses, on the host:
 
     if BLOCK_SIZE > (8192 if y.device.type == "cuda" else 32):
         softmax_kernel_online[grid](..., BLOCK_SIZE=BLOCK_SIZE, CHUNK=(4096 if y.device.type == "cuda" else 16))
@@ -84,16 +85,17 @@ def launch_statement(ms: ModuleSource, launch: Launch) -> cst.SimpleStatementLin
 
 
 def on_host(ms: ModuleSource, plan: Plan, twin: str, chunk: str) -> list | str:
-    """The edits of the launches and the twin kernel, where every launch passes the block size."""
+    """The edits of the launches and the twin kernel, where the host knows the block size: every launch passes
+    it, or the source fixes it."""
     kernel, block = plan.kernel, plan.block
     edits = []
     for launch in ms.launches_of(kernel):
         line = launch_statement(ms, launch)
-        given = launch.arg(block)
+        given = launch.arg(block) if plan.extent.param is not None else None
         gpu = device_test(ms, launch)
-        if line is None or given is None or given.star or gpu is None:
+        if line is None or gpu is None or plan.extent.param is not None and (given is None or given.star):
             return f"the {launch.where} is not a statement of its own passing {block} and a tensor"
-        edits.append((line, _branch(ms, launch, block, twin, chunk, gpu)))
+        edits.append((line, _branch(ms, launch, plan, twin, chunk, gpu)))
     made = twin_def(plan, twin, chunk)
     edits.append((kernel.node, lambda node: cst.FlattenSentinel([node, made])))
     return edits
@@ -107,9 +109,13 @@ def twin_def(plan: Plan, twin: str, chunk: str) -> cst.FunctionDef:
         name=cst.Name(twin), params=with_params(kernel.node, kernel.tl_name, **{chunk: CHUNK}))
 
 
-def prepared(ms: ModuleSource, launch: Launch, block: str, call: cst.Call) -> tuple[list, str, cst.Call]:
+def prepared(ms: ModuleSource, launch: Launch, plan: Plan, call: cst.Call) -> tuple[list, str, cst.Call]:
     """(statements before the launch, code of the block size it passes, the call reading it): a block size
-    that is not a name or a number is computed once, before."""
+    that is not a name or a number is computed once, before; one the source fixes is that integer (no launch
+    passes it)."""
+    if plan.extent.fixed is not None:
+        return [], plan.size, call
+    block = plan.block
     given = launch.arg(block)
     if plain(given.value) or isinstance(given.value, cst.Integer):
         return [], code(given.value), call
@@ -139,9 +145,9 @@ def long_branch(line: cst.SimpleStatementLine, call: cst.Call, size: str, twin: 
             body=[line.with_changes(body=[cst.Expr(call)], leading_lines=[])])))
 
 
-def _branch(ms: ModuleSource, launch: Launch, block: str, twin: str, chunk: str, gpu: str):
+def _branch(ms: ModuleSource, launch: Launch, plan: Plan, twin: str, chunk: str, gpu: str):
     def edit(line: cst.SimpleStatementLine) -> cst.FlattenSentinel:
-        before, size, call = prepared(ms, launch, block, line.body[0].value)
+        before, size, call = prepared(ms, launch, plan, line.body[0].value)
         statements_ = [*before, long_branch(line, call, size, twin, chunk, gpu)]
         statements_[0] = statements_[0].with_changes(leading_lines=line.leading_lines)
         return cst.FlattenSentinel(statements_)
@@ -151,7 +157,7 @@ def _branch(ms: ModuleSource, launch: Launch, block: str, twin: str, chunk: str,
 def in_kernel(ms: ModuleSource, plan: Plan, long_: str, chunk: str) -> list | str:
     """The edits where the autotuner or a heuristic sets the block size: the kernel branches on it at compile
     time, and each launch passes LONG and CHUNK."""
-    kernel, block, tl = plan.kernel, plan.block, plan.kernel.tl_name
+    kernel, size, tl = plan.kernel, plan.size, plan.kernel.tl_name
     edits = []
     for launch in ms.launches_of(kernel):
         gpu = device_test(ms, launch)
@@ -168,7 +174,7 @@ def in_kernel(ms: ModuleSource, plan: Plan, long_: str, chunk: str) -> list | st
                 isinstance(s, cst.Return) and s.value is None for s in original[-1].body):
             original.pop()
         doc = original[:1] if original and _docstring(original[0]) and region is kernel.node.body else []
-        branch = cst.parse_statement(f"if {block} > {long_}:\n    pass\nelse:\n    pass\n")
+        branch = cst.parse_statement(f"if {size} > {long_}:\n    pass\nelse:\n    pass\n")
         twin_part = body[1:] if doc and body and _docstring(body[0]) else body
         return [*doc, branch.with_changes(body=branch.body.with_changes(body=twin_part),
                                           orelse=branch.orelse.with_changes(body=branch.orelse.body.with_changes(
@@ -186,6 +192,14 @@ def in_kernel(ms: ModuleSource, plan: Plan, long_: str, chunk: str) -> list | st
 def _docstring(statement: cst.CSTNode) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Expr) \
         and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
+
+
+def host_knows(ms: ModuleSource, plan: Plan) -> bool:
+    """Whether the host knows the row block's size at every launch: the source fixes it, or every launch
+    passes it (an expression of constexpr parameters is the kernel's to compute, not the host's)."""
+    extent = plan.extent
+    return bool(ms.launches_of(plan.kernel)) and (extent.fixed is not None or extent.param is not None
+                                                  and passes_block(ms, plan.kernel, extent.param))
 
 
 def passes_block(ms: ModuleSource, kernel: Kernel, block: str) -> bool:

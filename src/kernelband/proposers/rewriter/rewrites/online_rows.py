@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.facts import facts_of
-from kernelband.proposers.rewriter.analysis.reductions import Exponent, exponent_of, holds
+from kernelband.proposers.rewriter.analysis.reductions import BlockReduction, Exponent, exponent_of, holds
+from kernelband.proposers.rewriter.analysis.row_extent import RowExtent
 from kernelband.proposers.rewriter.analysis.source import Kernel
 from kernelband.proposers.rewriter.analysis.syntax import (
     assigned,
@@ -97,10 +98,20 @@ class Leaf:
 @dataclass(eq=False)
 class Plan:
     kernel: Kernel
-    block: str  # the constexpr the row block is
+    extent: RowExtent  # the row block: a constexpr parameter, or an integer the source fixes
     region: cst.IndentedBlock  # the statements holding the row block (the kernel's body or a loop's)
     leaves: list[Leaf]
     stats: list[Stat]
+
+    @property
+    def block(self) -> str:
+        """The row block as shapes spell it (`BLOCK_SIZE`, `1024`, a module constant's name)."""
+        return self.extent.dim
+
+    @property
+    def size(self) -> str:
+        """Code of the row block's size in the kernel: its parameter, or the integer the source fixes."""
+        return self.extent.size
 
 
 def _is_store(kernel: Kernel, node: cst.CSTNode) -> bool:
@@ -135,18 +146,21 @@ def _walk_if(node: cst.If, item: int, guards: tuple) -> list:
     return out
 
 
-def plan(kernel: Kernel, block: str | None) -> Plan | str:  # noqa: C901 - one check per fact
-    """What the twin of the row block `block` (the extent the row's reductions reduce; None where they reduce
-    more than one) does with each statement; or the fact that makes it uncertain."""
+def plan(kernel: Kernel, rows: list[BlockReduction]) -> Plan | str:  # noqa: C901 - one check per fact
+    """What the twin of the row block that the row's reductions `rows` reduce does with each statement; or the
+    fact that makes it uncertain."""
     name = kernel.name
     facts = facts_of(kernel)
-    if block is None or kernel.param(block) is None or not kernel.param(block).constexpr:
-        return f"{name}'s row block is not one constexpr parameter"
-    role = facts.roles.get(block)
-    if role is None or role.steps:
+    extent = facts.row_extents.of(rows)
+    if isinstance(extent, str):
+        return extent
+    block = extent.dim
+    role = facts.roles.get(block) if extent.param is not None else None
+    if role.steps if role is not None else facts.row_extents.steps(extent):
         return f"{name} steps a loop by its row block {block}"
-    if role.shaped:
-        return f"tl.{role.shaped[0]}'s result depends on the extent of {block} (the whole row block)"
+    shaped = (role.shaped[0] if role.shaped else None) if role is not None else facts.row_extents.shaped(extent)
+    if shaped:
+        return f"tl.{shaped}'s result depends on the extent of {block} (the whole row block)"
     reductions = facts.reductions
     calls: dict[int, cst.Call] = {}
     for each in reductions.each:
@@ -173,7 +187,7 @@ def plan(kernel: Kernel, block: str | None) -> Plan | str:  # noqa: C901 - one c
         return walk
     why = _phases(kernel, walk)
     leaves = [entry[1] for entry in walk if isinstance(entry[1], Leaf)]
-    return why or Plan(kernel, block, region, leaves, list(stats.values()))
+    return why or Plan(kernel, extent, region, leaves, list(stats.values()))
 
 
 def _shapes_obstacle(kernel: Kernel, block: str, calls: dict[int, cst.Call]) -> str:
@@ -301,10 +315,17 @@ def _value_shape(kernel: Kernel, small: cst.BaseSmallStatement) -> tuple[str, ..
 
 
 def _makes_block(kernel: Kernel, call: cst.Call, block: str) -> bool:
-    """`tl.arange(0, BLOCK)`, `tl.zeros([.., BLOCK])`, `tl.full((BLOCK,), ..)`."""
+    """`tl.arange(0, BLOCK)`, `tl.zeros([.., BLOCK])`, `tl.full((BLOCK,), ..)`: a tile along the block, however
+    its extent is spelled (`1024`, a local bound to it, a module constant), as its shape says."""
     if not any(kernel.is_tl(call.func, f) for f in ("arange", "zeros", "full")):
         return False
-    return any(isinstance(n, cst.Name) and n.value == block for n in subnodes(call, cst.Name))
+    facts = facts_of(kernel)
+    return block in (facts.shapes.of(facts.values.expand(call)) or ())
+
+
+def _along(kernel: Kernel, node: cst.BaseExpression, block: str) -> bool:
+    """Whether an extent's code is the row block's (an original node of the kernel, read as its value)."""
+    return ast.unparse(facts_of(kernel).values.expand(node)) == block
 
 
 def _phases(kernel: Kernel, walk: list) -> str:  # noqa: C901 - one rule per kind of statement
@@ -405,26 +426,23 @@ class _Chunk(cst.CSTTransformer):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if id(original_node) in self.names:
             return cst.Name(self.names[id(original_node)])
-        kernel = self.kernel
-        if kernel.is_tl(original_node.func, "arange") and _makes_block(kernel, original_node, self.block):
+        kernel, block = self.kernel, self.block
+        if kernel.is_tl(original_node.func, "arange") and _makes_block(kernel, original_node, block):
             chunk = updated_node.with_changes(args=[
-                a.with_changes(value=cst.Name(self.chunk)) if isinstance(a.value, cst.Name)
-                and a.value.value == self.block else a for a in updated_node.args])
+                a.with_changes(value=cst.Name(self.chunk)) if _along(kernel, o.value, block) else a
+                for o, a in zip(original_node.args, updated_node.args, strict=True)])
             return cst.parse_expression(f"({self.start} + {code(chunk)})")
         if (kernel.is_tl(original_node.func, "zeros") or kernel.is_tl(original_node.func, "full")) \
-                and _makes_block(kernel, original_node, self.block):
-            shape = updated_node.args[0]
-            return updated_node.with_changes(args=[shape.with_changes(value=shape.value.visit(
-                _Rename(self.block, self.chunk))), *updated_node.args[1:]])
+                and _makes_block(kernel, original_node, block):
+            shape, given = updated_node.args[0], original_node.args[0].value
+            if isinstance(given, cst.Tuple | cst.List):
+                value = shape.value.with_changes(elements=[
+                    e.with_changes(value=cst.Name(self.chunk)) if _along(kernel, o.value, block) else e
+                    for o, e in zip(given.elements, shape.value.elements, strict=True)])
+            else:
+                value = cst.Name(self.chunk) if _along(kernel, given, block) else shape.value
+            return updated_node.with_changes(args=[shape.with_changes(value=value), *updated_node.args[1:]])
         return updated_node
-
-
-class _Rename(cst.CSTTransformer):
-    def __init__(self, old: str, new: str) -> None:
-        self.old, self.new = old, new
-
-    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
-        return cst.Name(self.new) if updated_node.value == self.old else updated_node
 
 
 def _emit(suite: cst.BaseSuite, keep) -> list:
@@ -475,7 +493,7 @@ class Twin:
         self.tl = kernel.tl_name
         used = set(kernel.names) | {s.run for s in plan_.stats} | {s.prev for s in plan_.stats if s.prev}
         self.start = fresh_name("chunk", used)
-        self.span = span or ("0", plan_.block)
+        self.span = span or ("0", plan_.size)
         self.leaves = {id(leaf.node): leaf for leaf in plan_.leaves}
         self.chunked = _Chunk(kernel, plan_.block, chunk, self.start, {id(s.call): s.run for s in plan_.stats})
 

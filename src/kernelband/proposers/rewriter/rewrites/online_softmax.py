@@ -17,7 +17,7 @@ from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import fresh_name
 from kernelband.proposers.rewriter.edits import Found, Variant
-from kernelband.proposers.rewriter.rewrites.online_launch import CHUNK, LONG, in_kernel, on_host, passes_block
+from kernelband.proposers.rewriter.rewrites.online_launch import CHUNK, LONG, host_knows, in_kernel, on_host
 from kernelband.proposers.rewriter.rewrites.online_passes import merge
 from kernelband.proposers.rewriter.rewrites.online_rows import plan
 from kernelband.proposers.rewriter.rewrites.online_split import split_edits
@@ -42,13 +42,13 @@ def online_softmax(ms: ModuleSource) -> Found:
         if not ms.launches_of(kernel):
             reasons.append(f"{kernel.name} is launched nowhere in this module (a helper, run by the kernels that call it)")
             continue
-        found = plan(kernel, rows[0].dim if all(r.dim == rows[0].dim for r in rows) else None)
+        found = plan(kernel, [reduction for row in rows for reduction in (row.max, row.sum)])
         if isinstance(found, str):
             reasons.append(found)
             continue
         used = set(kernel.names) | {n for s in ms.scopes for n in s.assigns} | set(ms.kernels)
         chunk = fresh_name("CHUNK", used)
-        if passes_block(ms, kernel, found.block):
+        if host_knows(ms, found):
             twin = fresh_name(f"{kernel.name}_online", used)
             edits = on_host(ms, found, twin, chunk)
             where = f"{twin}, chosen at the launch"
@@ -63,7 +63,7 @@ def online_softmax(ms: ModuleSource) -> Found:
         what = (f"{kernel.name}'s row block {found.block} in chunks of {CHUNK} where it is over {LONG}: one pass "
                 f"for its statistics ({stats}, online), one for its stores ({where})")
         variants.append(Variant("online_softmax", what, touched, tuple(edits)))
-        if passes_block(ms, kernel, found.block):
+        if host_knows(ms, found):
             split = split_edits(ms, found, twin, chunk)
             if isinstance(split, str):
                 reasons.append(split)

@@ -61,7 +61,7 @@ ATOMICS = tuple(f"atomic_{op}" for op in ("add", "max", "min", "xchg", "cas", "a
 def split_edits(ms: ModuleSource, plan: Plan, twin: str, chunk: str, fill=lambda launch: 2) -> list | str:
     """The launches' and the stage kernels' edits, or why rows cannot be split here (`fill(launch)`: the
     programs a SM that the split aims at, two by default)."""
-    kernel, block, tl = plan.kernel, plan.block, plan.kernel.tl_name
+    kernel, size, tl = plan.kernel, plan.size, plan.kernel.tl_name
     name = kernel.name
     if plan.region is not kernel.node.body:
         return f"{name}'s row block sits in a loop (its partials would need the loop's iteration)"
@@ -75,14 +75,14 @@ def split_edits(ms: ModuleSource, plan: Plan, twin: str, chunk: str, fill=lambda
     parts = {id(stat.call): fresh_name(f"{stat.run}_part", used) for stat in plan.stats}
 
     def prepare(launch, line, gpu, local):
-        before, size, call = prepared(ms, launch, plan.block, line.body[0].value)
+        before, given, call = prepared(ms, launch, plan, line.body[0].value)
         host = f"{local['chunk']} = {CHUNK} if {gpu} else {CPU_CHUNK}\n"
-        return Launching(before, call, host, f"{size} // {local['chunk']}", {chunk: local["chunk"]},
-                         long_branch(line, call, size, twin, chunk, gpu))
+        return Launching(before, call, host, f"{given} // {local['chunk']}", {chunk: local["chunk"]},
+                         long_branch(line, call, given, twin, chunk, gpu))
     edits = [(launch_statement(ms, launch), split_launch(ms, launch, names, list(parts.values()), used, fill(launch),
                                                          prepare, ("chunk",)))
              for launch in ms.launches_of(kernel)]
-    segment = f"({block} // {names['split']})"
+    segment = f"({size} // {names['split']})"
     twin_ = Twin(plan, chunk, (f"{names['sid']} * {segment}", f"({names['sid']} + 1) * {segment}"))
     stored = statements("".join(f"{tl}.store({parts[id(s.call)]} + {names['lin']} * {names['split']} + "
                                 f"{names['sid']}, {s.run})\n" for s in plan.stats))

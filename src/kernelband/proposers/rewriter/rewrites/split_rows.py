@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import fresh_name
+from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name
 from kernelband.proposers.rewriter.edits import Found, Variant
-from kernelband.proposers.rewriter.rewrites.online_launch import CHUNK, passes_block
+from kernelband.proposers.rewriter.rewrites.online_launch import CHUNK, host_knows
 from kernelband.proposers.rewriter.rewrites.online_rows import plan
 from kernelband.proposers.rewriter.rewrites.online_split import split_edits
 from kernelband.proposers.rewriter.rewrites.split_loops import fill, loop_edits, loop_split, summing_loops
@@ -60,13 +60,23 @@ def _loop(ms: ModuleSource, kernel: Kernel) -> tuple[list, str] | str:
 
 def _one_block(ms: ModuleSource, kernel: Kernel) -> tuple[list, str] | str:
     name = kernel.name
-    dims = {b.dim for b in facts_of(kernel).reductions.block if b.loop is None}
-    found = plan(kernel, dims.pop() if len(dims) == 1 else None)
+    reductions = facts_of(kernel).reductions.block
+    rows = [b for b in reductions if b.loop is None]
+    if not rows:
+        # The loop's iterations each reduce a block of their own (a recurrence's step, a tile of outputs); no
+        # iteration adds to another's, so no program can take a share of one row's sums.
+        sums = ", ".join(dict.fromkeys(f"over {b.dim}" if b.dim else f"`{code(b.call)}`" for b in reductions
+                                       if b.op == "sum"))
+        return f"{name} takes its sums ({sums}) inside a loop that carries no sum from one iteration to the " \
+               f"next (each iteration reduces a block of its own: a split's partials would need the loop's " \
+               f"iteration)"
+    found = plan(kernel, rows)
     if isinstance(found, str):
         return found
-    if not passes_block(ms, kernel, found.block):
-        return f"{name}'s row block {found.block} is set by the autotuner or a heuristic, not by every launch " \
-               f"(the split is chosen at the launch, from the block)"
+    if not host_knows(ms, found):
+        setter = "set by the autotuner or a heuristic, not by every launch" if found.extent.param is not None \
+            else "computed in the kernel from its constexpr parameters, which the host does not compute"
+        return f"{name}'s row block {found.block} is {setter} (the split is chosen at the launch, from the block)"
     used = set(kernel.names) | {n for s in ms.scopes for n in s.assigns} | set(ms.kernels)
     twin, chunk = fresh_name(f"{name}_chunked", used), fresh_name("CHUNK", used)
     edits = split_edits(ms, found, twin, chunk, fill)
