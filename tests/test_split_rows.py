@@ -449,7 +449,34 @@ def test_a_row_block_the_source_fixes_is_split_with_that_integer(old, new):
     assert "    for chunk in range(split_id * (1024 // SPLIT), (split_id + 1) * (1024 // SPLIT), CHUNK):\n" \
         in new_source
     assert "    for chunk in range(0, 1024, CHUNK):\n" in new_source
-    assert "    split = min(1024 // chunk, " in new_source and "    elif 1024 > (8192 if " in new_source
+    assert "    split = min(1024 // (chunk * (4 if y.device.type == \"cuda\" else 1)), " in new_source
+    assert "    elif 1024 > (8192 if " in new_source
+
+
+def gpu_split(source: str, rows: int, sms: int = 132) -> int:
+    """The SPLIT a variant's host picks on a GPU of `sms` SMs for `rows` rows: its chunk and split lines run
+    with a device that says "cuda"."""
+    import types
+
+    import triton
+
+    lines = [line.strip() for line in source.splitlines() if line.strip().startswith(("chunk = ", "split = "))]
+    device = types.SimpleNamespace(type="cuda")
+    scope = {"triton": triton, "rows": rows, "sms": sms, "y": types.SimpleNamespace(device=device)}
+    exec("\n".join(lines), scope)
+    return scope["split"]
+
+
+@pytest.mark.parametrize("block, rows, split", [
+    (8192, 1, 1),  # two chunks of 4,096: split in two, it took twice the starting kernel's time on an H200
+    (16384, 1, 1),  # four chunks: one program's segment at least
+    (65536, 1, 4),  # sixteen chunks: four programs of four chunks
+    (65536, 64, 4),
+    (65536, 600, 1),  # rows enough for the SMs: the original launch
+])
+def test_a_row_block_split_leaves_each_program_four_chunks_on_a_gpu(block, rows, split):
+    [(_, new_source)], _ = made(FIXED_BLOCK.replace("BLOCK = 1024\n", f"BLOCK = {block}\n"))
+    assert max(1, gpu_split(new_source, rows)) == split  # under 2: the launch does not split
 
 
 @pytest.mark.slow

@@ -13,15 +13,17 @@ The launch chooses it on the host, from the launch's own grid and the GPU's SM c
     rows = grid[0] * (grid[1] if len(grid) > 1 else 1)
     sms = <the device's SM count> if x.device.type == "cuda" else CPU_SMS
     chunk = 4096 if x.device.type == "cuda" else 16
-    split = min(BLOCK // chunk, triton.next_power_of_2(-(-2 * sms // rows))) if rows < sms else 1
+    split = min(BLOCK // (chunk * (4 if x.device.type == "cuda" else 1)),
+                triton.next_power_of_2(-(-2 * sms // rows))) if rows < sms else 1
     if split > 1:
         parts = torch.empty((<statistics>, rows * split), device=x.device, dtype=torch.float32)
         <kernel>_partials[(*grid, split)](..., parts[0], ..., CHUNK=chunk, SPLIT=split)
         <kernel>_combine[(*grid, split)](..., parts[0], ..., CHUNK=chunk, SPLIT=split)
     elif <the chunked twin's test>: ...
 
-Two programs per SM at least, each segment at least one chunk (SPLIT and CHUNK are powers of two, as the block
-is, so the segments tile it); split_rows (split_loops.py) takes these stages, and the host's choice with the
+Two programs per SM at least, each segment at least MIN_RUN chunks on a GPU (one in the interpreter): a
+shorter segment saves less than the second launch costs (a row of 8,192 floats split in two took twice the
+starting kernel's time on an H200). SPLIT and CHUNK are powers of two, as the block is, so the segments tile it; split_rows (split_loops.py) takes these stages, and the host's choice with the
 programs a SM it aims at, for rows whose statistics are sums. Trailing grid axes of one program are left out,
 the split's axis taking the first of them. On the CPU (the Triton interpreter) the SM count is CPU_SMS, small, so that small
 shapes take this path. Every program of a row computes the same statistics, so scalars stored from them are
@@ -52,6 +54,7 @@ from kernelband.proposers.rewriter.rewrites.online_launch import (
 from kernelband.proposers.rewriter.rewrites.online_passes import rescaled
 from kernelband.proposers.rewriter.rewrites.online_rows import Plan, Twin
 
+MIN_RUN = 4  # chunks or blocks a program's segment takes at least on a GPU: a shorter one saves less than a launch
 CPU_SMS = 8  # the interpreter's "SM count": small, so that a few rows (the tasks' interpreter shapes) split
 
 
@@ -77,7 +80,8 @@ def split_edits(ms: ModuleSource, plan: Plan, twin: str, chunk: str, fill=lambda
     def prepare(launch, line, gpu, local):
         before, given, call = prepared(ms, launch, plan, line.body[0].value)
         host = f"{local['chunk']} = {CHUNK} if {gpu} else {CPU_CHUNK}\n"
-        return Launching(before, call, host, f"{given} // {local['chunk']}", {chunk: local["chunk"]},
+        cap = f"{given} // ({local['chunk']} * ({MIN_RUN} if {gpu} else 1))"
+        return Launching(before, call, host, cap, {chunk: local["chunk"]},
                          long_branch(line, call, given, twin, chunk, gpu))
     edits = [(launch_statement(ms, launch), split_launch(ms, launch, names, list(parts.values()), used, fill(launch),
                                                          prepare, ("chunk",)))

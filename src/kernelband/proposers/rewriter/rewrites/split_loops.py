@@ -44,6 +44,7 @@ from kernelband.proposers.rewriter.edits import statements
 from kernelband.proposers.rewriter.rewrites.online_launch import launch_statement
 from kernelband.proposers.rewriter.rewrites.online_passes import _zero
 from kernelband.proposers.rewriter.rewrites.online_split import (
+    MIN_RUN,
     Launching,
     header,
     partial_offsets,
@@ -55,7 +56,6 @@ from kernelband.proposers.rewriter.rewrites.online_split import (
 
 FILL_WARPS = 32  # warps a SM that the split aims at: half of what an SM holds, enough to keep loads in flight
 MAX_SPLIT = 32  # programs a row at most: a split wider than the row's blocks leaves programs with none
-MIN_RUN = 4  # blocks a program's run takes at least: a shorter run saves less than the second launch costs
 DEFAULT_WARPS = 4  # Triton's num_warps where a launch passes none
 
 
