@@ -62,7 +62,7 @@ matmul() {
 # its own hand-backs (greedy, one iteration an example): the sweep's earlier runs left their best.py files on
 # machines long gone, and their databases predate the column that keeps the module
 step call_cost 1200 "$py" benchmarks/call_cost.py --make --db "$S/call_cost.db" --out "$S/call_cost.json"
-step split_rows_gpu 600 "$py" benchmarks/split_rows_gpu.py --out "$S/split_rows_gpu.json"
+step split_rows_gpu 780 "$py" benchmarks/split_rows_gpu.py --out "$S/split_rows_gpu.json"
 step capture_overhead 600 "$py" benchmarks/capture_overhead.py --repeats 5 --steps 30 --batch 8 --scale 32 \
   --dim 1024 --vocab 16384 --eval --out "$S/capture_overhead.json"
 { [ "$side" -ge 2 ] && [ "$n" -ge 2 ]; } || matmul
