@@ -343,8 +343,9 @@ def test_rows_puts_consecutive_programs_side_by_side_on_a_leading_axis():
         "+     z = x - tl.max(x, axis=1, keep_dims=True)",
         "+     tl.store(out_ptr + row * n_cols + cols, num / tl.sum(num, axis=1, keep_dims=True), "
         "mask=(cols < n_cols) & rows_mask)",
-        f"+     softmax_kernel[(triton.cdiv(x.shape[0], {rows}),)](out, x, x.shape[1], "
-        f"BLOCK=triton.next_power_of_2(x.shape[1]), n_programs=x.shape[0], ROWS={rows})"]
+        f"+     ROWS = {rows}",  # worked out at run time: once, named, before the launch
+        "+     softmax_kernel[(triton.cdiv(x.shape[0], ROWS),)](out, x, x.shape[1], "
+        "BLOCK=triton.next_power_of_2(x.shape[1]), n_programs=x.shape[0], ROWS=ROWS)"]
 
 
 @pytest.mark.parametrize("block, rows", [(16, [4, 16]), (1024, [4, 16]), (2048, [4, 16]), (4096, [4, 8]),
@@ -359,7 +360,7 @@ def test_rows_at_a_run_time_block_keep_a_thread_within_256_elements(block, rows)
     made = [new for _, new in sorted(variants(SOFTMAX_ROWS, "rows"), key=lambda v: int(v[0].split()[2]))]
     got = []
     for new in made:
-        expression = new.split("ROWS=")[1].rsplit(")", 1)[0]
+        expression = new.split("    ROWS = ")[1].split("\n")[0]
         got.append(eval(expression, {"triton": triton, "x": type("X", (), {"shape": (8, block)})}))
     assert got == rows and all(r * block <= max(block, 256 * 128) for r in got)
     assert all(math.log2(r).is_integer() for r in got)  # tl.arange(0, ROWS) needs a power of two
@@ -377,7 +378,8 @@ def test_rows_with_numbers_at_the_launch_are_capped_where_the_rewrite_runs():
     assert len(variants(ADD, "rows")) == 2  # 256 elements on 4 warps: 4 and 16 rows both fit
     # a parameter's default is no number a caller must keep: the launch works R out from what it is given
     defaulted = ADD.replace("def add(x, y):", "def add(x, y, block=256):").replace("BLOCK_SIZE=256", "BLOCK_SIZE=block")
-    assert all(r.startswith("up to ") and "ROWS=min(" in new for r, new in variants(defaulted, "rows"))
+    assert all(r.startswith("up to ") and "    ROWS = min(" in new and "ROWS=ROWS)" in new
+               for r, new in variants(defaulted, "rows"))
     found = options(ADD.replace("BLOCK_SIZE=256", "BLOCK_SIZE=8192, num_warps=1"), ("rows",))
     assert not found.variants and list(found.reasons) == ["add_kernel: no number of rows fits (a thread would hold over "
                                                     "256 elements)"]

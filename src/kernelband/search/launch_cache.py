@@ -396,15 +396,33 @@ class _Plan:
                           for _, v in self._values(launch))), None)
         if at is None:
             return None
-        later = loads(*self.body[at:])
-        derived = [(name, value) for name, (i, value) in self.derived.items()
-                   if i < at and any(n.value == name for n in later)
-                   and not any(n.value == name for n in loads(*self.body[i + 1:at]))]
+        derived = self._moved_before(at)
         launch_values = [(base, value) for i, _, launch in placed if i >= at
                          for base, value in self._values(launch) if self._movable(value, at, self.body[i])]
         if sum(_cost(v) for _, v in derived + launch_values) < MIN_CALLS:
             return None
         return self._build(at, derived, launch_values)
+
+    def _moved_before(self, at: int) -> list[tuple[str, cst.BaseExpression]]:
+        """The values computed from the shape before the first cached launch that move into the cached function:
+        those the launches onward read, directly or through another moved value, and that nothing left in place
+        before the launch reads (`ROWS = min(4, ... block ...)` moves `block` with it)."""
+        later = {n.value for n in loads(*self.body[at:])}
+        moved = {name: i for name, (i, _) in self.derived.items() if i < at}
+        while True:
+            needed = {name for name in moved if name in later}
+            grew = True
+            while grew:
+                reads = {n.value for name in needed for n in loads(self.derived[name][1])}
+                grew = bool((reads & set(moved)) - needed)
+                needed |= reads & set(moved)
+            lines = {moved[name] for name in needed}
+            kept = {name for name in needed
+                    if all(j in lines or not any(n.value == name for n in loads(self.body[j]))
+                           for j in range(moved[name] + 1, at))}
+            if kept == set(moved):
+                return [(name, value) for name, (i, value) in self.derived.items() if name in kept]
+            moved = {name: moved[name] for name in kept}
 
     def _build(self, at: int, derived, launch_values) -> _Plan:
         # the names a new local must not take: the function's own, and those it reads (globals, builtins)

@@ -482,6 +482,15 @@ def _launch(kernel: Kernel, call: cst.Call, scope: Scope) -> Launch:
     return Launch(kernel, call, scope, args)
 
 
+def launch_statement(ms: ModuleSource, launch: Launch) -> cst.SimpleStatementLine | None:
+    """The line a launch in a host function is alone on, where statements can go before it; else None."""
+    line = ms.parents.get(id(ms.parents.get(id(launch.call))))
+    if isinstance(ms.parents.get(id(launch.call)), cst.Expr) and isinstance(line, cst.SimpleStatementLine) \
+            and len(line.body) == 1 and launch.scope.name != "<module>":
+        return line
+    return None
+
+
 def launch_value(ms: ModuleSource, launch: Launch, node: cst.BaseExpression) -> int | str:
     """A launch argument's value where the source says it (a literal, or a name assigned one once), else its
     code. A parameter's default is not its value: a caller may pass another."""

@@ -39,7 +39,7 @@ from functools import partial
 
 import libcst as cst
 
-from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, launch_statement
 from kernelband.proposers.rewriter.analysis.syntax import assigned, code, fresh_name, subnodes
 from kernelband.proposers.rewriter.edits import Edit, Found, Variant, statements
 
@@ -85,7 +85,8 @@ def first_axis_variants(ms: ModuleSource, rewrite: str, factors: tuple[int, ...]
                 continue
             made.add(tuple(at))
             edits: list[tuple[cst.CSTNode, Edit]] = [(kernel.node, edit(chosen))]
-            edits += [(launch.call, launch_edit(grid, chosen, f)) for launch, grid, f in zip(launches, grids, at)]
+            for launch, grid, f in zip(launches, grids, at):
+                edits += _launch_edits(ms, launch, grid, chosen, f)
             if all(isinstance(f, int) for f in at) and len(set(at)) == 1:
                 rationale = f"{at[0]} {what} {kernel.name}: the first grid axis divided by {at[0]}"
             else:
@@ -94,6 +95,20 @@ def first_axis_variants(ms: ModuleSource, rewrite: str, factors: tuple[int, ...]
         if not made:
             reasons.append(f"{kernel.name}: {none_fits}")
     return Found(variants, reasons)
+
+
+def _launch_edits(ms: ModuleSource, launch: Launch, grid: tuple[str, str], names: dict[str, str],
+                  factor: int | str) -> list[tuple[cst.CSTNode, Edit]]:
+    """The launch's edits: a factor worked out at run time is computed once, on a line of its own before the
+    launch under the factor's name (`ROWS = min(16, ...)`), and the grid and the keyword read that name, where
+    the launch is a statement of its own; a number is written in place."""
+    line = launch_statement(ms, launch)
+    if isinstance(factor, int) or line is None:
+        return [(launch.call, launch_edit(grid, names, factor))]
+    name = fresh_name(names["c"], {n for scope in ms.scopes for n in scope.assigns} | set(launch.scope.params))
+    assign = cst.parse_statement(f"{name} = {factor}\n")
+    return [(launch.call, launch_edit(grid, names, name)),
+            (line, lambda node: cst.FlattenSentinel([assign, node]))]
 
 
 def _loop_start(kernel: Kernel) -> int | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.host_values import plain
-from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, launch_statement
 from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, subnodes
 from kernelband.proposers.rewriter.edits import set_kwarg
 from kernelband.proposers.rewriter.rewrites.coarsen import separator
@@ -74,14 +74,6 @@ def device_test(ms: ModuleSource, launch: Launch) -> str | None:
     if tensor is not None:
         return f'{tensor}.device.type == "cuda"'
     return "torch.cuda.is_available()" if "torch" in ms.imported else None
-
-
-def launch_statement(ms: ModuleSource, launch: Launch) -> cst.SimpleStatementLine | None:
-    line = ms.parents.get(id(ms.parents.get(id(launch.call))))
-    if isinstance(ms.parents.get(id(launch.call)), cst.Expr) and isinstance(line, cst.SimpleStatementLine) \
-            and len(line.body) == 1 and launch.scope.name != "<module>":
-        return line
-    return None
 
 
 def on_host(ms: ModuleSource, plan: Plan, twin: str, chunk: str) -> list | str:

@@ -37,14 +37,13 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, launch_statement
 from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, int_value, subnodes
 from kernelband.proposers.rewriter.edits import statements
 from kernelband.proposers.rewriter.rewrites.online_launch import (
     CHUNK,
     CPU_CHUNK,
     device_tensor,
-    launch_statement,
     long_branch,
     prepared,
     relaunched,

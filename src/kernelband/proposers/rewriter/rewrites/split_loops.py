@@ -38,10 +38,9 @@ import libcst as cst
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.loops import Loop, carried_increment
 from kernelband.proposers.rewriter.analysis.reductions import source_of
-from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, launch_statement
 from kernelband.proposers.rewriter.analysis.syntax import assigned, code, dotted, fresh_name, loads, subnodes
 from kernelband.proposers.rewriter.edits import statements
-from kernelband.proposers.rewriter.rewrites.online_launch import launch_statement
 from kernelband.proposers.rewriter.rewrites.online_passes import _zero
 from kernelband.proposers.rewriter.rewrites.online_split import (
     MIN_RUN,
