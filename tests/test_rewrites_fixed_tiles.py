@@ -1,8 +1,8 @@
 """The tile rewrites on a GEMM whose tiles are integers of the source, not constexpr parameters: `tl.arange(0, 64)`
 inline, a local `BLOCK_M: tl.constexpr = 64`, a module constant. A fixed tile is a tile of M, N or K as much as a
-constexpr's (`analysis.dots.Tile`): split_k splits the K loop by it and persistent_tiles loops over its tiles,
-with the original's outputs in the interpreter; matmul_configs, which changes tiles, sets those a parameter sizes
-and keeps the fixed ones at their size."""
+constexpr's (`analysis.dots.Tile`, `Roles.fixed_tiles`): split_k splits the K loop by it, persistent_tiles loops
+over its tiles and grouped_ordering visits them in groups, with the original's outputs in the interpreter;
+matmul_configs, which changes tiles, sets those a parameter sizes and keeps the fixed ones at their size."""
 
 from __future__ import annotations
 
@@ -138,6 +138,15 @@ def test_matmul_configs_sets_the_tiles_a_parameter_sizes_and_keeps_the_fixed_one
     assert 'mm_kernel[lambda meta: (triton.cdiv(M, meta["BLOCK_M"]), triton.cdiv(N, meta["BLOCK_N"]))]' in new
 
 
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
+def test_grouped_ordering_groups_the_rows_of_fixed_tiles(spelling):
+    """`pid_m * 64` and `pid_n * 64` tile program ids 0 and 1: a 2-D tiling, grouped as a constexpr's would be."""
+    variants, reasons = made(SPELLINGS[spelling], "grouped_ordering")
+    assert reasons == () and [r for r, _ in variants] == [
+        f"grouped program order in mm_kernel: GROUP_M = {size} row tiles per column sweep" for size in (8, 4, 16)]
+    assert "    pid = tl.program_id(1) * num_pid_m + tl.program_id(0)\n" in variants[0][1]
+
+
 # -- the same outputs in the interpreter ----------------------------------------------------------------------
 # (M, N, K, the split the launch takes): one 64 x 64 tile on 4 CPU "SMs" splits K = 520 in min(4, cdiv(520, 128))
 # = 4 and K = 300 in 3; 4 x 3 tiles are more than 4: the persistent launch; one tile of 64 x 64 x 64 neither.
@@ -187,4 +196,24 @@ for M, N, K in [(20, 30, 520), (200, 150, 40), (100, 70, 96)]:
     for name in {sorted(set(modules) - {"kb_original"})!r}:
         got = importlib.import_module(name).mm(a, b)
         assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), (name, M, N, K)
+""")
+
+
+@pytest.mark.slow
+def test_grouped_ordering_and_the_twins_after_it_give_the_originals_outputs_in_the_interpreter():
+    """The grouped order computes each tile as the original did, exactly; split_k and persistent_tiles on top
+    of it (1 tile split in 4; 5 x 3 tiles on 4 programs) as on the original."""
+    [(_, grouped), *_] = made(INLINE, "grouped_ordering")[0]
+    [(_, split)], _ = made(grouped, "split_k")
+    [(_, persistent)], _ = made(grouped, "persistent_tiles")
+    run_modules({"kb_original": INLINE, "kb_grouped": grouped, "kb_split": split, "kb_persistent": persistent}, """
+import torch
+import kb_original as original, kb_grouped as grouped, kb_split as split, kb_persistent as persistent
+torch.manual_seed(0)
+for M, N, K in [(20, 30, 520), (300, 130, 64), (100, 70, 300)]:
+    a, b = torch.randn(M, K), torch.randn(K, N)
+    want = original.mm(a, b)
+    assert torch.equal(grouped.mm(a, b), want), (M, N, K)
+    assert torch.equal(persistent.mm(a, b), want), (M, N, K)
+    assert torch.allclose(split.mm(a, b), want, atol=1e-4, rtol=1e-4), (M, N, K)
 """)

@@ -18,7 +18,7 @@ from kernelband.proposers.rewriter.analysis.accesses import Access
 from kernelband.proposers.rewriter.analysis.loops import Loop, Loops
 from kernelband.proposers.rewriter.analysis.roles import Roles
 from kernelband.proposers.rewriter.analysis.syntax import assigned, loads, subnodes
-from kernelband.proposers.rewriter.analysis.values import KernelValues, factors, pid_axes, same, tl_name
+from kernelband.proposers.rewriter.analysis.values import KernelValues, same, tl_name
 
 
 @dataclass(frozen=True)
@@ -194,18 +194,12 @@ class Dots:
         return tile.param in loop.block if tile.param is not None else tile.size in loop.fixed
 
     def _tiles_pid(self, tile: Tile) -> bool:
-        """Whether the tile scales a program coordinate: the constexpr's role says so, or a product of the
-        kernel's multiplies a program id by the fixed integer (`pid_m * 64`)."""
+        """Whether the tile scales a program coordinate: its constexpr's role says so, or the integer's
+        (`Roles.fixed_tiles`: a product of a program id and the integer, `pid_m * 64`)."""
         if tile.param is not None:
             role = self.roles.get(tile.param)
             return role is not None and bool(role.tiles)
-        for expression in self.roles.expressions:
-            for node in ast.walk(expression):
-                if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-                    parts = factors(node)
-                    if any(tile.spells(self.values, f) for f in parts) and any(pid_axes(f) for f in parts):
-                        return True
-        return False
+        return bool(self.roles.fixed_tiles.get(tile.size))
 
 def _reads(statement: cst.CSTNode, name: str) -> bool:
     return any(n.value == name for n in loads(statement))
