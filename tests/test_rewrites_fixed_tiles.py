@@ -217,3 +217,32 @@ for M, N, K in [(20, 30, 520), (300, 130, 64), (100, 70, 300)]:
     assert torch.equal(persistent.mm(a, b), want), (M, N, K)
     assert torch.allclose(split.mm(a, b), want, atol=1e-4, rtol=1e-4), (M, N, K)
 """)
+
+
+def test_split_k_on_an_autotuned_kernel_counts_its_k_steps_at_the_fixed_k_tile():
+    """No config sets the K tile: the split reads the source's 32, not a config's BLOCK_K."""
+    [(_, tuned), _], _ = made(MIXED, "matmul_configs")
+    [(_, new)], reasons = made_plain(tuned, "split_k")
+    assert reasons == ()
+    assert "    _split_k = max(1, min(16, _sms // max(1, _tiles), triton.cdiv(K, 4 * 32)))\n" in new
+    assert len(made(tuned, "persistent_tiles")[0]) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rewrite", ["split_k", "persistent_tiles"])
+def test_after_matmul_configs_each_gives_the_originals_outputs_in_the_interpreter(rewrite):
+    """The first three configs, one at a time: 64 x 32 (the launch's), 128 x 256 and 64 x 256."""
+    [(_, tuned), _], _ = made(MIXED, "matmul_configs")
+    [(_, new)], _ = made(tuned, rewrite)
+    modules = {"kb_original": MIXED} | {f"kb_variant_{at}": one for at, (_, one) in enumerate(one_config_each(new)[:3])}
+    run_modules(modules, f"""
+import importlib, torch
+import kb_original as original
+torch.manual_seed(0)
+for M, N, K in [(20, 30, 520), (300, 130, 64), (100, 70, 300)]:
+    a, b = torch.randn(M, K), torch.randn(K, N)
+    want = original.mm(a, b)
+    for name in {sorted(set(modules) - {"kb_original"})!r}:
+        got = importlib.import_module(name).mm(a, b)
+        assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), (name, M, N, K)
+""")

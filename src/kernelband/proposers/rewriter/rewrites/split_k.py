@@ -14,7 +14,8 @@ each split keeping at least 4 BLOCK_K steps, and launches the original kernel, u
 On a kernel autotuned already (after `matmul_configs`) the twin keeps the autotuner, and the split is chosen
 before the autotuner picks a config, from the largest tiles and the smallest BLOCK_K among its configs; any
 config the autotuner then picks for either launch computes the same sums (the workspace follows the output's
-layout, not the tiles).
+layout, not the tiles). A K tile the source fixes (`tl.arange(0, 32)`, `analysis.dots.Tile`) is split by as a
+BLOCK_K is, its integer in the twin and in the launch's choice of the split, under every config.
 
 Why a workspace reduced in a second launch, not tl.atomic_add into a zeroed float32 buffer, and not the host's
 `ws.sum(0).to(dtype)`: float32 atomics add in whatever order the programs finish, so the rounding of C changes
