@@ -2,9 +2,10 @@
 tile shapes, and whether the kernel is a plain GEMM there: an (M, K) tile of A times a (K, N) tile of B,
 accumulated over a loop that steps by the K tile, into an (M, N) accumulator, with the M and N tiles each
 scaling a program coordinate. Each dimension is a `Tile`: the constexpr that sizes it, or the integer the source
-fixes it at (`tl.arange(0, 64)`, a local `BLOCK = 64`, a module constant), found from the tiles' shapes, not from
-the names. A fixed tile is as much a tile of M, N or K as a constexpr's: a rewrite that reads it (a split of the K
-loop, a loop over the tiles) reads either; one that changes its size has no parameter to change, and keeps it."""
+fixes it at (`tl.arange(0, 64)`, a local `BLOCK: tl.constexpr = 64`, a module constant), found from the tiles'
+shapes, not from the names. A fixed tile is as much a tile of M, N or K as a constexpr's: a rewrite that reads
+it (a split of the K loop, a loop over the tiles) reads either; one that changes its size has no parameter to
+change, and keeps it."""
 
 from __future__ import annotations
 
