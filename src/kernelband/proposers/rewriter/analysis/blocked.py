@@ -470,8 +470,9 @@ class _Check:
         """Whether B sizes a tl.dot operand, or a tl.dot whose operands' shapes are not known sits in a loop
         over B (either way a block of B keeps tl.dot's minimum of 16)."""
         for dot in self.blocks.dots.all:
-            if self.param in (dot.m, dot.n, dot.k) or (None in (dot.m, dot.n, dot.k)
-                                                       and self._b_loop(dot.loop) is not None):
+            tiles = (dot.m, dot.n, dot.k)
+            if self.param in {t.param for t in tiles if t is not None} or (None in tiles
+                                                                          and self._b_loop(dot.loop) is not None):
                 return True
         return False
 

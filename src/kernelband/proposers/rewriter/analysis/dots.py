@@ -1,8 +1,11 @@
 """The `tl.dot` calls of a kernel: the loads its A and B operands come from (through casts and scales), their
 tile shapes, and whether the kernel is a plain GEMM there: an (M, K) tile of A times a (K, N) tile of B,
 accumulated over a loop that steps by the K tile, into an (M, N) accumulator, with the M and N tiles each
-scaling a program coordinate. The dimensions are the constexprs that size them, found from the tiles' shapes,
-not from the names."""
+scaling a program coordinate. Each dimension is a `Tile`: the constexpr that sizes it, or the integer the source
+fixes it at (`tl.arange(0, 64)`, a local `BLOCK: tl.constexpr = 64`, a module constant), found from the tiles'
+shapes, not from the names. A fixed tile is as much a tile of M, N or K as a constexpr's: a rewrite that reads
+it (a split of the K loop, a loop over the tiles) reads either; one that changes its size has no parameter to
+change, and keeps it."""
 
 from __future__ import annotations
 
@@ -16,7 +19,51 @@ from kernelband.proposers.rewriter.analysis.accesses import Access
 from kernelband.proposers.rewriter.analysis.loops import Loop, Loops
 from kernelband.proposers.rewriter.analysis.roles import Roles
 from kernelband.proposers.rewriter.analysis.syntax import assigned, loads, subnodes
-from kernelband.proposers.rewriter.analysis.values import same, tl_name
+from kernelband.proposers.rewriter.analysis.values import KernelValues, same, tl_name
+
+
+@dataclass(frozen=True)
+class Tile:
+    """The extent of one of a GEMM's M, N and K tiles: the constexpr parameter that sizes it, or the integer the
+    source fixes it at (`KernelValues.integer`)."""
+
+    code: str  # as the tile's shape spells it, in the kernel's canonical forms
+    param: str | None = None  # the constexpr parameter sizing it
+    size: int | None = None  # the integer it is fixed at, where no parameter sizes it
+
+    @property
+    def fixed(self) -> bool:
+        return self.param is None and self.size is not None
+
+    @property
+    def known(self) -> bool:
+        return self.param is not None or self.size is not None
+
+    @property
+    def text(self) -> str:
+        """The tile's extent as code that reads the same in the kernel and on the host."""
+        return self.param if self.param is not None else str(self.size)
+
+    def spells(self, values: KernelValues, node: ast.expr | None) -> bool:
+        """Whether a canonical form is this tile's extent: the parameter's name, or an integer equal to it."""
+        if node is None:
+            return False
+        if self.param is not None:
+            return ast.unparse(node) == self.param
+        return self.size is not None and values.integer(node) == self.size
+
+
+def tile_of(values: KernelValues, dim: str | None) -> Tile | None:
+    """The tile a shape's dimension is: a constexpr parameter's, or a fixed integer's (else neither)."""
+    if dim is None:
+        return None
+    if dim in values.constexpr_names:
+        return Tile(dim, param=dim)
+    try:
+        node = ast.parse(dim, mode="eval").body
+    except SyntaxError:
+        return Tile(dim)
+    return Tile(dim, size=values.integer(node))
 
 
 @dataclass(eq=False)
@@ -24,9 +71,9 @@ class Dot:
     call: cst.Call = field(repr=False)
     a: Access | None
     b: Access | None
-    m: str | None  # the constexprs sizing the M, N and K dimensions
-    n: str | None
-    k: str | None
+    m: Tile | None  # the tiles of the M, N and K dimensions
+    n: Tile | None
+    k: Tile | None
     loop: Loop | None  # the innermost loop around it
     accumulator: str | None  # the name the loop sums it into
     why: str  # "" for a plain GEMM, else the fact that is missing
@@ -36,7 +83,7 @@ class Dot:
         return not self.why
 
     @property
-    def axes(self) -> dict[str, str]:
+    def axes(self) -> dict[str, Tile]:
         return {"M": self.m, "N": self.n, "K": self.k}
 
 
@@ -89,9 +136,9 @@ class Dots:
         a, b = self._operand(a_value), self._operand(b_value)
         a_shape, b_shape = self.shapes.of(a_value), self.shapes.of(b_value)
         loop = next((lp for lp in reversed(self.loops.all) if _inside(lp.node, call)), None)
-        m = a_shape[0] if a_shape and len(a_shape) == 2 else None
-        k = a_shape[1] if a_shape and len(a_shape) == 2 else None
-        n = b_shape[1] if b_shape and len(b_shape) == 2 else None
+        m = tile_of(self.values, a_shape[0]) if a_shape and len(a_shape) == 2 else None
+        k = tile_of(self.values, a_shape[1]) if a_shape and len(a_shape) == 2 else None
+        n = tile_of(self.values, b_shape[1]) if b_shape and len(b_shape) == 2 else None
         accumulator = self._accumulator(loop, call)
         dot = Dot(call, a, b, m, n, k, loop, accumulator, "")
         dot.why = self._why(dot, a_shape, b_shape)
@@ -119,29 +166,41 @@ class Dots:
 
     def _why(self, dot: Dot, a_shape, b_shape) -> str:
         name = self.kernel.name
-        roles = self.roles
         if a_shape is None or b_shape is None or len(a_shape) != 2 or len(b_shape) != 2:
             return f"{name}'s tl.dot operands are not 2-D tiles of known shape"
         if a_shape[1] != b_shape[0]:
             return f"{name}'s tl.dot operands do not share their inner dimension"
-        constexprs = set(self.values.constexpr_names)
-        for axis, dim in (("M", dot.m), ("N", dot.n), ("K", dot.k)):
-            if dim not in constexprs:
-                return f"{name}'s {axis} tile ({dim}) is not sized by a constexpr parameter"
+        for axis, tile in (("M", dot.m), ("N", dot.n), ("K", dot.k)):
+            if not tile.known:
+                return (f"{name}'s {axis} tile ({tile.code}) is neither a constexpr parameter nor an integer the "
+                        "source fixes")
         if dot.loop is None or dot.accumulator is None:
             return f"{name}'s tl.dot is not summed over a loop"
         if self._read_in_loop(dot):
             return f"{name} reads the sum of its tl.dot inside the loop (a running value, not a sum over K)"
-        if dot.k not in dot.loop.block:
-            return f"the loop around {name}'s tl.dot does not step by its K tile ({dot.k})"
-        for axis, dim in (("M", dot.m), ("N", dot.n)):
-            role = roles.get(dim)
-            if role is None or not role.tiles:
-                return f"{name}'s {axis} tile ({dim}) scales no program id"
-        if dot.m == dot.n or dot.m == dot.k or dot.n == dot.k:
+        if not self._steps(dot.loop, dot.k):
+            return f"the loop around {name}'s tl.dot does not step by its K tile ({dot.k.code})"
+        for axis, tile in (("M", dot.m), ("N", dot.n)):
+            if not self._tiles_pid(tile):
+                return f"{name}'s {axis} tile ({tile.code}) scales no program id"
+        params = [t.param for t in (dot.m, dot.n, dot.k) if t.param is not None]
+        if len(set(params)) != len(params):
             return f"one constexpr sizes two of {name}'s M, N and K tiles"
         return ""
 
+    @staticmethod
+    def _steps(loop: Loop, tile: Tile) -> bool:
+        """Whether the loop advances by the tile: its constexpr, or the integer the source fixes it at, is among
+        what the loop steps by (`Loop.block`, `Loop.fixed`)."""
+        return tile.param in loop.block if tile.param is not None else tile.size in loop.fixed
+
+    def _tiles_pid(self, tile: Tile) -> bool:
+        """Whether the tile scales a program coordinate: its constexpr's role says so, or the integer's
+        (`Roles.fixed_tiles`: a product of a program id and the integer, `pid_m * 64`)."""
+        if tile.param is not None:
+            role = self.roles.get(tile.param)
+            return role is not None and bool(role.tiles)
+        return bool(self.roles.fixed_tiles.get(tile.size))
 
 def _reads(statement: cst.CSTNode, name: str) -> bool:
     return any(n.value == name for n in loads(statement))

@@ -62,6 +62,7 @@ class Loop:
     exits: bool  # break, continue or return in the body
     parent: Loop | None
     carried: dict[str, Carried] = field(default_factory=dict)
+    fixed: frozenset[int] = frozenset()  # integers the source fixes that it advances by, in the places of `block`
 
     @property
     def body(self) -> list[cst.BaseStatement]:
@@ -129,7 +130,9 @@ class Loops:
             var, start, end, step = self._while(node, before)
             form = "while" if var is not None else "other"
         loop = Loop(node, var, start, end, step, frozenset(), form, exits, parent)
-        loop.block = frozenset(self._block(loop))
+        advances = self._block(loop)
+        loop.block = frozenset(n for n in advances if isinstance(n, str))
+        loop.fixed = frozenset(n for n in advances if isinstance(n, int))
         loop.carried = self._carried(loop)
         return loop
 
@@ -151,14 +154,23 @@ class Loops:
             init = self.values.expand(inits[-1].body[0].value)
         return var, init, self.values.expand(test.comparisons[0].comparator), self.values.expand(steps[0].value)
 
-    def _block(self, loop: Loop) -> set[str]:
+    def _block(self, loop: Loop) -> set[str | int]:
+        """What the loop advances by: the constexprs, and the integers the source fixes (`KernelValues.integer`:
+        a literal, a local bound once, a module constant), in its step, the divisor of its count, a product with
+        its variable, or a factor of a pointer's increment."""
         constexprs = set(self.values.constexpr_names)
-        found = set()
+
+        def sizes(node: ast.expr, whole: bool = False) -> set[str | int]:
+            found: set[str | int] = names_in(node) & constexprs if whole else (
+                {node.id} & constexprs if isinstance(node, ast.Name) else set())
+            integer = self.values.integer(node)
+            return found | ({integer} if integer is not None else set())
+
+        found: set[str | int] = set()
         if loop.step is not None:
-            found |= names_in(loop.step) & constexprs
+            found |= sizes(loop.step, whole=True)
         if loop.form == "cdiv":
-            divisor = self.values.expand(loop.node.iter.args[-1].value).args[1]
-            found |= names_in(divisor) & constexprs
+            found |= sizes(self.values.expand(loop.node.iter.args[-1].value).args[1], whole=True)
         if loop.var is not None and loop.form in ("range", "cdiv"):
             marker = f"__loop('{loop.var}')"
             for node in self._body_expressions(loop):
@@ -166,12 +178,10 @@ class Loops:
                     if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mult):
                         parts = factors(sub)
                         if any(ast.unparse(f) == marker for f in parts):
-                            found |= {f.id for f in parts if isinstance(f, ast.Name) and f.id in constexprs}
+                            found |= {n for f in parts for n in sizes(f)}
         for carried_value in self._increments(loop):
             for term in add_terms(carried_value):
-                for f in factors(term):
-                    if isinstance(f, ast.Name) and f.id in constexprs:
-                        found.add(f.id)
+                found |= {n for f in factors(term) for n in sizes(f)}
         return found
 
     def _body_expressions(self, loop: Loop) -> list[ast.expr]:

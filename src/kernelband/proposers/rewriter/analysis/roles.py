@@ -159,6 +159,26 @@ class Roles:
                     role.other = tuple(dict.fromkeys(role.other + theirs.other))
         return roles
 
+    @cached_property
+    def fixed_tiles(self) -> dict[int, frozenset[str]]:
+        """The program coordinates (as `Role.tiles` has them) each tile the source fixes at an integer scales: an
+        integer (`KernelValues.integer`) that sizes a tile, `tl.arange(0, 64)` or a shape, multiplying a value
+        of a program id, `pid_m * 64`. A tile of an integer is a tile as a constexpr's is; only its spelling
+        differs."""
+        integer = self.values.integer
+        sizes = {n for e in self.expressions for node in ast.walk(e) for x in self._extents(node)
+                 if (n := integer(x)) is not None}
+        found: dict[int, set[str]] = {}
+        for expression in self.expressions:
+            for node in ast.walk(expression):
+                if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+                    parts = factors(node)
+                    for size in {integer(f) for f in parts} & sizes:
+                        for other in parts:
+                            for axis in pid_axes(other):
+                                found.setdefault(size, set()).add(coordinate(other, axis))
+        return {size: frozenset(coordinates) for size, coordinates in found.items()}
+
     def __getitem__(self, name: str) -> Role:
         return self.all[name]
 

@@ -62,6 +62,7 @@ def _split(kernel: Kernel) -> tuple[int, ast.expr] | str:
 def _plan(ms: ModuleSource, kernel: Kernel) -> dict | str:
     facts = facts_of(kernel)
     coordinates = {c for p in facts.tile_sizes for c in facts.roles[p].tiles}
+    coordinates |= {c for fixed in facts.roles.fixed_tiles.values() for c in fixed}  # `pid_m * 64`
     if any(c.endswith("/other") for c in coordinates):
         return f"{kernel.name} maps its program ids to tiles by more than a split: its order is its own already"
     if kernel.atomics:

@@ -10,8 +10,9 @@ one-step grid around the starting tile. Two variants, one list each:
 program id, K stepping the loop that sums the product), with its accesses along each tile bounded, or each tile
 checked to divide the size it tiles (`extents`: the autotuner prunes the configs whose tiles do not), or, where
 that size is an integer of the source, known to divide it (the configs whose tiles do not are left out, and a
-set none of whose configs is left with them): then any tile covers the same product. A GROUP_M swizzle the
-kernel has stays as the launch sets it; `grouped_ordering` adds one.
+set none of whose configs is left with them): then any tile covers the same product. A tile the source fixes
+(`tl.arange(0, 32)`) has no parameter to set: it keeps its size, and the configs set the others. A GROUP_M
+swizzle the kernel has stays as the launch sets it; `grouped_ordering` adds one.
 
 Any other tl.dot kernel (attention, say) gets the tiles of Triton's fused-attention tutorial on its free tiles:
 a tile that scales a program id takes the tutorial's BLOCK_M values, one that a loop steps by its BLOCK_N
@@ -25,6 +26,7 @@ launch sets it where none does.
 from __future__ import annotations
 
 from kernelband.proposers.rewriter.analysis import knobs
+from kernelband.proposers.rewriter.analysis.dots import Tile
 from kernelband.proposers.rewriter.analysis.extents import unbounded_extents
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
@@ -40,9 +42,9 @@ INDUCTOR = ((64, 64, 64, 3, 8), (64, 128, 32, 3, 4), (64, 128, 64, 3, 4), (128, 
             (128, 128, 32, 2, 8), (128, 128, 32, 3, 4), (128, 128, 64, 3, 4), (128, 128, 64, 5, 8))
 
 
-def dot_axes(kernel: Kernel) -> dict[str, str] | str:
-    """The constexpr sizing each of M, N and K ({"M": "BLOCK_M", ...}) of a kernel that is a plain GEMM
-    (`analysis.dots`) whose tiles may take any size (module doc); or the fact that is missing. split_k and
+def dot_axes(kernel: Kernel) -> dict[str, Tile] | str:
+    """The tile of each of M, N and K ({"M": Tile("BLOCK_M", ...), ...}: a constexpr or an integer the source
+    fixes) of a kernel that is a plain GEMM (`analysis.dots`); or the fact that is missing. split_k and
     persistent_tiles start from the same kernels."""
     dots = facts_of(kernel).dots
     if not dots.all:
@@ -56,12 +58,17 @@ def dot_axes(kernel: Kernel) -> dict[str, str] | str:
 
 
 def free_axes(ms: ModuleSource, kernel: Kernel) -> tuple[dict[str, str], tuple[tuple[str, str | int], ...]] | str:
-    """The GEMM's axes, and the (tile, size) pairs whose divisibility a config needs where its accesses are not
-    masked (`extents`: the size a parameter, or an integer); or the fact that keeps any tile from being certain
-    to compute the same."""
-    axes = dot_axes(kernel)
-    if isinstance(axes, str):
-        return axes
+    """The constexpr sizing each of the GEMM's axes that a config can set (a tile the source fixes has none: it
+    keeps its size, and the configs set the others), and the (tile, size) pairs whose divisibility a config needs
+    where its accesses are not masked (`extents`: the size a parameter, or an integer); or the fact that keeps
+    any tile from being certain to compute the same."""
+    tiles = dot_axes(kernel)
+    if isinstance(tiles, str):
+        return tiles
+    axes = {axis: tile.param for axis, tile in tiles.items() if tile.param is not None}
+    if not axes:
+        return (f"{kernel.name}'s M, N and K tiles are all fixed by the source "
+                f"({', '.join(t.text for t in tiles.values())}): no config has a tile to set")
     shaped = [role for role in facts_of(kernel).roles.all.values() if role.shaped and role.param in axes.values()]
     if shaped:
         return shaped[0].why_not_free()
@@ -151,15 +158,24 @@ def free_tiles(ms: ModuleSource, kernel: Kernel) -> ConfigSet | str:
     return ConfigSet(fits.label, fits.configs[:MAX_ATTENTION_CONFIGS], fits.divides)
 
 
+def _configs(axes: dict[str, str], table: tuple) -> list:
+    """A table's configs on the tiles a config can set; where the source fixes a tile, two rows that differ only
+    there are one config."""
+    configs = []
+    for *tiles, stages, warps in table:
+        config = ({axes[axis]: value for axis, value in zip("MNK", tiles) if axis in axes}, warps, stages)
+        if config not in configs:
+            configs.append(config)
+    return configs
+
+
 def choose(ms: ModuleSource, kernel: Kernel) -> list[ConfigSet] | str:
     found = free_axes(ms, kernel)
     if isinstance(found, str):
         other = free_tiles(ms, kernel) if not any(d.plain for d in facts_of(kernel).dots.all) else found
         return [other] if isinstance(other, ConfigSet) else other
     axes, divides = found
-    m, n, k = axes["M"], axes["N"], axes["K"]
     tables = (("Triton's matmul tutorial configs", TUTORIAL), ("Inductor's mm configs", INDUCTOR))
-    sets = [fitting(label, [({m: bm, n: bn, k: bk}, warps, stages) for bm, bn, bk, stages, warps in table], divides)
-            for label, table in tables]
+    sets = [fitting(label, _configs(axes, table), divides) for label, table in tables]
     kept = [s for s in sets if isinstance(s, ConfigSet)]
     return kept or sets[0]

@@ -14,7 +14,8 @@ the choice is made there, from the launch's own grid and the GPU's SM count:
 
 On the CPU (the Triton interpreter) the "SM count" is CPU_SMS, small so that small shapes take the twin's path.
 
-A kernel qualifies when its tiles may take any size (`matmul_configs.dot_axes`) and, for the twin's meaning to
+A kernel qualifies when it is a plain GEMM (`matmul_configs.dot_axes`; a tile the source fixes at an integer is
+read as it is, neither twin changes a tile's size) and, for the twin's meaning to
 be certain: it is not autotuned (its launch sets every block size), unless the rewrite handles a grid of the
 autotuner's config (`autotuned`, `site(meta=True)`), its parameters have no defaults (the twin
 adds some), it reads the program id on axes 0 and 1 only, it has no atomics, no early return and exactly one
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.dots import Tile
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.host_values import plain
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
@@ -53,7 +55,7 @@ HOST = """\
 @dataclass
 class DotKernel:
     kernel: Kernel
-    axes: dict[str, str]  # "M", "N", "K" -> the block-size parameter
+    axes: dict[str, Tile]  # "M", "N", "K" -> the tile: a block-size parameter, or an integer the source fixes
     out: str  # the pointer parameter of its one tl.store
     store: cst.Call
 

@@ -14,7 +14,8 @@ each split keeping at least 4 BLOCK_K steps, and launches the original kernel, u
 On a kernel autotuned already (after `matmul_configs`) the twin keeps the autotuner, and the split is chosen
 before the autotuner picks a config, from the largest tiles and the smallest BLOCK_K among its configs; any
 config the autotuner then picks for either launch computes the same sums (the workspace follows the output's
-layout, not the tiles).
+layout, not the tiles). A K tile the source fixes (`tl.arange(0, 32)`, `analysis.dots.Tile`) is split by as a
+BLOCK_K is, its integer in the twin and in the launch's choice of the split, under every config.
 
 Why a workspace reduced in a second launch, not tl.atomic_add into a zeroed float32 buffer, and not the host's
 `ws.sum(0).to(dtype)`: float32 atomics add in whatever order the programs finish, so the rounding of C changes
@@ -122,9 +123,8 @@ def _loop(dk: DotKernel) -> dict | str:
         return f"the extent of {kernel.name}'s K loop is neither a constant nor a parameter the launch passes"
     if not same(loop.start, ast.Constant(0)):
         return f"{kernel.name}'s K loop does not start at 0"
-    step = ast.unparse(loop.step) if loop.step is not None else None
-    if loop.form != "cdiv" and step != block_k:
-        return f"{kernel.name}'s K loop does not advance by one K tile ({block_k}) a step"
+    if loop.form != "cdiv" and not block_k.spells(facts.values, loop.step):
+        return f"{kernel.name}'s K loop does not advance by one K tile ({block_k.text}) a step"
     steps = []
     for name, carried in loop.carried.items():
         if name in (acc, loop.var):
@@ -172,7 +172,7 @@ def _twin(dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[
     used = set(kernel.names) | set(p.values())
     local = {n: fresh_name(n, used) for n in ("pid_k", "k_per_split", "k_start", "ws_base", "split", "k_steps")}
     ws, span, acc, store_line = p["ws_ptr"], p["ws_span"], found["acc"], found["store"]
-    after, loop, k_block = found["after"], found["loop"], dk.axes["K"]
+    after, loop, k_block = found["after"], found["loop"], dk.axes["K"].text
     store = dk.store
     block_ptr = facts_of(kernel).accesses.of(store).form == "block_ptr"
     pointer = store.args[0].value
@@ -242,9 +242,10 @@ def _twin(dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[
 
 
 def _host(each: Site, twin: str, p: dict[str, str], k: str, block: str | None) -> tuple[str, str, list[str]]:
-    """(setup, condition, twin calls) at one launch. An autotuned kernel's launch (`block` None) counts its
-    tiles at the config with the largest ones and its K steps at the smallest BLOCK_K, among the autotuner's
-    configs: the split is chosen before the autotuner picks one, and must be the same for both launches."""
+    """(setup, condition, twin calls) at one launch. An autotuned kernel's launch counts its tiles at the config
+    with the largest ones and, where its configs set BLOCK_K (`block` None), its K steps at the smallest, among
+    the autotuner's configs: the split is chosen before the autotuner picks one, and must be the same for both
+    launches."""
     names = host_names(each.launch, "grid", "tiles", "sms", "split_k", "ws", "config")
     grid, tiles, split, config = names["grid"], names["tiles"], names["split_k"], names["config"]
     setup = host_setup(each, names)
@@ -254,7 +255,8 @@ def _host(each: Site, twin: str, p: dict[str, str], k: str, block: str | None) -
         meta = f"{config}.kwargs"
         count = f"{grid}({meta})[0] * ({grid}({meta})[1] if len({grid}({meta})) > 1 else 1)"
         setup += f"{tiles} = min({count} for {config} in {twin}.configs)\n"
-        block = f'min({meta}["{p["BLOCK_K"]}"] for {config} in {twin}.configs)'
+        if block is None:
+            block = f'min({meta}["{p["BLOCK_K"]}"] for {config} in {twin}.configs)'
         partial = f"lambda meta: tuple({grid}(meta)) + (1,) * (2 - len({grid}(meta))) + ({split},)"
     else:
         partial = f"{grid} + (1,) * (2 - len({grid})) + ({split},)"
@@ -283,24 +285,28 @@ def split_k(ms: ModuleSource) -> Found:
         if why := next((s for s in sites if isinstance(s, str)), None):
             reasons.append(why)
             continue
-        if tuned and not all(s.meta and s.launch.meta_use[0] <= set(dk.axes.values()) and s.launch.meta_use[1]
-                             for s in sites):
+        if tuned and not all(s.meta and s.launch.meta_use[0] <= {t.param for t in dk.axes.values()}
+                             and s.launch.meta_use[1] for s in sites):
             reasons.append(f"the grid of a launch of {kernel.name} is not a function of its block sizes alone")
             continue
         args = []
-        end = found["end"]
+        end, block_k = found["end"], dk.axes["K"]
         for each in sites:
             k = cst.Integer(str(end)) if isinstance(end, int) else each.launch.arg(end)
             k = k.value if isinstance(k, cst.Arg) else k
-            block = each.launch.arg(dk.axes["K"])
-            if k is None or not rereadable(k) or (block is None) != tuned \
-                    or block is not None and not rereadable(block.value):
+            if k is None or not rereadable(k):
+                break
+            if block_k.fixed:  # the source's integer, at every launch and under every config
+                args.append((code(k), block_k.text))
+                continue
+            block = each.launch.arg(block_k.param)
+            if (block is None) != tuned or block is not None and not rereadable(block.value):
                 break
             args.append((code(k), None if block is None else code(block.value)))
         else:
             twin = fresh_name(f"{kernel.name}_split_k", {n for s in ms.scopes for n in s.assigns} | set(ms.kernels))
             node, p = _twin(dk, found, twin)
-            p["BLOCK_K"] = dk.axes["K"]
+            p["BLOCK_K"] = block_k.param
             edits = [with_twin(kernel, node)]
             edits += [branched(each.line, *_host(each, twin, p, k, block)) for each, (k, block) in zip(sites, args)]
             touched = frozenset({kernel.name, twin} | {x.scope.top for x in ms.launches_of(kernel)})
@@ -308,7 +314,7 @@ def split_k(ms: ModuleSource) -> Found:
                                     f"{MAX_SPLIT} float32 partial tiles, summed in order ({twin}), where the M x N "
                                     "tiles leave SMs idle", touched, tuple(edits)))
             continue
-        reasons.append(f"a launch of {kernel.name} computes {found['end']} or {dk.axes['K']} with a call that may not "
+        reasons.append(f"a launch of {kernel.name} computes {found['end']} or {block_k.text} with a call that may not "
                        "give the same value twice (not a tensor's sizes, int, min, max or cdiv): the host cannot read "
                        "it again to choose the split")
     return Found(variants, reasons)
