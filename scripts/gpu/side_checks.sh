@@ -2,10 +2,10 @@
 # The GPU measurements of the issues beside issue 49's sweep, on the last GPU (from the start with SIDE_NOW=1,
 # else once scripts/gpu/reach_sweep.sh has finished the examples' lane there; the 29 tasks run on the other GPUs,
 # each under its own timing lock), in this order: the host cost of a hand-back per call (of hand-backs made for
-# it), split_rows' variants on the GPU (benchmarks/split_rows_gpu.py), the cost of capturing a model's kernels,
-# triton_mul2's and the fp16 matmul's searches once more at this tree
-# (mul2_again.db, matmul_hints.db), the capture's GPU test, the online reductions against torch, and the
-# re-spelled kernels' variants run on the GPU (block pointers included).
+# it), split_rows' variants on the GPU (benchmarks/split_rows_gpu.py), triton_mul2's, the fp16 matmul's and
+# add_example's searches once more at this tree (mul2_again.db, matmul_hints.db, add_again.db), the cost of
+# capturing a model's kernels, the capture's GPU test, the online reductions against torch, and the re-spelled
+# kernels' variants run on the GPU (block pointers included).
 # Each writes NAME.json, its table in NAME.log and its errors in NAME.err under $S.
 #
 #   setsid nohup bash scripts/gpu/side_checks.sh > /dev/null 2>&1 < /dev/null &   # from the same copy as the sweep
@@ -63,9 +63,12 @@ matmul() {
 # machines long gone, and their databases predate the column that keeps the module
 step call_cost 1200 "$py" benchmarks/call_cost.py --make --db "$S/call_cost.db" --out "$S/call_cost.json"
 step split_rows_gpu 780 "$py" benchmarks/split_rows_gpu.py --out "$S/split_rows_gpu.json"
+{ [ "$side" -ge 2 ] && [ "$n" -ge 2 ]; } || matmul
+# add_example once more: its sweep run (0.77x torch.compile) kept the host's zero fill, which every rewrite's
+# variant drops since a84ae39 (`zero_fill.dropping_fills`)
+search add_again 900 tritonbench-g-l12 add_example
 step capture_overhead 600 "$py" benchmarks/capture_overhead.py --repeats 5 --steps 30 --batch 8 --scale 32 \
   --dim 1024 --vocab 16384 --eval --out "$S/capture_overhead.json"
-{ [ "$side" -ge 2 ] && [ "$n" -ge 2 ]; } || matmul
 step capture_tests 300 "$py" -m pytest -p no:cacheprovider -o addopts= -m gpu tests/test_capture.py -q
 step online_softmax 300 "$py" benchmarks/online_softmax.py --out "$S/online_softmax.json"
 step respellings_gpu 240 "$py" -m pytest -p no:cacheprovider -o addopts= -m gpu tests/test_respellings.py -q

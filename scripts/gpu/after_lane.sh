@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Issue 50's ten-process self-evaluation on the GPUs issue 49's level-1/2 lane leaves (all but the last, which
+# scripts/gpu/side_checks.sh holds with SIDE_NOW=1), once the lane is done (reach_sweep.sh touches l12.finished):
+# each example's own kernel evaluated against itself in ten fresh processes, one at a time a GPU. A search beside
+# it would disturb the repeatability it measures, so it waits for the lane rather than sharing its GPUs.
+#
+#   setsid nohup bash scripts/gpu/after_lane.sh > /dev/null 2>&1 < /dev/null &   # from the same copy as the sweep
+set -u
+cd "$(dirname "$0")/../.."
+S=${KB_STATE:-kernelband-runs/reach}
+mkdir -p "$S"
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+py=${PYTHON:-python3}
+log() { echo "$(date -u +%T) after: $*" >> "$S/session.log"; }
+while [ ! -f "$S/l12.finished" ]; do sleep 10; done
+n=$(nvidia-smi -L 2>/dev/null | wc -l)
+gpus=$(seq -s, 0 $(( n > 1 ? n - 2 : 0 )))
+log "eval_self begins on GPUs $gpus"
+timeout "${EVAL_SELF_S:-1500}" "$py" benchmarks/eval_self.py --runs 10 --tolerance 0.02 --gpus "$gpus" \
+  --out "$S/eval_self.json" > "$S/eval_self.log" 2> "$S/eval_self.err"
+log "eval_self exit $?"
+touch "$S/after.done"
