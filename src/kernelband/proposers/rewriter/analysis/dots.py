@@ -15,6 +15,7 @@ from functools import cached_property
 
 import libcst as cst
 
+from kernelband import pyast
 from kernelband.proposers.rewriter.analysis.accesses import Access
 from kernelband.proposers.rewriter.analysis.loops import Loop, Loops
 from kernelband.proposers.rewriter.analysis.roles import Roles
@@ -60,7 +61,7 @@ def tile_of(values: KernelValues, dim: str | None) -> Tile | None:
     if dim in values.constexpr_names:
         return Tile(dim, param=dim)
     try:
-        node = ast.parse(dim, mode="eval").body
+        node = pyast.parse(dim, mode="eval").body
     except SyntaxError:
         return Tile(dim)
     return Tile(dim, size=values.integer(node))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from kernelband import pyast
 from kernelband.proposers.rewriter.analysis.reductions import BlockReduction
 from kernelband.proposers.rewriter.analysis.roles import SHAPE_DEPENDENT, Roles
 from kernelband.proposers.rewriter.analysis.shapes import SCANS, Shapes
@@ -71,7 +72,7 @@ class RowExtents:
         param = self.kernel.param(dim)
         if param is not None and param.constexpr:
             return RowExtent(dim, param=dim)
-        node = ast.parse(dim, mode="eval").body
+        node = pyast.parse(dim, mode="eval").body
         fixed = self.values.integer(node)
         constexprs = set(self.values.constexpr_names)
         if fixed is None and names_in(node) and names_in(node) <= constexprs \
