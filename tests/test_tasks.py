@@ -426,3 +426,23 @@ def test_pytest_shows_the_reasons_of_skipped_tests():
 
     config = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     assert "-rs" in config["tool"]["pytest"]["ini_options"]["addopts"].split()
+
+
+def test_a_script_that_moves_its_own_tensors_to_the_gpu_builds_its_other_entries_on_meta():
+    """fast_rms_layernorm's module makes its weight with `torch.ones(n).cuda()`: for the entries not wanted,
+    built on meta, the `.cuda()` keeps the tensor there (a meta tensor has no data to copy), and outside the
+    build `.cuda()` is torch's own again."""
+    import torch
+
+    from kernelband.worker.tb_compat import Performance_Metrics
+
+    class Script(Performance_Metrics):
+        def get_input_tensors(self):
+            self.input_tensors = []
+            for size in (4, 8, 16):
+                self.input_tensors.append((torch.ones(size).cuda(), torch.rand(2, size)))
+
+    cuda = torch.Tensor.cuda
+    entries = Script("moves_its_own").build(None, "meta")
+    assert [e[0].is_meta and e[0].shape[0] for e in entries] == [4, 8, 16]
+    assert torch.Tensor.cuda is cuda

@@ -109,14 +109,18 @@ class Performance_Metrics:  # noqa: N801 - the name the scripts import
 
     def build(self, wanted: int | None, device) -> list:
         """Run `get_input_tensors` so that only entry `wanted` is real (all if None)."""
-        previous = torch.get_default_device()
+        previous, cuda = torch.get_default_device(), torch.Tensor.cuda
         self._builder = _Builder(wanted, device)
         self.input_tensors = []
         torch.set_default_device(self._builder.device_for_next())
+        # an entry built on meta stays there when the script moves it itself (fast_rms_layernorm's module makes
+        # its weight with `torch.ones(n).cuda()`): a meta tensor has no data to copy
+        torch.Tensor.cuda = lambda t, *args, **kwargs: t if t.is_meta else cuda(t, *args, **kwargs)
         try:
             self.get_input_tensors()
         finally:
             torch.set_default_device(previous)
+            torch.Tensor.cuda = cuda
             self._builder = None
         # The script's list is not kept: a worker lives on between requests, and a shape's tensors
         # (every shape's, where the script shares tensors between entries) would stay on the GPU.
