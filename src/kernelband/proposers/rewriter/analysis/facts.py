@@ -43,12 +43,21 @@ class KernelFacts:
     def callees(self) -> list[KernelFacts]:
         """The facts of each helper this kernel calls that does not read as one expression (it loops or
         branches), at that call."""
+        return self._helpers(lambda helper: not _straight_line(helper))
+
+    @cached_property
+    def memory_callees(self) -> list[KernelFacts]:
+        """The facts of each straight-line helper that loads or stores, at its call: the canonical forms inline
+        what it returns, but its accesses are its own (`acc += _products(w_row, x_ptr, k, K, lanes)`)."""
+        return self._helpers(lambda helper: _straight_line(helper) and _touches_memory(helper))
+
+    def _helpers(self, wanted) -> list[KernelFacts]:
         found: list[KernelFacts] = []
         if self.depth >= MAX_CALL_DEPTH:
             return found
         for call in subnodes(self.kernel.node.body, cst.Call):
             helper = self.ms.kernels.get(dotted(call.func) or "")
-            if helper is None or helper is self.kernel or _straight_line(helper):
+            if helper is None or helper is self.kernel or not wanted(helper):
                 continue
             bound = self.values.bind(helper.node, call)
             if bound is not None:
@@ -69,7 +78,8 @@ class KernelFacts:
 
     @cached_property
     def alignment(self) -> Alignment:
-        return Alignment(self.values, self.loops, self.accesses, [c.alignment for c in self.callees])
+        return Alignment(self.values, self.loops, self.accesses,
+                         [c.alignment for c in (*self.callees, *self.memory_callees)])
 
     @cached_property
     def roles(self) -> Roles:
@@ -112,6 +122,10 @@ class KernelFacts:
 def _straight_line(helper: Kernel) -> bool:
     """A helper that canonical forms inline: assignments and one return, nothing else."""
     return all(isinstance(s, cst.SimpleStatementLine) for s in helper.node.body.body)
+
+
+def _touches_memory(helper: Kernel) -> bool:
+    return any(helper.is_tl(c.func, op) for c in subnodes(helper.node.body, cst.Call) for op in ("load", "store"))
 
 
 def kernel_facts(ms: ModuleSource, kernel: Kernel) -> KernelFacts:
