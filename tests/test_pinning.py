@@ -401,3 +401,32 @@ def test_the_report_says_how_each_run_handed_its_module_back():
     assert _handed_back_as({"form": "autotuned", "reason": "slower"}) == "autotuned (slower)"
     assert _handed_back_as({"form": "as_is"}) == "as is"
     assert _handed_back_as(None) == ""  # a run from before the pinning
+
+
+SCALED = '''
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({}, num_warps=2), triton.Config({}, num_warps=4)], key=["n"])
+@triton.jit
+def k(x_ptr, y_ptr, scale, n, total, BLOCK: tl.constexpr):
+    pass
+
+
+def f(x, y):
+    total = y.numel()
+    k[(triton.cdiv(x.numel(), 128),)](x, y, 1.0 / 127, x.numel(), total, BLOCK=128)
+    return y
+'''
+
+
+def test_numbers_a_launch_computes_are_not_in_the_keys_dtypes():
+    """`1.0 / 127` and a local bound to a tensor's numel have no dtype: the key reads the two tensors' dtypes
+    directly, as Triton's autotuner keyed them (two dtypes a key), with no getattr for a value that has none."""
+    pinned = pin(SCALED, [TunedChoice("k", [1024, "torch.float16", "torch.float16"],
+                                      TunedConfig({}, num_warps=2, num_stages=3))])
+    assert pinned.source is not None, pinned.reason
+    assert "getattr(" not in pinned.source
+    assert "    config = k_launch(n, x.dtype, y.dtype)\n" in pinned.source
+    assert "    return K_CONFIGS.get((n, str(x_dtype), str(y_dtype)))\n" in pinned.source

@@ -245,7 +245,7 @@ class _Pinning:
         constexprs = {p.name for p in launch.kernel.params if p.constexpr}
         numbers = _number_params(launch)
         tensors = [v for n, v in passed.items()
-                   if n not in key_names and n not in constexprs and not _never_a_tensor(v, numbers)]
+                   if n not in key_names and n not in constexprs and not _never_a_tensor(v, numbers, launch.scope)]
         sure = dtypes == {len(tensors)}  # every key held a dtype for each: they are all tensors
         # the cached function's parameters: the key's names (its literals written in), then the dtypes
         inputs = list(dict.fromkeys(v.value for _, v in keyed if isinstance(v, cst.Name)))
@@ -451,13 +451,25 @@ def _number_params(launch: Launch) -> frozenset[str]:
                      and p.name.value not in launch.scope.assigns)
 
 
-def _never_a_tensor(node: cst.BaseExpression, numbers: frozenset[str] = frozenset()) -> bool:
-    """A literal, a parameter annotated as a number, or a tensor method's number (`x.stride(0)`): left out of
-    the key's dtypes, which it never adds to (the table's keys then read like the launch's tensors only)."""
+def _never_a_tensor(node: cst.BaseExpression, numbers: frozenset[str] = frozenset(), scope=None,
+                    depth: int = 0) -> bool:
+    """A literal, a parameter annotated as a number, a tensor method's number (`x.stride(0)`), arithmetic of
+    those (`1.0 / 127`), or a local assigned one of them once (`n = x.numel()`, where `scope` is the launching
+    function's): left out of the key's dtypes, which it never adds to (the table's keys then read like the
+    launch's tensors only)."""
+    if depth > 8:
+        return False
     if isinstance(node, cst.Integer | cst.Float | cst.SimpleString | cst.Imaginary):
         return True
+    if isinstance(node, cst.BinaryOperation):
+        return all(_never_a_tensor(n, numbers, scope, depth + 1) for n in (node.left, node.right))
+    if isinstance(node, cst.UnaryOperation):
+        return _never_a_tensor(node.expression, numbers, scope, depth + 1)
     if isinstance(node, cst.Name):
-        return node.value in ("None", "True", "False") or node.value in numbers
+        if node.value in ("None", "True", "False") or node.value in numbers:
+            return True
+        value = scope.value(node.value) if scope is not None else None
+        return value is not None and _never_a_tensor(value, numbers, scope, depth + 1)
     return (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
             and node.func.attr.value in _NUMBER_METHODS)
 
