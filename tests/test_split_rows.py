@@ -2,8 +2,8 @@
 a row as a two-stage reduction, on the example RMSNorm's loop kernel, on its single_pass twin's one-block row,
 and on re-spellings (other names, a while loop, a scalar accumulator, a helper @triton.jit, pointers walked
 block by block, a 2-D grid); the example LayerNorm's chain of sums (its mean, then its variance around the mean)
-and a re-spelling of it split into three stages; the variants give the original's outputs in the interpreter
-where the rows split and where they do not; and a row whose sums cannot be split is refused with the fact."""
+and a re-spelling of it split into three stages, and so a one-block row's (a user's LayerNorm, a re-spelling);
+the variants give the original's outputs in the interpreter where the rows split and where they do not; and a row whose sums cannot be split is refused with the fact."""
 
 from __future__ import annotations
 
