@@ -2,8 +2,8 @@
 a row as a two-stage reduction, on the example RMSNorm's loop kernel, on its single_pass twin's one-block row,
 and on re-spellings (other names, a while loop, a scalar accumulator, a helper @triton.jit, pointers walked
 block by block, a 2-D grid); the example LayerNorm's chain of sums (its mean, then its variance around the mean)
-and a re-spelling of it split into three stages; the variants give the original's outputs in the interpreter
-where the rows split and where they do not; and a row whose sums cannot be split is refused with the fact."""
+and a re-spelling of it split into three stages, and so a one-block row's (a user's LayerNorm, a re-spelling);
+the variants give the original's outputs in the interpreter where the rows split and where they do not; and a row whose sums cannot be split is refused with the fact."""
 
 from __future__ import annotations
 
@@ -409,6 +409,121 @@ def test_a_chain_whose_later_loop_is_not_a_sum_of_the_row_is_refused_with_the_fa
 
 
 # An RMSNorm whose row block the source fixes, as a user writes it: a module constant (no launch passes it).
+# LayerNorm with the row in one block, as a user writes it: the variance's sum reads the mean.
+ONE_BLOCK_LAYERNORM = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def ln_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    xc = tl.where(mask, x - mean, 0.0)
+    var = tl.sum(xc * xc, axis=0) / N
+    rstd = 1.0 / tl.sqrt(var + eps)
+    w = tl.load(w_ptr + cols, mask=mask)
+    b = tl.load(b_ptr + cols, mask=mask)
+    tl.store(y_ptr + row * N + cols, xc * rstd * w + b, mask=mask)
+
+
+def layernorm(x, w, b, eps=1e-5):
+    M, N = x.shape
+    y = torch.empty_like(x)
+    ln_kernel[(M,)](x, w, b, y, N, eps, BLOCK=triton.next_power_of_2(N))
+    return y
+'''
+
+# The same chain under other names: a row stride, the variance as a sum of a helper's square of (v - mu) with the
+# mask applied around it, the row's mean stored as one value a row (every program of a row stores it alike).
+ONE_BLOCK_STANDARDIZE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _sq(v):
+    return v * v
+
+
+@triton.jit
+def standardize(src, dst, mu_out, gamma, width, stride, COLS: tl.constexpr):
+    r = tl.program_id(0)
+    offs = tl.arange(0, COLS)
+    keep = offs < width
+    v = tl.load(src + r * stride + offs, mask=keep, other=0.0)
+    mu = tl.sum(v, axis=0) / width
+    spread = tl.sum(tl.where(keep, _sq(v - mu), 0.0), axis=0)
+    inv = 1.0 / tl.sqrt(spread / width + 1e-5)
+    tl.store(mu_out + r, mu)
+    tl.store(dst + r * stride + offs, (v - mu) * inv * tl.load(gamma + offs, mask=keep), mask=keep)
+
+
+def standardize_rows(x, g):
+    out = torch.empty_like(x)
+    mus = torch.empty(x.shape[0], dtype=torch.float32)
+    standardize[(x.shape[0],)](x, out, mus, g, x.shape[1], x.stride(0), COLS=triton.next_power_of_2(x.shape[1]))
+    return torch.cat([out.flatten(), mus])
+'''
+
+
+@pytest.mark.parametrize("source, kernel", [(ONE_BLOCK_LAYERNORM, "ln_kernel"), (ONE_BLOCK_STANDARDIZE, "standardize")])
+def test_a_one_block_rows_chain_of_sums_takes_a_stage_a_level(source, kernel):
+    [(rationale, new)], reasons = made(source)
+    assert all(r.startswith("_sq takes no sum") for r in reasons)  # the helper, run by the kernel
+    assert rationale.startswith(f"{kernel}'s row block ")
+    assert "(a chain of 2 levels of sums, each reading the ones before)" in rationale
+    launches = [line.split("[")[0].strip() for line in new.splitlines() if "[(*grid, split)](" in line]
+    assert launches == [s.format(k=kernel) for s in CHAIN]
+    assert f"def {kernel}_chunked(" in new
+
+
+def test_a_one_block_chains_second_stage_combines_the_mean_then_sums_around_it():
+    [(_, new)], _ = made(ONE_BLOCK_LAYERNORM)
+    stage_2 = new[new.index("def ln_kernel_partials_2("):new.index("def ln_kernel_combine(")]
+    assert "    sum_run = tl.sum(tl.load(sum_run_part + row_id * SPLIT + tl.arange(0, SPLIT)), 0)\n" \
+           "    mean = sum_run / N\n    sum_run_1 = 0.0\n" in stage_2
+    assert "        xc = tl.where(mask, x - mean, 0.0)\n" \
+           "        sum_run_1 = sum_run_1 + tl.sum(xc * xc, axis=0).to(tl.float32)\n" \
+           "    tl.store(sum_run_1_part + row_id * SPLIT + split_id, sum_run_1)\n" in stage_2
+    stage_3 = new[new.index("def ln_kernel_combine("):new.index("def layernorm(")]
+    # the stores only in the last stage; the mean's scalar store too in the other spelling
+    assert "tl.store(y_ptr" not in new[new.index("def ln_kernel_partials("):new.index("def ln_kernel_combine(")]
+    assert "tl.store(y_ptr" in stage_3
+    [(_, other)], _ = made(ONE_BLOCK_STANDARDIZE)
+    assert other.count("tl.store(mu_out + r, mu)") == 3  # the original, its twin and its last stage
+
+
+def test_a_max_among_a_one_block_chain_of_sums_is_refused_with_the_fact():
+    source = ONE_BLOCK_LAYERNORM.replace("    rstd = 1.0 / tl.sqrt(var + eps)\n",
+                                         "    rstd = 1.0 / tl.sqrt(var + eps) / tl.max(tl.abs(xc), axis=0)\n")
+    assert made(source) == ([], ("ln_kernel takes a max over BLOCK among a chain of sums (each stage adds partial "
+                                 "sums)",))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source, entry, kernel, cases", [
+    (ONE_BLOCK_LAYERNORM, "layernorm", "ln_kernel",
+     "[([3.0 + 2.0 * torch.randn(r, c), torch.randn(c), torch.randn(c)], w) for r, c, w in "
+     "((3, 100, S), (5, 64, S), (2, 1000, S), (3, 16, [K]), (50, 40, [K + '_chunked']), (50, 20, [K]))]"),
+    (ONE_BLOCK_STANDARDIZE, "standardize_rows", "standardize",
+     "[([3.0 + 2.0 * torch.randn(r, c), torch.randn(c)], w) for r, c, w in "
+     "((3, 100, S), (5, 64, S), (3, 16, [K]), (50, 40, [K + '_chunked']), (50, 20, [K]))]"),
+])
+def test_a_one_block_chain_split_gives_the_originals_outputs_in_the_interpreter(source, entry, kernel, cases):
+    """Rows too few for the interpreter's SMs take the three stages (S): shorter than the block, exactly the
+    block, long; a row of one chunk (nothing to split) and more rows the original kernel (K), or the chunked twin
+    where the block is over the interpreter's 32."""
+    stages = [s.format(k=kernel) for s in CHAIN]
+    check_outputs(source, entry, [*stages, f"{kernel}_chunked", kernel],
+                  cases.replace("S", repr(stages)).replace("K", repr(kernel)))
+
+
 FIXED_BLOCK = '''
 import torch
 import triton

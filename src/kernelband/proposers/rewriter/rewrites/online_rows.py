@@ -149,6 +149,24 @@ def _walk_if(node: cst.If, item: int, guards: tuple) -> list:
 def plan(kernel: Kernel, rows: list[BlockReduction]) -> Plan | str:  # noqa: C901 - one check per fact
     """What the twin of the row block that the row's reductions `rows` reduce does with each statement; or the
     fact that makes it uncertain."""
+    found = row_block(kernel, rows)
+    if isinstance(found, str):
+        return found
+    extent, region, calls = found
+    stats = _stats(kernel, extent.dim, calls)
+    if isinstance(stats, str):
+        return stats
+    walk = _leaves(kernel, region, extent.dim, stats)
+    if isinstance(walk, str):
+        return walk
+    why = _phases(kernel, walk)
+    leaves = [entry[1] for entry in walk if isinstance(entry[1], Leaf)]
+    return why or Plan(kernel, extent, region, leaves, list(stats.values()))
+
+
+def row_block(kernel: Kernel, rows: list[BlockReduction]) -> tuple[RowExtent, cst.IndentedBlock, dict] | str:
+    """(the row block's extent, the statements holding it, its reductions' calls by id); or the fact that makes
+    a twin of it uncertain whatever its statistics."""
     name = kernel.name
     facts = facts_of(kernel)
     extent = facts.row_extents.of(rows)
@@ -176,18 +194,7 @@ def plan(kernel: Kernel, rows: list[BlockReduction]) -> Plan | str:  # noqa: C90
     region = kernel.node.body if loop is None else loop.body
     if not isinstance(region, cst.IndentedBlock):
         return f"{name}'s row block is in a one-line suite"
-    why = _shapes_obstacle(kernel, block, calls)
-    if why:
-        return why
-    stats = _stats(kernel, block, calls)
-    if isinstance(stats, str):
-        return stats
-    walk = _leaves(kernel, region, block, stats)
-    if isinstance(walk, str):
-        return walk
-    why = _phases(kernel, walk)
-    leaves = [entry[1] for entry in walk if isinstance(entry[1], Leaf)]
-    return why or Plan(kernel, extent, region, leaves, list(stats.values()))
+    return _shapes_obstacle(kernel, block, calls) or (extent, region, calls)
 
 
 def _shapes_obstacle(kernel: Kernel, block: str, calls: dict[int, cst.Call]) -> str:

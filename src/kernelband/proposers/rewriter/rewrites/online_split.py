@@ -60,10 +60,13 @@ CPU_SMS = 8  # the interpreter's "SM count": small, so that a few rows (the task
 ATOMICS = tuple(f"atomic_{op}" for op in ("add", "max", "min", "xchg", "cas", "and", "or", "xor"))
 
 
-def split_edits(ms: ModuleSource, plan: Plan, twin: str, chunk: str, fill=lambda launch: 2) -> list | str:
+def split_edits(ms: ModuleSource, plan: Plan, twin: str, chunk: str, fill=lambda launch: 2, chain: int = 1,
+                build=None) -> list | str:
     """The launches' and the stage kernels' edits, or why rows cannot be split here (`fill(launch)`: the
-    programs a SM that the split aims at, two by default)."""
-    kernel, size, tl = plan.kernel, plan.size, plan.kernel.tl_name
+    programs a SM that the split aims at, two by default; `chain` stages of partials, whose bodies and the
+    twin `build(plan, names, parts, axis, chunk, twin)` gives, a chain of sums's (row_chain.py); one by
+    default, the twin's statistics)."""
+    kernel = plan.kernel
     name = kernel.name
     if plan.region is not kernel.node.body:
         return f"{name}'s row block sits in a loop (its partials would need the loop's iteration)"
@@ -73,7 +76,8 @@ def split_edits(ms: ModuleSource, plan: Plan, twin: str, chunk: str, fill=lambda
     if isinstance(axis, str):
         return axis
     used = set(kernel.names) | {n for s in ms.scopes for n in s.assigns} | set(ms.kernels) | {twin, chunk}
-    names = stage_names(kernel, used)
+    names = stage_names(kernel, used, chain)
+    keys = ("partials", *(f"partials_{i}" for i in range(2, chain + 1)), "combine")
     parts = {id(stat.call): fresh_name(f"{stat.run}_part", used) for stat in plan.stats}
 
     def prepare(launch, line, gpu, local):
@@ -83,20 +87,38 @@ def split_edits(ms: ModuleSource, plan: Plan, twin: str, chunk: str, fill=lambda
         return Launching(before, call, host, cap, {chunk: local["chunk"]},
                          long_branch(line, call, given, twin, chunk, gpu))
     edits = [(launch_statement(ms, launch), split_launch(ms, launch, names, list(parts.values()), used, fill(launch),
-                                                         prepare, ("chunk",)))
+                                                         prepare, ("chunk",), keys))
              for launch in ms.launches_of(kernel)]
-    segment = f"({size} // {names['split']})"
-    twin_ = Twin(plan, chunk, (f"{names['sid']} * {segment}", f"({names['sid']} + 1) * {segment}"))
-    stored = statements("".join(f"{tl}.store({parts[id(s.call)]} + {names['lin']} * {names['split']} + "
-                                f"{names['sid']}, {s.run})\n" for s in plan.stats))
-    first = [*header(tl, names, axis), *twin_.prologue(), *twin_.starts(), *twin_.statistics(), *stored]
-    second = [*header(tl, names, axis), *twin_.prologue(), *_combined(plan, names, parts), *twin_.after(),
-              *twin_.stores()]
+    bodies, made = (build or _bodies)(plan, names, parts, axis, chunk, twin)
     stages = [stage_def(kernel, names[stage], body, list(parts.values()), {names["split"]: 2, chunk: CHUNK})
-              for stage, body in (("partials", first), ("combine", second))]
-    made = twin_def(plan, twin, chunk)
+              for stage, body in zip(keys, bodies, strict=True)]
     edits.append((kernel.node, lambda node: cst.FlattenSentinel([node, made, *stages])))
     return edits
+
+
+def _bodies(plan: Plan, names: dict[str, str], parts: dict[int, str], axis: int, chunk: str,
+            twin: str) -> tuple[list[list[cst.BaseStatement]], cst.FunctionDef]:
+    """The two stages' bodies (the twin's statistics over the program's segment, then what reads them) and the
+    twin."""
+    tl = plan.kernel.tl_name
+    twin_ = Twin(plan, chunk, segment_span(plan, names))
+    first = [*header(tl, names, axis), *twin_.prologue(), *twin_.starts(), *twin_.statistics(),
+             *partials_stored(tl, names, parts, plan.stats)]
+    second = [*header(tl, names, axis), *twin_.prologue(), *_combined(plan, names, parts), *twin_.after(),
+              *twin_.stores()]
+    return [first, second], twin_def(plan, twin, chunk)
+
+
+def segment_span(plan: Plan, names: dict[str, str]) -> tuple[str, str]:
+    """The chunk starts of the program's segment of the row block, as (first, end) code."""
+    segment = f"({plan.size} // {names['split']})"
+    return f"{names['sid']} * {segment}", f"({names['sid']} + 1) * {segment}"
+
+
+def partials_stored(tl: str, names: dict[str, str], parts: dict[int, str], stats: list) -> list[cst.BaseStatement]:
+    """The program's partial statistics, stored at its row's and segment's place."""
+    return statements("".join(f"{tl}.store({parts[id(s.call)]} + {names['lin']} * {names['split']} + "
+                              f"{names['sid']}, {s.run})\n" for s in stats))
 
 
 def split_axis(ms: ModuleSource, kernel: Kernel, nodes: list[cst.CSTNode]) -> int | str:

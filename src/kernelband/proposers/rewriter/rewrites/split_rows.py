@@ -11,7 +11,9 @@ block), whatever the names:
   along the row among it (split_loops.py); loops of sums that read the sums before them (LayerNorm's variance
   around its mean) each take a stage of partials of their own, between the two;
 * a row held in one block (`BLOCK = next_power_of_2(n)`), its sums, maxima and minima reduced over the block
-  (online_rows.py's plan and online_split.py's stages, the chunked twin taking long rows that are not split).
+  (online_rows.py's plan and online_split.py's stages, the chunked twin taking long rows that are not split);
+  sums that read the sums before them (LayerNorm's variance around its mean, a user's one-block LayerNorm) each
+  take a stage of partials a level of the chain, between the two (row_chain.py).
 
 A row whose max is taken with a sum of exp(x - max) over it is online_softmax's, which splits it too.
 """
@@ -25,6 +27,7 @@ from kernelband.proposers.rewriter.edits import Found, Variant
 from kernelband.proposers.rewriter.rewrites.online_launch import CHUNK, host_knows
 from kernelband.proposers.rewriter.rewrites.online_rows import plan
 from kernelband.proposers.rewriter.rewrites.online_split import split_edits
+from kernelband.proposers.rewriter.rewrites.row_chain import ChainPlan, chain_bodies, chain_plan
 from kernelband.proposers.rewriter.rewrites.split_loops import fill, loop_edits, loop_split, summing_loops
 
 
@@ -72,6 +75,12 @@ def _one_block(ms: ModuleSource, kernel: Kernel) -> tuple[list, str] | str:
                f"iteration)"
     found = plan(kernel, rows)
     if isinstance(found, str):
+        # A sum that reads another sum is a chain (LayerNorm's variance around its mean): a stage a level.
+        chain = chain_plan(kernel, rows)
+        if chain is None:
+            return found
+        found = chain
+    if isinstance(found, str):
         return found
     if not host_knows(ms, found):
         setter = "set by the autotuner or a heuristic, not by every launch" if found.extent.param is not None \
@@ -79,6 +88,11 @@ def _one_block(ms: ModuleSource, kernel: Kernel) -> tuple[list, str] | str:
         return f"{name}'s row block {found.block} is {setter} (the split is chosen at the launch, from the block)"
     used = set(kernel.names) | {n for s in ms.scopes for n in s.assigns} | set(ms.kernels)
     twin, chunk = fresh_name(f"{name}_chunked", used), fresh_name("CHUNK", used)
+    if isinstance(found, ChainPlan):
+        edits = split_edits(ms, found, twin, chunk, fill, found.chain, chain_bodies)
+        if isinstance(edits, str):
+            return edits
+        return edits, _chain_rationale(found, twin)
     edits = split_edits(ms, found, twin, chunk, fill)
     if isinstance(edits, str):
         return edits
@@ -87,3 +101,13 @@ def _one_block(ms: ModuleSource, kernel: Kernel) -> tuple[list, str] | str:
                    f"too few for the SMs: each reduces its segment in chunks of {CHUNK} ({name}_partials), then "
                    f"each combines its row's SPLIT partials in one fixed order and stores its segment "
                    f"({name}_combine); long rows not split walked in chunks ({twin})")
+
+
+def _chain_rationale(found: ChainPlan, twin: str) -> str:
+    name = found.kernel.name
+    stages = ", ".join(f"{name}_partials" + (f"_{i}" if i > 1 else "") for i in range(1, found.chain + 1))
+    return (f"{name}'s row block {found.block} (a chain of {found.chain} levels of sums, each reading the ones "
+            f"before) split over SPLIT programs a row where the rows are too few for the SMs, one stage a level: "
+            f"each adds its row's SPLIT partials of the levels before in one fixed order and sums its segment in "
+            f"chunks of {CHUNK} ({stages}), then each adds them all and stores its segment ({name}_combine); long "
+            f"rows not split walked in chunks, once a level ({twin})")
