@@ -114,7 +114,7 @@ class Plan:
         return self.extent.size
 
 
-def _is_store(kernel: Kernel, node: cst.CSTNode) -> bool:
+def is_store(kernel: Kernel, node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Expr) and isinstance(node.value, cst.Call) and any(
         kernel.is_tl(node.value.func, s) for s in STORES)
 
@@ -156,7 +156,7 @@ def plan(kernel: Kernel, rows: list[BlockReduction]) -> Plan | str:  # noqa: C90
     stats = _stats(kernel, extent.dim, calls)
     if isinstance(stats, str):
         return stats
-    walk = _leaves(kernel, region, extent.dim, stats)
+    walk = row_leaves(kernel, region, extent.dim, stats)
     if isinstance(walk, str):
         return walk
     why = _phases(kernel, walk)
@@ -269,7 +269,7 @@ def _stats(kernel: Kernel, block: str, calls: dict[int, cst.Call]) -> dict[int, 
     return stats
 
 
-def _leaves(kernel: Kernel, region: cst.IndentedBlock, block: str, stats: dict[int, Stat]) -> list | str:
+def row_leaves(kernel: Kernel, region: cst.IndentedBlock, block: str, stats: dict[int, Stat]) -> list | str:
     """The walk of the region (`_walk`) with a Leaf, of its kind, for each small statement: the names made
     along the block are followed in order."""
     name = kernel.name
@@ -299,7 +299,7 @@ def _leaves(kernel: Kernel, region: cst.IndentedBlock, block: str, stats: dict[i
         changed = False
         for leaf in leaves:
             if leaf.kind == "scalar" and (assigned(leaf.node) | {n.value for n in loads(leaf.node)}) & row_names \
-                    and not _is_store(kernel, leaf.node):
+                    and not is_store(kernel, leaf.node):
                 leaf.kind, changed = "row", True
                 row_names |= assigned(leaf.node)
     scalar_names = set().union(*[assigned(leaf.node) for leaf in leaves if not leaf.row])
@@ -375,7 +375,7 @@ def _phases(kernel: Kernel, walk: list) -> str:  # noqa: C901 - one rule per kin
     # The second loop: what the stores along the row read.
     wanted: set[str] = set()
     for leaf in reversed(leaves):
-        if leaf.row and (_is_store(kernel, leaf.node) or assigned(leaf.node) & wanted):
+        if leaf.row and (is_store(kernel, leaf.node) or assigned(leaf.node) & wanted):
             leaf.second = True
             wanted |= {n.value for n in loads(leaf.node)}
         elif leaf.row and isinstance(leaf.node, cst.Expr):
@@ -396,11 +396,11 @@ def _phases(kernel: Kernel, walk: list) -> str:  # noqa: C901 - one rule per kin
             if before < position and reads & assigned(leaf.node) and phases and max(phases) > mine:
                 return f"{name} sets {sorted(reads & assigned(leaf.node))[0]} after a statement along the row " \
                        f"reads it"
-    row_reads = [a for a in facts.accesses.loads if _in_row(a.call, leaves)]
-    row_writes = [a for a in facts.accesses.stores if _in_row(a.call, leaves)]
+    row_reads = [a for a in facts.accesses.loads if in_row(a.call, leaves)]
+    row_writes = [a for a in facts.accesses.stores if in_row(a.call, leaves)]
     mine = {id(c) for leaf in leaves for c in subnodes(leaf.node, cst.Call)}
     for access in facts.accesses.all:
-        if _in_row(access.call, leaves) or id(access.call) not in mine:
+        if in_row(access.call, leaves) or id(access.call) not in mine:
             continue
         clash = row_writes if not access.store else row_reads
         if any(access.bases & other.bases for other in clash):
@@ -418,12 +418,12 @@ def _restates(kernel: Kernel, small: cst.BaseSmallStatement) -> bool:
     return before is not None and ast.dump(before) == ast.dump(values.expand(small.value))
 
 
-def _in_row(call: cst.Call, leaves: list[Leaf]) -> bool:
+def in_row(call: cst.Call, leaves: list[Leaf]) -> bool:
     return any(leaf.row and any(c is call for c in subnodes(leaf.node, cst.Call)) for leaf in leaves)
 
 
 # -- the twin's statements --------------------------------------------------------------------------------------
-class _Chunk(cst.CSTTransformer):
+class ChunkRead(cst.CSTTransformer):
     """A row statement over one chunk: `tl.arange(0, BLOCK)` from the chunk's start, tiles of CHUNK, and each
     reduction over the block read as its running or final value."""
 
@@ -452,7 +452,7 @@ class _Chunk(cst.CSTTransformer):
         return updated_node
 
 
-def _emit(suite: cst.BaseSuite, keep) -> list:
+def emit_kept(suite: cst.BaseSuite, keep) -> list:
     """The statements of a suite that `keep(small)` maps to new small statements (a list, possibly empty),
     with the `if`s around them kept."""
     out = []
@@ -475,12 +475,12 @@ def _emit(suite: cst.BaseSuite, keep) -> list:
 
 
 def _emit_if(node: cst.If, keep) -> cst.If | None:
-    body = _emit(node.body, keep)
+    body = emit_kept(node.body, keep)
     orelse = None
     if isinstance(node.orelse, cst.If):
         orelse = _emit_if(node.orelse, keep)
     elif node.orelse is not None:
-        inner = _emit(node.orelse.body, keep)
+        inner = emit_kept(node.orelse.body, keep)
         orelse = cst.Else(body=cst.IndentedBlock(body=inner)) if inner else None
     if not body and orelse is None:
         return None
@@ -502,10 +502,10 @@ class Twin:
         self.start = fresh_name("chunk", used)
         self.span = span or ("0", plan_.size)
         self.leaves = {id(leaf.node): leaf for leaf in plan_.leaves}
-        self.chunked = _Chunk(kernel, plan_.block, chunk, self.start, {id(s.call): s.run for s in plan_.stats})
+        self.chunked = ChunkRead(kernel, plan_.block, chunk, self.start, {id(s.call): s.run for s in plan_.stats})
 
     def _emit(self, keep) -> list[cst.BaseStatement]:
-        return _emit(self.plan.region, lambda small: keep(self.leaves.get(id(small)), small)
+        return emit_kept(self.plan.region, lambda small: keep(self.leaves.get(id(small)), small)
                      if id(small) in self.leaves else [])
 
     def _loop(self, body: list[cst.BaseStatement]) -> cst.For:
@@ -517,11 +517,11 @@ class Twin:
         return self._emit(lambda leaf, small: [small] if leaf.kind == "scalar" and not leaf.late else [])
 
     def starts(self) -> list[cst.BaseStatement]:
-        return statements("".join(f"{s.run} = {_init(self.tl, s)}\n" for s in self.plan.stats))
+        return statements("".join(f"{s.run} = {stat_init(self.tl, s)}\n" for s in self.plan.stats))
 
     def statistics(self) -> list[cst.BaseStatement]:
         def keep(leaf, small):
-            out = [u for stat in _post_order(leaf.stats) for u in _update(self.tl, stat, self.chunked)]
+            out = [u for stat in inner_first(leaf.stats) for u in stat_update(self.tl, stat, self.chunked)]
             return out + ([small.visit(self.chunked)] if leaf.first else [])
         return [self._loop(self._emit(keep))]
 
@@ -541,7 +541,7 @@ def twin_body(plan_: Plan, chunk: str) -> list[cst.BaseStatement]:
     return Twin(plan_, chunk).body()
 
 
-def _post_order(stats: list[Stat]) -> list[Stat]:
+def inner_first(stats: list[Stat]) -> list[Stat]:
     """Reductions nested in one statement, inner ones first (a max before the sum taken against it)."""
     inner = {id(s.call): [o for o in stats if o is not s and any(c is o.call for c in subnodes(s.call, cst.Call))]
              for s in stats}
@@ -557,14 +557,14 @@ def _post_order(stats: list[Stat]) -> list[Stat]:
     return done
 
 
-def _init(tl: str, stat: Stat) -> str:
+def stat_init(tl: str, stat: Stat) -> str:
     value = {"max": NEG_INF, "min": 'float("inf")', "sum": "0.0"}[stat.op]
     if not stat.shape:
         return value
     return f"{tl}.full(({', '.join(stat.shape)},), {value}, {tl}.float32)"
 
 
-def _update(tl: str, stat: Stat, chunked: _Chunk) -> list[cst.BaseSmallStatement]:
+def stat_update(tl: str, stat: Stat, chunked: ChunkRead) -> list[cst.BaseSmallStatement]:
     part = code(stat.call.visit(_Without(chunked, stat.call)))
     part = f"{part}.to({tl}.float32)"
     if stat.op in ("max", "min"):
@@ -582,7 +582,7 @@ def _update(tl: str, stat: Stat, chunked: _Chunk) -> list[cst.BaseSmallStatement
 class _Without(cst.CSTTransformer):
     """A reduction's call over one chunk: the chunk transform applied inside it, the call itself kept."""
 
-    def __init__(self, chunked: _Chunk, call: cst.Call) -> None:
+    def __init__(self, chunked: ChunkRead, call: cst.Call) -> None:
         self.chunked, self.call = chunked, call
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:

@@ -31,18 +31,18 @@ from kernelband.proposers.rewriter.analysis.syntax import assigned, fresh_name, 
 from kernelband.proposers.rewriter.edits import statements
 from kernelband.proposers.rewriter.rewrites.online_launch import CHUNK, with_params
 from kernelband.proposers.rewriter.rewrites.online_rows import (
+    ChunkRead,
     Leaf,
     Plan,
     Stat,
-    _Chunk,
-    _emit,
-    _in_row,
-    _init,
-    _is_store,
-    _leaves,
-    _post_order,
-    _update,
+    emit_kept,
+    in_row,
+    inner_first,
+    is_store,
     row_block,
+    row_leaves,
+    stat_init,
+    stat_update,
 )
 from kernelband.proposers.rewriter.rewrites.online_split import (
     header,
@@ -106,7 +106,7 @@ def chain_plan(kernel: Kernel, rows: list[BlockReduction]) -> ChainPlan | str | 
         if any(shape != () for shape in shapes):
             return f"{name}'s sums over {block} are tiles (a block of rows) or of unknown shape, not one value a row"
         stats[key] = Stat(calls[key], "sum", fresh_name("sum_run", used), ())
-    walk = _leaves(kernel, region, block, stats)
+    walk = row_leaves(kernel, region, block, stats)
     if isinstance(walk, str):
         return walk
     if any(kind != "leaf" or guards for kind, _, _, guards in walk):
@@ -125,7 +125,7 @@ def _ready(plan: ChainPlan) -> str:
     for leaf in plan.leaves:
         if leaf.kind == "row+stat":
             return f"{name} reads its row outside a sum over it in the statement that takes the sum"
-        if leaf.row and isinstance(leaf.node, cst.Expr) and not _is_store(plan.kernel, leaf.node):
+        if leaf.row and isinstance(leaf.node, cst.Expr) and not is_store(plan.kernel, leaf.node):
             return f"{name} calls something along its row that stores nothing"
         wait = max((ready.get(n.value, 0) for n in loads(leaf.node)), default=0)
         wait = max([wait, *(plan.level[id(s.call)] + 1 for s in leaf.stats)])
@@ -147,7 +147,7 @@ def _loops(plan: ChainPlan) -> str:
              for k in range(plan.chain)}
     for loop, wanted in (*wants.items(), (FINAL, set())):
         for leaf in reversed(plan.leaves):
-            if not leaf.row or not (assigned(leaf.node) & wanted or loop == FINAL and _is_store(plan.kernel, leaf.node)):
+            if not leaf.row or not (assigned(leaf.node) & wanted or loop == FINAL and is_store(plan.kernel, leaf.node)):
                 continue
             if loop != FINAL and plan.ready[id(leaf)] > loop:
                 return f"{name}'s sums of one level read {sorted(assigned(leaf.node) & wanted)[0]}, which reads " \
@@ -168,11 +168,11 @@ def _clash(plan: ChainPlan) -> str:
     across them."""
     facts = facts_of(plan.kernel)
     leaves = plan.leaves
-    row_reads = [a for a in facts.accesses.loads if _in_row(a.call, leaves)]
-    row_writes = [a for a in facts.accesses.stores if _in_row(a.call, leaves)]
+    row_reads = [a for a in facts.accesses.loads if in_row(a.call, leaves)]
+    row_writes = [a for a in facts.accesses.stores if in_row(a.call, leaves)]
     mine = {id(c) for leaf in leaves for c in subnodes(leaf.node, cst.Call)}
     for access in facts.accesses.all:
-        if _in_row(access.call, leaves) or id(access.call) not in mine:
+        if in_row(access.call, leaves) or id(access.call) not in mine:
             continue
         if any(access.bases & other.bases for other in (row_writes if not access.store else row_reads)):
             return f"{plan.kernel.name} reads one value of a buffer that it writes along the row (or the reverse)"
@@ -191,24 +191,24 @@ class ChainTwin:
         self.start = fresh_name("chunk", used)
         self.span = span or ("0", plan.size)
         self.leaves = {id(leaf.node): leaf for leaf in plan.leaves}
-        self.chunked = _Chunk(kernel, plan.block, chunk, self.start, {id(s.call): s.run for s in plan.stats})
+        self.chunked = ChunkRead(kernel, plan.block, chunk, self.start, {id(s.call): s.run for s in plan.stats})
 
     def _emit(self, keep) -> list[cst.BaseStatement]:
-        return _emit(self.plan.region, lambda small: keep(self.leaves[id(small)], small)
+        return emit_kept(self.plan.region, lambda small: keep(self.leaves[id(small)], small)
                      if id(small) in self.leaves else [])
 
     def scalars(self, low: int, high: int, final: bool) -> list[cst.BaseStatement]:
         """The scalars (statistics' statements among them) that wait for `low` to `high` levels; scalar stores
         only in the `final` stage (every program of the row stores the same value)."""
         def keep(leaf: Leaf, small):
-            if leaf.row or not low <= self.plan.ready[id(leaf)] <= high or _is_store(self.plan.kernel, small) \
+            if leaf.row or not low <= self.plan.ready[id(leaf)] <= high or is_store(self.plan.kernel, small) \
                     and not final:
                 return []
             return [small.visit(self.chunked) if leaf.stats else small]
         return self._emit(keep)
 
     def starts(self, level: int) -> list[cst.BaseStatement]:
-        return statements("".join(f"{s.run} = {_init(self.tl, s)}\n" for s in self.of(level)))
+        return statements("".join(f"{s.run} = {stat_init(self.tl, s)}\n" for s in self.of(level)))
 
     def of(self, level: int) -> list[Stat]:
         return [s for s in self.plan.stats if self.plan.level[id(s.call)] == level]
@@ -218,8 +218,8 @@ class ChainTwin:
         mine = {id(s.call) for s in self.of(level)}
 
         def keep(leaf: Leaf, small):
-            out = [u for s in _post_order([s for s in leaf.stats if id(s.call) in mine])
-                   for u in _update(self.tl, s, self.chunked)]
+            out = [u for s in inner_first([s for s in leaf.stats if id(s.call) in mine])
+                   for u in stat_update(self.tl, s, self.chunked)]
             return out + ([small.visit(self.chunked)] if level in self.plan.loops.get(id(leaf), ()) else [])
         body = self._emit(keep)
         if not body:
