@@ -430,3 +430,14 @@ def test_numbers_a_launch_computes_are_not_in_the_keys_dtypes():
     assert "getattr(" not in pinned.source
     assert "    config = k_launch(n, x.dtype, y.dtype)\n" in pinned.source
     assert "    return K_CONFIGS.get((n, str(x_dtype), str(y_dtype)))\n" in pinned.source
+
+
+def test_sizes_unpacked_from_a_shape_have_no_dtype_either():
+    """`M, N = x.shape` binds integers: M passed to the kernel adds no dtype to the key (the user's LayerNorm
+    passed M and read getattr(M, "dtype", None) on every call)."""
+    source = SCALED.replace("    total = y.numel()\n", "    total, cols = y.shape\n")
+    pinned = pin(source, [TunedChoice("k", [1024, "torch.float16", "torch.float16"],
+                                      TunedConfig({}, num_warps=2, num_stages=3))])
+    assert pinned.source is not None, pinned.reason
+    assert "getattr(" not in pinned.source
+    assert "    config = k_launch(n, x.dtype, y.dtype)\n" in pinned.source

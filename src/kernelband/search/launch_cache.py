@@ -38,7 +38,15 @@ from kernelband.proposers.rewriter.analysis.syntax import (
     loads,
     subnodes,
 )
-from kernelband.search.module_edits import Named, Replace, Unparenthesize, expression_key, spaced, with_import
+from kernelband.search.module_edits import (
+    Named,
+    Replace,
+    Unparenthesize,
+    expression_key,
+    shape_tuple,
+    spaced,
+    with_import,
+)
 from kernelband.search.stride_reads import gather_strides
 
 # Triton's host helpers, `constexpr_function`s in Triton 3.9: a call from the host costs about 1.4 µs, ten
@@ -202,14 +210,6 @@ def _shape_leaf(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Attribute) and node.attr.value == "ndim" and isinstance(node.value, cst.Name)
 
 
-def _shape_tuple(node: cst.BaseExpression) -> bool:
-    """`x.shape`, `x.size()`, `x.stride()`: every integer of an input's shape or strides, to unpack."""
-    if isinstance(node, cst.Attribute):
-        return node.attr.value == "shape" and isinstance(node.value, cst.Name)
-    return (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and not node.args
-            and node.func.attr.value in ("size", "stride") and isinstance(node.func.value, cst.Name))
-
-
 class _Plan:
     """One function's cached launch values: what to move, and the function that computes them."""
 
@@ -325,7 +325,7 @@ class _Plan:
                 target, value = small.target, small.value
             else:
                 continue
-            if isinstance(target, cst.Tuple) and _shape_tuple(value):
+            if isinstance(target, cst.Tuple) and shape_tuple(value):
                 names = [e.value.value for e in target.elements if isinstance(e.value, cst.Name)]
                 if len(names) == len(target.elements) and all(self._once(n) for n in names):
                     self.ints.update((n, i) for n in names)

@@ -100,3 +100,11 @@ def _docstring(statement: cst.BaseStatement) -> bool:
 def spaced(statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
     """Top-level definitions as they stand between others: two blank lines before each."""
     return [s.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]) for s in statements]
+
+
+def shape_tuple(node: cst.BaseExpression) -> bool:
+    """`x.shape`, `x.size()`, `x.stride()`: every integer of an input's shape or strides, to unpack."""
+    if isinstance(node, cst.Attribute):
+        return node.attr.value == "shape" and isinstance(node.value, cst.Name)
+    return (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and not node.args
+            and node.func.attr.value in ("size", "stride") and isinstance(node.func.value, cst.Name))

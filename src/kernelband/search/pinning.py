@@ -44,7 +44,7 @@ from kernelband.proposers.rewriter.analysis.syntax import (
     subnodes,
 )
 from kernelband.proposers.rewriter.edits import appended
-from kernelband.search.module_edits import Named, Replace, expression_key, with_import
+from kernelband.search.module_edits import Named, Replace, expression_key, shape_tuple, with_import
 
 # Arguments of triton.autotune that change which configurations are tried, and so the choice itself.
 _UNPINNABLE = ("prune_configs_by",)
@@ -468,10 +468,29 @@ def _never_a_tensor(node: cst.BaseExpression, numbers: frozenset[str] = frozense
     if isinstance(node, cst.Name):
         if node.value in ("None", "True", "False") or node.value in numbers:
             return True
-        value = scope.value(node.value) if scope is not None else None
-        return value is not None and _never_a_tensor(value, numbers, scope, depth + 1)
+        if scope is None:
+            return False
+        value = scope.value(node.value)
+        if value is not None:
+            return _never_a_tensor(value, numbers, scope, depth + 1)
+        return _unpacked_from_shape(scope, node.value)
     return (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
             and node.func.attr.value in _NUMBER_METHODS)
+
+
+def _unpacked_from_shape(scope, name: str) -> bool:
+    """`name` is bound once, by unpacking a tensor's shape or strides (`M, N = x.shape`): an integer."""
+    fn = scope.node
+    if len(scope.assigns.get(name, [])) != 1 or not isinstance(fn, cst.FunctionDef):
+        return False
+    for statement in fn.body.body:
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 and shape_tuple(small.value) \
+                    and isinstance(small.targets[0].target, cst.Tuple) \
+                    and any(isinstance(e.value, cst.Name) and e.value.value == name
+                            for e in small.targets[0].target.elements):
+                return True
+    return False
 
 
 def _parse_config(node: cst.BaseExpression) -> dict | None:
