@@ -432,10 +432,12 @@ def test_numbers_a_launch_computes_are_not_in_the_keys_dtypes():
     assert "    return K_CONFIGS.get((n, str(x_dtype), str(y_dtype)))\n" in pinned.source
 
 
-def test_sizes_unpacked_from_a_shape_have_no_dtype_either():
-    """`M, N = x.shape` binds integers: M passed to the kernel adds no dtype to the key (the user's LayerNorm
-    passed M and read getattr(M, "dtype", None) on every call)."""
-    source = SCALED.replace("    total = y.numel()\n", "    total, cols = y.shape\n")
+def test_sizes_unpacked_from_a_shape_and_number_defaults_have_no_dtype_either():
+    """`M, N = x.shape` binds integers, and `scale=1.0 / 127` defaults to a number: passed to the kernel, they
+    add no dtype to the key (the user's LayerNorm passed M and eps=1e-5, and read getattr(M, "dtype", None) and
+    getattr(eps, "dtype", None) on every call)."""
+    source = SCALED.replace("    total = y.numel()\n", "    total, cols = y.shape\n").replace(
+        "def f(x, y):", "def f(x, y, scale=0.5):").replace("(x, y, 1.0 / 127, ", "(x, y, scale, ")
     pinned = pin(source, [TunedChoice("k", [1024, "torch.float16", "torch.float16"],
                                       TunedConfig({}, num_warps=2, num_stages=3))])
     assert pinned.source is not None, pinned.reason

@@ -442,12 +442,15 @@ _NUMBER_METHODS = ("stride", "numel", "size", "element_size", "dim")
 
 
 def _number_params(launch: Launch) -> frozenset[str]:
-    """The launching function's parameters annotated as numbers (`seed: int`), never assigned in it."""
+    """The launching function's parameters annotated as numbers (`seed: int`) or defaulting to a number
+    (`eps=1e-5`), never assigned in it. A caller may still pass a tensor for one: its key then lacks that
+    dtype, and the lookup still picks a config the search measured (which config runs never changes a result)."""
     fn = launch.scope.node
     if not isinstance(fn, cst.FunctionDef):
         return frozenset()
     return frozenset(p.name.value for p in fn.params.params
-                     if p.annotation is not None and dotted(p.annotation.annotation) in ("int", "float", "bool")
+                     if (p.annotation is not None and dotted(p.annotation.annotation) in ("int", "float", "bool")
+                         or isinstance(p.default, cst.Integer | cst.Float))
                      and p.name.value not in launch.scope.assigns)
 
 
