@@ -18,32 +18,34 @@ import time
 QUICK = ["rmsnorm_triton", "mean_reduction"]
 
 
-def fired() -> list[str]:
-    """The TritonBench-G tasks single_pass makes a variant of."""
+def fired(rewrite: str = "single_pass") -> list[str]:
+    """The TritonBench-G tasks the rewrite makes a variant of."""
     from kernelband.proposers.rewriter.proposer import options
     from kernelband.tasks import tritonbench
 
     names = []
     for name, entry in sorted(tritonbench.entries().items()):
         source, _ = tritonbench.split_instance(entry.instance)
-        if options(source, ("single_pass",)).variants:
+        if options(source, (rewrite,)).variants:
             names.append(name)
     return names
 
 
-def run(device: str, names: list[str]) -> list[dict]:
+def run(device: str, refs: list[str], rewrite: str = "single_pass") -> list[dict]:
+    """Each variant the rewrite makes of each task (`tritonbench:NAME`, `examples:NAME`), through the evaluator:
+    is it correct, and how fast on the task's shapes."""
     from kernelband.evaluation.evaluator import Evaluator
     from kernelband.proposers.rewriter.proposer import options
     from kernelband.tasks import load_task
 
     rows = []
     with Evaluator(mode="gpu" if device == "cuda" else "interpreter", use_ncu=False) as ev:
-        for name in names:
-            task = load_task(f"tritonbench:{name}")
-            found = options(task.module_source, ("single_pass",))
+        for ref in refs:
+            task = load_task(ref)
+            found = options(task.module_source, (rewrite,))
             for variant in found.variants:
                 started = time.time()
-                row = {"task": name, "variant": variant.rationale}
+                row = {"task": ref, "variant": variant.rationale}
                 try:
                     result = ev.evaluate(task, variant.apply(found.module), seed=1)
                     row.update(ok=result.ok, outcome=result.outcome.value, detail=result.detail[:300],
@@ -65,7 +67,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     names = args.tasks.split(",") if args.tasks else (fired() if args.device == "cuda" else QUICK)
-    rows = run(args.device, names)
+    rows = run(args.device, [f"tritonbench:{name}" for name in names])
     with open(args.out, "w") as f:
         json.dump({"device": args.device, "rows": rows}, f, indent=1)
     wrong = [r for r in rows if r.get("ok") is False]

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import single_pass_gpu  # the evaluator's pass over a rewrite's variants, beside this script
+
 EXAMPLES = ("examples:rmsnorm", "examples:layernorm")
 GPU_ROWS = [(16, 32768), (64, 32000), (128, 16384), (8192, 8192)]
 CPU_ROWS = [(2, 700)]
@@ -33,42 +35,7 @@ QUICK = ["examples:rmsnorm"]
 
 def fired() -> list[str]:
     """The tasks split_rows makes a variant of: the TritonBench-G tasks, then the examples."""
-    from kernelband.proposers.rewriter.proposer import options
-    from kernelband.tasks import tritonbench
-
-    refs = []
-    for name, entry in sorted(tritonbench.entries().items()):
-        source, _ = tritonbench.split_instance(entry.instance)
-        if options(source, ("split_rows",)).variants:
-            refs.append(f"tritonbench:{name}")
-    return [*refs, *EXAMPLES]
-
-
-def evaluated(mode: str, refs: list[str]) -> list[dict]:
-    """Each variant of each task through the evaluator: is it correct, and how fast on the task's shapes."""
-    from kernelband.evaluation.evaluator import Evaluator
-    from kernelband.proposers.rewriter.proposer import options
-    from kernelband.tasks import load_task
-
-    rows = []
-    with Evaluator(mode=mode, use_ncu=False) as ev:
-        for ref in refs:
-            task = load_task(ref)
-            found = options(task.module_source, ("split_rows",))
-            for variant in found.variants:
-                started = time.time()
-                row = {"task": ref, "variant": variant.rationale}
-                try:
-                    result = ev.evaluate(task, variant.apply(found.module), seed=1)
-                    row.update(ok=result.ok, outcome=result.outcome.value, detail=result.detail[:300],
-                               speedup=result.speedup,
-                               shapes={s.label: s.speedup for s in result.shapes if not s.held_out})
-                except Exception as exc:  # the starting kernel cannot run here
-                    row["error"] = str(exc)[:300]
-                row["seconds"] = round(time.time() - started, 1)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-    return rows
+    return [*(f"tritonbench:{name}" for name in single_pass_gpu.fired("split_rows")), *EXAMPLES]
 
 
 def _module(source: str, name: str, folder: Path):
@@ -158,7 +125,7 @@ def main() -> None:
         sys.exit("no GPU: run with --interpreter")
     refs = args.tasks.split(",") if args.tasks else (fired() if gpu else QUICK)
     table = few_rows(gpu, not args.no_compile)
-    variants = evaluated("gpu" if gpu else "interpreter", refs)
+    variants = single_pass_gpu.run("cuda" if gpu else "cpu", refs, "split_rows")
     meta = {"device": torch.cuda.get_device_name() if gpu else "cpu (interpreter)", "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%d"), "commit": subprocess.run(
                 ["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"], capture_output=True,
