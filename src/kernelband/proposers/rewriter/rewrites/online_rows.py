@@ -339,7 +339,6 @@ def _phases(kernel: Kernel, walk: list) -> str:  # noqa: C901 - one rule per kin
     """Which loop each row statement runs in and which scalars wait for the statistics; or why a statement
     cannot move so."""
     name = kernel.name
-    facts = facts_of(kernel)
     leaves = [entry[1] for entry in walk if isinstance(entry[1], Leaf)]
     late_names: set[str] = set()
     late_items: set[int] = set()
@@ -396,15 +395,22 @@ def _phases(kernel: Kernel, walk: list) -> str:  # noqa: C901 - one rule per kin
             if before < position and reads & assigned(leaf.node) and phases and max(phases) > mine:
                 return f"{name} sets {sorted(reads & assigned(leaf.node))[0]} after a statement along the row " \
                        f"reads it"
-    row_reads = [a for a in facts.accesses.loads if in_row(a.call, leaves)]
-    row_writes = [a for a in facts.accesses.stores if in_row(a.call, leaves)]
+    return buffer_clash(kernel, leaves)
+
+
+def buffer_clash(kernel: Kernel, leaves: list[Leaf]) -> str:
+    """Why statements cannot move across the row's: one of them reads one value of a buffer that the row's
+    statements write (or the reverse); "" where none does."""
+    accesses = facts_of(kernel).accesses
+    row_reads = [a for a in accesses.loads if in_row(a.call, leaves)]
+    row_writes = [a for a in accesses.stores if in_row(a.call, leaves)]
     mine = {id(c) for leaf in leaves for c in subnodes(leaf.node, cst.Call)}
-    for access in facts.accesses.all:
+    for access in accesses.all:
         if in_row(access.call, leaves) or id(access.call) not in mine:
             continue
         clash = row_writes if not access.store else row_reads
         if any(access.bases & other.bases for other in clash):
-            return f"{name} reads one value of a buffer that it writes along the row (or the reverse)"
+            return f"{kernel.name} reads one value of a buffer that it writes along the row (or the reverse)"
     return ""
 
 

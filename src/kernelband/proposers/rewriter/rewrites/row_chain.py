@@ -27,7 +27,7 @@ import libcst as cst
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.reductions import BlockReduction, holds
 from kernelband.proposers.rewriter.analysis.source import Kernel
-from kernelband.proposers.rewriter.analysis.syntax import assigned, fresh_name, loads, subnodes
+from kernelband.proposers.rewriter.analysis.syntax import assigned, fresh_name, loads
 from kernelband.proposers.rewriter.edits import statements
 from kernelband.proposers.rewriter.rewrites.online_launch import CHUNK, with_params
 from kernelband.proposers.rewriter.rewrites.online_rows import (
@@ -35,8 +35,8 @@ from kernelband.proposers.rewriter.rewrites.online_rows import (
     Leaf,
     Plan,
     Stat,
+    buffer_clash,
     emit_kept,
-    in_row,
     inner_first,
     is_store,
     row_block,
@@ -113,7 +113,7 @@ def chain_plan(kernel: Kernel, rows: list[BlockReduction]) -> ChainPlan | str | 
         return f"{name}'s chain of sums sits among compile-time branches"
     leaves = [entry[1] for entry in walk]
     plan = ChainPlan(kernel, extent, region, leaves, list(stats.values()), level)
-    why = _ready(plan) or _loops(plan) or _clash(plan)
+    why = _ready(plan) or _loops(plan) or buffer_clash(plan.kernel, plan.leaves)
     return why or plan
 
 
@@ -160,22 +160,6 @@ def _loops(plan: ChainPlan) -> str:
             for leaf in plan.leaves)]
         if late:
             return f"{name}'s sum of level {plan.level[id(stat.call)] + 1} reads {late[0]}, which a later level gives"
-    return ""
-
-
-def _clash(plan: ChainPlan) -> str:
-    """A statement that reads one value of a buffer that the row's statements write (or the reverse) may not move
-    across them."""
-    facts = facts_of(plan.kernel)
-    leaves = plan.leaves
-    row_reads = [a for a in facts.accesses.loads if in_row(a.call, leaves)]
-    row_writes = [a for a in facts.accesses.stores if in_row(a.call, leaves)]
-    mine = {id(c) for leaf in leaves for c in subnodes(leaf.node, cst.Call)}
-    for access in facts.accesses.all:
-        if in_row(access.call, leaves) or id(access.call) not in mine:
-            continue
-        if any(access.bases & other.bases for other in (row_writes if not access.store else row_reads)):
-            return f"{plan.kernel.name} reads one value of a buffer that it writes along the row (or the reverse)"
     return ""
 
 
