@@ -565,7 +565,7 @@ def test_a_row_block_the_source_fixes_is_split_with_that_integer(old, new):
         in new_source
     assert "    for chunk in range(0, 1024, CHUNK):\n" in new_source
     assert "    split = min(1024 // (chunk * (4 if y.device.type == \"cuda\" else 1)), " in new_source
-    assert "    elif 1024 > (8192 if " in new_source
+    assert "    elif 1024 > (32768 if " in new_source
 
 
 def gpu_split(source: str, rows: int, sms: int = 132) -> int:
@@ -592,6 +592,27 @@ def gpu_split(source: str, rows: int, sms: int = 132) -> int:
 def test_a_row_block_split_leaves_each_program_four_chunks_on_a_gpu(block, rows, split):
     [(_, new_source)], _ = made(FIXED_BLOCK.replace("BLOCK = 1024\n", f"BLOCK = {block}\n"))
     assert max(1, gpu_split(new_source, rows)) == split  # under 2: the launch does not split
+
+
+def takes_twin(source: str, gpu: bool = True) -> bool:
+    """Whether a variant's launch, its rows not split, takes the chunked twin: its `elif` line run on a device
+    that says "cuda" (or "cpu")."""
+    import types
+
+    [line] = [line.strip() for line in source.splitlines() if line.strip().startswith("elif ")]
+    device = types.SimpleNamespace(type="cuda" if gpu else "cpu")
+    return eval(line.removeprefix("elif ").removesuffix(":"), {"y": types.SimpleNamespace(device=device)})
+
+
+@pytest.mark.parametrize("block, twin", [
+    (16384, False),  # the twin took 1.4-2.8x the original's time here on an H200: the original
+    (32768, False),
+    (65536, True),
+])
+def test_rows_of_sums_not_split_take_the_chunked_twin_only_past_32768_on_a_gpu(block, twin):
+    [(_, new_source)], _ = made(FIXED_BLOCK.replace("BLOCK = 1024\n", f"BLOCK = {block}\n"))
+    assert takes_twin(new_source) is twin
+    assert takes_twin(new_source, gpu=False)  # the interpreter's small rows exercise the twin
 
 
 @pytest.mark.slow

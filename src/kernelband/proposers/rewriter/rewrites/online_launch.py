@@ -127,10 +127,11 @@ def relaunched(call: cst.Call, kernel: str, **kwargs: str) -> cst.Call:
     return call
 
 
-def long_branch(line: cst.SimpleStatementLine, call: cst.Call, size: str, twin: str, chunk: str, gpu: str) -> cst.If:
-    """`if size > LONG: twin[grid](..., CHUNK=..) else: kernel[grid](...)`."""
+def long_branch(line: cst.SimpleStatementLine, call: cst.Call, size: str, twin: str, chunk: str, gpu: str,
+                long: int = LONG) -> cst.If:
+    """`if size > long: twin[grid](..., CHUNK=..) else: kernel[grid](...)`."""
     long_call = relaunched(call, twin, **{chunk: f"({CHUNK} if {gpu} else {CPU_CHUNK})"})
-    branch = cst.parse_statement(f"if {size} > ({LONG} if {gpu} else {CPU_LONG}):\n    pass\nelse:\n    pass\n")
+    branch = cst.parse_statement(f"if {size} > ({long} if {gpu} else {CPU_LONG}):\n    pass\nelse:\n    pass\n")
     return branch.with_changes(
         body=branch.body.with_changes(body=[line.with_changes(body=[cst.Expr(long_call)], leading_lines=[])]),
         orelse=branch.orelse.with_changes(body=branch.orelse.body.with_changes(

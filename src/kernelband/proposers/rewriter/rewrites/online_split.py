@@ -43,6 +43,7 @@ from kernelband.proposers.rewriter.edits import statements
 from kernelband.proposers.rewriter.rewrites.online_launch import (
     CHUNK,
     CPU_CHUNK,
+    LONG,
     device_tensor,
     long_branch,
     prepared,
@@ -61,11 +62,11 @@ ATOMICS = tuple(f"atomic_{op}" for op in ("add", "max", "min", "xchg", "cas", "a
 
 
 def split_edits(ms: ModuleSource, plan: Plan, twin: str, chunk: str, fill=lambda launch: 2, chain: int = 1,
-                build=None) -> list | str:
+                build=None, long: int = LONG) -> list | str:
     """The launches' and the stage kernels' edits, or why rows cannot be split here (`fill(launch)`: the
     programs a SM that the split aims at, two by default; `chain` stages of partials, whose bodies and the
     twin `build(plan, names, parts, axis, chunk, twin)` gives, a chain of sums's (row_chain.py); one by
-    default, the twin's statistics)."""
+    default, the twin's statistics; rows not split and longer than `long` on a GPU take the twin)."""
     kernel = plan.kernel
     name = kernel.name
     if plan.region is not kernel.node.body:
@@ -85,7 +86,7 @@ def split_edits(ms: ModuleSource, plan: Plan, twin: str, chunk: str, fill=lambda
         host = f"{local['chunk']} = {CHUNK} if {gpu} else {CPU_CHUNK}\n"
         cap = f"{given} // ({local['chunk']} * ({MIN_RUN} if {gpu} else 1))"
         return Launching(before, call, host, cap, {chunk: local["chunk"]},
-                         long_branch(line, call, given, twin, chunk, gpu))
+                         long_branch(line, call, given, twin, chunk, gpu, long))
     edits = [(launch_statement(ms, launch), split_launch(ms, launch, names, list(parts.values()), used, fill(launch),
                                                          prepare, ("chunk",), keys))
              for launch in ms.launches_of(kernel)]

@@ -30,6 +30,12 @@ from kernelband.proposers.rewriter.rewrites.online_split import split_edits
 from kernelband.proposers.rewriter.rewrites.row_chain import ChainPlan, chain_bodies, chain_plan
 from kernelband.proposers.rewriter.rewrites.split_loops import fill, loop_edits, loop_split, summing_loops
 
+# Rows not split take the chunked twin only past this many elements on a GPU. The twin walks a row of sums once
+# a pass where the original holds it in registers: at 16,384 floats it took 1.4-2.8x the original's time on an
+# H200, at 32,768 the same (online_softmax's twin reads the row once where the original reads it three times,
+# so it takes rows from online_launch.LONG on).
+SUM_LONG = 32768
+
 
 def split_rows(ms: ModuleSource) -> Found:
     variants, reasons = [], []
@@ -89,18 +95,18 @@ def _one_block(ms: ModuleSource, kernel: Kernel) -> tuple[list, str] | str:
     used = set(kernel.names) | {n for s in ms.scopes for n in s.assigns} | set(ms.kernels)
     twin, chunk = fresh_name(f"{name}_chunked", used), fresh_name("CHUNK", used)
     if isinstance(found, ChainPlan):
-        edits = split_edits(ms, found, twin, chunk, fill, found.chain, chain_bodies)
+        edits = split_edits(ms, found, twin, chunk, fill, found.chain, chain_bodies, SUM_LONG)
         if isinstance(edits, str):
             return edits
         return edits, _chain_rationale(found, twin)
-    edits = split_edits(ms, found, twin, chunk, fill)
+    edits = split_edits(ms, found, twin, chunk, fill, long=SUM_LONG)
     if isinstance(edits, str):
         return edits
     stats = ", ".join(s.op for s in found.stats)
     return edits, (f"{name}'s row block {found.block} ({stats}) split over SPLIT programs a row where the rows are "
                    f"too few for the SMs: each reduces its segment in chunks of {CHUNK} ({name}_partials), then "
                    f"each combines its row's SPLIT partials in one fixed order and stores its segment "
-                   f"({name}_combine); long rows not split walked in chunks ({twin})")
+                   f"({name}_combine); rows of more than {SUM_LONG} not split walked in chunks ({twin})")
 
 
 def _chain_rationale(found: ChainPlan, twin: str) -> str:
@@ -110,4 +116,4 @@ def _chain_rationale(found: ChainPlan, twin: str) -> str:
             f"before) split over SPLIT programs a row where the rows are too few for the SMs, one stage a level: "
             f"each adds its row's SPLIT partials of the levels before in one fixed order and sums its segment in "
             f"chunks of {CHUNK} ({stages}), then each adds them all and stores its segment ({name}_combine); long "
-            f"rows not split walked in chunks, once a level ({twin})")
+            f"rows of more than {SUM_LONG} not split walked in chunks, once a level ({twin})")
