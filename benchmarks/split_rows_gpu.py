@@ -85,8 +85,10 @@ def few_rows(gpu: bool, with_compile: bool) -> list[dict]:
             contenders.append((f"split_rows {index}", getattr(module, entry)))
         contenders.append(("torch eager", harness["reference"]))
         if with_compile:
+            # Static shapes, as the evaluator's baseline: a compiled function called on a second shape would
+            # otherwise recompile with dynamic sizes and time a generic kernel.
             contenders.append(("torch.compile max-autotune-no-cudagraphs",
-                               torch.compile(harness["reference"], mode="max-autotune-no-cudagraphs")))
+                               torch.compile(harness["reference"], mode="max-autotune-no-cudagraphs", dynamic=False)))
         for n_rows, n_cols in (GPU_ROWS if gpu else CPU_ROWS):
             torch.manual_seed(0)
             args = harness["make_inputs"](device, rows=n_rows, cols=n_cols)
