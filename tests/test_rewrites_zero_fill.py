@@ -232,6 +232,37 @@ def test_a_launch_in_a_branch_is_refused():
                                     "that skips it leaves the zeros to be read")
 
 
+# The usual optional output: allocated zeroed in a branch that falls through to the launch.
+OPTIONAL_OUT = changed(MUL2, "def triton_mul2(x, BLOCK_SIZE=16):\n    output = torch.zeros_like(x)\n",
+                       "def triton_mul2(x, BLOCK_SIZE=16, output=None):\n    if output is None:\n"
+                       "        output = torch.zeros_like(x)\n")
+
+
+def test_an_output_allocated_in_a_branch_the_launch_follows_is_allocated_empty():
+    rationale, new = one(OPTIONAL_OUT)
+    assert rationale.startswith("output (allocated by zeros_like) in triton_mul2 allocated empty")
+    assert new == OPTIONAL_OUT.replace("torch.zeros_like(x)", "torch.empty_like(x)")
+    run_modules({"kb_optional": OPTIONAL_OUT, "kb_optional_new": new}, """
+import torch
+import kb_optional
+import kb_optional_new
+x = torch.randn(37)
+assert torch.equal(kb_optional.triton_mul2(x), kb_optional_new.triton_mul2(x))
+""")
+
+
+@pytest.mark.parametrize("old, new, why", [
+    ("        output = torch.zeros_like(x)\n", "        output = torch.zeros_like(x)\n        return output\n",
+     "`return output` after the allocation leaves before the mul2_kernel launch in triton_mul2"),
+    ("        output = torch.zeros_like(x)\n", "        output = torch.zeros_like(x)\n    output = x.clone()\n",
+     "output is assigned again before the mul2_kernel launch in triton_mul2"),
+    ("    if output is None:\n", "    for _ in range(1):\n",
+     "the allocation runs inside a loop, which the mul2_kernel launch in triton_mul2 is not in"),
+])
+def test_an_allocation_in_a_branch_that_leaves_or_is_replaced_is_refused(old, new, why):
+    assert refusal(changed(OPTIONAL_OUT, old, new)).endswith(why)
+
+
 def test_a_store_under_a_data_branch_or_a_rows_buffer_of_unknown_layout_is_refused():
     under = changed(MUL2, "    tl.store(out_ptr + offsets, output, mask=mask)",
                     "    if n_elements > 0:\n        tl.store(out_ptr + offsets, output, mask=mask)")

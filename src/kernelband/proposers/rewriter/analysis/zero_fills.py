@@ -3,9 +3,11 @@ element before anything reads one.
 
     out = torch.zeros_like(x)             zeroed: torch.zeros, zeros_like, x.new_zeros, torch.full / full_like /
     n = x.numel()                         new_full with 0, or an empty one that `.zero_()` / `.fill_(0)` zeroes
-    mul2[(cdiv(n, B),)](x, out, n, B)     the first launch passing it: on every run from the allocation (not
-    return out                            under an `if`, in no loop), nothing between reading it, handing it on
-                                          or keeping it; the launch passes it itself, once, for a parameter the
+    mul2[(cdiv(n, B),)](x, out, n, B)     the first launch passing it: on every run from the allocation (the
+    return out                            launch under no `if` and in no loop the allocation is not in; the
+                                          allocation in the launch's block or in an `if` branch falling through
+                                          to it), nothing between reading it, handing it on, keeping it or
+                                          replacing it; the launch passes it itself, once, for a parameter the
                                           kernel only writes, and its stores cover it (analysis/coverage.py)
 
 `zero_fills(ms)` gives each zeroed allocation with its first launch, its tensor's facts, and why it is not
@@ -22,7 +24,7 @@ from kernelband.proposers.rewriter.analysis.buffers import HostFunction, Site, h
 from kernelband.proposers.rewriter.analysis.coverage import HostTerms, Tensor, covers
 from kernelband.proposers.rewriter.analysis.host_flow import Path, header, paths, reaching
 from kernelband.proposers.rewriter.analysis.source import ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import arg_of, code, dotted
+from kernelband.proposers.rewriter.analysis.syntax import arg_of, assigned, code, dotted, subnodes
 
 # What each zeroing allocation is without its zeros: the same arguments, less a fill value.
 ZEROED_TORCH = {"zeros": "empty", "zeros_like": "empty_like", "full": "empty", "full_like": "empty_like"}
@@ -30,6 +32,7 @@ ZEROED_METHODS = {"new_zeros": "new_empty", "new_full": "new_empty"}
 EMPTY_TORCH = frozenset({"empty", "empty_like"})
 EMPTY_METHODS = frozenset({"new_empty"})
 LIKE = frozenset({"zeros_like", "full_like", "empty_like"})
+EXITS = (cst.Return, cst.Raise, cst.Break, cst.Continue)
 
 
 @dataclass(eq=False)
@@ -156,15 +159,27 @@ def _tensor(terms: HostTerms, fill: ZeroFill, path: Path) -> Tensor:
 # -- the path to the first launch ----------------------------------------------------------------------------
 def _follows(start: Path, site: Site) -> tuple[list[cst.CSTNode] | None, str]:
     """The statements (and `with` headers) run between a statement and a launch, where the launch runs on every
-    run that passes the statement; else why not."""
+    run that passes the statement; else why not. The statement may sit in a branch of an `if` or in a `with` that
+    the launch follows (`if out is None: out = torch.zeros(...)`): the rest of each block it sits in runs between
+    the two, and must fall through to them."""
     pa, pb = start, site.path
     k = 0
     while k < min(len(pa), len(pb)) and pa[k].owner is pb[k].owner and pa[k].part == pb[k].part \
             and pa[k].index == pb[k].index:
         k += 1
-    if k == len(pa) or k == len(pb) or pa[k].part != pb[k].part or len(pa) > k + 1:
+    if k == len(pa) or k == len(pb) or pa[k].part != pb[k].part:
         return None, f"the {site.where} does not follow the allocation in the block that holds it"
-    between: list[cst.CSTNode] = list(pa[k].block[pa[k].index + 1:pb[k].index])
+    between: list[cst.CSTNode] = []
+    for step in reversed(pa[k + 1:]):  # the blocks the allocation sits in, innermost first
+        if not isinstance(step.owner, cst.If | cst.With):
+            kind = "a loop" if isinstance(step.owner, cst.For | cst.While) else f"`{header(step.owner)}`"
+            return None, f"the allocation runs inside {kind}, which the {site.where} is not in"
+        rest = step.block[step.index + 1:]
+        exits = [n for s in rest for n in subnodes(s, EXITS)]
+        if exits:
+            return None, f"`{code(exits[0]).strip()}` after the allocation leaves before the {site.where}"
+        between.extend(rest)
+    between.extend(pa[k].block[pa[k].index + 1:pb[k].index])
     for step in pb[k + 1:]:
         if isinstance(step.owner, cst.With) and step.part == "body":
             between.extend(item.item for item in step.owner.items)
@@ -187,7 +202,11 @@ def _prove(hf: HostFunction, terms: HostTerms, places: dict[int, Path], fill: Ze
     between, why = _follows(path, site)
     if between is None:
         return why
-    if reaching(fill.name, site.path) is not (fill.allocation if fill.kind == "statement" else fill.edit):
+    # From a branch the launch follows, no single assignment reaches the launch: none between may replace it.
+    nested = not any(step.block is path[-1].block for step in site.path)
+    replaced = fill.name in assigned(*[s for s in between if isinstance(s, cst.BaseStatement)]) if nested else \
+        reaching(fill.name, site.path) is not (fill.allocation if fill.kind == "statement" else fill.edit)
+    if replaced:
         return f"{fill.name} is assigned again before the {site.where}"
     used = hf.uses(fill.name, [site], between)
     if used:
