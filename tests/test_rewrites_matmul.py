@@ -76,7 +76,8 @@ CARRIES = ("mm_kernel's K loop carries a_ptrs from one step to the next other th
     ("dtype=tl.float32)", "dtype=tl.float16)",
      "mm_kernel's accumulator acc does not start as float32 zeros before the K loop"),
     ("range(0, K, BLOCK_K)", "range(BLOCK_K, K, BLOCK_K)",
-     "mm_kernel's K loop does not start at 0"),
+     "mm_kernel's K loop runs from BLOCK_K to K: neither from 0 up nor down to 0 (a split's share of K "
+     "would not be a run of its steps)"),
     ("        a_ptrs += BLOCK_K\n", "        a_ptrs += BLOCK_K + k * 0\n",
      CARRIES),
     ("        a_ptrs += BLOCK_K\n", "        a_ptrs = a_ptrs * 1\n", CARRIES),
@@ -291,6 +292,22 @@ def test_split_k_gives_the_originals_outputs_in_the_interpreter():
     check = f"EXPECTED = {({s[:3]: s[3] for s in shapes})!r}\nvariant.matmul_kernel_split_k = " \
             f"Recorded(variant.matmul_kernel_split_k)\n{check}"
     interpreted_pair(MATMUL, new, check)
+
+
+@pytest.mark.slow
+def test_split_k_of_a_k_loop_counting_down_gives_the_originals_outputs_in_the_interpreter():
+    """`for k in range(K, 0, -BK)` with masks `rk < k`: each split counts down from what is left of K at its
+    first step. One 16 x 16 tile and K = 300: SPLIT_K 4, the last split's run shorter than the others."""
+    from respellings.gemm import COUNT_DOWN
+
+    [(_, new)], _ = made(COUNT_DOWN, "split_k")
+    assert "for k in range(K - k_start, tl.maximum(K - k_start - k_per_split, 0), -BK):" in new
+    check = MATMUL_SHAPES.replace("SHAPES", "[(16, 16, 300), (10, 12, 75)]").replace("CHECK", (
+        "assert torch.allclose(got.float(), want.float(), atol=1e-3, rtol=1e-2), (M, N, K)\n"
+        "    splits = [g({'BM': 16, 'BN': 16, 'BK': 16})[-1] for g in grids[:1]]  # the autotuner's grid lambdas\n"
+        "    assert splits == [4 if K == 300 else 2], splits"))
+    check = f"variant.mm_remaining_split_k = Recorded(variant.mm_remaining_split_k)\n{check}"
+    interpreted_pair(COUNT_DOWN, new, check)
 
 
 @pytest.mark.slow

@@ -285,9 +285,49 @@ def matmul(a, b):
     return c
 '''
 
+
+# The K loop counts what is left of K down to 0, its masks `rk < k` (triton.ops.matmul's and Inductor's
+# template); the tiles set by an autotuner, the grid a lambda of them.
+COUNT_DOWN = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BM": 16, "BN": 16, "BK": 16}, num_warps=2)], key=["M", "N", "K"])
+@triton.jit
+def mm_remaining(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    A = a_ptr + rm[:, None] * sam + rk[None, :] * sak
+    B = b_ptr + rk[:, None] * sbk + rn[None, :] * sbn
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(K, 0, -BK):
+        a = tl.load(A, mask=(rm[:, None] < M) & (rk[None, :] < k), other=0.0)
+        b = tl.load(B, mask=(rk[:, None] < k) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+        A += BK * sak
+        B += BK * sbk
+    C = c_ptr + rm[:, None] * scm + rn[None, :] * scn
+    tl.store(C, acc.to(tl.float16), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def matmul(a, b):
+    M, K = a.shape
+    _, N = b.shape
+    c = torch.empty((M, N), device=a.device, dtype=torch.float16)
+    grid = lambda meta: (triton.cdiv(M, meta["BM"]), triton.cdiv(N, meta["BN"]))
+    mm_remaining[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                       c.stride(1))
+    return c
+'''
+
 SPELLINGS = [
     Spelling("gemm", name, source, "matmul", INPUTS, TILES, interpretable=name != "block_pointers")
     for name, source in (("literal_grid", LITERAL_GRID), ("tuple_grid_variables", TUPLE_GRID_VARIABLES),
                          ("lambda_meta", LAMBDA_META), ("while_loop", WHILE_LOOP), ("helper_jit", HELPER),
-                         ("grid_function", GRID_FUNCTION), ("block_pointers", BLOCK_POINTERS))
+                         ("grid_function", GRID_FUNCTION), ("block_pointers", BLOCK_POINTERS),
+                         ("count_down", COUNT_DOWN))
 ]

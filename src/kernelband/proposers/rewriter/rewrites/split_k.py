@@ -28,8 +28,10 @@ output is left as it was (a host copy would overwrite it).
 
 Refused, as not certain (beyond `matmul_launch.dot_kernel` and the plain-GEMM fact of `analysis.dots`): a K
 loop (in any form the loops fact reads: range, a range over block indices, while) inside a branch or another
-loop, one that can leave early, one that does not count from 0 by one K tile a step to a size the launch passes
-or an integer the source fixes (`KernelValues.integer`: each split then takes its part of that many steps);
+loop, one that can leave early, one that does not count by one K tile a step from 0 up to a size the launch
+passes or an integer the source fixes (`KernelValues.integer`: each split then takes its part of that many steps),
+or from that size down to 0 (`range(K, 0, -BLOCK_K)`, what is left of K: a split counts down from what is left
+at its first step);
 anything but the accumulator carried from step to step other than by a fixed increment (a split could not
 start part-way); the accumulator read in the loop other than to accumulate, or not started as float32 zeros;
 a name the loop assigns read after it (but the accumulator), or the accumulator changed after it; the output
@@ -116,14 +118,19 @@ def _loop(dk: DotKernel) -> dict | str:
         return f"{kernel.name}'s K loop can leave early: a split would not know where the others start"
     if loop.form not in ("range", "cdiv", "while"):
         return f"{kernel.name}'s K loop does not count its steps from a start to an end"
-    end = loop.end
+    # A loop that counts what is left of K down to 0 (`range(K, 0, -BLOCK_K)`, its masks `rk < k`) runs the
+    # same steps as one counting up from 0: its extent is its start.
+    down = loop.form == "range" and same(loop.end, ast.Constant(0)) and isinstance(loop.step, ast.UnaryOp) \
+        and isinstance(loop.step.op, ast.USub)
+    end, start, step = (loop.start, loop.end, loop.step.operand) if down else (loop.end, loop.start, loop.step)
     if isinstance(end, ast.Name) and kernel.param(end.id) is not None and not kernel.param(end.id).constexpr:
         end = end.id
-    elif (end := facts.values.integer(loop.end)) is None:  # a constant: every split reads its steps off it
+    elif (end := facts.values.integer(end)) is None:  # a constant: every split reads its steps off it
         return f"the extent of {kernel.name}'s K loop is neither a constant nor a parameter the launch passes"
-    if not same(loop.start, ast.Constant(0)):
-        return f"{kernel.name}'s K loop does not start at 0"
-    if loop.form != "cdiv" and not block_k.spells(facts.values, loop.step):
+    if not same(start, ast.Constant(0)):
+        return (f"{kernel.name}'s K loop runs from {ast.unparse(loop.start)} to {ast.unparse(loop.end)}: neither "
+                "from 0 up nor down to 0 (a split's share of K would not be a run of its steps)")
+    if loop.form != "cdiv" and not block_k.spells(facts.values, step):
         return f"{kernel.name}'s K loop does not advance by one K tile ({block_k.text}) a step"
     steps = []
     for name, carried in loop.carried.items():
@@ -152,7 +159,7 @@ def _loop(dk: DotKernel) -> dict | str:
     if facts.accesses.of(dk.store).form == "descriptor":
         return f"{kernel.name} stores through a tensor descriptor, whose workspace twin is not built here"
     return {"loop": loop, "before": before, "after": after, "store": store, "acc": acc, "end": end,
-            "steps": steps}
+            "steps": steps, "down": down}
 
 
 def _slice(after: list[cst.CSTNode], store: cst.CSTNode, needed: set[str]) -> list[cst.CSTNode]:
@@ -194,7 +201,11 @@ def _twin(dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[
     reduce = [cst.parse_statement(f"{local['ws_base']} = {ws}\n"), summed, *after]
     start = local["k_start"]
     end = found["end"]
-    if loop.form == "range":
+    if found["down"]:  # what is left of K at the split's first step, down to what is left after its last
+        new_loop = loop.node.with_changes(iter=cst.parse_expression(
+            f"range({end} - {start}, {tl}.maximum({end} - {start} - {local['k_per_split']}, 0), -{k_block})"))
+        head = []
+    elif loop.form == "range":
         new_loop = loop.node.with_changes(iter=cst.parse_expression(
             f"range({start}, {tl}.minimum({end}, {start} + {local['k_per_split']}), {k_block})"))
         head = []
