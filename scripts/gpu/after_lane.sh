@@ -5,6 +5,7 @@
 # it would disturb the repeatability it measures, so it waits for the lane rather than sharing its GPUs.
 #
 #   setsid nohup bash scripts/gpu/after_lane.sh > /dev/null 2>&1 < /dev/null &   # from the same copy as the sweep
+#   AFTER_NOW=1 AFTER_GPUS=1,2,3 ...: at once, on GPUs 1-3, where the lane has one run left on GPU 0
 set -u
 cd "$(dirname "$0")/../.."
 S=${KB_STATE:-kernelband-runs/reach}
@@ -12,9 +13,10 @@ mkdir -p "$S"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
 log() { echo "$(date -u +%T) after: $*" >> "$S/session.log"; }
-while [ ! -f "$S/l12.finished" ]; do sleep 10; done
+# AFTER_NOW=1: no wait (the lane is down to a run on GPUs AFTER_GPUS leaves out); AFTER_GPUS: the GPUs to take
+[ "${AFTER_NOW:-0}" = 1 ] || while [ ! -f "$S/l12.finished" ]; do sleep 10; done
 n=$(nvidia-smi -L 2>/dev/null | wc -l)
-gpus=$(seq -s, 0 $(( n > 1 ? n - 2 : 0 )))
+gpus=${AFTER_GPUS:-$(seq -s, 0 $(( n > 1 ? n - 2 : 0 )))}
 log "eval_self begins on GPUs $gpus"
 timeout "${EVAL_SELF_S:-1500}" "$py" benchmarks/eval_self.py --runs 10 --tolerance 0.02 --gpus "$gpus" \
   --out "$S/eval_self.json" > "$S/eval_self.log" 2> "$S/eval_self.err"

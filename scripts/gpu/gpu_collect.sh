@@ -6,6 +6,8 @@
 # The last COLLECT_PACK_S seconds are for the copy and its packing (xz -9e of a 41 MB database: 27 s on this
 # project's CPU machine): run AE's last call waited 575 s and the device's 600 s limit cut the packing off,
 # losing that call's database. The database is copied through SQLite's backup API, consistent mid-run.
+# KB_MORE=DIR[:DIR...]: other scripts' state folders of this session, whose databases come back too (their
+# names must differ from $S's) and whose logs come back as logs-DIRNAME.tar.gz; the wait is for $S alone.
 set -u
 S=${KB_STATE:-kernelband-runs/gpu}
 wait_s=$(( ${1:-0} - ${COLLECT_PACK_S:-75} ))
@@ -15,7 +17,7 @@ mkdir -p "$OUT"
 # the sweep's threads' stacks into its log (search_quality.py's SIGUSR1 handler: kernelband.stacks)
 pkill -USR1 -f '^python3 benchmarks/search_quality.py' && sleep 1  # not `timeout`, which USR1 ends
 cp ~/.cache/kernelband/calibration.json "$S/" 2>/dev/null
-for path in "$S"/*.db; do
+for path in "$S"/*.db $(for d in ${KB_MORE//:/ }; do echo "$d"/*.db; done); do
   db=$(basename "$path" .db)
   [ -f "$path" ] && python3 - "$path" "$OUT/$db.db" <<'PY'
 import sqlite3, sys
@@ -39,6 +41,10 @@ done
 # the logs last, after the packing: run AG's grid wrote 3 rows during it, and they came back nowhere whole. The
 # grid's rows also as grid.jsonl, for GRID_DONE in a later session if the database copy above lacks some.
 tar czf "$OUT/logs.tar.gz" -C "$S" $(cd "$S" && ls ./*.log ./*.json ./*.md ./*.txt 2>/dev/null)
+for d in ${KB_MORE//:/ }; do
+  [ -d "$d" ] && tar czf "$OUT/logs-$(basename "$d").tar.gz" -C "$d" $(cd "$d" && ls ./*.log ./*.json ./*.txt 2>/dev/null)
+  tail -n 5 "$d/session.log" 2>/dev/null
+done
 grep -h '^{"kind": "grid"' "$S/sweep.log" > "$OUT/grid.jsonl" 2>/dev/null || rm -f "$OUT/grid.jsonl"
 [ -f "$S/done" ] && echo "session finished"
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader 2>/dev/null

@@ -15,7 +15,8 @@
 #   # (each later call; 150 s: the parts reach some 200 MB, docs/lab/held_out_plan.md)
 #   # here: copy held.db.xz and cold.db.xz from the call's files over docs/results/held_out/MODEL/, commit
 #   JOIN=1 MODEL=h200 bash scripts/gpu/held_out_sweep.sh   # here, once both lanes are done: one database
-# KEPT=DIR reads the parts from DIR instead of docs/results/held_out/MODEL.
+# KEPT=DIR reads the parts from DIR instead of docs/results/held_out/MODEL. GPUS=0,1: those GPUs only (shared
+# by the lanes as all of them are); WAIT_FOR=FILE: begin once FILE exists (another script's GPUs come free).
 # Needs .wheels/ and .data/ carried with the call (scripts/gpu/carry.sh). SMOKE=1: tiny benches (one task, -n 1,
 # one seed) on the interpreter, the plumbing on a machine without a GPU; with JOIN=1 after it, the join too.
 set -u
@@ -25,8 +26,8 @@ export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
 SUITES=${SUITES:-tritonbench-g-l12}  # tritonbench-g-l12,examples adds the examples' test and cold benches
 POLICIES=${POLICIES:-kernelband,random,beam,coordinate}
-COLD=${COLD:-kernelband}
-FILL=${FILL:-kernelband}
+COLD=${COLD-kernelband}  # COLD= (empty): no cold lane
+FILL=${FILL-kernelband}
 SEEDS=${SEEDS:-5}
 if [ "${SMOKE:-0}" = 1 ]; then
   S=${KB_STATE:-kernelband-runs/held_out-smoke}
@@ -81,6 +82,7 @@ if [ "${JOIN:-0}" = 1 ]; then  # on the CPU machine: the cold benches joined to 
 fi
 
 "$py" -c "import libcst" 2> /dev/null || "$py" -m pip install --no-index --no-deps -q .wheels/*.whl
+[ -z "${WAIT_FOR:-}" ] || while [ ! -f "$WAIT_FOR" ]; do sleep 10; done
 if [ "${SMOKE:-0}" = 1 ]; then
   n=1
 else
@@ -97,14 +99,16 @@ fi
 # The lanes' GPUs: cold is about a fifth of the GPU time (tools/bench_plan.py), so on four GPUs or more it takes
 # the last one and held the others; on fewer it shares the last with held (the GPU lock's flock keeps two
 # processes' timings apart). A lane that is done takes none: the other gets them all.
-all=$(seq -s, 0 $((n - 1)))
-declare -A gpus=([held]="$all" [cold]="$((n - 1))")
+all=${GPUS:-$(seq -s, 0 $((n - 1)))}
+last=${all##*,}
+n=$(tr ',' '\n' <<< "$all" | wc -l)
+declare -A gpus=([held]="$all" [cold]="$last")
 if ! open_lane cold; then
   gpus[held]=$all
 elif ! open_lane held; then
   gpus[cold]=$all
 elif [ "$n" -ge 4 ]; then
-  gpus[held]=$(seq -s, 0 $((n - 2)))
+  gpus[held]=${all%,*}
 fi
 [ "${SMOKE:-0}" = 1 ] && gpus=([held]="" [cold]="")  # the interpreter: no --gpus
 

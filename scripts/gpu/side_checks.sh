@@ -22,6 +22,8 @@ log() { echo "$(date -u +%T) side: $*" >> "$S/session.log"; }
 # wait; with two, the matmul's search runs on the second beside the other steps
 side=${SIDE_NOW:-0}
 [ "$side" -ge 1 ] || while [ ! -f "$S/ex.finished" ]; do sleep 10; done
+# SIDE_WAIT=FILE: begin once FILE exists (after.done: once the ten-process self-evaluation leaves the GPUs quiet)
+[ -z "${SIDE_WAIT:-}" ] || while [ ! -f "$SIDE_WAIT" ]; do sleep 10; done
 n=$(nvidia-smi -L 2>/dev/null | wc -l)
 export CUDA_VISIBLE_DEVICES=$(( n > 0 ? n - 1 : 0 ))
 step() {  # name, seconds, command...; a name in $SKIP (comma-separated) was measured in an earlier session
