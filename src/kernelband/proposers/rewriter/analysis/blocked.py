@@ -206,7 +206,8 @@ class _Check:
         for loop in self.loops:
             places = [order[id(n)] for n in subnodes(loop.node, cst.CSTNode) if id(n) in order]
             spans[id(loop.node)] = (min(places), max(places))
-        self.padding = Padding(self.values, self.shapes, param, self.loops, self.end, self.offsets, spans)
+        self.padding = Padding(self.values, self.shapes, param, self.loops, self.end, self.offsets, spans,
+                               frozenset(id(loop.node) for loop in self.peeled.empty))
         online = {(id(o.loop.node), n) for o in self.blocks.reductions.online for n in (o.max, *o.sums)}
         self.carries = Carries(self.values, self.shapes, self.padding, param, online)
         for check in (self._uses, self._agree, self._carried, self._escapes, self._placed):

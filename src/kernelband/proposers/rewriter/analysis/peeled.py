@@ -10,7 +10,8 @@ block's start) is 0:
 Each loop's start and end are read with tl.cdiv(n, B) replaced by 1 and the sums and products of numbers and
 names folded: a loop whose start and end then coincide runs no block and leaves what it carries as it found it;
 a loop from 0 to n covers the row. n is the one end among the loops that B does not enter. A loop that B's
-values do not fold to either is left as it is, for the checks that refuse it.
+values do not fold to either is left as it is, for the checks that refuse it. What a loop that runs no block
+carries enters the next loop as it entered it (`entering`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ import ast
 import copy
 from dataclasses import dataclass
 
+import libcst as cst
+
 from kernelband.proposers.rewriter.analysis.loops import Loop
-from kernelband.proposers.rewriter.analysis.values import names_in, same, tl_name
+from kernelband.proposers.rewriter.analysis.syntax import assigned
+from kernelband.proposers.rewriter.analysis.values import KernelValues, names_in, same, tl_name
 
 Linear = dict[str, int]  # a sum of terms: each term's dump (or "" for the number) to its coefficient
 
@@ -104,3 +108,18 @@ def _linear(node: ast.expr) -> Linear | None:
                 return {k: v * scale for k, v in other.items() if v * scale}
         return {ast.dump(node): 1}
     return {ast.dump(node): 1}
+
+
+def entering(values: KernelValues, loop: cst.For | cst.While, name: str, empty: frozenset[int]) -> ast.expr | None:
+    """The value `name` holds as the loop starts, where the loops that run no block (ids in `empty`) leave it as
+    they found it: before the last earlier statement of the loop's block that assigns it, where that is such a
+    loop; as the analysis reads it otherwise."""
+    parent = values.kernel.ms.parents.get(id(loop))
+    body = list(getattr(parent, "body", ()))
+    index = next((i for i, s in enumerate(body) if s is loop), None)
+    if not empty or index is None:
+        return values.env_at(loop).get(name)
+    last = next((s for s in reversed(body[:index]) if name in assigned(s)), None)
+    if last is not None and id(last) in empty:
+        return entering(values, last, name, empty)
+    return values.env_at(loop).get(name)
