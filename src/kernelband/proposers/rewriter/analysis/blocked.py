@@ -8,6 +8,8 @@ One block of B >= n computes what the loops compute where B is free to take any 
 [0, n) exactly:
 
 * every loop stepping by B starts at 0, runs to the same n, and runs to its end (no break, continue or return);
+  or, read under one block (`tl.cdiv(n, B) == 1`: `peeled`), runs no block at all (an unmasked main loop
+  before a masked tail), and then the twin leaves it out and no check reads it;
   n is a value of the kernel's parameters, which the launch can compute, or differs by program under a bound
   the launch can compute (`min(C, seqlen - pid * C)`: `RowBlock.bound`);
 * B is read only as a block's extent: a tl.arange extent, a tile's shape, the loops' step and the block
@@ -47,6 +49,7 @@ from kernelband.proposers.rewriter.analysis.padding import (
     Padding,
     Place,
 )
+from kernelband.proposers.rewriter.analysis.peeled import Peeled, peeled
 from kernelband.proposers.rewriter.analysis.reductions import Reductions
 from kernelband.proposers.rewriter.analysis.roles import Roles
 from kernelband.proposers.rewriter.analysis.shapes import REDUCTIONS, Shapes
@@ -82,6 +85,7 @@ class RowBlock:
     # B == n, which has no such lanes, computes what the loops do, where n is a power of two
     bound: ast.expr | None = None  # what the launch reads for n: n, or where n differs by program (`min(C,
     # seqlen - pid * C)`) a value of the parameters it never exceeds (C)
+    empty: tuple[Loop, ...] = ()  # the loops that run no block where one block covers the row: the twin drops them
 
     @property
     def host_end(self) -> str:
@@ -167,7 +171,22 @@ class _Check:
         self.blocks, self.param = blocks, param
         self.kernel = blocks.kernel
         self.values, self.shapes = blocks.values, blocks.shapes
-        self.loops = blocks.loops.stepping(param)
+        self.stepping = self.loops = blocks.loops.stepping(param)
+        self.peeled = Peeled()
+        self.sites, self.accesses = blocks.sites, blocks.accesses.all
+        self.hidden: set[int] = set()  # the nodes of the loops that run no block
+
+    def _peel(self) -> None:
+        """The loops that run no block under one block leave the loops, the sites and the accesses: the twin
+        has none of them."""
+        self.peeled = peeled(self.loops, self.param)
+        if not self.peeled.empty:
+            return
+        hidden = {id(n) for loop in self.peeled.empty for n in subnodes(loop.node, cst.CSTNode)}
+        self.loops = [loop for loop in self.loops if id(loop.node) not in hidden]
+        self.sites = [site for site in self.sites if id(site[1]) not in hidden]
+        self.accesses = [access for access in self.accesses if id(access.call) not in hidden]
+        self.hidden = hidden
 
     def run(self) -> RowBlock | str:
         name, param = self.kernel.name, self.param
@@ -176,6 +195,7 @@ class _Check:
             return f"{name}'s {param} also tiles program coordinates (a program id scales it)"
         if shaped := [s for s in role.shaped if s not in LANE_KEEPING]:
             return f"tl.{shaped[0]}'s result depends on the extent of {param}"
+        self._peel()
         why = self._loops()
         if why:
             return why
@@ -186,7 +206,8 @@ class _Check:
         for loop in self.loops:
             places = [order[id(n)] for n in subnodes(loop.node, cst.CSTNode) if id(n) in order]
             spans[id(loop.node)] = (min(places), max(places))
-        self.padding = Padding(self.values, self.shapes, param, self.loops, self.end, self.offsets, spans)
+        self.padding = Padding(self.values, self.shapes, param, self.loops, self.end, self.offsets, spans,
+                               frozenset(id(loop.node) for loop in self.peeled.empty))
         online = {(id(o.loop.node), n) for o in self.blocks.reductions.online for n in (o.max, *o.sums)}
         self.carries = Carries(self.values, self.shapes, self.padding, param, online)
         for check in (self._uses, self._agree, self._carried, self._escapes, self._placed):
@@ -197,18 +218,20 @@ class _Check:
         bound = _upper_bound(self.end, self.kernel)
         if padded and bound is not self.end:
             return f"{name}'s row length ({readable(self.end)}) differs by program, and {padded}"
-        return RowBlock(param, tuple(self.loops), self.end, self._sizes_dot(), self._others(), padded, bound)
+        return RowBlock(param, tuple(self.loops), self.end, self._sizes_dot(), self._others(), padded, bound,
+                        self.peeled.empty)
 
     # -- the loops -----------------------------------------------------------------------------------------
     def _loops(self) -> str:
         name, param = self.kernel.name, self.param
-        ids = {id(loop) for loop in self.loops}
-        for loop in self.loops:
+        ids = {id(loop) for loop in self.stepping}
+        for loop in self.stepping:
             outer = loop.parent
             while outer is not None:
                 if id(outer) in ids:
                     return f"a loop of {name} over blocks of {param} runs inside another"
                 outer = outer.parent
+        for loop in self.loops:
             if loop.exits:
                 return f"a loop of {name} over blocks of {param} leaves early (break, continue or return)"
             if loop.form == "other" or loop.end is None or loop.start is None:
@@ -220,7 +243,7 @@ class _Check:
             elif not same(loop.step, ast.Name(param, ast.Load())):
                 return (f"a loop of {name} runs over {readable(loop.end)} in steps of {readable(loop.step)}, "
                         f"not over a row length in blocks of {param}")
-            if not same(loop.start, ast.Constant(0)):
+            if id(loop) not in self.peeled.from_zero and not same(loop.start, ast.Constant(0)):
                 return f"a loop of {name} over blocks of {param} starts at {readable(loop.start)}, not 0"
         ends = list(dict.fromkeys(readable(loop.end) for loop in self.loops))
         if len(ends) > 1:
@@ -247,7 +270,7 @@ class _Check:
     def _uses(self) -> str:
         skip = self._skipped() | self.blocks.inlined
         reads = BlockReads(self.kernel.name, self.param, self.loops, self.padding)
-        for expression, statement, _ in self.blocks.sites:
+        for expression, statement, _ in self.sites:
             if id(statement) in skip:
                 continue
             why = reads.why(self.values.expand(expression))
@@ -260,7 +283,7 @@ class _Check:
         sized by B meets one sized by another extent in one dimension (`o = tl.zeros([BM])`, `o += tl.sum(p,
         axis=0)` with p of (BM, BN): a kernel launched with BM == BN)."""
         seen = set()
-        for expression, statement, _ in self.blocks.sites:
+        for expression, statement, _ in self.sites:
             tree = self.values.expand(expression)
             if isinstance(statement, cst.AugAssign) and isinstance(statement.target, cst.Name):
                 current = self.values.env_at(statement).get(statement.target.value, var(statement.target.value))
@@ -310,7 +333,7 @@ class _Check:
 
     def accesses_in_loops(self) -> list[tuple[Access, Loop]]:
         found = []
-        for access in self.blocks.accesses.all:
+        for access in self.accesses:
             loop = self._b_loop(access.loop)
             if loop is not None:
                 found.append((access, loop))
@@ -335,7 +358,7 @@ class _Check:
             while outermost.parent is not None:
                 outermost = outermost.parent
             around = {id(n) for n in subnodes(outermost.node, cst.CSTNode)} if outermost is not loop else set()
-            for expression, statement, _ in self.blocks.sites:
+            for expression, statement, _ in self.sites:
                 if id(statement) in inside or not (order.get(id(statement), -1) > last or id(statement) in around):
                     continue
                 for read in sorted({n.value for n in loads(expression)} & written):
@@ -384,7 +407,7 @@ class _Check:
     def _placed(self) -> str:
         """Why a load or store along B is not one the loops' blocks walk ("" where every one is)."""
         name, param = self.kernel.name, self.param
-        for access in filter(self._along_b, self.blocks.accesses.all):
+        for access in filter(self._along_b, self.accesses):
             if self._b_loop(access.loop) is None:
                 return f"a {access.kind} along {param} lies outside {name}'s loops over its blocks"
             if access.form == "descriptor":
@@ -394,7 +417,7 @@ class _Check:
             if self._b_loop(self.blocks.enclosing(atomic)) is None:
                 return f"an atomic along {param} lies outside {name}'s loops over its blocks"
         helpers = self.values.helpers
-        for expression, _, _ in self.blocks.sites:  # a helper that loops or branches is not read into its caller
+        for expression, _, _ in self.sites:  # a helper that loops or branches is not read into its caller
             for node in ast.walk(self.values.expand(expression)):
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in helpers \
                         and any(self.padding.lanes(a) for a in node.args):
@@ -405,7 +428,7 @@ class _Check:
     def _atomics(self) -> list[cst.Call]:
         found = []
         for atomic in subnodes(self.kernel.node.body, cst.Call):
-            if any(self.kernel.is_tl(atomic.func, f"atomic_{op}") for op in ATOMICS):
+            if id(atomic) not in self.hidden and any(self.kernel.is_tl(atomic.func, f"atomic_{op}") for op in ATOMICS):
                 pointer = arg_of(atomic, 0, "pointer")
                 if pointer is not None and self.padding.lanes(self.values.expand(pointer)):
                     found.append(atomic)
@@ -415,7 +438,7 @@ class _Check:
         """Why a load or store along B may touch a lane past n ("" where a mask or a boundary check stops
         each)."""
         param = self.param
-        for access in filter(self._along_b, self.blocks.accesses.all):
+        for access in filter(self._along_b, self.accesses):
             if access.form == "block_ptr":
                 if not self.padding.block_bounded(self.values.expand(access.call)):
                     return f"a {access.kind} along {param} through a block pointer is not bounded at the row's end"
@@ -434,7 +457,7 @@ class _Check:
 
     def _reductions(self) -> str:
         seen = set()
-        for expression, statement, loop in self.blocks.sites:
+        for expression, statement, loop in self.sites:
             inside = (loop, self.blocks.order.get(id(statement), 0))
             tree = self.values.expand(expression)
             for node in ast.walk(tree):
@@ -492,10 +515,10 @@ class _Check:
     def _others(self) -> tuple[str, ...]:
         """The dimensions beside B of the tiles B sizes."""
         dims: dict[str, None] = {}
-        for access in self.blocks.accesses.all:
+        for access in self.accesses:
             if access.shape is not None and self.param in access.shape:
                 dims.update((d, None) for d in access.shape if d not in (self.param, "1"))
-        for expression, _, _ in self.blocks.sites:
+        for expression, _, _ in self.sites:
             for node in ast.walk(self.values.expand(expression)):
                 if tl_name(node) in ("zeros", "full"):
                     shape = self.shapes.of(node)

@@ -23,6 +23,7 @@ import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.loops import Carried, Loop
 from kernelband.proposers.rewriter.analysis.padding import Padding
+from kernelband.proposers.rewriter.analysis.peeled import entering
 from kernelband.proposers.rewriter.analysis.shapes import Shapes
 from kernelband.proposers.rewriter.analysis.syntax import assigned, subnodes
 from kernelband.proposers.rewriter.analysis.values import (
@@ -90,7 +91,7 @@ class Carries:
 
     def _start(self, loop: Loop, name: str) -> float | None:
         """The one constant every lane of `name` starts the loop from; None where it is not one."""
-        start = self.values.env_at(loop.node).get(name)
+        start = entering(self.values, loop.node, name, self.padding.empty)  # past the loops that run no block
         base = start
         while base is not None and method_name(base) == "to":
             base = base.func.value

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.loops import Loop
+from kernelband.proposers.rewriter.analysis.peeled import entering
 from kernelband.proposers.rewriter.analysis.shapes import Shapes
 from kernelband.proposers.rewriter.analysis.syntax import assigned, subnodes
 from kernelband.proposers.rewriter.analysis.values import (
@@ -85,8 +86,10 @@ class Padding:
     """The padding of a kernel's values along B, for the loops that walk [0, end) by B (`loops`)."""
 
     def __init__(self, values: KernelValues, shapes: Shapes, param: str, loops: list[Loop], end: ast.expr,
-                 offsets: dict[int, ast.expr], spans: dict[int, tuple[int, int]]) -> None:
+                 offsets: dict[int, ast.expr], spans: dict[int, tuple[int, int]], empty: frozenset[int] = frozenset()
+                 ) -> None:
         self.values, self.shapes, self.param, self.loops, self.end = values, shapes, param, loops, end
+        self.empty = empty  # ids of the loops that run no block (`peeled`): what they carry passes them unchanged
         self.offsets = offsets  # id(loop.node) -> the canonical offset of its block
         self.spans = spans  # id(loop.node) -> its first and last place in the kernel's source order
         self.lane = key(call("__arange", ast.Constant(0), ast.Name(param, ast.Load())))
@@ -100,7 +103,7 @@ class Padding:
         for loop in self.loops:
             carried = loop.carried.get(name)
             if carried is not None and carried.kind == "increment" and same(carried.term, ast.Name(self.param, ast.Load())):
-                before = self.values.env_at(loop.node).get(name)
+                before = entering(self.values, loop.node, name, self.empty)
                 if before is not None:
                     return loop, before
         return None
@@ -338,7 +341,7 @@ class Padding:
             return UNIFORM
         loop, within = self.loop_of(name, where)
         if loop is not None and within:  # the value the only block starts from
-            before = self.values.env_at(loop.node).get(name)
+            before = entering(self.values, loop.node, name, self.empty)
             return self.of(before, (loop.parent, self.spans[id(loop.node)][0])) if before is not None else UNKNOWN
         if loop is not None:  # after the one block
             return self._agree(self.finals(loop, name), (loop, self.spans[id(loop.node)][1]))

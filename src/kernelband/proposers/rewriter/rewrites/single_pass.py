@@ -98,8 +98,9 @@ def {name}(pruning, key):
 
 
 class _Twin(cst.CSTTransformer):
-    """The kernel renamed, each row loop replaced by its body at offset 0, B left out of its autotune configs
-    and heuristics."""
+    """The kernel renamed, each row loop replaced by its body at offset 0, each loop that runs no block under
+    one block left out (what it carries keeps the value it had before it), B left out of its autotune configs and
+    heuristics."""
 
     def __init__(self, kernel: Kernel, row: RowBlock, name: str, without: str | None, pruning: str | None,
                  heuristic: bool) -> None:
@@ -107,6 +108,7 @@ class _Twin(cst.CSTTransformer):
         self.kernel, self.row, self.name, self.heuristic = kernel, row, name, heuristic
         self.without, self.pruning = without, pruning
         self.loops = {id(loop.node): loop for loop in row.loops}
+        self.empty = {id(loop.node) for loop in row.empty}
 
     def _unrolled(self, original, updated):
         loop = self.loops[id(original)]
@@ -119,11 +121,16 @@ class _Twin(cst.CSTTransformer):
         start = cst.parse_statement(f"{loop.var} = 0\n").with_changes(leading_lines=updated.leading_lines)
         return cst.FlattenSentinel([start, *body])
 
+    def _left(self, original, updated):
+        if id(original) in self.empty:
+            return cst.RemoveFromParent()
+        return self._unrolled(original, updated) if id(original) in self.loops else updated
+
     def leave_For(self, original_node, updated_node):
-        return self._unrolled(original_node, updated_node) if id(original_node) in self.loops else updated_node
+        return self._left(original_node, updated_node)
 
     def leave_While(self, original_node, updated_node):
-        return self._unrolled(original_node, updated_node) if id(original_node) in self.loops else updated_node
+        return self._left(original_node, updated_node)
 
     def leave_Decorator(self, original_node, updated_node):
         call = updated_node.decorator
@@ -418,5 +425,6 @@ def _variant(ms: ModuleSource, kernel: Kernel, row: RowBlock) -> Variant | str:
              f"({row.padded})") if row.padded else ""
     low = f"{MIN_DOT} <=" if row.dot and row.padded else "0 <"
     over = readable(row.end) if row.bound is not row.end else end
-    return Variant("single_pass", f"{kernel.name}'s {len(row.loops)} loop(s) over {over} as one block of {size} "
+    empty = f" ({len(row.empty)} loop(s) that run no block there left out)" if row.empty else ""
+    return Variant("single_pass", f"{kernel.name}'s {len(row.loops)} loop(s) over {over} as one block of {size}{empty} "
                    f"where {low} {end} <= {bound}{exact} ({twin}), the loops otherwise", touched, tuple(edits))
