@@ -323,6 +323,10 @@ def test_each_spelling_split_gives_the_originals_outputs_in_the_interpreter(sour
     ("    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / n_cols + eps)\n",
      "    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / n_cols + eps)\n    peak = tl.max(acc, axis=0)\n",
      "rmsnorm_kernel reads its lanes acc after the loop other than summed over them"),
+    ("    acc = tl.zeros([BLOCK], dtype=tl.float32)\n",
+     "    acc = tl.zeros([BLOCK], dtype=tl.float32)\n    t = 1.0\n    for i in range(4):\n        t = t * 0.5 + i\n",
+     "rmsnorm_kernel runs a loop (`for i in range(4)`) before the one that sums its row: each program of a split "
+     "would run it again, in each stage"),
 ])
 def test_a_row_whose_sums_cannot_be_split_is_refused_with_the_fact(old, new, why):
     source = FOR_VECTOR_LITERAL.replace(old, new)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.facts import facts_of
+from kernelband.proposers.rewriter.analysis.host_flow import header as first_line
 from kernelband.proposers.rewriter.analysis.loops import Loop, carried_increment
 from kernelband.proposers.rewriter.analysis.reductions import source_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, launch_statement
@@ -97,12 +98,13 @@ def loop_split(kernel: Kernel) -> LoopSplit | str:  # noqa: C901 - one check per
     if any(loop not in tops for loop in summing):
         return f"{name} sums its row in a loop that sits in a loop or a branch"
     loop = tops[0]
-    if loop is not summing[0]:
-        return f"{name} loops before the loop that sums its row"
-    index = next(i for i, s in enumerate(body) if s is loop.node)
+    index = next(i for i, s in enumerate(body) if s is summing[0].node)
     before, rest = body[:index], body[index + 1:]
-    if any(subnodes(s, cst.For) or subnodes(s, cst.While) for s in before):
-        return f"{name} loops before the loop that sums its row"
+    earlier = [n for s in before for n in subnodes(s, cst.For | cst.While)]
+    if earlier:
+        return (f"{name} runs a loop (`{first_line(earlier[0])}`) before the one that sums its row: each program of "
+                f"a split would run it again, in each stage")
+    loop = summing[0]
     if any(kernel.is_tl(c.func, "store") for s in before for c in subnodes(s, cst.Call)):
         return f"{name} stores before the loop that sums its row (each stage stores it again)"
     first = _phase(kernel, loop, rest)
