@@ -17,6 +17,9 @@ log() { echo "$(date -u +%T) after: $*" >> "$S/session.log"; }
 [ "${AFTER_NOW:-0}" = 1 ] || while [ ! -f "$S/l12.finished" ]; do sleep 10; done
 n=$(nvidia-smi -L 2>/dev/null | wc -l)
 gpus=${AFTER_GPUS:-$(seq -s, 0 $(( n > 1 ? n - 2 : 0 )))}
+# the sweep beside installs the carried wheels (libcst) as it starts: give it a minute, then install them here
+for _ in $(seq 12); do "$py" -c "import libcst" 2> /dev/null && break; sleep 5; done
+"$py" -c "import libcst" 2> /dev/null || "$py" -m pip install --no-index --no-deps -q .wheels/*.whl
 log "eval_self begins on GPUs $gpus"
 timeout "${EVAL_SELF_S:-1500}" "$py" benchmarks/eval_self.py --runs 10 --tolerance 0.02 --gpus "$gpus" \
   --out "$S/eval_self.json" > "$S/eval_self.log" 2> "$S/eval_self.err"

@@ -81,8 +81,8 @@ if [ "${JOIN:-0}" = 1 ]; then  # on the CPU machine: the cold benches joined to 
   exit 0
 fi
 
-"$py" -c "import libcst" 2> /dev/null || "$py" -m pip install --no-index --no-deps -q .wheels/*.whl
 [ -z "${WAIT_FOR:-}" ] || while [ ! -f "$WAIT_FOR" ]; do sleep 10; done
+"$py" -c "import libcst" 2> /dev/null || "$py" -m pip install --no-index --no-deps -q .wheels/*.whl
 if [ "${SMOKE:-0}" = 1 ]; then
   n=1
 else
