@@ -74,7 +74,7 @@ CARRIES = ("mm_kernel's K loop carries a_ptrs from one step to the next other th
 
 @pytest.mark.parametrize("old, new, reason", [
     ("dtype=tl.float32)", "dtype=tl.float16)",
-     "mm_kernel's accumulator acc does not start as float32 zeros before the K loop"),
+     "mm_kernel's accumulator acc does not start as float32 or int32 zeros before the K loop"),
     ("range(0, K, BLOCK_K)", "range(BLOCK_K, K, BLOCK_K)",
      "mm_kernel's K loop runs from BLOCK_K to K: neither from 0 up nor down to 0 (a split's share of K "
      "would not be a run of its steps)"),
@@ -98,10 +98,10 @@ CARRIES = ("mm_kernel's K loop carries a_ptrs from one step to the next other th
     ("    return c\n", "    return c, mm_kernel\n", None),  # not a launch: still fine
     ("    mm_kernel[(", "    _ = mm_kernel[(", "the mm_kernel launch in mm is not a statement of its own in a function"),
     ("BLOCK_K=32)", "BLOCK_K=32 + 0)", None),  # an expression the host can read again: still fine
-    ("dtype=tl.float32)\n", "dtype=tl.float32) + 1.0\n", "mm_kernel's accumulator acc does not start as float32 zeros "
-                                                         "before the K loop"),
+    ("dtype=tl.float32)\n", "dtype=tl.float32) + 1.0\n", "mm_kernel's accumulator acc does not start as float32 or "
+                                                         "int32 zeros before the K loop"),
     ("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", "acc = tl.full((BLOCK_M, BLOCK_N), 1.0, dtype=tl.float32)",
-     "mm_kernel's accumulator acc does not start as float32 zeros before the K loop"),  # a full of ones is no sum
+     "mm_kernel's accumulator acc does not start as float32 or int32 zeros before the K loop"),  # ones are no sum
     ("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", "acc = tl.full((BLOCK_M, BLOCK_N), 0, tl.float32)", None),
     ("BLOCK_K=32)", "BLOCK_K=int(32))", None),  # a call that gives the same value again: still fine
     ("BLOCK_K=32)", "BLOCK_K=pick(32))", "a launch of mm_kernel computes K or BLOCK_K with a call that may not give the "
@@ -308,6 +308,31 @@ def test_split_k_of_a_k_loop_counting_down_gives_the_originals_outputs_in_the_in
         "    assert splits == [4 if K == 300 else 2], splits"))
     check = f"variant.mm_remaining_split_k = Recorded(variant.mm_remaining_split_k)\n{check}"
     interpreted_pair(COUNT_DOWN, new, check)
+
+
+# An int8 GEMM with an int32 accumulator and output (a quantized layer's matmul).
+INT8 = MM.replace("dtype=tl.float32", "dtype=tl.int32").replace("other=0.0", "other=0").replace(
+    "torch.empty((M, N), device=a.device)", "torch.empty((M, N), device=a.device, dtype=torch.int32)")
+
+
+def test_split_k_of_an_int32_accumulator_keeps_int32_partials():
+    [(rationale, new)], _ = made(INT8, "split_k")
+    assert "int32 partial tiles" in rationale
+    assert "dtype=torch.int32)" in new and "dtype=torch.float32)" not in new
+
+
+@pytest.mark.slow
+def test_split_k_of_an_int8_gemm_gives_the_originals_outputs_bit_for_bit_in_the_interpreter():
+    """Integer partials add exactly, in any order: the split's int32 output equals the original's."""
+    [(_, new)], _ = made(INT8, "split_k")
+    interpreted_pair(INT8, new, """
+variant.mm_kernel_split_k = Recorded(variant.mm_kernel_split_k)
+a = torch.randint(-128, 128, (20, 520), dtype=torch.int8)
+b = torch.randint(-128, 128, (520, 30), dtype=torch.int8)
+got, want = variant.mm(a, b), original.mm(a, b)
+assert grids and grids[0][-1] == 4, grids
+assert got.dtype == torch.int32 and torch.equal(got, want) and torch.equal(want, a.int() @ b.int())
+""")
 
 
 @pytest.mark.slow

@@ -3,7 +3,8 @@ loop over a third grid axis, for shapes with a small M or N where the M x N tile
 
 The twin runs twice. First, SPLIT_K programs per tile (program_id(2) = s) each run the iterations
 [s * per, (s + 1) * per) of the original K loop, with the loop's pointer increments applied `s * per` times
-before it starts, and store their float32 partial tile into a workspace, laid out as the output is (the
+before it starts, and store their partial tile (float32, or int32 for an int32 accumulator) into a workspace,
+laid out as the output is (the
 same addresses, from a workspace base) once per split. Then, with REDUCE, one program per tile sums the
 SPLIT_K partials in the order s = 0, 1, ... into the accumulator and runs the kernel's own epilogue on it:
 the same casts, the same masks, the same store. The launch picks SPLIT_K from its grid and the SM count:
@@ -21,7 +22,9 @@ Why a workspace reduced in a second launch, not tl.atomic_add into a zeroed floa
 `ws.sum(0).to(dtype)`: float32 atomics add in whatever order the programs finish, so the rounding of C changes
 from run to run; the workspace is summed in a fixed order, so the same inputs give the same outputs. The only
 difference from the original is float32 rounding of the partial sums (one rounding of up to SPLIT_K
-partials, each the original's sum over its part of K), far inside a float16 output's tolerance. Reducing in
+partials, each the original's sum over its part of K), far inside a float16 output's tolerance; an int32
+accumulator (an int8 GEMM) keeps int32 partials, whose sum is the original's bit for bit (integer addition, even
+wrapping, does not depend on the order). Reducing in
 the kernel, rather than on the host, keeps the epilogue exactly: the stored value and its mask, and any
 element-wise work between the loop and the store, apply to the full sum, and a masked-off element of the
 output is left as it was (a host copy would overwrite it).
@@ -33,7 +36,8 @@ passes or an integer the source fixes (`KernelValues.integer`: each split then t
 or from that size down to 0 (`range(K, 0, -BLOCK_K)`, what is left of K: a split counts down from what is left
 at its first step);
 anything but the accumulator carried from step to step other than by a fixed increment (a split could not
-start part-way); the accumulator read in the loop other than to accumulate, or not started as float32 zeros;
+start part-way); the accumulator read in the loop other than to accumulate, or not started as float32 or int32
+zeros (the dtype written out: a constexpr dtype parameter is not read);
 a name the loop assigns read after it (but the accumulator), or the accumulator changed after it; the output
 read before the loop ends; a store that is not a statement of its own after the loop, or one through a tensor
 descriptor (its workspace twin is not built); an autotuned kernel whose grid is not a lambda of its block sizes
@@ -79,26 +83,28 @@ MIN_STEPS = 4  # BLOCK_K steps each split keeps at least
 SPLIT = ("{split} = max(1, min({max_split}, {sms} // max(1, {tiles}), triton.cdiv({k}, {min_steps} * {block_k}))) "
          "if len({grid}) <= 2 else 1\n")
 WORKSPACE = ("torch.empty(({split}, {out}.untyped_storage().nbytes() // {out}.element_size()), "
-             "device={out}.device, dtype=torch.float32)")
+             "device={out}.device, dtype=torch.{dtype})")
 
 
 def _names(*nodes: cst.CSTNode) -> set[str]:
     return {n.value for n in loads(*nodes)}
 
 
-def _float32_zeros(init: ast.expr | None) -> bool:
-    """Whether a value starts as float32 zeros: tl.zeros(shape, float32) or tl.full(shape, 0, float32), the dtype
-    by position or keyword, under whatever name the module gives triton.language."""
+def _zeros_dtype(init: ast.expr | None) -> str | None:
+    """The dtype of a value that starts as float32 or int32 zeros (tl.zeros(shape, dtype) or tl.full(shape, 0,
+    dtype), the dtype by position or keyword, under whatever name the module gives triton.language); None for any
+    other start."""
     if init is None or tl_name(init) not in ("zeros", "full"):
-        return False
+        return None
     named = {k.arg: k.value for k in init.keywords}
     at = 1 if tl_name(init) == "zeros" else 2
     dtype = named.get("dtype", init.args[at] if len(init.args) > at else None)
     if tl_name(init) == "full":
         value = named.get("value", init.args[1] if len(init.args) > 1 else None)
         if not (isinstance(value, ast.Constant) and value.value == 0):
-            return False
-    return dtype is not None and ast.unparse(dtype).rpartition(".")[2] == "float32"
+            return None
+    name = ast.unparse(dtype).rpartition(".")[2] if dtype is not None else None
+    return name if name in ("float32", "int32") else None
 
 
 def _loop(dk: DotKernel) -> dict | str:
@@ -144,8 +150,9 @@ def _loop(dk: DotKernel) -> dict | str:
     updates = [s for s in loop.node.body.body if acc in assigned(s)]
     if any(acc in _names(s) for s in loop.node.body.body if s not in updates):
         return f"{kernel.name}'s K loop reads {acc} other than to accumulate into it (each split holds part of it)"
-    if not _float32_zeros(facts.values.initial(acc)):
-        return f"{kernel.name}'s accumulator {acc} does not start as float32 zeros before the K loop"
+    acc_dtype = _zeros_dtype(facts.values.initial(acc))
+    if acc_dtype is None:
+        return f"{kernel.name}'s accumulator {acc} does not start as float32 or int32 zeros before the K loop"
     at = body.index(loop.node)
     before, after = body[:at], body[at + 1:]
     if _names(*after) & (assigned(loop.node.body) - {acc}) or acc in assigned(*after):
@@ -159,7 +166,7 @@ def _loop(dk: DotKernel) -> dict | str:
     if facts.accesses.of(dk.store).form == "descriptor":
         return f"{kernel.name} stores through a tensor descriptor, whose workspace twin is not built here"
     return {"loop": loop, "before": before, "after": after, "store": store, "acc": acc, "end": end,
-            "steps": steps, "down": down}
+            "steps": steps, "down": down, "dtype": acc_dtype}
 
 
 def _slice(after: list[cst.CSTNode], store: cst.CSTNode, needed: set[str]) -> list[cst.CSTNode]:
@@ -244,7 +251,7 @@ def _twin(dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[
     branch = branch.with_changes(body=branch.body.with_changes(body=reduce),
                                  orelse=branch.orelse.with_changes(body=branch.orelse.body.with_changes(body=partial)))
     comment = cst.EmptyLine(comment=cst.Comment(
-        f"# split-K: program_id(2) sums its share of K into a float32 workspace; then, with {p['REDUCE']}, "
+        f"# split-K: program_id(2) sums its share of K into a {found['dtype']} workspace; then, with {p['REDUCE']}, "
         "each tile sums the shares in order"))
     branch = branch.with_changes(leading_lines=[comment])
     node = node.with_changes(name=cst.Name(name),
@@ -252,7 +259,8 @@ def _twin(dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[
     return node, p
 
 
-def _host(each: Site, twin: str, p: dict[str, str], k: str, block: str | None) -> tuple[str, str, list[str]]:
+def _host(each: Site, twin: str, p: dict[str, str], k: str, block: str | None,
+          dtype: str) -> tuple[str, str, list[str]]:
     """(setup, condition, twin calls) at one launch. An autotuned kernel's launch counts its tiles at the config
     with the largest ones and, where its configs set BLOCK_K (`block` None), its K steps at the smallest, among
     the autotuner's configs: the split is chosen before the autotuner picks one, and must be the same for both
@@ -277,7 +285,7 @@ def _host(each: Site, twin: str, p: dict[str, str], k: str, block: str | None) -
         setup = setup.replace(f" if len({grid}) <= 2 else 1\n", "\n")
     extra = {p["ws_ptr"]: f"{names['ws']}[0, {each.out}.storage_offset():]", p["ws_span"]: f"{names['ws']}.shape[1]",
              p["SPLIT_K"]: split}
-    calls = [f"{names['ws']} = {WORKSPACE.format(split=split, out=each.out)}",
+    calls = [f"{names['ws']} = {WORKSPACE.format(split=split, out=each.out, dtype=dtype)}",
              twin_call(each, twin, partial, {**extra, p["REDUCE"]: "False"}),
              twin_call(each, twin, grid, {**extra, p["REDUCE"]: "True"})]
     return setup, f"{split} > 1", calls
@@ -319,10 +327,11 @@ def split_k(ms: ModuleSource) -> Found:
             node, p = _twin(dk, found, twin)
             p["BLOCK_K"] = block_k.param
             edits = [with_twin(kernel, node)]
-            edits += [branched(each.line, *_host(each, twin, p, k, block)) for each, (k, block) in zip(sites, args)]
+            edits += [branched(each.line, *_host(each, twin, p, k, block, found["dtype"]))
+                      for each, (k, block) in zip(sites, args)]
             touched = frozenset({kernel.name, twin} | {x.scope.top for x in ms.launches_of(kernel)})
             variants.append(Variant("split_k", f"{kernel.name}'s K loop split over a third grid axis into up to "
-                                    f"{MAX_SPLIT} float32 partial tiles, summed in order ({twin}), where the M x N "
+                                    f"{MAX_SPLIT} {found['dtype']} partial tiles, summed in order ({twin}), where the M x N "
                                     "tiles leave SMs idle", touched, tuple(edits)))
             continue
         reasons.append(f"a launch of {kernel.name} computes {found['end']} or {block_k.text} with a call that may not "
