@@ -314,7 +314,7 @@ def test_the_gpu_repeat_script_times_a_handed_back_module_in_fresh_processes(tmp
     runs = json.loads(out.read_text())["runs"]
     assert [r["form"] for r in runs] == ["pinned"]
     run = runs[0]
-    assert run["processes"] == 2 and run["errors"] == []
+    assert run["processes"] == 2 and run["errors"] == [], run["errors"]
     assert all("error" not in c and c["seconds"] > 0 for c in run["compile"])
     assert [s["label"] for s in run["shapes"]] == [s["label"] for s in shapes]
     for shape in run["shapes"]:
