@@ -321,6 +321,16 @@ def test_split_k_of_an_int32_accumulator_keeps_int32_partials():
     assert "dtype=torch.int32)" in new and "dtype=torch.float32)" not in new
 
 
+def test_split_k_reads_an_accumulator_dtype_given_as_a_constexpr_default_that_no_launch_sets():
+    as_param = INT8.replace("BLOCK_K: tl.constexpr):", "BLOCK_K: tl.constexpr, ACC: tl.constexpr = tl.int32):")
+    as_param = as_param.replace("dtype=tl.int32", "dtype=ACC")
+    [(rationale, _)], _ = made(as_param, "split_k")
+    assert "int32 partial tiles" in rationale
+    passed = as_param.replace("BLOCK_K=32)", "BLOCK_K=32, ACC=tl.int32)")
+    assert made(passed, "split_k") == ([], ("mm_kernel's accumulator acc does not start as float32 or int32 zeros "
+                                           "before the K loop",))
+
+
 @pytest.mark.slow
 def test_split_k_of_an_int8_gemm_gives_the_originals_outputs_bit_for_bit_in_the_interpreter():
     """Integer partials add exactly, in any order: the split's int32 output equals the original's."""

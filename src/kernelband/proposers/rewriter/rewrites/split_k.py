@@ -50,6 +50,7 @@ import ast
 
 import libcst as cst
 
+from kernelband import pyast
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.host_values import rereadable
 from kernelband.proposers.rewriter.analysis.loops import carried_increment
@@ -90,7 +91,19 @@ def _names(*nodes: cst.CSTNode) -> set[str]:
     return {n.value for n in loads(*nodes)}
 
 
-def _zeros_dtype(init: ast.expr | None) -> str | None:
+def _fixed_dtype(kernel, dtype: ast.expr | None) -> ast.expr | None:
+    """A dtype given as a constexpr parameter (`ACC_TYPE: tl.constexpr = tl.int32`) is its default where no launch
+    passes it and no autotune config or heuristic sets it; any other dtype as written."""
+    param = kernel.param(dtype.id) if isinstance(dtype, ast.Name) else None
+    if param is None or not param.constexpr or param.default is None:
+        return dtype
+    if kernel.heuristics or kernel.autotune is not None and dtype.id in code(kernel.autotune) or any(
+            launch.arg(dtype.id) is not None for launch in kernel.ms.launches_of(kernel)):
+        return dtype
+    return pyast.parse(code(param.default).strip(), mode="eval").body
+
+
+def _zeros_dtype(init: ast.expr | None, kernel=None) -> str | None:
     """The dtype of a value that starts as float32 or int32 zeros (tl.zeros(shape, dtype) or tl.full(shape, 0,
     dtype), the dtype by position or keyword, under whatever name the module gives triton.language); None for any
     other start."""
@@ -103,6 +116,7 @@ def _zeros_dtype(init: ast.expr | None) -> str | None:
         value = named.get("value", init.args[1] if len(init.args) > 1 else None)
         if not (isinstance(value, ast.Constant) and value.value == 0):
             return None
+    dtype = _fixed_dtype(kernel, dtype) if kernel is not None else dtype
     name = ast.unparse(dtype).rpartition(".")[2] if dtype is not None else None
     return name if name in ("float32", "int32") else None
 
@@ -150,7 +164,7 @@ def _loop(dk: DotKernel) -> dict | str:
     updates = [s for s in loop.node.body.body if acc in assigned(s)]
     if any(acc in _names(s) for s in loop.node.body.body if s not in updates):
         return f"{kernel.name}'s K loop reads {acc} other than to accumulate into it (each split holds part of it)"
-    acc_dtype = _zeros_dtype(facts.values.initial(acc))
+    acc_dtype = _zeros_dtype(facts.values.initial(acc), kernel)
     if acc_dtype is None:
         return f"{kernel.name}'s accumulator {acc} does not start as float32 or int32 zeros before the K loop"
     at = body.index(loop.node)
