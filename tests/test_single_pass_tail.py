@@ -9,9 +9,9 @@ import ast
 
 import pytest
 from interpreted import run_modules
+from test_rewrites_structural import made as made_by
 
 from kernelband import pyast
-from kernelband.proposers.rewriter.proposer import options
 
 # An online softmax in two passes (running max and sum, then the normalised store), each a main loop over the
 # whole blocks and a masked tail; the tail's lanes past the row add 0 to the sum. The last block's start comes
@@ -68,8 +68,7 @@ def softmax(x):
 
 
 def made(source: str) -> tuple[list[tuple[str, str]], tuple[str, ...]]:
-    found = options(source, ("single_pass",))
-    return [(v.rationale, v.apply(found.module)) for v in found.variants], found.reasons
+    return made_by(source, "single_pass")
 
 
 def twin_loops(source: str) -> list:
