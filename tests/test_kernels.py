@@ -239,10 +239,9 @@ def test_on_a_gpu_the_span_timer_times_short_shapes_by_their_kernels():
     from kernelband.evaluation.records import PRESETS
 
     task = load_task("examples:vector_add")
-    # vector_add's large shapes make it a long task, which `default` times by events throughout: here the
-    # task's length is left out of the decision (span_task_ms), so that its short shapes go by spans
+    # vector_add's large shapes make it a long task: `default` times its short shapes by spans all the same
     events = dataclasses.replace(PRESETS["default"], name="events", timer="events")
-    span = dataclasses.replace(PRESETS["default"], name="span", span_task_ms=None)
+    span = PRESETS["default"]
     with Evaluator(mode="gpu", warm=1, use_ncu=False) as ev:
         events, spans = ev.evaluate(task, preset=events), ev.evaluate(task, preset=span)
     assert events.ok and spans.ok, (events.detail, spans.detail)

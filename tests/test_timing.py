@@ -177,7 +177,7 @@ def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_si
             ev.timing.time(ctx)
         return ctx.by_index, result, ev
 
-    preset = dataclasses.replace(PRESETS["default"], name="span", timer="span")
+    preset = dataclasses.replace(PRESETS["default"], name="span", timer="span", span_task_ms=0.2)
     by_index, result, _ = timing(preset)
     assert asked == [("ref", 0, False), ("ref", 1, False),  # the task's time learnt by events: 0.01 ms
                      ("ref", 0, True), ("cand", 0, True),  # so its short shapes by spans: each side's usual
@@ -199,6 +199,13 @@ def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_si
     shapes[1].held_out = True
     _, _, ev = timing(dataclasses.replace(preset, name="longer", span_task_ms=0.008))
     assert ("cand", 0, True) in asked and ev.timing._short_tasks == {("t", "longer"): True}
+    # `default` sets no limit on the task: each shape's reference learnt by events, then its short shapes by
+    # spans however long the task is
+    asked.clear()
+    shapes[1].held_out = False
+    by_index, _, _ = timing(dataclasses.replace(PRESETS["default"], name="any"))
+    assert asked[:2] == [("ref", 0, False), ("ref", 0, True)], asked
+    assert by_index[0].timer == "span" and ("ref", 1, True) in asked
 
 
 def _record_loads(ev, monkeypatch) -> list:
@@ -247,10 +254,11 @@ def test_a_replaced_profiler_is_tampering():
 
 
 def test_only_the_default_preset_times_short_shapes_by_spans():
-    """`default` times the short shapes of short tasks by spans, over copies of the inputs; `paper` and
+    """`default` times the short shapes of every task by spans, over copies of the inputs; `paper` and
     `tritonbench` keep their protocols' events."""
-    assert {n: (p.timer, p.placements, p.span_task_ms) for n, p in PRESETS.items()} == {
-        "default": ("span", 32, 0.2), "paper": ("events", 1, None), "tritonbench": ("events", 1, None)}
+    assert {n: (p.timer, p.placements, p.span_below_ms, p.span_task_ms) for n, p in PRESETS.items()} == {
+        "default": ("span", 32, 0.1, None), "paper": ("events", 1, 0.1, None),
+        "tritonbench": ("events", 1, 0.1, None)}
 
 
 def test_an_evaluation_records_every_measurement(evaluator, vector_add):

@@ -48,13 +48,11 @@ class Preset:
     # kernel of a few µs. Capped so that the copies hold at most `placement_mib` MiB (large shapes: one copy).
     placements: int = 1
     placement_mib: float = 64.0
-    # "events": each call timed by do_bench's CUDA events. "span": in a task whose reference takes under
-    # `span_task_ms` over the shapes timed (by events), a shape whose reference takes under `span_below_ms`
-    # is timed by the calls' spans on the GPU as CUPTI records them (first kernel's start to last kernel's
-    # end), which leave out the launch's start-up: the part of a µs kernel's event time that moves from one
-    # process to the next (worker/timing.py; BENCHMARKS.md, timing repeatability). Only there does that part
-    # weigh on the runtime-weighted speedup; elsewhere the spans' profiler would cost time for nothing.
-    # Needs `recheck`.
+    # "events": each call timed by do_bench's CUDA events. "span": a shape whose reference takes under
+    # `span_below_ms` (by events) is timed by the calls' spans on the GPU as CUPTI records them (first kernel's
+    # start to last kernel's end), which leave out the launch's start-up: the part of a µs kernel's event time
+    # that moves from one process to the next (worker/timing.py; BENCHMARKS.md, timing repeatability). With
+    # `span_task_ms`, only in a task whose reference takes under it over the shapes timed. Needs `recheck`.
     timer: str = "events"
     span_below_ms: float = 0.1
     span_task_ms: float | None = None  # None: no limit
@@ -89,8 +87,9 @@ class Preset:
 # must take the task's TRITON_SHARE of its GPU kernel time (worker/audit.py). Rules 8: a shape is measured again
 # when its candidate comes out over `recheck` times its usual time too, not only its reference; a side with no
 # usual time on a shape and timer (a candidate's first timing, a task's first under spans) is measured alone once
-# first (evaluation/interleave.py).
-RULES = 8
+# first (evaluation/interleave.py). Rules 9: under `default`, shapes under 0.1 ms are timed by their spans in every
+# task, not only in tasks under 0.2 ms in all (Preset.span_task_ms).
+RULES = 9
 
 # The note of an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`).
 NCU_SKIPPED = "ncu: not run (the search's policy and proposer do not use φ)"
@@ -122,11 +121,15 @@ PRESETS = {
     # Autotuners time each config for 5 + 20 ms instead of Triton's 25 + 100: in bench 2 (H200) the tune
     # calls of an autotuned candidate, the GPU to itself, took a median 14.1 s, of which do_bench's own
     # 125 ms per config and shape came to at least 11.2 s (2.2 s at 25 ms).
-    # In a task whose shapes take under 0.2 ms all together, those under 0.1 ms are timed by the calls' spans
-    # on the GPU (CUPTI); and each call runs on one of 32 copies of the inputs in pages of their own. On such
-    # tasks the events' launch part moved from one process to the next, and a µs kernel's own time with where
-    # its inputs lie (BENCHMARKS.md, timing repeatability: l2_norm_triton1's CV of 5 evaluations 1.0-2.5 % by events,
-    # 0.3-0.6 % so).
+    # Shapes under 0.1 ms are timed by the calls' spans on the GPU (CUPTI), in every task; and each call runs
+    # on one of 32 copies of the inputs in pages of their own. By events, the launch's part of a µs kernel's
+    # time moves from one process to the next, and the kernel's own time with where its inputs lie
+    # (BENCHMARKS.md, timing repeatability: l2_norm_triton1's CV of 5 evaluations 1.0-2.5 % by events, 0.3-0.6 %
+    # so). That part is small in a long task's runtime-weighted speedup, but not in its per-shape figures,
+    # which the hand-back's per-shape dispatch and the user's table read: a one-shot eval of the examples'
+    # own kernels against themselves put 27 shapes of under 20 µs 2.1-11 % off 1.0 in ten processes by events
+    # (docs/lab/runs.md, run AX). Every candidate starts CUPTI anyway (the audit's split of its kernels), so a
+    # short shape's spans cost some 12 ms a measurement more.
     # A measurement is the mean of its middle 80 % of iterations (`trimmed`): where a shape's iterations fall in
     # two groups, the median jumps between them from one measurement to the next (BENCHMARKS.md, timing
     # repeatability:
@@ -134,7 +137,7 @@ PRESETS = {
     # 29 tasks at or below 0.62 %).
     "default": Preset("default", warmup=10, rep=100, unit="iters", stat="trimmed", rounds=1, max_ms=40.0,
                       ahead_us=150.0, recheck=1.2, retries=2, tune_warmup=5.0, tune_rep=20.0,
-                      placements=32, timer="span", span_task_ms=0.2),
+                      placements=32, timer="span"),
     # What TritonBench, GEAK-eval and the KernelBand release do: do_bench(warmup=100 ms, rep=1000 ms).
     "tritonbench": Preset("tritonbench", warmup=100, rep=1000, unit="ms", stat="median", rounds=1),
 }
