@@ -38,7 +38,9 @@ if [ "${SMOKE:-0}" = 1 ]; then
 else
   S=${KB_STATE:-kernelband-runs/held_out}
   declare -A only=([train]="" [test]="")
-  search=(-n 10 -q 1) run=(--runs-per-gpu 2)
+  # q = 1 leaves one evaluation in flight a run: at 2 runs a GPU, run AX's fill kept its GPU some 40 % busy (12.6
+  # s an evaluation, of which timing and ncu hold the GPU about 5 s), so 4 runs a GPU, the benches' tested default
+  search=(-n 10 -q 1) run=(--runs-per-gpu "${RUNS_PER_GPU:-4}")
 fi
 mkdir -p "$S"
 log() { echo "$(date -u +%T) $*" | tee -a "$S/session.log"; }
