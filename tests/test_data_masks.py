@@ -164,8 +164,20 @@ def k(g_ptr, p_ptr, m_ptr, n, alpha, BLOCK: tl.constexpr):
         tl.store(g_ptr + offs, g + p * alpha, mask=mask)
 ''', "k[(triton.cdiv(n, 128),)](grad, p, m, n, 0.5, BLOCK=32)")
 
+# a load inside the store's value: both change
+NESTED = case('''\
+@triton.jit
+def k(g_ptr, p_ptr, m_ptr, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = tl.load(m_ptr + offs, mask=offs < n)
+    mask = (offs < n) & (m != 0)
+    g = tl.load(g_ptr + offs, mask=mask)
+    tl.store(g_ptr + offs, g + tl.load(p_ptr + offs, mask=mask) * alpha, mask=mask)
+''', "k[(triton.cdiv(n, 128),)](grad, p, m, n, 0.5, BLOCK=128)")
+
 CASES = {"tritonbench": TRITONBENCH, "positional": POSITIONAL, "inline": INLINE, "other": OTHER, "half": HALF,
-         "other_half": OTHER_HALF, "positive": POSITIVE, "no_old": NO_OLD, "names": NAMES, "ints": INTS, "loop": LOOP}
+         "other_half": OTHER_HALF, "positive": POSITIVE, "no_old": NO_OLD, "names": NAMES, "ints": INTS, "loop": LOOP,
+         "nested": NESTED}
 
 
 def made(source: str) -> tuple[list[str], list[str]]:
@@ -200,6 +212,13 @@ def test_a_store_without_its_old_values_keeps_its_mask():
     (new,), reasons = made(between)
     assert "tl.store(g_ptr + offs, g + p * alpha, mask=live)" in new and "p_raw = " in new
     assert any("the store to g_ptr in k keeps its mask" in r for r in reasons), reasons
+
+
+def test_a_load_in_a_store_changes_with_it():
+    (new,), reasons = made(NESTED)
+    assert reasons == []
+    assert "tl.store(g_ptr + offs, tl.where(keep, g + tl.where(keep, tl.load(p_ptr + offs, mask=offs < n), False) " \
+           "* alpha, g_old), mask=offs < n)" in new
 
 
 def test_fresh_names_and_other():

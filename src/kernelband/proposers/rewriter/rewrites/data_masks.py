@@ -46,7 +46,7 @@ from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import arg_of, code, fresh_name, subnodes
 from kernelband.proposers.rewriter.analysis.values import same
-from kernelband.proposers.rewriter.edits import Found, Variant
+from kernelband.proposers.rewriter.edits import Edit, Found, Variant
 
 ATOMS = (cst.Name, cst.Call, cst.Attribute, cst.Subscript, cst.Integer, cst.Float)
 WRITES = frozenset({"store"}) | {f"atomic_{op}" for op in ("add", "max", "min", "xchg", "cas", "and", "or", "xor")}
@@ -94,7 +94,8 @@ class _Plan:
         self.kernel, self.tl = kernel, kernel.tl_name
         self.used = set(kernel.names)
         self.inserts: dict[int, tuple[cst.CSTNode, list[str]]] = {}
-        self.calls: dict[int, tuple[cst.Call, str]] = {}
+        self.calls: dict[int, tuple[cst.Call, Edit]] = {}
+        self.defined: set[str] = set()  # the fresh names of loads hoisted so far
         self.captures: dict[tuple, str | None] = {}
         self.reasons: list[str] = []
         self.loads = self.stores = 0
@@ -191,11 +192,11 @@ def _plan(kernel: Kernel, masked: list[MaskedAccess]) -> _Plan:
             continue
         if m.access.store:
             old = hoisted[id(olds[id(m.call)][1])]
-            value = arg_of(m.call, 1, "value")
-            text = _with_arg(m.call, 2, "mask", bounds)
-            new = cst.parse_expression(text)
-            plan.calls[id(m.call)] = (m.call, _with_arg(new, 1, "value",
-                                                        f"{plan.tl}.where({keep}, {code(value).strip()}, {old})"))
+            if id(olds[id(m.call)][1]) in by_call and old not in plan.defined:
+                plan.reasons.append(f"the store to {', '.join(sorted(m.access.bases))} in {kernel.name} keeps its "
+                                    "mask: the load of its old values keeps its own")
+                continue
+            plan.calls[id(m.call)] = (m.call, _stored(plan.tl, keep, bounds, old))
             plan.stores += 1
             continue
         rebuilt = _with_arg(m.call, 1, "mask", bounds)
@@ -204,17 +205,18 @@ def _plan(kernel: Kernel, masked: list[MaskedAccess]) -> _Plan:
         if name is None and other is not None:
             name = hoisted[id(m.call)] = fresh_name(f"{_target(m.statement)}_raw", plan.used)
         if name is None:
-            plan.calls[id(m.call)] = (m.call, f"{plan.tl}.where({keep}, {rebuilt}, False)")
+            plan.calls[id(m.call)] = (m.call, _loaded(plan.tl, keep, bounds))
         else:
             plan.insert(m.statement, f"{name} = {rebuilt}")
+            plan.defined.add(name)
             fill = "False" if other is None else f"{plan.tl}.cast({code(other).strip()}, {name}.dtype)"
-            plan.calls[id(m.call)] = (m.call, f"{plan.tl}.where({keep}, {name}, {fill})")
+            plan.calls[id(m.call)] = (m.call, _replaced(f"{plan.tl}.where({keep}, {name}, {fill})"))
         plan.loads += 1
     # A store's old values read by a load the rewrite does not change (bounds only, or no mask).
     for store, call, index in olds.values():
         if id(call) not in plan.calls and id(store.call) in plan.calls:
             plan.insert(store.block[index], f"{hoisted[id(call)]} = {code(call).strip()}")
-            plan.calls[id(call)] = (call, hoisted[id(call)])
+            plan.calls[id(call)] = (call, _replaced(hoisted[id(call)]))
     return plan
 
 
@@ -224,9 +226,22 @@ def _inserted(lines: list[str]):
     return edit
 
 
-def _replaced(text: str):
+def _replaced(text: str) -> Edit:
     new = cst.parse_expression(text)
     return lambda node: new
+
+
+# The call edits below read the call as the edits inside it left it (a load in a store's value, say).
+def _loaded(tl: str, keep: str, bounds: str) -> Edit:
+    return lambda call: cst.parse_expression(f"{tl}.where({keep}, {_with_arg(call, 1, 'mask', bounds)}, False)")
+
+
+def _stored(tl: str, keep: str, bounds: str, old: str) -> Edit:
+    def edit(call: cst.Call) -> cst.BaseExpression:
+        masked = cst.parse_expression(_with_arg(call, 2, "mask", bounds))
+        value = code(arg_of(masked, 1, "value")).strip()
+        return cst.parse_expression(_with_arg(masked, 1, "value", f"{tl}.where({keep}, {value}, {old})"))
+    return edit
 
 
 def data_masks(ms: ModuleSource) -> Found:
@@ -240,7 +255,7 @@ def data_masks(ms: ModuleSource) -> Found:
         reasons += plan.reasons
         if not plan.calls:
             continue
-        edits = [(call, _replaced(text)) for call, text in plan.calls.values()]
+        edits = list(plan.calls.values())
         edits += [(statement, _inserted(lines)) for statement, lines in plan.inserts.values()]
         data = sorted({code(t.node).strip() for m in masked if m.refusal is None for t in m.data})
         variants.append(Variant(
