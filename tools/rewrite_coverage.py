@@ -72,6 +72,9 @@ STRUCTURAL = {
                         "where every block size covers the same elements (masked, not reshaped)",
     "contiguity_hints": "tl.max_contiguous(tl.multiple_of(offs, P), P) on offs = M + tl.arange(0, P) where M is "
                         "certain to be a multiple of P (an integer scalar times P, or a loop stepping by P from 0)",
+    "data_masks": "loads and stores masked by B & D, D reading loaded values, masked by the bounds B alone with D "
+                  "applied by tl.where: a load's other (0 without one) where D is false, a store writing back the "
+                  "old values the same program loaded from the same addresses before it",
     "divisibility_hints": "a twin in which the integer parameters of the loads' and stores' offsets and mask bounds "
                           "(strides, sizes) that the host finds to be multiples of 8 are rebound `x = x // 8 * 8` "
                           "under a constexpr bit, launched where one is, the original elsewhere",

@@ -57,8 +57,10 @@ BUILTIN: tuple[Strategy, ...] = (
         "of the form pid * BLOCK + tl.arange(0, BLOCK) contiguous along the fastest-varying dimension, and state "
         "alignment with tl.multiple_of / tl.max_contiguous where it holds; where strides or sizes are multiples "
         "of 8 but not 16 (which Triton does not specialize on), launch a copy of the kernel that states it. "
-        "Avoid per-element index division and gathers on the contiguous axis.",
-        "DRAM", ("vector_width", "contiguity_hints", "divisibility_hints"), proposer="rewriter"),
+        "Avoid per-element index division and gathers on the contiguous axis. Where a load or store is masked by "
+        "data the kernel loaded (mask = (offs < n) & ~flag), mask it by the bounds alone and apply the data "
+        "term with tl.where, so that the mask no longer breaks the vector.",
+        "DRAM", ("vector_width", "contiguity_hints", "divisibility_hints", "data_masks"), proposer="rewriter"),
     Strategy(
         "fusion",
         "Cut global-memory round trips by doing more work per byte loaded: merge consecutive kernels or passes "

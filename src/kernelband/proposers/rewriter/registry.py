@@ -22,6 +22,8 @@ variant it can make of it, in a fixed order, with the reasons it cannot do more.
     split_rows        rows whose statistics are sums (RMSNorm, an L2 norm, a row sum, LayerNorm's mean then variance),
                       too few for the SMs, split over several programs a row: a stage of partial sums per loop of
                       sums, combined in a fixed order (split_rows.py)
+    data_masks        loads and stores masked by a value the kernel loaded, masked by their bounds only with the data
+                      term applied by tl.where, so that they vectorise (analysis/data_masks.py, data_masks.py)
     contiguity_hints  tl.max_contiguous / tl.multiple_of on `M + tl.arange(0, P)` where M is a multiple of P
                       (contiguity_hints.py)
     split_k           a tl.dot kernel's K loop split over a third grid axis where its M x N tiles leave SMs idle,
@@ -50,6 +52,7 @@ from kernelband.proposers.rewriter.rewrites.block_sizes import block_size, vecto
 from kernelband.proposers.rewriter.rewrites.cache_hints import cache_hints
 from kernelband.proposers.rewriter.rewrites.coarsen import coarsen
 from kernelband.proposers.rewriter.rewrites.contiguity_hints import contiguity_hints
+from kernelband.proposers.rewriter.rewrites.data_masks import data_masks
 from kernelband.proposers.rewriter.rewrites.divisibility_hints import aligned, divisibility_hints
 from kernelband.proposers.rewriter.rewrites.fused_absmax import fused_absmax
 from kernelband.proposers.rewriter.rewrites.grouped_ordering import grouped_ordering
@@ -81,6 +84,7 @@ REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "online_softmax": online_softmax,
     "split_rows": split_rows,
     "contiguity_hints": contiguity_hints,
+    "data_masks": data_masks,
     "split_k": aligned(split_k),
     "persistent_tiles": aligned(persistent_tiles),
     "divisibility_hints": divisibility_hints,

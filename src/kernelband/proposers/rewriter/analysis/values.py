@@ -312,6 +312,10 @@ class KernelValues:
     def expand(self, node: cst.BaseExpression) -> ast.expr:
         return self._canon(node, self.env_at(node))
 
+    def read_at(self, node: cst.BaseExpression, statement: cst.CSTNode) -> ast.expr:
+        """The canonical form of `node` (not necessarily in the tree) read where `statement` runs."""
+        return self._canon(node, self.env_at(statement))
+
     def text(self, node: cst.BaseExpression) -> str:
         return ast.unparse(self.expand(node))
 
