@@ -1,0 +1,52 @@
+"""Which reads of memory stand for one value. Two `tl.load`s of one canonical form (values.py: the same pointer,
+mask and `other`, and none of the names they read reassigned between them, whatever the names) read the same
+values unless memory may change between them: a store or atomic anywhere between the first and the last of
+them may write what they read (two pointer parameters may be one buffer), so then they are not one value.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from functools import cached_property
+
+import libcst as cst
+
+from kernelband.proposers.rewriter.analysis.syntax import subnodes
+from kernelband.proposers.rewriter.analysis.values import KernelValues, tl_name
+
+WRITES = ("store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas", "atomic_and",
+          "atomic_or", "atomic_xor")
+
+
+class Reloads:
+    """The loads of one kernel whose repeated reads a write may separate."""
+
+    def __init__(self, values: KernelValues, key: Callable[[ast.AST], str]) -> None:
+        """`key`: what its readers compare canonical forms by (reductions: the normal form, ctx aside)."""
+        self.values, self.key = values, key
+        self.kernel = values.kernel
+
+    @cached_property
+    def _order(self) -> tuple[dict[str, list[int]], list[int]]:
+        """(each load form's positions in the kernel, in source order; the positions of the writes)."""
+        loads: dict[str, list[int]] = {}
+        writes: list[int] = []
+        for at, node in enumerate(subnodes(self.kernel.node.body, cst.Call)):
+            if self.kernel.is_tl(node.func, "load"):
+                loads.setdefault(self.key(self.values.expand(node)), []).append(at)
+            elif any(self.kernel.is_tl(node.func, w) for w in WRITES):
+                writes.append(at)
+        return loads, writes
+
+    def separated(self, node: ast.AST) -> bool:
+        """Whether a canonical form reads a load that the kernel makes more than once with a write between: its
+        reads are then not one value."""
+        loads, writes = self._order
+        for sub in ast.walk(node):
+            if tl_name(sub) != "load":
+                continue
+            at = loads.get(self.key(sub), [])
+            if len(at) > 1 and any(min(at) < w < max(at) for w in writes):
+                return True
+        return False
