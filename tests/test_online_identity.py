@@ -85,6 +85,13 @@ SPELLINGS = {
     row_sum += tl.exp(y - m)
     s = tl.sum(row_sum, axis=0) + 0.0 * low
 '''),
+    # a store before both loads of the row is no write between them
+    "store_before_both_loads": HEAD.replace(
+        "    x = tl.load(", "    tl.store(out_ptr + row * out_row_stride + cols, 0.0, mask=mask)\n    x = tl.load(") + '''    m = tl.max(x, axis=0)
+''' + RELOAD + '''    row_sum = tl.zeros([BLOCK_SIZE], tl.float32)
+    row_sum += tl.exp(y - m)
+    s = tl.sum(row_sum, axis=0)
+''' + TAIL,
 }
 
 NEGATIVE = {
@@ -138,6 +145,12 @@ def test_an_identity_that_widens_the_value_is_kept():
     found = facts_of(ModuleSource(source).kernels["softmax_kernel"]).reductions
     [total] = [b for b in found.block if b.op == "sum"]
     assert total.dim == "BLOCK_SIZE" and ast.unparse(total.operand).startswith("tl.zeros([BLOCK_SIZE], tl.float32) + ")
+
+
+def test_a_min_started_at_inf_is_a_min_of_the_row():
+    found = facts_of(ModuleSource(SPELLINGS["min_with_inf"]).kernels["softmax_kernel"]).reductions
+    [low] = [b for b in found.block if b.op == "min"]
+    assert ast.unparse(low.operand).startswith("tl.where(") and low.dim == "BLOCK_SIZE"
 
 
 @pytest.mark.parametrize("name", sorted(NEGATIVE))

@@ -6,8 +6,9 @@ at +inf (`tl.minimum(tl.full([B], inf, ...), x)`) and a sum started at zero (`tl
 A blocked loop over a row that one block holds leaves exactly these forms behind (each loop run once), and
 people write them by hand; read as the tile itself, the reductions over them are the one-block reductions they
 compute. Only a combination that keeps the tile's shape is dropped (`tl.zeros([B]) + s` of a scalar s is a
-tile of B copies, not s). The dtype the combination promotes to is not kept: the values are the same, and the
-readers of these forms recognise computations, keeping the kernel's own statements when they rewrite it.
+tile of B copies, not s). The dtype the combination promotes to is not kept: a float widened holds the same
+values, and the readers of these forms recognise computations by them, keeping the kernel's own statements
+(and so its dtypes) when they rewrite it.
 """
 
 from __future__ import annotations

@@ -304,7 +304,7 @@ class Found:
     def __init__(self, values: KernelValues, shapes: Shapes, loops: Loops, dead: frozenset[int] = frozenset()) -> None:
         self.values, self.shapes, self.loops, self.dead = values, shapes, loops, dead
         self.kernel = values.kernel
-        self.reloads = Reloads(values, lambda node: _dump(normal(node)))
+        self.reloads = Reloads(values, lambda node: _dump(self.plain(node)))
 
     def plain(self, node: ast.AST) -> ast.AST:
         """The normal form of a one-block value, each value combined once with its identity read as itself."""
