@@ -217,3 +217,13 @@ def test_each_spelling_gives_the_original_softmax_in_the_interpreter(name):
 @pytest.mark.slow
 def test_the_single_pass_child_gives_the_original_softmax_in_the_interpreter():
     _run_all(single_pass_softmax(), ("softmax_kernel_single_pass_online", "softmax_kernel_single_pass"))
+
+
+def test_two_passes_with_a_store_between_them_are_not_merged():
+    """The sum pass reads the row again after the store: it may not be the row the max pass read."""
+    source = load_task("examples:softmax").module_source
+    written = source.replace("    m = tl.max(row_max, axis=0)\n",
+                             "    m = tl.max(row_max, axis=0)\n    tl.store(x_row + cols, m, mask=cols < n_cols)\n")
+    assert written != source and len(made(source)[0]) == 1
+    assert made(written) == ([], ("softmax_kernel reads the row it sums exp(x - max) of again after a store that may "
+                                  "write it, so the sum may not be over the values it takes the max of",))

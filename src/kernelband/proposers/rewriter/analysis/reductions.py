@@ -388,10 +388,10 @@ class Found:
         return self._one_block[0]
 
     @cached_property
-    def separated(self) -> list[tuple[BlockReduction, BlockReduction]]:
-        """(max, sum) pairs that would be one-block softmax reductions but for a write between the loads of the
-        row they read (reloads.py): the sum may not be over the values the max is of."""
-        return self._one_block[1]
+    def separated(self) -> list[tuple[BlockReduction | Running, BlockReduction | Running]]:
+        """(max, sum) pairs that would be softmax reductions but for a write between the loads of the row they
+        read (reloads.py): the sum may not be over the values the max is of."""
+        return self._one_block[1] + self._two_pass[1]
 
     @cached_property
     def _one_block(self) -> tuple[list[Softmax], list[tuple[BlockReduction, BlockReduction]]]:
@@ -413,7 +413,12 @@ class Found:
 
     @cached_property
     def two_pass(self) -> list[Softmax]:
+        return self._two_pass[0]
+
+    @cached_property
+    def _two_pass(self) -> tuple[list[Softmax], list[tuple[Running, Running]]]:
         found: list[Softmax] = []
+        separated: list[tuple[Running, Running]] = []
         order = {id(loop): i for i, loop in enumerate(self.loops.all)}
         for total in (r for r in self.running if r.op == "sum"):
             for top in (r for r in self.running if r.op == "max" and r.value is not None):
@@ -423,10 +428,13 @@ class Found:
                 exponent = exponent_of(total.term, top.value)
                 if exponent is not None and holds(_iteration(exponent.rest, total.loop),
                                                   _iteration(top.term, top.loop)):
+                    if self.reloads.written_between(top.loop.node, total.loop.node):
+                        separated.append((top, total))
+                        continue
                     logged = self._logged(total.value) if total.value is not None else False
                     found.append(Softmax("two_pass", top, total, exponent, logged))
                     break
-        return found
+        return found, separated
 
     def _logged(self, value: ast.AST) -> bool:
         want = _dump(value)

@@ -28,11 +28,15 @@ class Reloads:
         self.kernel = values.kernel
 
     @cached_property
+    def _calls(self) -> list[cst.Call]:
+        return subnodes(self.kernel.node.body, cst.Call)
+
+    @cached_property
     def _order(self) -> tuple[dict[str, list[int]], list[int]]:
         """(each load form's positions in the kernel, in source order; the positions of the writes)."""
         loads: dict[str, list[int]] = {}
         writes: list[int] = []
-        for at, node in enumerate(subnodes(self.kernel.node.body, cst.Call)):
+        for at, node in enumerate(self._calls):
             if self.kernel.is_tl(node.func, "load"):
                 loads.setdefault(self.key(self.values.expand(node)), []).append(at)
             elif any(self.kernel.is_tl(node.func, w) for w in WRITES):
@@ -50,3 +54,12 @@ class Reloads:
             if len(at) > 1 and any(min(at) < w < max(at) for w in writes):
                 return True
         return False
+
+    def written_between(self, first: cst.CSTNode, last: cst.CSTNode) -> bool:
+        """Whether a write may run between the first load in `first` and the last load in `last` (two passes
+        over a row: what the second reads may not be what the first read)."""
+        _, writes = self._order
+        inside = {id(c) for c in subnodes(first, cst.Call)}, {id(c) for c in subnodes(last, cst.Call)}
+        at = [[i for i, c in enumerate(self._calls) if id(c) in ids and self.kernel.is_tl(c.func, "load")]
+              for ids in inside]
+        return bool(at[0] and at[1]) and any(min(at[0]) < w < max(at[1]) for w in writes)
