@@ -2,6 +2,8 @@
 mask and `other`, and none of the names they read reassigned between them, whatever the names) read the same
 values unless memory may change between them: a store or atomic anywhere between the first and the last of
 them may write what they read (two pointer parameters may be one buffer), so then they are not one value.
+Positions are the calls' order in the source, a call before its arguments: a load in a store's arguments counts
+as after the store, which can only keep apart reads that are one.
 """
 
 from __future__ import annotations
