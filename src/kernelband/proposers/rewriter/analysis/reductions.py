@@ -27,7 +27,9 @@ from functools import cached_property
 import libcst as cst
 
 from kernelband import pyast
+from kernelband.proposers.rewriter.analysis.identities import plain
 from kernelband.proposers.rewriter.analysis.loops import Carried, Loop, Loops
+from kernelband.proposers.rewriter.analysis.reloads import Reloads
 from kernelband.proposers.rewriter.analysis.shapes import Shapes
 from kernelband.proposers.rewriter.analysis.syntax import assigned, subnodes
 from kernelband.proposers.rewriter.analysis.values import (
@@ -302,6 +304,11 @@ class Found:
     def __init__(self, values: KernelValues, shapes: Shapes, loops: Loops, dead: frozenset[int] = frozenset()) -> None:
         self.values, self.shapes, self.loops, self.dead = values, shapes, loops, dead
         self.kernel = values.kernel
+        self.reloads = Reloads(values, lambda node: _dump(self.plain(node)))
+
+    def plain(self, node: ast.AST) -> ast.AST:
+        """The normal form of a one-block value, each value combined once with its identity read as itself."""
+        return plain(normal(node), self.shapes)
 
     def live(self, node: cst.CSTNode) -> bool:
         """Whether the node runs in this specialization (not in a branch its tests leave out)."""
@@ -318,7 +325,7 @@ class Found:
             op = next((o for o in OPS if self.kernel.is_tl(call.func, o)), None)
             if op is None or not call.args or call.args[0].keyword is not None or not self.live(call):
                 continue
-            value = normal(self.values.expand(call))
+            value = self.plain(self.values.expand(call))
             operand = value.args[0]
             found.append(BlockReduction(call, op, operand, value, self._dim(value), enclosing.get(id(call))))
         return found
@@ -378,21 +385,40 @@ class Found:
 
     @cached_property
     def one_block(self) -> list[Softmax]:
+        return self._one_block[0]
+
+    @cached_property
+    def separated(self) -> list[tuple[BlockReduction | Running, BlockReduction | Running]]:
+        """(max, sum) pairs that would be softmax reductions but for a write between the loads of the row they
+        read (reloads.py): the sum may not be over the values the max is of."""
+        return self._one_block[1] + self._two_pass[1]
+
+    @cached_property
+    def _one_block(self) -> tuple[list[Softmax], list[tuple[BlockReduction, BlockReduction]]]:
         found: list[Softmax] = []
+        separated: list[tuple[BlockReduction, BlockReduction]] = []
         in_terms = {id(b.call) for r in self.running for b in self.block
-                    if b.loop is r.loop.node and holds(normal(r.carried.term), b.value)}
+                    if b.loop is r.loop.node and holds(self.plain(r.carried.term), b.value)}
         blocks = [b for b in self.block if id(b.call) not in in_terms]
         for total in (b for b in blocks if b.op == "sum"):
             for top in (b for b in blocks if b.op == "max" and b.loop is total.loop and b.dim == total.dim):
                 exponent = exponent_of(total.operand, top.value)
                 if exponent is not None and top.dim is not None and holds(exponent.rest, top.operand):
+                    if self.reloads.separated(top.operand) or self.reloads.separated(exponent.rest):
+                        separated.append((top, total))
+                        continue
                     found.append(Softmax("one_block", top, total, exponent, self._logged(total.value)))
                     break
-        return found
+        return found, separated
 
     @cached_property
     def two_pass(self) -> list[Softmax]:
+        return self._two_pass[0]
+
+    @cached_property
+    def _two_pass(self) -> tuple[list[Softmax], list[tuple[Running, Running]]]:
         found: list[Softmax] = []
+        separated: list[tuple[Running, Running]] = []
         order = {id(loop): i for i, loop in enumerate(self.loops.all)}
         for total in (r for r in self.running if r.op == "sum"):
             for top in (r for r in self.running if r.op == "max" and r.value is not None):
@@ -402,10 +428,13 @@ class Found:
                 exponent = exponent_of(total.term, top.value)
                 if exponent is not None and holds(_iteration(exponent.rest, total.loop),
                                                   _iteration(top.term, top.loop)):
+                    if self.reloads.written_between(top.loop.node, total.loop.node):
+                        separated.append((top, total))
+                        continue
                     logged = self._logged(total.value) if total.value is not None else False
                     found.append(Softmax("two_pass", top, total, exponent, logged))
                     break
-        return found
+        return found, separated
 
     def _logged(self, value: ast.AST) -> bool:
         want = _dump(value)
@@ -413,7 +442,7 @@ class Found:
         expressions = [self.values.expand(n.value) for n in subnodes(body, cst.Assign) + subnodes(body, cst.Expr)
                        if self.live(n)]
         return any(tl_name(node) in ("log", "log2") and any(_dump(sub) == want for sub in ast.walk(node))
-                   for expression in expressions for node in ast.walk(normal(expression)))
+                   for expression in expressions for node in ast.walk(self.plain(expression)))
 
 
 def _exponentiates(statement: cst.CSTNode) -> bool:
@@ -535,6 +564,9 @@ class Reductions:
         maxima = [b for b in self.block if b.op == "max"] + [r for r in self.running if r.op == "max"]
         if not maxima:
             return f"{name} takes no max over a row"
+        if any(each.separated for each in self.each):
+            return f"{name} reads the row it sums exp(x - max) of again after a store that may write it, so the " \
+                   f"sum may not be over the values it takes the max of"
         return f"{name} sums no exp(x - max) over the row it takes a max of"
 
 
