@@ -227,3 +227,66 @@ def test_two_passes_with_a_store_between_them_are_not_merged():
     assert written != source and len(made(source)[0]) == 1
     assert made(written) == ([], ("softmax_kernel reads the row it sums exp(x - max) of again after a store that may "
                                   "write it, so the sum may not be over the values it takes the max of",))
+
+
+GUARDED = kernel('''    m = tl.max(x, axis=0)
+    s = tl.sum(tl.exp(x - m), axis=0)
+''').replace('''    softmax_kernel[(rows,)](out, x, x.stride(0), out.stride(0), cols, BLOCK_SIZE=triton.next_power_of_2(cols))
+''', '''    if cols <= 64 and 0 < cols:  # one block holds no longer row; a loop kernel takes those
+        softmax_kernel[(rows,)](out, x, x.stride(0), out.stride(0), cols, BLOCK_SIZE=triton.next_power_of_2(cols))
+    else:
+        softmax_kernel[(rows,)](out, x, x.stride(0), out.stride(0), cols, BLOCK_SIZE=65536, num_warps=8)
+''')
+
+
+@pytest.mark.parametrize("test, want", [
+    ("0 < cols <= 64", "0 < cols"), ("64 >= cols > 0", "cols > 0"), ("cols <= 64", None),
+    ("cols < 65 and x.is_cuda", "x.is_cuda"), ("x.is_cuda and cols <= 64 and 0 < cols", "x.is_cuda and 0 < cols"),
+    ("0 < rows <= 64", "0 < rows <= 64"), ("cols >= 64", "cols >= 64"), ("0 < cols <= 64 <= rows", "0 < cols <= 64 <= rows"),
+])
+def test_only_the_bounds_above_on_the_rows_length_go(test, want):
+    import libcst as cst
+
+    from kernelband.proposers.rewriter.rewrites.online_launch import _unbounded
+    node = cst.parse_expression(test)
+    got = _unbounded(node, "cols")
+    assert (None if got is None else cst.Module([]).code_for_node(got)) == want
+
+
+def test_the_launchs_bound_on_the_rows_length_is_lifted_where_the_twin_takes_long_rows():
+    """A one-block softmax launched only for rows of at most 64 (else another kernel): online_softmax's twin and
+    split take rows of any length, so the bound goes and longer rows take them."""
+    variants, reasons = made(GUARDED)
+    assert reasons == () and len(variants) == 2, reasons
+    for rationale, source in variants:
+        assert rationale.endswith("lifted") or "lifted;" in rationale
+        assert "    if 0 < cols:\n" in source and "cols <= 64" not in source and "no longer row" not in source
+    script = """
+import torch
+import original, variant0, variant1
+torch.manual_seed(0)
+for module in (variant0, variant1):
+    launched = []
+    for name in dir(module):
+        kernel = getattr(module, name)
+        if hasattr(kernel, "run") and hasattr(kernel, "fn"):
+            run = kernel.run
+            kernel.run = lambda *a, _run=run, _name=name, **k: (launched.append(_name), _run(*a, **k))[1]
+    for rows in (3, 12):  # the split (fewer rows than the interpreter's SMs), then the chunked twin
+        x = torch.randn(rows, 100)
+        assert torch.allclose(module.softmax(x.clone()), original.softmax(x.clone()), atol=1e-6, rtol=1e-5)
+    assert launched and "softmax_kernel" not in launched, launched
+"""
+    run_modules({"original": GUARDED, **{f"variant{i}": s for i, (_, s) in enumerate(variants)}}, script)
+
+
+@pytest.mark.parametrize("other", ["        out = torch.softmax(x, dim=-1)\n", "        raise ValueError(cols)\n",
+                                   "        softmax_kernel[(rows,)](out, x, 0, 0, cols, BLOCK_SIZE=65536)\n"])
+def test_a_bound_whose_else_is_no_launch_over_the_same_arguments_stays(other):
+    """An else that computes otherwise, raises, or launches over other arguments keeps the longer rows."""
+    source = GUARDED.replace(
+        "        softmax_kernel[(rows,)](out, x, x.stride(0), out.stride(0), cols, BLOCK_SIZE=65536, num_warps=8)\n",
+        other)
+    assert source != GUARDED
+    variants, _ = made(source)
+    assert variants and all("lifted" not in r and "cols <= 64 and 0 < cols" in s for r, s in variants)

@@ -20,7 +20,7 @@ import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.host_values import plain
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, launch_statement
-from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, subnodes
+from kernelband.proposers.rewriter.analysis.syntax import code, dotted, fresh_name, subnodes
 from kernelband.proposers.rewriter.edits import set_kwarg
 from kernelband.proposers.rewriter.rewrites.coarsen import separator
 from kernelband.proposers.rewriter.rewrites.online_rows import Plan, twin_body
@@ -200,3 +200,88 @@ def passes_block(ms: ModuleSource, kernel: Kernel, block: str) -> bool:
     launches = ms.launches_of(kernel)
     return bool(launches) and all(launch.arg(block) is not None for launch in launches) \
         and not any(block in {n.value for n in subnodes(d, cst.Name)} for d in kernel.node.decorators)
+
+
+def lifted_guards(ms: ModuleSource, plan: Plan) -> list:
+    """The edits that let rows of any length reach the launch's new branches: where a launch of the one-block
+    kernel sits alone in an `if` whose test bounds from above the length whose next power of two is the row
+    block (single_pass's `if 0 < cols <= 16384:`, a hand-written `if n <= 4096 and ...:`), those bounds go.
+    The bound keeps a row the one block cannot hold in registers away from the kernel; after the rewrite
+    every row block over LONG takes the chunked twin or the split, so the one block never meets such a row,
+    and longer rows read the row twice instead of going to the else branch's kernel. Only where the else
+    branch is a launch of a kernel of this module over the same arguments (what single_pass leaves: the
+    blocked kernel for longer rows): an else that raises, or computes otherwise, keeps its rows."""
+    if plan.extent.param is None:
+        return []
+    edits = []
+    for launch in ms.launches_of(plan.kernel):
+        given, line = launch.arg(plan.block), launch_statement(ms, launch)
+        block = ms.parents.get(id(line)) if line is not None else None
+        guard = ms.parents.get(id(block)) if block is not None else None
+        if given is None or given.star or not isinstance(guard, cst.If) or guard.body is not block \
+                or len(block.body) != 1:
+            continue
+        if not _same_launch_else(ms, guard, launch):
+            continue
+        value = given.value
+        if not (isinstance(value, cst.Call) and (dotted(value.func) or "").endswith("next_power_of_2")
+                and len(value.args) == 1):
+            continue
+        test = _unbounded(guard.test, code(value.args[0].value))
+        if test is guard.test:
+            continue
+        if test is None:  # the bound was the whole test: the branch always runs
+            edits.append((guard, lambda node: cst.FlattenSentinel(node.body.body)))
+        else:
+            # the test's trailing comment spoke of the bound that goes
+            edits.append((guard, lambda node, test=test: node.with_changes(
+                test=test, body=node.body.with_changes(header=cst.TrailingWhitespace()))))
+    return edits
+
+
+def _same_launch_else(ms: ModuleSource, guard: cst.If, launch: Launch) -> bool:
+    """Whether the `if`'s else is one launch of a kernel of this module passing the launch's positional
+    arguments."""
+    other = guard.orelse
+    if not isinstance(other, cst.Else) or len(other.body.body) != 1:
+        return False
+    line = other.body.body[0]
+    for kernel in ms.kernels.values():
+        for theirs in ms.launches_of(kernel):
+            if launch_statement(ms, theirs) is line:
+                return _positional(theirs.call) == _positional(launch.call)
+    return False
+
+
+def _positional(call: cst.Call) -> list[str]:
+    return [code(a.value).strip() for a in call.args if a.keyword is None]
+
+
+def _unbounded(test: cst.BaseExpression, length: str) -> cst.BaseExpression | None:
+    """`test` without its conjuncts that bound `length` from above (`length <= N`, `length < N`, `N >= length`,
+    as a link of a comparison chain at either end, or a side of an `and`): the same node where there is none,
+    None where nothing is left."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        left, right = _unbounded(test.left, length), _unbounded(test.right, length)
+        if left is test.left and right is test.right:
+            return test
+        if left is None or right is None:
+            return right if left is None else left
+        return test.with_changes(left=left, right=right)
+    if not isinstance(test, cst.Comparison):
+        return test
+    operands = [test.left, *(t.comparator for t in test.comparisons)]
+    links = list(test.comparisons)
+
+    def bounds(i: int) -> bool:  # link i compares operands[i] with operands[i + 1]
+        op = links[i].operator
+        return (code(operands[i]).strip() == length and isinstance(op, cst.LessThan | cst.LessThanEqual)) or (
+            code(operands[i + 1]).strip() == length and isinstance(op, cst.GreaterThan | cst.GreaterThanEqual))
+
+    if len(links) == 1:
+        return None if bounds(0) else test
+    if bounds(len(links) - 1):  # `0 < n <= N`: the last link goes
+        return test.with_changes(comparisons=links[:-1])
+    if bounds(0):  # `N >= n > 0`: the first link goes
+        return test.with_changes(left=links[0].comparator, comparisons=links[1:])
+    return test

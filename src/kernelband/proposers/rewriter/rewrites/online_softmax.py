@@ -17,7 +17,14 @@ from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import fresh_name
 from kernelband.proposers.rewriter.edits import Found, Variant
-from kernelband.proposers.rewriter.rewrites.online_launch import CHUNK, LONG, host_knows, in_kernel, on_host
+from kernelband.proposers.rewriter.rewrites.online_launch import (
+    CHUNK,
+    LONG,
+    host_knows,
+    in_kernel,
+    lifted_guards,
+    on_host,
+)
 from kernelband.proposers.rewriter.rewrites.online_passes import merge
 from kernelband.proposers.rewriter.rewrites.online_rows import plan
 from kernelband.proposers.rewriter.rewrites.online_split import split_edits
@@ -48,9 +55,11 @@ def online_softmax(ms: ModuleSource) -> Found:
             continue
         used = set(kernel.names) | {n for s in ms.scopes for n in s.assigns} | set(ms.kernels)
         chunk = fresh_name("CHUNK", used)
+        lifted = lifted_guards(ms, found) if host_knows(ms, found) else []
         if host_knows(ms, found):
             twin = fresh_name(f"{kernel.name}_online", used)
             edits = on_host(ms, found, twin, chunk)
+            edits = edits if isinstance(edits, str) else [*edits, *lifted]
             where = f"{twin}, chosen at the launch"
         else:
             edits = in_kernel(ms, found, fresh_name("LONG_ROW", used), chunk)
@@ -61,10 +70,12 @@ def online_softmax(ms: ModuleSource) -> Found:
         touched = frozenset({kernel.name} | {x.scope.top for x in ms.launches_of(kernel)} - {None})
         stats = ", ".join(f"{s.op}" + (" of exp(x - max)" if s.against else "") for s in found.stats)
         what = (f"{kernel.name}'s row block {found.block} in chunks of {CHUNK} where it is over {LONG}: one pass "
-                f"for its statistics ({stats}, online), one for its stores ({where})")
+                f"for its statistics ({stats}, online), one for its stores ({where})"
+                + ("; the launch's bound on the row's length lifted" if lifted else ""))
         variants.append(Variant("online_softmax", what, touched, tuple(edits)))
         if host_knows(ms, found):
             split = split_edits(ms, found, twin, chunk)
+            split = split if isinstance(split, str) else [*split, *lifted]
             if isinstance(split, str):
                 reasons.append(split)
             else:
