@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 TASKS = ("examples:softmax", "tritonbench:softmax_triton1")
-GPU_SHAPES = [(64, 32000), (8192, 32000), (16384, 32000)]
+GPU_SHAPES = [(64, 32000), (128, 65536), (8192, 32000), (16384, 32000)]
 CPU_SHAPES = [(3, 100), (9, 100)]  # fewer and more rows than the interpreter's SM count (online_split.CPU_SMS)
 
 
@@ -54,6 +54,16 @@ def kernels(folder: Path) -> list[tuple[str, object]]:
         for index, variant in enumerate(made.variants):
             label = f"{stem} online {index}" + (" (split)" if "split" in variant.rationale else "")
             found.append((label, _module(variant.apply(made.module), f"{stem}_v{index}", folder).softmax))
+        # the one-block child single_pass makes of a blocked softmax, and its online variants (the chunked twin,
+        # the few-rows split), which reach rows of any length through its lifted bound
+        single = options(source, ("single_pass",))
+        for first, child in enumerate(single.variants):
+            child_source = child.apply(single.module)
+            made = options(child_source, ("online_softmax",))
+            for index, variant in enumerate(made.variants):
+                label = f"{stem} single_pass {first} online {index}" + (" (split)" if "split" in variant.rationale
+                                                                        else "")
+                found.append((label, _module(variant.apply(made.module), f"{stem}_s{first}v{index}", folder).softmax))
     return found
 
 
@@ -101,8 +111,10 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp())
     sys.path.insert(0, str(folder))
     bandwidth = copy_bandwidth(gpu)
+    # static shapes, as the evaluator's baseline: a function compiled once for all shapes recompiles with dynamic
+    # sizes after the first and times a generic kernel
     compiled = None if args.no_compile else torch.compile(lambda x: torch.softmax(x, dim=-1),
-                                                          mode="max-autotune-no-cudagraphs")
+                                                          mode="max-autotune-no-cudagraphs", dynamic=False)
     contenders = kernels(folder)
     rows = []
     for dtype in (torch.float32, torch.float16):
