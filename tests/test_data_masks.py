@@ -214,6 +214,19 @@ def test_a_store_without_its_old_values_keeps_its_mask():
     assert any("the store to g_ptr in k keeps its mask" in r for r in reasons), reasons
 
 
+@pytest.mark.parametrize("offsets", ["tl.program_id(0) + tl.arange(0, BLOCK)",  # windows that overlap
+                                     "tl.program_id(0) * BLOCK + tl.program_id(1) + tl.arange(0, BLOCK)"])
+def test_a_store_whose_programs_may_share_elements_keeps_its_mask(offsets):
+    """Writing back old values is no race only where each program writes elements of its own: overlapping
+    windows, or a second program axis the address does not separate, keep the store's mask (the loads change)."""
+    source = TRITONBENCH.replace("    block_start = pid * BLOCK_SIZE\n    offsets = block_start + tl.arange(0, BLOCK_SIZE)\n",
+                                 f"    offsets = {offsets.replace('BLOCK', 'BLOCK_SIZE')}\n")
+    assert source != TRITONBENCH
+    (new,), reasons = made(source)
+    assert "tl.store(grad_ptr + offsets, grad, mask=mask)" in new and "tl.where(keep, tl.load(p_ptr" in new
+    assert any("no proof that each program writes elements of its own" in r for r in reasons), reasons
+
+
 def test_a_load_in_a_store_changes_with_it():
     (new,), reasons = made(NESTED)
     assert reasons == []

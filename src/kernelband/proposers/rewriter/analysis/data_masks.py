@@ -25,7 +25,7 @@ from kernelband.proposers.rewriter.analysis.accesses import Access
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel
 from kernelband.proposers.rewriter.analysis.syntax import arg_of, assigned, code, loads, subnodes
-from kernelband.proposers.rewriter.analysis.values import is_call, tl_name
+from kernelband.proposers.rewriter.analysis.values import add_terms, factors, is_call, same, tl_name
 
 # What a kernel reads from memory: a term built on one of these depends on data, not on the launch.
 DATA_CALLS = frozenset({"load"}) | {f"atomic_{op}" for op in ("add", "max", "min", "xchg", "cas", "and", "or", "xor")}
@@ -228,3 +228,27 @@ def masked_accesses(kernel: Kernel) -> list[MaskedAccess]:
         masks = _Masks(kernel)
         cache[kernel.name] = masks.all()
     return cache[kernel.name]
+
+
+def owned(kernel: Kernel, address: ast.expr | None) -> bool:
+    """Whether each program of the kernel reaches elements of `address` no other program reaches: the address is
+    a base plus `pid(a) * S + arange(0, S)` (in any order, with terms that read neither a program id nor an
+    arange), and the kernel reads no program id on another axis. A store that writes back what it loaded is
+    then no race with another program's store."""
+    if address is None:
+        return False
+    axes = {kernel.program_axis(c) for c in kernel.calls("program_id")}
+    if len(axes) != 1 or None in axes:
+        return False
+    terms = add_terms(address)
+    pids = [t for t in terms if any(is_call(n, "__pid") for n in ast.walk(t))]
+    ranges = [t for t in terms if any(is_call(n, "__arange") for n in ast.walk(t))]
+    if len(pids) != 1 or len(ranges) != 1 or pids[0] is ranges[0] or not is_call(ranges[0], "__arange"):
+        return False
+    span = factors(pids[0])
+    pid = [f for f in span if is_call(f, "__pid")]
+    rest = [f for f in span if not is_call(f, "__pid")]
+    start, end = (ranges[0].args + [None, None])[:2]
+    return (len(pid) == 1 and len(rest) == 1 and isinstance(start, ast.Constant) and start.value == 0
+            and same(rest[0], end) and not any(is_call(n, "__pid") or is_call(n, "__arange")
+                                               for n in ast.walk(rest[0])))

@@ -22,8 +22,9 @@ drops most lanes is the evaluator's to say; the meaning is certain to stay:
 * a store writes back, where the data term is false, the values the same program loaded from the same
   addresses before it with nothing stored in between (the same canonical address, no loop or branch between):
   those lanes keep what they held. A store without such a load keeps its mask: reading the old values would
-  add traffic. Lanes that another program writes between this one's load and store would be a race in the
-  original too, for a kernel whose programs write disjoint elements; the rewrite does not prove that;
+  add traffic. Only where each program writes elements of its own (`pid * S + tl.arange(0, S)` along one
+  program axis: analysis/data_masks.owned), so that no other program's store falls between the load and the
+  write-back;
 * the data term is read once into a fresh name, at a point where each of its terms still has the value it
   has at the accesses; the bounds text likewise, inline where its names still hold their values.
 """
@@ -40,6 +41,7 @@ from kernelband.proposers.rewriter.analysis.data_masks import (
     holds,
     last_change,
     masked_accesses,
+    owned,
     reads_data,
 )
 from kernelband.proposers.rewriter.analysis.facts import facts_of
@@ -160,6 +162,10 @@ def _plan(kernel: Kernel, masked: list[MaskedAccess]) -> _Plan:
     for store in (m for m in ready if m.access.store):
         found = _old_load(kernel, store)
         what = f"the store to {', '.join(sorted(store.access.bases))} in {kernel.name}"
+        if not owned(kernel, store.access.address):
+            plan.reasons.append(f"{what} keeps its mask: no proof that each program writes elements of its own "
+                                "(writing back old values could race with another program's store)")
+            continue
         if found is None:
             plan.reasons.append(f"{what} keeps its mask: the store's old values are not loaded before it")
             continue
