@@ -3,9 +3,6 @@
 
     PYTHONPATH=src KERNELBAND_TRITONBENCH=... python benchmarks/data_masks_ptx.py
 
-with a Python whose Triton can target sm_90 (Triton 3.6, as on the GPU machine; the CPU build of 3.9 here
-compiles no CUDA target).
-
 The original's mask reads the loaded p_mask, so every lane is its own predicated 32-bit access; the variant's
 loads and stores are masked by the bounds alone and vectorise (ld.global.v4 / st.global.v4)."""
 
