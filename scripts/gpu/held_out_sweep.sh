@@ -38,8 +38,8 @@ if [ "${SMOKE:-0}" = 1 ]; then
 else
   S=${KB_STATE:-kernelband-runs/held_out}
   declare -A only=([train]="" [test]="")
-  # q = 1 leaves one evaluation in flight a run: at 2 runs a GPU, run AX's fill kept its GPU some 40 % busy (12.6
-  # s an evaluation, of which timing and ncu hold the GPU about 5 s), so 4 runs a GPU, the benches' tested default
+  # q = 1 leaves one evaluation in flight a run, and timing and ncu hold the GPU some 5 s of an evaluation's
+  # 12.6 (docs/lab/held_out_plan.md): 4 runs a GPU keep it busy where 2 leave it idle most of the time
   search=(-n 10 -q 1) run=(--runs-per-gpu "${RUNS_PER_GPU:-4}")
 fi
 mkdir -p "$S"

@@ -126,10 +126,9 @@ PRESETS = {
     # time moves from one process to the next, and the kernel's own time with where its inputs lie
     # (BENCHMARKS.md, timing repeatability: l2_norm_triton1's CV of 5 evaluations 1.0-2.5 % by events, 0.3-0.6 %
     # so). That part is small in a long task's runtime-weighted speedup, but not in its per-shape figures,
-    # which the hand-back's per-shape dispatch and the user's table read: a one-shot eval of the examples'
-    # own kernels against themselves put 27 shapes of under 20 µs 2.1-11 % off 1.0 in ten processes by events
-    # (docs/lab/runs.md, run AX). Every candidate starts CUPTI anyway (the audit's split of its kernels), so a
-    # short shape's spans cost some 12 ms a measurement more.
+    # which the hand-back's per-shape dispatch and the user's table read (BENCHMARKS.md, noise floor). Every
+    # candidate starts CUPTI anyway (the audit's split of its kernels), so a short shape's spans cost some 12 ms
+    # a measurement more.
     # A measurement is the mean of its middle 80 % of iterations (`trimmed`): where a shape's iterations fall in
     # two groups, the median jumps between them from one measurement to the next (BENCHMARKS.md, timing
     # repeatability:
