@@ -28,6 +28,9 @@ from kernelband.proposers.rewriter.analysis.values import (
     tl_name,
 )
 
+# The calls of triton.language that write memory: what may change a value a load read before them
+WRITES = ("store", *(f"atomic_{op}" for op in ("add", "max", "min", "xchg", "cas", "and", "or", "xor")))
+
 
 @dataclass(eq=False)
 class Access:

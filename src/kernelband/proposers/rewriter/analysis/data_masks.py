@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from kernelband.proposers.rewriter.analysis.accesses import Access
+from kernelband.proposers.rewriter.analysis.accesses import WRITES, Access
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel
 from kernelband.proposers.rewriter.analysis.syntax import arg_of, assigned, code, loads, subnodes
 from kernelband.proposers.rewriter.analysis.values import add_terms, factors, is_call, same, tl_name
 
 # What a kernel reads from memory: a term built on one of these depends on data, not on the launch.
-DATA_CALLS = frozenset({"load"}) | {f"atomic_{op}" for op in ("add", "max", "min", "xchg", "cas", "and", "or", "xor")}
+DATA_CALLS = frozenset({"load", *WRITES}) - {"store"}
 # The markers of where a program is and which lanes it holds (analysis/values.py).
 INDEX_MARKERS = ("__pid", "__nprog", "__arange", "__loop")
 

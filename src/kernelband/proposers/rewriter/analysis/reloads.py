@@ -14,11 +14,9 @@ from functools import cached_property
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.accesses import WRITES
 from kernelband.proposers.rewriter.analysis.syntax import subnodes
 from kernelband.proposers.rewriter.analysis.values import KernelValues, tl_name
-
-WRITES = ("store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas", "atomic_and",
-          "atomic_or", "atomic_xor")
 
 
 class Reloads:

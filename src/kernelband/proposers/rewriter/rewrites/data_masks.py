@@ -35,6 +35,7 @@ import ast
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.accesses import WRITES
 from kernelband.proposers.rewriter.analysis.data_masks import (
     MaskedAccess,
     Term,
@@ -51,7 +52,6 @@ from kernelband.proposers.rewriter.analysis.values import same
 from kernelband.proposers.rewriter.edits import Edit, Found, Variant
 
 ATOMS = (cst.Name, cst.Call, cst.Attribute, cst.Subscript, cst.Integer, cst.Float)
-WRITES = frozenset({"store"}) | {f"atomic_{op}" for op in ("add", "max", "min", "xchg", "cas", "and", "or", "xor")}
 
 
 def _conjunct_keys(form: ast.expr) -> set[str]:
