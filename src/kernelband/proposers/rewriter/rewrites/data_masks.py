@@ -49,7 +49,7 @@ from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import arg_of, code, fresh_name, subnodes
 from kernelband.proposers.rewriter.analysis.values import same
-from kernelband.proposers.rewriter.edits import Edit, Found, Variant
+from kernelband.proposers.rewriter.edits import Edit, Found, Variant, replace_with
 
 ATOMS = (cst.Name, cst.Call, cst.Attribute, cst.Subscript, cst.Integer, cst.Float)
 
@@ -216,13 +216,13 @@ def _plan(kernel: Kernel, masked: list[MaskedAccess]) -> _Plan:
             plan.insert(m.statement, f"{name} = {rebuilt}")
             plan.defined.add(name)
             fill = "False" if other is None else f"{plan.tl}.cast({code(other).strip()}, {name}.dtype)"
-            plan.calls[id(m.call)] = (m.call, _replaced(f"{plan.tl}.where({keep}, {name}, {fill})"))
+            plan.calls[id(m.call)] = (m.call, replace_with(f"{plan.tl}.where({keep}, {name}, {fill})"))
         plan.loads += 1
     # A store's old values read by a load the rewrite does not change (bounds only, or no mask).
     for store, call, index in olds.values():
         if id(call) not in plan.calls and id(store.call) in plan.calls:
             plan.insert(store.block[index], f"{hoisted[id(call)]} = {code(call).strip()}")
-            plan.calls[id(call)] = (call, _replaced(hoisted[id(call)]))
+            plan.calls[id(call)] = (call, replace_with(hoisted[id(call)]))
     return plan
 
 
@@ -230,11 +230,6 @@ def _inserted(lines: list[str]):
     def edit(statement: cst.BaseStatement):
         return cst.FlattenSentinel([*(cst.parse_statement(line) for line in lines), statement])
     return edit
-
-
-def _replaced(text: str) -> Edit:
-    new = cst.parse_expression(text)
-    return lambda node: new
 
 
 # The call edits below read the call as the edits inside it left it (a load in a store's value, say).
