@@ -27,25 +27,17 @@ import sys
 from pathlib import Path
 
 from kernelband.errors import UserError, run_script
+from kernelband.evaluation.records import EvalResult
+from kernelband.store import Store
 
 
 def _geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
-def _shapes(result: dict) -> list[dict]:
+def _shapes(result: EvalResult) -> list:
     """The search shapes with the candidate's time, torch.compile's and the bound."""
-    return [s for s in result.get("shapes", []) if not s.get("held_out") and s.get("cand_ms")
-            and s.get("compiled_ms") and s.get("bound_ms")]
-
-
-def _result(db: sqlite3.Connection, run_id: int, best: int | None) -> dict | None:
-    """The run's handed-back evaluation, else its best candidate's search evaluation, as stored."""
-    row = db.execute("select result from evaluations where run_id = ? and which = 'handed_back'", (run_id,)).fetchone()
-    if row is None and best is not None:
-        row = db.execute("select result from evaluations where run_id = ? and candidate = ? and which = 'search'",
-                         (run_id, best)).fetchone()
-    return json.loads(row[0]) if row is not None else None
+    return [s for s in result.shapes if not s.held_out and s.cand_ms and s.compiled_ms and s.bound_ms]
 
 
 def tasks(paths: list[str]) -> dict[str, dict]:
@@ -54,20 +46,23 @@ def tasks(paths: list[str]) -> dict[str, dict]:
     for path in paths:
         if not Path(path).is_file():
             raise UserError(f"no database at {path}")
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        store = Store(path, read_only=True)
         try:
-            runs = db.execute("select id, task, summary from runs where status = 'done' order by id").fetchall()
+            runs = store.runs()
         except sqlite3.DatabaseError as exc:
             raise UserError(f"{path} is not a KernelBand run database ({exc})") from None
-        for run_id, task, summary in runs:
-            best = (json.loads(summary or "{}") or {}).get("best_candidate")
-            result = _result(db, run_id, best)
-            shapes = _shapes(result) if result else []
+        for run in runs:
+            best = (run.summary or {}).get("best_candidate") if run.status == "done" else None
+            if best is None:
+                continue
+            # the module the run handed back, else its best candidate as the search measured it
+            result = store.evaluation(run.id, best, "handed_back") or store.evaluation(run.id, best, "search")
+            shapes = _shapes(result) if result is not None else []
             if shapes:
-                out[task] = {"compile_ms": sum(s["compiled_ms"] for s in shapes),
-                             "cand_ms": sum(s["cand_ms"] for s in shapes),
-                             "bound_ms": sum(s["bound_ms"] for s in shapes), "shapes": len(shapes)}
-        db.close()
+                out[run.task] = {"compile_ms": sum(s.compiled_ms for s in shapes),
+                                 "cand_ms": sum(s.cand_ms for s in shapes),
+                                 "bound_ms": sum(s.bound_ms for s in shapes), "shapes": len(shapes)}
+        store.close()
     return out
 
 
