@@ -170,18 +170,21 @@ def test_single_pass_child_of_the_example_softmax_gets_the_twin_and_the_split():
                for r in rationales)
 
 
-CHECK = """
-import torch
-import original
-torch.manual_seed(0)
-for index, module in enumerate(modules):
-    launched = []
+# Inside a loop over `module`: the names of the module's kernels each launch runs, in `launched`.
+RECORD = """    launched = []
     for name in dir(module):
         kernel = getattr(module, name)
         if hasattr(kernel, "run") and hasattr(kernel, "fn"):
             run = kernel.run
             kernel.run = lambda *a, _run=run, _name=name, **k: (launched.append(_name), _run(*a, **k))[1]
-    for rows, cols in ((3, 100), (12, 100), (3, 16), (2, 5)):
+"""
+
+CHECK = """
+import torch
+import original
+torch.manual_seed(0)
+for index, module in enumerate(modules):
+""" + RECORD + """    for rows, cols in ((3, 100), (12, 100), (3, 16), (2, 5)):
         launched.clear()
         x = torch.randn(rows, cols)
         x[0, cols - 1] = 25.0
@@ -266,13 +269,7 @@ import torch
 import original, variant0, variant1
 torch.manual_seed(0)
 for module in (variant0, variant1):
-    launched = []
-    for name in dir(module):
-        kernel = getattr(module, name)
-        if hasattr(kernel, "run") and hasattr(kernel, "fn"):
-            run = kernel.run
-            kernel.run = lambda *a, _run=run, _name=name, **k: (launched.append(_name), _run(*a, **k))[1]
-    for rows in (3, 12):  # the split (fewer rows than the interpreter's SMs), then the chunked twin
+""" + RECORD + """    for rows in (3, 12):  # the split (fewer rows than the interpreter's SMs), then the chunked twin
         x = torch.randn(rows, 100)
         assert torch.allclose(module.softmax(x.clone()), original.softmax(x.clone()), atol=1e-6, rtol=1e-5)
     assert launched and "softmax_kernel" not in launched, launched
