@@ -55,8 +55,9 @@ def online_softmax(ms: ModuleSource) -> Found:
             continue
         used = set(kernel.names) | {n for s in ms.scopes for n in s.assigns} | set(ms.kernels)
         chunk = fresh_name("CHUNK", used)
-        lifted = lifted_guards(ms, found) if host_knows(ms, found) else []
-        if host_knows(ms, found):
+        on_the_host = host_knows(ms, found)
+        lifted = lifted_guards(ms, found) if on_the_host else []
+        if on_the_host:
             twin = fresh_name(f"{kernel.name}_online", used)
             edits = on_host(ms, found, twin, chunk)
             edits = edits if isinstance(edits, str) else [*edits, *lifted]
@@ -73,7 +74,7 @@ def online_softmax(ms: ModuleSource) -> Found:
                 f"for its statistics ({stats}, online), one for its stores ({where})"
                 + ("; the launch's bound on the row's length lifted" if lifted else ""))
         variants.append(Variant("online_softmax", what, touched, tuple(edits)))
-        if host_knows(ms, found):
+        if on_the_host:
             split = split_edits(ms, found, twin, chunk)
             split = split if isinstance(split, str) else [*split, *lifted]
             if isinstance(split, str):
