@@ -8,6 +8,10 @@ passes when every shape of every example stays within `--tolerance` (2 %) and ev
 
     python benchmarks/eval_self.py [--runs 10] [--tolerance 0.02] [--examples softmax,matmul] [--out rows.json]
     python benchmarks/eval_self.py --gpus 0,1,2,3 ...     # examples spread over four GPUs, each eval alone on one
+    python benchmarks/eval_self.py --resume part.json.xz ...  # only the processes an earlier part did not run
+
+A part is what `--out` wrote (xz-compressed or not): each process is self-contained, so parts run in separate
+sessions, on machines of one GPU model, add up to the same figure.
 
 Exit status: 0 within the tolerance, 1 outside it (or an evaluation not ok), 2 for bad input. Run it on the
 GPU machine; in the interpreter (KERNELBAND_MODE=interpreter) the figures say nothing about a GPU.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import os
 import queue
 import subprocess
@@ -58,6 +63,13 @@ def rows(results: dict[str, list[dict]]) -> list[dict]:
     return out
 
 
+def load_part(path: Path) -> tuple[dict[str, list[dict]], set[str]]:
+    """An earlier part's records per example and its devices (what `--out` wrote; `.xz` read as such)."""
+    raw = lzma.open(path).read() if path.suffix == ".xz" else path.read_bytes()
+    data = json.loads(raw)
+    return {e: list(r) for e, r in data["records"].items()}, set(data["devices"])
+
+
 def verdict(table: list[dict], tolerance: float) -> bool:
     """Every shape within the tolerance, every evaluation ok."""
     return all(r["worst"] is not None and r["worst"] <= tolerance and not r["failed"] for r in table)
@@ -83,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", default="", help="comma-separated GPU indices: one example at a time on each, its "
                     "processes one after another (default: the visible GPU)")
     ap.add_argument("--out", type=Path, default=None, help="write the per-shape rows here as JSON")
+    ap.add_argument("--resume", type=Path, default=None,
+                    help="an earlier part's --out file: its processes count, and only the rest run")
     args = ap.parse_args(argv)
     known = list(example_names())
     chosen = [e for e in args.examples.split(",") if e] or known
@@ -95,10 +109,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     results: dict[str, list[dict]] = {e: [] for e in chosen}
     devices: set[str] = set()
+    if args.resume is not None:
+        try:
+            earlier, devices = load_part(args.resume)
+        except (OSError, ValueError, KeyError, lzma.LZMAError) as exc:
+            print(f"error: --resume {args.resume} is not a file --out wrote ({exc})", file=sys.stderr)
+            return 2
+        for example in chosen:
+            results[example] = earlier.get(example, [])[:args.runs]
     todo = queue.SimpleQueue()
     for example in chosen:
-        todo.put(example)
+        if len(results[example]) < args.runs:
+            todo.put(example)
     lock = threading.Lock()
+
+    def save() -> None:
+        if args.out is not None:  # after each process, so that a run cut short keeps what it measured
+            # each eval's whole record too: what a shape far off 1 was measured beside
+            args.out.write_text(json.dumps({"devices": sorted(devices), "runs": args.runs,
+                                            "rows": rows(results), "records": results}, indent=1))
 
     def lane(gpu: str | None) -> None:  # one GPU's examples, each one's processes one after another
         while True:
@@ -106,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                 example = todo.get_nowait()
             except queue.Empty:
                 return
-            for i in range(args.runs):
+            for i in range(len(results[example]), args.runs):
                 record = eval_once(example, args.ncu, args.timeout, args.baselines, gpu)
                 with lock:
                     results[example].append(record)
@@ -114,17 +143,14 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{example} {i + 1}/{args.runs}{'' if gpu is None else f' (GPU {gpu})'}: "
                           f"{record['outcome']} {record.get('speedup') if record.get('speedup') is not None else '-'}",
                           file=sys.stderr)
-            with lock:
-                if args.out is not None:  # after each example, so that a run cut short keeps what it measured
-                    # each eval's whole record too: what a shape far off 1 was measured beside
-                    args.out.write_text(json.dumps({"devices": sorted(devices), "runs": args.runs,
-                                                    "rows": rows(results), "records": results}, indent=1))
+                    save()
 
     lanes = [threading.Thread(target=lane, args=(g,)) for g in ([g for g in args.gpus.split(",") if g] or [None])]
     for t in lanes:
         t.start()
     for t in lanes:
         t.join()
+    save()
     table = rows(results)
     print(f"| example | shape | worst abs(self-speedup - 1) | self-speedups ({', '.join(sorted(devices))}) |")
     print("|---|---|---|---|")
@@ -134,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['example']} | {r['shape']} | {worst}{note} | {', '.join(f'{s:.3f}' for s in r['speedups'])} |")
     worst = max((r["worst"] for r in table if r["worst"] is not None), default=None)
     ok = verdict(table, args.tolerance)
+    done = sum(len(r) for r in results.values())
+    if done < args.runs * len(chosen):
+        print(f"{done} of {args.runs * len(chosen)} processes run: the figure is partial (--resume the --out file)")
     print(f"{within(table, args.tolerance)} of {len(table)} shapes within {100 * args.tolerance:g} % in all "
           f"{args.runs} runs; worst per-shape deviation: {'-' if worst is None else f'{100 * worst:.1f} %'} "
           f"({'within' if ok else 'outside'} {100 * args.tolerance:g} %)")

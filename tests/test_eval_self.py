@@ -111,3 +111,51 @@ def test_the_self_eval_spreads_examples_over_gpus_one_process_at_a_time_on_each(
     assert all(len(gpus) == 1 for gpus in by_example.values())
     assert by_example["vector_add"] | by_example["softmax"] == {"0", "1"}
     assert len(calls) == 4 and max(overlap) == 1
+
+
+def test_the_self_eval_resumes_an_earlier_part_and_runs_only_the_rest(monkeypatch, tmp_path):
+    """Ten processes of nine examples outlast one GPU's session: a part's --out file, given to --resume,
+    counts its processes, and only the missing ones run (the partial figure says so)."""
+    import lzma
+
+    script = _script()
+    calls: list[str] = []
+
+    def eval_once(example, ncu, timeout, baselines=False, gpu=None):
+        calls.append(example)
+        return {"outcome": "ok", "device": "d", "shapes": [{"label": "n=1", "speedup": 1.0 + len(calls) / 1000}]}
+
+    part = tmp_path / "part.json"
+    # a first part cut short: vector_add whole, softmax one process of three
+    part.write_text(json.dumps({"devices": ["d"], "runs": 3, "rows": [], "records": {
+        "vector_add": [{"outcome": "ok", "device": "d", "shapes": [{"label": "n=1", "speedup": 1.0}]}] * 3,
+        "softmax": [{"outcome": "ok", "device": "d", "shapes": [{"label": "n=1", "speedup": 1.015}]}]}}))
+    packed = tmp_path / "part.json.xz"
+    packed.write_bytes(lzma.compress(part.read_bytes()))
+    monkeypatch.setattr(script, "eval_once", eval_once)
+    out = tmp_path / "whole.json"
+    assert script.main(["--runs", "3", "--examples", "vector_add,softmax", "--resume", str(packed),
+                        "--out", str(out)]) == 0
+    assert calls == ["softmax", "softmax"]
+    whole = json.loads(out.read_text())
+    assert {r["example"]: r["speedups"] for r in whole["rows"]} == {
+        "vector_add": [1.0, 1.0, 1.0], "softmax": [1.015, 1.001, 1.002]}
+    # an unreadable part is bad input, not a traceback
+    (tmp_path / "bad.json").write_text("{}")
+    assert script.main(["--examples", "vector_add", "--resume", str(tmp_path / "bad.json")]) == 2
+
+
+def test_a_cut_short_self_eval_says_its_figure_is_partial(monkeypatch, capsys):
+    script = _script()
+    calls: list[str] = []
+
+    def eval_once(example, *args, **kwargs):  # the second process never returns (its lane ends)
+        calls.append(example)
+        if len(calls) > 1:
+            raise RuntimeError("cut short")
+        return {"outcome": "ok", "device": "d", "shapes": [{"label": "n=1", "speedup": 1.0}]}
+
+    monkeypatch.setattr(script, "eval_once", eval_once)
+    monkeypatch.setattr(script.threading, "excepthook", lambda args: None)
+    script.main(["--runs", "2", "--examples", "vector_add"])
+    assert "1 of 2 processes run: the figure is partial" in capsys.readouterr().out

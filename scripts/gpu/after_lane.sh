@@ -6,6 +6,7 @@
 #
 #   setsid nohup bash scripts/gpu/after_lane.sh > /dev/null 2>&1 < /dev/null &   # from the same copy as the sweep
 #   AFTER_NOW=1 AFTER_GPUS=1,2,3 ...: at once, on GPUs 1-3, where the lane has one run left on GPU 0
+#   EVAL_SELF_RESUME=docs/results/reach/h200/side/eval_self_part.json.xz ...: only the processes that part lacks
 set -u
 cd "$(dirname "$0")/../.."
 S=${KB_STATE:-kernelband-runs/reach}
@@ -22,6 +23,7 @@ for _ in $(seq 12); do "$py" -c "import libcst" 2> /dev/null && break; sleep 5; 
 "$py" -c "import libcst" 2> /dev/null || "$py" -m pip install --no-index --no-deps -q .wheels/*.whl
 log "eval_self begins on GPUs $gpus"
 timeout "${EVAL_SELF_S:-1500}" "$py" benchmarks/eval_self.py --runs 10 --tolerance 0.02 --gpus "$gpus" \
-  --out "$S/eval_self.json" > "$S/eval_self.log" 2> "$S/eval_self.err"
+  --out "$S/eval_self.json" ${EVAL_SELF_RESUME:+--resume "$EVAL_SELF_RESUME"} > "$S/eval_self.log" \
+  2> "$S/eval_self.err"
 log "eval_self exit $?"
 touch "$S/after.done"
