@@ -177,7 +177,7 @@ def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_si
             ev.timing.time(ctx)
         return ctx.by_index, result, ev
 
-    preset = dataclasses.replace(PRESETS["default"], name="span", timer="span", span_task_ms=0.2)
+    preset = dataclasses.replace(PRESETS["default"], name="span", timer="span", span_task_ms=0.2, span_rounds=1)
     by_index, result, _ = timing(preset)
     assert asked == [("ref", 0, False), ("ref", 1, False),  # the task's time learnt by events: 0.01 ms
                      ("ref", 0, True), ("cand", 0, True),  # so its short shapes by spans: each side's usual
@@ -206,6 +206,13 @@ def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_si
     by_index, _, _ = timing(dataclasses.replace(PRESETS["default"], name="any"))
     assert asked[:2] == [("ref", 0, False), ("ref", 0, True)], asked
     assert by_index[0].timer == "span" and ("ref", 1, True) in asked
+    # and measures a shape timed by spans in four ABBA rounds (rules 10), one whose spans fall back to events
+    # in the preset's own rounds
+    assert asked[2:11] == [("cand", 0, True), ("ref", 0, True), ("cand", 0, True), ("cand", 0, True),
+                           ("ref", 0, True), ("ref", 0, True), ("cand", 0, True), ("cand", 0, True),
+                           ("ref", 0, True)], asked
+    assert len(by_index[0].ref_rounds) == len(by_index[0].cand_rounds) == 4
+    assert asked[-2:] == [("cand", 1, False), ("ref", 1, False)] and len(by_index[1].ref_rounds) == 1
 
 
 def _record_loads(ev, monkeypatch) -> list:
@@ -256,9 +263,10 @@ def test_a_replaced_profiler_is_tampering():
 def test_only_the_default_preset_times_short_shapes_by_spans():
     """`default` times the short shapes of every task by spans, over copies of the inputs; `paper` and
     `tritonbench` keep their protocols' events."""
-    assert {n: (p.timer, p.placements, p.span_below_ms, p.span_task_ms) for n, p in PRESETS.items()} == {
-        "default": ("span", 32, 0.1, None), "paper": ("events", 1, 0.1, None),
-        "tritonbench": ("events", 1, 0.1, None)}
+    assert {n: (p.timer, p.placements, p.span_below_ms, p.span_task_ms, p.span_rounds)
+            for n, p in PRESETS.items()} == {
+        "default": ("span", 32, 0.1, None, 4), "paper": ("events", 1, 0.1, None, 1),
+        "tritonbench": ("events", 1, 0.1, None, 1)}
 
 
 def test_an_evaluation_records_every_measurement(evaluator, vector_add):

@@ -2,8 +2,8 @@
 
 Who goes first alternates from shape to shape, ABBA over the rounds, so that drift cancels. A shape whose
 reference or candidate comes out off its usual time in this evaluator is measured again
-(evaluation/interleave.py). In a short task, short shapes are timed by the calls' spans on the GPU
-(Preset.timer). Beside each measurement's device times the worker measures the wall time per call of
+(evaluation/interleave.py). Short shapes are timed by the calls' spans on the GPU (Preset.timer), in
+Preset.span_rounds rounds. Beside each measurement's device times the worker measures the wall time per call of
 back-to-back calls (`call_ms`): what an eager program pays, host cost included.
 """
 
@@ -140,6 +140,7 @@ class Timing:
             if spans and expected is not None and expected < preset.span_below_ms:
                 # short by events: both sides timed by their spans, with histories of their own
                 msg["span"] = True
+                rounds = max(rounds, preset.span_rounds)
                 key, cand_key = (*key, "span"), (*cand_key, "span")
                 expected = self.history.expected(key)
                 if expected is None:
@@ -155,6 +156,7 @@ class Timing:
             mixed = len(timers) > 1
             if mixed:  # one side's spans unreadable: both sides again by events, never one of each
                 msg["span"] = False
+                rounds = max(1, preset.rounds)
                 key, cand_key = by_events
                 expected, cand_expected = self.history.expected(key), self.cand_history.expected(cand_key)
                 kept, attempts = interleave.measure_shape(measure, rounds, sr.timed_first == "ref", preset.stat,
