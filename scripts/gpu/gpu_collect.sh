@@ -17,7 +17,7 @@ mkdir -p "$OUT"
 # the sweep's threads' stacks into its log (search_quality.py's SIGUSR1 handler: kernelband.stacks)
 pkill -USR1 -f '^python3 benchmarks/search_quality.py' && sleep 1  # not `timeout`, which USR1 ends
 cp ~/.cache/kernelband/calibration.json "$S/" 2>/dev/null
-for path in "$S"/*.db $(for d in ${KB_MORE//:/ }; do echo "$d"/*.db; done); do
+for path in "$S"/*.db $(for d in ${KB_MORE:+${KB_MORE//:/ }}; do echo "$d"/*.db; done); do
   db=$(basename "$path" .db)
   [ -f "$path" ] && python3 - "$path" "$OUT/$db.db" <<'PY'
 import sqlite3, sys
@@ -41,7 +41,7 @@ done
 # the logs last, after the packing: run AG's grid wrote 3 rows during it, and they came back nowhere whole. The
 # grid's rows also as grid.jsonl, for GRID_DONE in a later session if the database copy above lacks some.
 tar czf "$OUT/logs.tar.gz" -C "$S" $(cd "$S" && ls ./*.log ./*.json ./*.md ./*.txt 2>/dev/null)
-for d in ${KB_MORE//:/ }; do
+for d in ${KB_MORE:+${KB_MORE//:/ }}; do
   [ -d "$d" ] && tar czf "$OUT/logs-$(basename "$d").tar.gz" -C "$d" $(cd "$d" && ls ./*.log ./*.json ./*.txt 2>/dev/null)
   tail -n 5 "$d/session.log" 2>/dev/null
 done
