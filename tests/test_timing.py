@@ -206,13 +206,37 @@ def test_a_short_shape_is_timed_by_spans_and_by_events_on_both_sides_when_one_si
     by_index, _, _ = timing(dataclasses.replace(PRESETS["default"], name="any"))
     assert asked[:2] == [("ref", 0, False), ("ref", 0, True)], asked
     assert by_index[0].timer == "span" and ("ref", 1, True) in asked
-    # and measures a shape timed by spans in four ABBA rounds (rules 10), one whose spans fall back to events
-    # in the preset's own rounds
-    assert asked[2:11] == [("cand", 0, True), ("ref", 0, True), ("cand", 0, True), ("cand", 0, True),
-                           ("ref", 0, True), ("ref", 0, True), ("cand", 0, True), ("cand", 0, True),
-                           ("ref", 0, True)], asked
-    assert len(by_index[0].ref_rounds) == len(by_index[0].cand_rounds) == 4
+    # and measures a shape timed by spans in two ABBA rounds (rules 10; steady calls: no more), one whose spans
+    # fall back to events in the preset's own rounds
+    assert asked[2:7] == [("cand", 0, True), ("ref", 0, True), ("cand", 0, True), ("cand", 0, True),
+                          ("ref", 0, True)], asked
+    assert len(by_index[0].ref_rounds) == len(by_index[0].cand_rounds) == 2
     assert asked[-2:] == [("cand", 1, False), ("ref", 1, False)] and len(by_index[1].ref_rounds) == 1
+
+
+def test_a_shape_whose_calls_vary_is_measured_in_more_rounds_until_its_speedup_is_precise():
+    """interleave.measure_shape past its `rounds`: two more ABBA rounds at a time, up to `max_rounds`, while the
+    speedup's standard error from the iterations is over `target_se`; steady calls stop at `rounds`."""
+    import random
+
+    from kernelband.evaluation import interleave
+
+    def run(cv: float, max_rounds: int = 4) -> list[str]:
+        rng, order = random.Random(0), []
+
+        def measure(who):
+            order.append(who)
+            return interleave.Sample([0.002 * (1 + rng.gauss(0, cv)) for _ in range(100)])
+
+        interleave.measure_shape(measure, 2, True, "trimmed", None, 1.2, 2, None, max_rounds, 0.005)
+        return order
+
+    assert run(0.01) == ["ref", "cand", "cand", "ref"]  # SE about 0.1 %: two rounds
+    assert run(0.08) == ["ref", "cand", "cand", "ref", "ref", "cand", "cand", "ref"]  # 0.8 % after two
+    assert len(run(0.08, max_rounds=8)) == 12  # 0.46 % after six
+    assert len(run(0.3, max_rounds=0)) == 4  # no extension asked for
+    assert interleave.speedup_se([1.0, 1.0], [2.0, 2.0]) == 0.0
+    assert interleave.speedup_se([1.0], [1.0, 1.1]) == float("inf")
 
 
 def _record_loads(ev, monkeypatch) -> list:
@@ -263,10 +287,10 @@ def test_a_replaced_profiler_is_tampering():
 def test_only_the_default_preset_times_short_shapes_by_spans():
     """`default` times the short shapes of every task by spans, over copies of the inputs; `paper` and
     `tritonbench` keep their protocols' events."""
-    assert {n: (p.timer, p.placements, p.span_below_ms, p.span_task_ms, p.span_rounds)
+    assert {n: (p.timer, p.placements, p.span_below_ms, p.span_task_ms, p.span_rounds, p.span_rounds_max, p.span_se)
             for n, p in PRESETS.items()} == {
-        "default": ("span", 32, 0.1, None, 4), "paper": ("events", 1, 0.1, None, 1),
-        "tritonbench": ("events", 1, 0.1, None, 1)}
+        "default": ("span", 32, 0.1, None, 2, 4, 0.005), "paper": ("events", 1, 0.1, None, 1, 1, 0.0),
+        "tritonbench": ("events", 1, 0.1, None, 1, 1, 0.0)}
 
 
 def test_an_evaluation_records_every_measurement(evaluator, vector_add):

@@ -96,22 +96,41 @@ class Attempt:
         return sum(abs(math.log(ms / usual)) for ms, usual in pairs if usual)
 
 
+def speedup_se(ref: list[float], cand: list[float]) -> float:
+    """The relative standard error of ref / cand from the two sides' iterations (each side's CV over the root
+    of its count, added in quadrature): an upper bound for the trimmed mean's, which sets the outliers aside."""
+    def rel(times: list[float]) -> float:
+        mean = statistics.fmean(times)
+        return statistics.pstdev(times) / mean / math.sqrt(len(times)) if mean > 0 else math.inf
+    if len(ref) < 2 or len(cand) < 2:
+        return math.inf
+    return math.hypot(rel(ref), rel(cand))
+
+
 def measure_shape(measure: Callable[[str], Sample], rounds: int, ref_first: bool, stat: str,
                   expected: float | None, threshold: float, retries: int,
-                  cand_expected: float | None = None) -> tuple[Attempt, list[Attempt]]:
+                  cand_expected: float | None = None, max_rounds: int = 0,
+                  target_se: float = 0.0) -> tuple[Attempt, list[Attempt]]:
     """`measure("ref")` / `measure("cand")` time one side once. Returns the attempt kept and all of them.
 
-    An attempt is `rounds` ABBA rounds (who goes first in round 0: the reference if `ref_first`). A new
-    attempt follows while the last one's reference time exceeds `expected * threshold` or its candidate time
-    `cand_expected * threshold` (`threshold` 0, or neither side's usual time known: never), at most `retries`
-    times."""
+    An attempt is `rounds` ABBA rounds (who goes first in round 0: the reference if `ref_first`), then two
+    more at a time, up to `max_rounds`, while the speedup's standard error from the iterations
+    (`speedup_se`) is over `target_se`: a kernel of a few µs whose calls vary by several per cent gets the
+    calls it needs, a steady one no more. A new attempt follows while the last one's reference time exceeds
+    `expected * threshold` or its candidate time `cand_expected * threshold` (`threshold` 0, or neither side's
+    usual time known: never), at most `retries` times."""
     attempts: list[Attempt] = []
     for _ in range(1 + max(0, retries)):
         samples: dict[str, list[Sample]] = {"ref": [], "cand": []}
-        for r in range(rounds):
-            order = ("ref", "cand") if (r % 2 == 0) == ref_first else ("cand", "ref")
-            for who in order:
-                samples[who].append(measure(who))
+        r = 0
+        while r < rounds or (r < max_rounds and speedup_se(
+                [t for x in samples["ref"] for t in x.times],
+                [t for x in samples["cand"] for t in x.times]) > target_se):
+            for _ in range(1 if r < rounds else min(2, max_rounds - r)):  # past `rounds`, ABBA pairs: drift cancels
+                order = ("ref", "cand") if (r % 2 == 0) == ref_first else ("cand", "ref")
+                for who in order:
+                    samples[who].append(measure(who))
+                r += 1
         ref, cand = samples["ref"], samples["cand"]
         attempt = Attempt([x.times for x in ref], [x.times for x in cand], summarise([x.times for x in ref], stat)[0],
                           summarise([x.times for x in cand], stat)[0],

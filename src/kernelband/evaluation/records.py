@@ -56,9 +56,13 @@ class Preset:
     timer: str = "events"
     span_below_ms: float = 0.1
     span_task_ms: float | None = None  # None: no limit
-    # ABBA rounds of a shape timed by spans (at least `rounds`): a kernel of a few µs varies by 3-8 % from call
-    # to call, and its window drifts; more rounds average the one and cancel the other where it is linear
+    # ABBA rounds of a shape timed by spans (at least `rounds`), then two more at a time up to
+    # `span_rounds_max` while the speedup's standard error from the iterations is over `span_se`: a kernel of
+    # a few µs varies by 3-8 % from call to call, and its window drifts; more calls average the one, and
+    # rounds in ABBA order cancel the other where it is linear (interleave.measure_shape)
     span_rounds: int = 1
+    span_rounds_max: int = 1
+    span_se: float = 0.0
 
     def __post_init__(self) -> None:
         if self.timer not in ("events", "span"):
@@ -92,7 +96,8 @@ class Preset:
 # usual time on a shape and timer (a candidate's first timing, a task's first under spans) is measured alone once
 # first (evaluation/interleave.py). Rules 9: under `default`, shapes under 0.1 ms are timed by their spans in every
 # task, not only in tasks under 0.2 ms in all (Preset.span_task_ms). Rules 10: under `default`, a shape timed by
-# spans is measured in 4 ABBA rounds, not 1 (Preset.span_rounds).
+# spans is measured in 2 ABBA rounds, not 1, and in 4 where the speedup's standard error from the iterations is
+# over 0.5 % after 2 (Preset.span_rounds, span_rounds_max, span_se).
 RULES = 10
 
 # The note of an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`).
@@ -140,7 +145,7 @@ PRESETS = {
     # 29 tasks at or below 0.62 %).
     "default": Preset("default", warmup=10, rep=100, unit="iters", stat="trimmed", rounds=1, max_ms=40.0,
                       ahead_us=150.0, recheck=1.2, retries=2, tune_warmup=5.0, tune_rep=20.0,
-                      placements=32, timer="span", span_rounds=4),
+                      placements=32, timer="span", span_rounds=2, span_rounds_max=4, span_se=0.005),
     # What TritonBench, GEAK-eval and the KernelBand release do: do_bench(warmup=100 ms, rep=1000 ms).
     "tritonbench": Preset("tritonbench", warmup=100, rep=1000, unit="ms", stat="median", rounds=1),
 }

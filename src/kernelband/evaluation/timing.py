@@ -86,6 +86,7 @@ class Timing:
             if sr.correct is not True:
                 continue
             rounds = 1 if mode == "interpreter" else max(1, preset.rounds)
+            more = (0, 0.0)  # rounds past `rounds` while the speedup is imprecise: only for spans
             sr.timed_first = "ref" if timed % 2 == 0 else "cand"
             timed += 1
             msg = _time_message(shape.index, seed, wire)
@@ -140,7 +141,7 @@ class Timing:
             if spans and expected is not None and expected < preset.span_below_ms:
                 # short by events: both sides timed by their spans, with histories of their own
                 msg["span"] = True
-                rounds = max(rounds, preset.span_rounds)
+                rounds, more = max(rounds, preset.span_rounds), (preset.span_rounds_max, preset.span_se)
                 key, cand_key = (*key, "span"), (*cand_key, "span")
                 expected = self.history.expected(key)
                 if expected is None:
@@ -152,7 +153,8 @@ class Timing:
                 cand_expected = learn(self.cand_history, cand_key, "cand")
             timers.clear()
             kept, attempts = interleave.measure_shape(measure, rounds, sr.timed_first == "ref", preset.stat,
-                                                      expected, preset.recheck, preset.retries, cand_expected)
+                                                      expected, preset.recheck, preset.retries, cand_expected,
+                                                      *more)
             mixed = len(timers) > 1
             if mixed:  # one side's spans unreadable: both sides again by events, never one of each
                 msg["span"] = False
