@@ -110,3 +110,30 @@ def test_two_benches_compare_on_the_same_task_and_seed(tmp_path):
     (pair,) = got["pairs"]
     assert pair["n"] == 6 and pair["ratio_geomean"] == pytest.approx(1.0) and pair["p"] == 1.0
     assert got["policies"][f"bench {first}"]["runs"] == got["policies"][f"bench {second}"]["runs"] == 6
+
+
+def test_the_means_and_pairs_again_over_the_tasks_with_room():
+    """A task where no run of any policy reaches ROOM ends at about 1.0 for all and pulls the means over all
+    tasks together; the report gives them again over the tasks with room, the same subset for every policy."""
+    from kernelband.report.tables import stats_tables
+
+    runs = []
+    for seed in range(4):
+        runs += [stats.Sample("roomy", "kernelband", seed, 4.0, []), stats.Sample("roomy", "random", seed, 2.0, []),
+                 stats.Sample("flat", "kernelband", seed, 1.0, []), stats.Sample("flat", "random", seed, 1.05, [])]
+    got = stats.compute(runs, fast=1.1)
+    assert got["policies"]["kernelband"]["geomean"]["value"] == pytest.approx(2.0)
+    room = got["room"]
+    assert room["min"] == stats.ROOM and room["tasks"] == 1
+    assert room["geomean"]["kernelband"]["value"] == pytest.approx(4.0) and room["geomean"]["random"]["n"] == 4
+    (pair,) = room["pairs"]
+    assert (pair["n"], pair["a_wins"], pair["b_wins"]) == (4, 4, 0) and pair["ratio_geomean"] == pytest.approx(2.0)
+    keys = [t.id for t in stats_tables(got)]
+    assert keys == ["stats", "stats-pairs", "stats-room", "stats-room-pairs"]
+    (table,) = [t for t in stats_tables(got) if t.id == "stats-room"]
+    assert "the 1 of 2 tasks where the best of all runs reaches 1.1x" in table.title
+    # every task with room, or none: the tables over all tasks say it all
+    assert [t.id for t in stats_tables(stats.compute([s for s in runs if s.task == "roomy"], 1.1))] == [
+        "stats", "stats-pairs"]
+    assert [t.id for t in stats_tables(stats.compute([s for s in runs if s.task == "flat"], 1.1))] == [
+        "stats", "stats-pairs"]

@@ -308,7 +308,7 @@ def render(data: dict, figs: dict[str, str]) -> str:
             parts.append(table_html(tables["summary-common"]))
         if "stats" in tables:
             parts += ["<h2>Statistics: intervals, anytime performance, paired tests</h2>", table_html(tables["stats"])]
-            parts += [table_html(tables["stats-pairs"])] if "stats-pairs" in tables else []
+            parts += [table_html(tables[k]) for k in ("stats-pairs", "stats-room", "stats-room-pairs") if k in tables]
         parts += ["<h2>Speedup and Fast@1 per iteration</h2>",
                   _img(figs, "speedup", "geomean speedup per iteration"), _img(figs, "fast1", "Fast@1 per iteration"),
                   table_html(tables["iter-current"]), table_html(tables["iter-best"]),

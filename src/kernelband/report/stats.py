@@ -11,6 +11,9 @@ The unit is a run: one (task, seed) of a policy. Per policy:
     one task's 37x does not outweigh the rest), and the evaluations a run needed to reach 95 % of the best kernel any run found for its task.
 Between two policies, on the (task, seed) runs both have: the geometric mean of the ratio of best speedups,
 wins each way, and the Wilcoxon signed-rank test's two-sided p-value on the log ratios (scipy.stats.wilcoxon).
+The geometric means and the pairs again over the tasks with room: those where the best of all runs of all
+policies reaches ROOM. On a task where nothing reaches it every policy ends at about 1.0, and such tasks pull
+the means over all tasks together (docs/lab/why_policies_tie.md); the subset is chosen alike for every policy.
 
 Inputs are plain `Sample`s, so that this module reads no store and the tests can give known numbers.
 """
@@ -29,6 +32,7 @@ BOOTSTRAP = 2000  # resamples: the interval's ends move by well under 1 % betwee
 SEED = 0
 CONFIDENCE = 0.95
 REACH = 0.95  # "evaluations to 95 %": a run's best so far reaches this share of the task's best speedup
+ROOM = 1.1  # a task has room when the best of all its runs reaches this speedup
 
 
 @dataclass
@@ -125,8 +129,18 @@ def compute(runs: list[Sample], fast: float) -> dict:
             "evals_to_95_median": None if math.isinf(median_reach) else median_reach,
             "reached_95": sum(r is not None for r in reach),
         }
+    roomy = [s for s in runs if task_best[s.task] >= ROOM]
+    room = {"min": ROOM, "tasks": len({s.task for s in roomy}),
+            "geomean": {p: geomean_interval([s.best for s in roomy if s.policy == p]) for p in per_policy
+                        if any(s.policy == p for s in roomy)},
+            "pairs": _pairs(roomy, sorted(per_policy))}
+    return {"policies": per_policy, "pairs": _pairs(runs, sorted(per_policy)), "horizon": horizon, "room": room}
+
+
+def _pairs(runs: list[Sample], policies: list[str]) -> list[dict]:
+    """Each pair of policies on the (task, seed) runs both have."""
     pairs = []
-    for a, b in itertools.combinations(sorted(per_policy), 2):
+    for a, b in itertools.combinations(policies, 2):
         best_a = {(s.task, s.seed): s.best for s in runs if s.policy == a}
         best_b = {(s.task, s.seed): s.best for s in runs if s.policy == b}
         common = sorted(set(best_a) & set(best_b))
@@ -135,7 +149,7 @@ def compute(runs: list[Sample], fast: float) -> dict:
                       "ratio_geomean": math.exp(statistics.fmean(logs)) if logs else None,
                       "a_wins": sum(d > 0 for d in logs), "b_wins": sum(d < 0 for d in logs),
                       "p": wilcoxon_p(logs)})
-    return {"policies": per_policy, "pairs": pairs, "horizon": horizon}
+    return pairs
 
 
 def _extended(curve: list[float], horizon: int) -> list[float]:

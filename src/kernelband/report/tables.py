@@ -261,14 +261,30 @@ def stats_tables(stats: dict | None) -> list[Table]:
     t.note = (f"Intervals: percentile bootstrap over the (task, seed) runs. AUC: the geometric mean best speedup so "
               f"far over evaluations 1..{stats['horizon']} and the runs. Evals to 95 %: evaluations until a run's best reached 95 % of "
               f"the best speedup any run found for its task (- where half the runs never did).")
-    pairs = Table("stats-pairs", "Paired comparisons on the same (task, seed)",
-                  ["policy a", "policy b", "pairs", "geomean a/b", "a better", "b better", "Wilcoxon p"])
-    for c in stats["pairs"]:
-        pairs.rows.append([label(c["a"]), label(c["b"]), num(c["n"], "d"), num(c["ratio_geomean"]),
-                           num(c["a_wins"], "d"), num(c["b_wins"], "d"), num(c["p"], ".3g")])
-    pairs.note = ("Wilcoxon signed-rank test, two-sided, on the log ratio of the best speedups; p near 1: no "
-                  "evidence either way; a small p with few pairs is still weak.")
-    return [t, pairs] if stats["pairs"] else [t]
+    pairs = _pairs_table("stats-pairs", "Paired comparisons on the same (task, seed)", stats["pairs"])
+    out = [t, pairs] if stats["pairs"] else [t]
+    room = stats.get("room")
+    tasks = max((s["tasks"] for s in stats["policies"].values()), default=0)
+    if room and 0 < room["tasks"] < tasks:  # only where some tasks have none: else the tables above say it all
+        name = f"the {room['tasks']} of {tasks} tasks where the best of all runs reaches {room['min']:g}x"
+        r = Table("stats-room", f"Per policy over {name}", ["policy", "runs", "geomean best [95 %]"])
+        r.rows = [[label(p), num(g["n"], "d"), _interval(g)] for p, g in room["geomean"].items()]
+        r.note = ("Tasks where no run of any policy finds that much end at about 1.0 for every policy and pull "
+                  "the means over all tasks together; the subset is the same for every policy.")
+        out.append(r)
+        if room["pairs"]:
+            out.append(_pairs_table("stats-room-pairs", f"Paired comparisons over {name}", room["pairs"]))
+    return out
+
+
+def _pairs_table(key: str, title: str, pairs: list[dict]) -> Table:
+    t = Table(key, title, ["policy a", "policy b", "pairs", "geomean a/b", "a better", "b better", "Wilcoxon p"])
+    for c in pairs:
+        t.rows.append([label(c["a"]), label(c["b"]), num(c["n"], "d"), num(c["ratio_geomean"]),
+                       num(c["a_wins"], "d"), num(c["b_wins"], "d"), num(c["p"], ".3g")])
+    t.note = ("Wilcoxon signed-rank test, two-sided, on the log ratio of the best speedups; p near 1: no "
+              "evidence either way; a small p with few pairs is still weak.")
+    return t
 
 
 def llm_tables(data: dict) -> list[Table]:
