@@ -243,6 +243,72 @@ def softmax(x):
     return loss
 '''
 
+# Two while loops, the lane-wise running max a select (`tl.where(cur > m, cur, m)`, not tl.maximum) started
+# from `-float("inf")`, then a third for loop that stores exp(x - max) times the sum's reciprocal.
+WHERE_MAX_WHILE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_fwd(out, inp, stride_row, n_cols, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    base = inp + row * stride_row
+    col = tl.arange(0, BLOCK_N)
+    row_max = tl.full((BLOCK_N,), -float("inf"), tl.float32)
+    start = 0
+    while start < n_cols:
+        cur = tl.load(base + start + col, mask=(start + col) < n_cols, other=-float("inf"))
+        row_max = tl.where(cur > row_max, cur, row_max)
+        start += BLOCK_N
+    mx = tl.max(row_max, 0)
+    total = tl.zeros((BLOCK_N,), tl.float32)
+    start = 0
+    while start < n_cols:
+        cur = tl.load(base + start + col, mask=(start + col) < n_cols, other=-float("inf"))
+        total += tl.exp(cur - mx)
+        start += BLOCK_N
+    inv = 1.0 / tl.sum(total, 0)
+    for start in range(0, n_cols, BLOCK_N):
+        cur = tl.load(base + start + col, mask=(start + col) < n_cols, other=-float("inf"))
+        tl.store(out + row * stride_row + start + col, tl.exp(cur - mx) * inv, mask=(start + col) < n_cols)
+
+
+def softmax(x):
+    y = torch.empty_like(x)
+    softmax_fwd[(x.shape[0],)](y, x, x.stride(0), x.shape[1], BLOCK_N=32, num_warps=4)
+    return y
+'''
+
+# One block, reductions over `axis=-1`, tl.math.exp, and the exponentials' name bound again to the result
+# (`p = p / tl.sum(p, axis=-1)`); a scale applied on load, the host viewing its input as rows.
+AXIS_LAST_REBOUND = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def attn_probs_kernel(S, P, stride_s, stride_p, seq_len, scale, BLOCK: tl.constexpr):
+    r = tl.program_id(0)
+    k = tl.arange(0, BLOCK)
+    s = tl.load(S + r * stride_s + k, mask=k < seq_len, other=-float("inf")).to(tl.float32) * scale
+    s_max = tl.max(s, axis=-1)
+    p = tl.math.exp(s - s_max)
+    p = p / tl.sum(p, axis=-1)
+    tl.store(P + r * stride_p + k, p.to(P.dtype.element_ty), mask=k < seq_len)
+
+
+def softmax(x):
+    rows = x.view(-1, x.shape[-1])
+    out = torch.empty_like(rows)
+    n_rows, seq_len = rows.shape
+    attn_probs_kernel[(n_rows,)](rows, out, rows.stride(0), out.stride(0), seq_len, 0.5,
+                                 BLOCK=max(triton.next_power_of_2(seq_len), 16))
+    return out.view_as(x)
+'''
+
 SPELLINGS = [
     Spelling("softmax", "two_loops_lanes", TWO_LOOPS_LANES, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
     Spelling("softmax", "while_scalar_exp2", WHILE_SCALAR_EXP2, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
@@ -251,4 +317,6 @@ SPELLINGS = [
     Spelling("softmax", "block_of_rows_helper", BLOCK_OF_ROWS_HELPER, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
     Spelling("softmax", "heuristic_block", HEURISTIC_BLOCK, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
     Spelling("softmax", "cross_entropy", CROSS_ENTROPY, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
+    Spelling("softmax", "where_max_while", WHERE_MAX_WHILE, "softmax", INPUTS, ("online_softmax", "single_pass")),
+    Spelling("softmax", "axis_last_rebound", AXIS_LAST_REBOUND, "softmax", INPUTS, ("online_softmax",)),
 ]

@@ -358,11 +358,11 @@ def _phases(kernel: Kernel, walk: list) -> str:  # noqa: C901 - one rule per kin
                 late_items.add(item)
                 changed = True
     sums = {id(s.call) for leaf in leaves for s in leaf.stats if s.op == "sum"}
-    # The first loop: what the reductions' operands read, back to the loads.
-    needed = set().union(*[{n.value for n in loads(s.call)} for leaf in leaves for s in leaf.stats])
-    for leaf in reversed(leaves):
-        made = assigned(leaf.node)
+    needed: set[str] = set()  # the first loop: what the reductions' operands read, back to the loads
+    for leaf in reversed(leaves):  # each reduction reads what is made before it (`p = p / tl.sum(p)` makes p anew)
+        made, reads = assigned(leaf.node), set().union(*[{n.value for n in loads(s.call)} for s in leaf.stats])
         if not (made & needed) or leaf.kind == "scalar" and not leaf.late:
+            needed |= reads
             continue
         if leaf.late:
             return f"{name}'s reduction over the row reads {sorted(made & needed)[0]}, which another reduction " \
