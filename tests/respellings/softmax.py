@@ -309,6 +309,75 @@ def softmax(x):
     return out.view_as(x)
 '''
 
+# A block of rows in one tile, the reductions keeping their reduced dimension (`keep_dims=True`, broadcast
+# without `[:, None]`), the row's max subtracted in place.
+KEEP_DIMS_ROWS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_rows_kernel(x_ptr, y_ptr, M, N, stride_m, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    offs = rows[:, None] * stride_m + cols[None, :]
+    x = tl.load(x_ptr + offs, mask=mask, other=float("-inf"))
+    x = x - tl.max(x, axis=1, keep_dims=True)
+    e = tl.exp(x)
+    y = e / tl.sum(e, axis=1, keep_dims=True)
+    tl.store(y_ptr + offs, y, mask=mask)
+
+
+def softmax(x):
+    M, N = x.shape
+    y = torch.empty_like(x)
+    BLOCK_N = triton.next_power_of_2(N)
+    BLOCK_M = 2
+    softmax_rows_kernel[(triton.cdiv(M, BLOCK_M),)](x, y, M, N, x.stride(0), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
+    return y
+'''
+
+# Two tl.range passes through one pointer tile advanced at the end of each (`ptrs += BLOCK`) and set back to the
+# row's start between them; a third pass that computes its addresses afresh.
+POINTER_ADVANCE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_looped(Y, X, stride, N, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    ptrs = X + row * stride + offs
+    m_vec = tl.full([BLOCK], float("-inf"), dtype=tl.float32)
+    for start in tl.range(0, N, BLOCK):
+        v = tl.load(ptrs, mask=start + offs < N, other=float("-inf"))
+        m_vec = tl.maximum(m_vec, v)
+        ptrs += BLOCK
+    m = tl.max(m_vec, axis=0)
+    ptrs = X + row * stride + offs
+    d_vec = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in tl.range(0, N, BLOCK):
+        v = tl.load(ptrs, mask=start + offs < N, other=float("-inf"))
+        d_vec += tl.exp(v - m)
+        ptrs += BLOCK
+    d = tl.sum(d_vec, axis=0)
+    for start in tl.range(0, N, BLOCK):
+        v = tl.load(X + row * stride + start + offs, mask=start + offs < N, other=float("-inf"))
+        tl.store(Y + row * stride + start + offs, tl.exp(v - m) / d, mask=start + offs < N)
+
+
+def softmax(x):
+    y = torch.empty_like(x)
+    M, N = x.shape
+    softmax_looped[(M,)](y, x, x.stride(0), N, BLOCK=32)
+    return y
+'''
+
 SPELLINGS = [
     Spelling("softmax", "two_loops_lanes", TWO_LOOPS_LANES, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
     Spelling("softmax", "while_scalar_exp2", WHILE_SCALAR_EXP2, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
@@ -319,4 +388,6 @@ SPELLINGS = [
     Spelling("softmax", "cross_entropy", CROSS_ENTROPY, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
     Spelling("softmax", "where_max_while", WHERE_MAX_WHILE, "softmax", INPUTS, ("online_softmax", "single_pass")),
     Spelling("softmax", "axis_last_rebound", AXIS_LAST_REBOUND, "softmax", INPUTS, ("online_softmax",)),
+    Spelling("softmax", "keep_dims_rows", KEEP_DIMS_ROWS, "softmax", INPUTS, ("online_softmax",)),
+    Spelling("softmax", "pointer_advance", POINTER_ADVANCE, "softmax", INPUTS, ("online_softmax", "single_pass")),
 ]

@@ -210,9 +210,6 @@ def _shapes_obstacle(kernel: Kernel, block: str, calls: dict[int, cst.Call]) -> 
             shape = facts.shapes.of(facts.values.expand(call.args[0].value))
             if shape and block in shape:
                 return f"{name} reduces a value along {block} by {dotted(call.func)} (not a max, min or sum)"
-        if id(call) in calls and any(a.keyword is not None and a.keyword.value in ("keep_dims", "keepdims")
-                                     for a in call.args):
-            return f"{name} keeps the reduced dimension of a reduction over {block}"
     for call in kernel.calls("dot"):
         if any(block in (facts.shapes.of(facts.values.expand(a.value)) or ()) for a in call.args[:2]):
             return f"a tl.dot of {name} multiplies values along {block}"
