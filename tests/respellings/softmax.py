@@ -378,6 +378,37 @@ def softmax(x):
     return y
 '''
 
+# The max pass counts element offsets (`range(0, N, BLOCK)`), the sum pass and the store pass block indices
+# (`range(tl.cdiv(N, BLOCK))`, offsets `i * BLOCK`); scalar running values.
+MIXED_LOOP_FORMS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_mixed(X, Y, stride, N, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    m = float("-inf")
+    for off in range(0, N, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        m = tl.maximum(m, tl.max(tl.load(X + row * stride + cols, mask=cols < N, other=float("-inf")), 0))
+    s = 0.0
+    for i in range(tl.cdiv(N, BLOCK)):
+        cols = i * BLOCK + tl.arange(0, BLOCK)
+        s += tl.sum(tl.exp(tl.load(X + row * stride + cols, mask=cols < N, other=float("-inf")) - m), 0)
+    for i in range(tl.cdiv(N, BLOCK)):
+        cols = i * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(X + row * stride + cols, mask=cols < N, other=float("-inf"))
+        tl.store(Y + row * stride + cols, tl.exp(x - m) / s, mask=cols < N)
+
+
+def softmax(x):
+    y = torch.empty_like(x)
+    softmax_mixed[(x.shape[0],)](x, y, x.stride(0), x.shape[1], BLOCK=32)
+    return y
+'''
+
 SPELLINGS = [
     Spelling("softmax", "two_loops_lanes", TWO_LOOPS_LANES, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
     Spelling("softmax", "while_scalar_exp2", WHILE_SCALAR_EXP2, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
@@ -390,4 +421,5 @@ SPELLINGS = [
     Spelling("softmax", "axis_last_rebound", AXIS_LAST_REBOUND, "softmax", INPUTS, ("online_softmax",)),
     Spelling("softmax", "keep_dims_rows", KEEP_DIMS_ROWS, "softmax", INPUTS, ("online_softmax",)),
     Spelling("softmax", "pointer_advance", POINTER_ADVANCE, "softmax", INPUTS, ("online_softmax", "single_pass")),
+    Spelling("softmax", "mixed_loop_forms", MIXED_LOOP_FORMS, "softmax", INPUTS, ("online_softmax", "single_pass")),
 ]

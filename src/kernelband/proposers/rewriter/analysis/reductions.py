@@ -28,6 +28,7 @@ import libcst as cst
 
 from kernelband import pyast
 from kernelband.proposers.rewriter.analysis.identities import plain
+from kernelband.proposers.rewriter.analysis.iterations import iteration
 from kernelband.proposers.rewriter.analysis.loops import Carried, Loop, Loops
 from kernelband.proposers.rewriter.analysis.reloads import Reloads
 from kernelband.proposers.rewriter.analysis.shapes import Shapes
@@ -426,8 +427,8 @@ class Found:
                         or _inside(top.loop, total.loop):
                     continue
                 exponent = exponent_of(total.term, top.value)
-                if exponent is not None and holds(_iteration(exponent.rest, total.loop),
-                                                  _iteration(top.term, top.loop)):
+                if exponent is not None and holds(iteration(exponent.rest, total.loop),
+                                                  iteration(top.term, top.loop)):
                     if self.reloads.written_between(top.loop.node, total.loop.node):
                         separated.append((top, total))
                         continue
@@ -574,21 +575,6 @@ def _key(reduction: BlockReduction | Running) -> tuple:
     if isinstance(reduction, BlockReduction):
         return ("block", id(reduction.call))
     return ("running", id(reduction.loop.node), reduction.name)
-
-
-def _iteration(node: ast.AST, loop: Loop) -> ast.AST:
-    """A value of one iteration of a loop, its variable written alike whatever the loop calls it (two loops
-    over the same range read the same elements in the same iteration)."""
-
-    class _Mark(ast.NodeTransformer):
-        def visit_Call(self, call: ast.Call) -> ast.AST:
-            self.generic_visit(call)
-            if (is_call(call, "__loop") or is_call(call, "__var") and loop.form == "while") \
-                    and marker_arg(call) == loop.var:
-                return ast.Name("__iteration")
-            return call
-
-    return _Mark().visit(copy.deepcopy(node))
 
 
 def _inside(inner: Loop, outer: Loop) -> bool:

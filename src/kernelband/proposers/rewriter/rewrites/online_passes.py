@@ -27,6 +27,7 @@ import ast
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.facts import facts_of
+from kernelband.proposers.rewriter.analysis.iterations import index_alias, same_blocks
 from kernelband.proposers.rewriter.analysis.loops import Loop
 from kernelband.proposers.rewriter.analysis.reductions import Exponent, Softmax, normal, source_of
 from kernelband.proposers.rewriter.analysis.source import Kernel
@@ -119,7 +120,8 @@ def merge(kernel: Kernel, entry: Softmax) -> Variant | str:
         for a, b in ((first.start, second.start), (first.end, second.end), (first.step, second.step)))
     if first.form == "cdiv" and second.form == "cdiv":
         same_walk = ast.unparse(values.expand(first.node.iter)) == ast.unparse(values.expand(second.node.iter))
-    if not same_walk or first.var is None or second.var is None:
+    mixed = not same_walk and same_blocks(first, second)  # one counts offsets, the other block indices
+    if not (same_walk or mixed) or first.var is None or second.var is None or mixed and first.var == second.var:
         return f"{name}'s max pass and sum pass do not walk the same iterations"
     if any(c.kind not in ("increment",) and c.name != total.name for c in second.carried.values()):
         return f"{name}'s sum pass carries more than its sum"
@@ -195,7 +197,8 @@ def merge(kernel: Kernel, entry: Softmax) -> Variant | str:
                                      f"({code(term)})\n")
         else:
             merged_sum.append(statement.visit(replace))
-    alias = statements(f"{second.var} = {first.var}\n") if second.var != first.var else []
+    alias = statements(index_alias(first, second) if mixed else f"{second.var} = {first.var}\n") \
+        if second.var != first.var else []
     first_body = [s for s in first.body if s is not first_step and s not in advances[0]]
     new_body = [*head, *first_body, *tail, *alias, *merged_sum, *advances[0],
                 *([first_step] if first_step is not None else [])]
@@ -307,7 +310,8 @@ def _later_reads_ok(rest: list[cst.CSTNode], names: set[str]) -> bool:
     for statement in rest:
         if isinstance(statement, cst.For | cst.While):
             header = statement.iter if isinstance(statement, cst.For) else statement.test
-            if _names(header) & pending or _free(list(statement.body.body)) & pending:
+            target = {n.value for n in subnodes(statement.target, cst.Name)} if isinstance(statement, cst.For) else set()
+            if _names(header) & pending or _free(list(statement.body.body)) - target & pending:  # the target is set first
                 return False
         elif _names(statement) & pending:
             return False
