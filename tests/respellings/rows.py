@@ -278,6 +278,42 @@ def rmsnorm(x, w):
     return y
 '''
 
+# While loops stepping by assignment (`off = off + BLOCK`, not `+=`), the bound written `cols < n - off`, the
+# square added on the left of the accumulator (`acc = x * x + acc`).
+WHILE_ASSIGNED_STEP = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rmsnorm_kernel(x_ptr, w_ptr, out_ptr, n_cols, eps, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    x_row = x_ptr + row * n_cols
+    o_row = out_ptr + row * n_cols
+    cols = tl.arange(0, BLOCK_SIZE)
+    acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+    off = 0
+    while off < n_cols:
+        x = tl.load(x_row + off + cols, mask=cols < n_cols - off, other=0.0).to(tl.float32)
+        acc = x * x + acc
+        off = off + BLOCK_SIZE
+    inv = tl.rsqrt(tl.sum(acc) / n_cols + eps)
+    off = 0
+    while off < n_cols:
+        m = cols < n_cols - off
+        x = tl.load(x_row + off + cols, mask=m, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + off + cols, mask=m, other=0.0)
+        tl.store(o_row + off + cols, x * inv * w, mask=m)
+        off = off + BLOCK_SIZE
+
+
+def rmsnorm(x, w):
+    out = torch.empty_like(x)
+    rmsnorm_kernel[(x.shape[0],)](x, w, out, x.shape[1], 1e-6, BLOCK_SIZE=16)
+    return out
+'''
+
 SPELLINGS = [
     Spelling("rows", "for_vector_literal", FOR_VECTOR_LITERAL, "rmsnorm", INPUTS, SPLIT, atol=1e-4, rtol=1e-4),
     Spelling("rows", "while_scalar_variable", WHILE_SCALAR_VARIABLE, "rmsnorm", INPUTS, SPLIT, atol=1e-4,
@@ -290,4 +326,5 @@ SPELLINGS = [
              rtol=1e-4),
     Spelling("rows", "lane_vector", LANE_VECTOR, "rmsnorm", INPUTS, SPLIT, atol=1e-4, rtol=1e-4),
     Spelling("rows", "autotuned", AUTOTUNED, "rmsnorm", INPUTS, SPLIT, atol=1e-4, rtol=1e-4),
+    Spelling("rows", "while_assigned_step", WHILE_ASSIGNED_STEP, "rmsnorm", INPUTS, SPLIT, atol=1e-4, rtol=1e-4),
 ]

@@ -409,6 +409,42 @@ def softmax(x):
     return y
 '''
 
+# Loads with `other=0.0` and the masked lanes set to each reduction's identity by tl.where: the max over
+# `tl.where(mask, x, -inf)`, the sum over `tl.where(mask, tl.exp(x - m), 0.0)`.
+WHERE_MASKED = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_kernel(X, Y, stride, N, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mx = tl.full([BLOCK], float("-inf"), tl.float32)
+    for start in range(0, N, BLOCK):
+        mask = start + offs < N
+        x = tl.load(X + row * stride + start + offs, mask=mask, other=0.0)
+        mx = tl.maximum(mx, tl.where(mask, x, float("-inf")))
+    row_max = tl.max(mx, axis=0)
+    den = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, N, BLOCK):
+        mask = start + offs < N
+        x = tl.load(X + row * stride + start + offs, mask=mask, other=0.0)
+        den += tl.where(mask, tl.exp(x - row_max), 0.0)
+    total = tl.sum(den, axis=0)
+    for start in range(0, N, BLOCK):
+        mask = start + offs < N
+        x = tl.load(X + row * stride + start + offs, mask=mask, other=0.0)
+        tl.store(Y + row * stride + start + offs, tl.exp(x - row_max) / total, mask=mask)
+
+
+def softmax(x):
+    y = torch.empty_like(x)
+    softmax_kernel[(x.shape[0],)](x, y, x.stride(0), x.shape[1], BLOCK=32)
+    return y
+'''
+
 SPELLINGS = [
     Spelling("softmax", "two_loops_lanes", TWO_LOOPS_LANES, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
     Spelling("softmax", "while_scalar_exp2", WHILE_SCALAR_EXP2, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
@@ -422,4 +458,5 @@ SPELLINGS = [
     Spelling("softmax", "keep_dims_rows", KEEP_DIMS_ROWS, "softmax", INPUTS, ("online_softmax",)),
     Spelling("softmax", "pointer_advance", POINTER_ADVANCE, "softmax", INPUTS, ("online_softmax", "single_pass")),
     Spelling("softmax", "mixed_loop_forms", MIXED_LOOP_FORMS, "softmax", INPUTS, ("online_softmax", "single_pass")),
+    Spelling("softmax", "where_masked", WHERE_MASKED, "softmax", INPUTS, ("online_softmax", "single_pass")),
 ]

@@ -143,16 +143,15 @@ class Loops:
                 and isinstance(test.comparisons[0].operator, cst.LessThan) and isinstance(test.left, cst.Name)):
             return None, None, None, None
         var = test.left.value
-        steps = [s.body[0] for s in node.body.body if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
-                 and isinstance(s.body[0], cst.AugAssign) and isinstance(s.body[0].operator, cst.AddAssign)
-                 and dotted(s.body[0].target) == var]
+        steps = [step for s in node.body.body if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
+                 for step in [_added(s.body[0], var)] if step is not None]
         if len(steps) != 1 or sum(var in assigned(s) for s in node.body.body) != 1:
             return None, None, None, None
         inits = [s for s in before if var in assigned(s)]
         init = None
         if inits and isinstance(inits[-1], cst.SimpleStatementLine) and isinstance(inits[-1].body[0], cst.Assign):
             init = self.values.expand(inits[-1].body[0].value)
-        return var, init, self.values.expand(test.comparisons[0].comparator), self.values.expand(steps[0].value)
+        return var, init, self.values.expand(test.comparisons[0].comparator), self.values.expand(steps[0])
 
     def _block(self, loop: Loop) -> set[str | int]:
         """What the loop advances by: the constexprs, and the integers the source fixes (`KernelValues.integer`:
@@ -288,6 +287,20 @@ class Loops:
         if any(tl_name(n) == "load" for n in ast.walk(term)):
             return "sum"
         return "increment"
+
+
+def _added(small: cst.BaseSmallStatement, var: str) -> cst.BaseExpression | None:
+    """E of `var += E`, `var = var + E` or `var = E + var` (E not reading var): one step of a counted loop."""
+    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) and dotted(small.target) == var:
+        return small.value
+    if not (isinstance(small, cst.Assign) and len(small.targets) == 1 and dotted(small.targets[0].target) == var
+            and isinstance(small.value, cst.BinaryOperation) and isinstance(small.value.operator, cst.Add)):
+        return None
+    left, right = small.value.left, small.value.right
+    for mine, step in ((left, right), (right, left)):
+        if dotted(mine) == var and var not in {n.value for n in loads(step)}:
+            return step
+    return None
 
 
 def extremum(node: ast.expr) -> tuple[str, list[ast.expr]] | None:

@@ -27,7 +27,7 @@ from functools import cached_property
 import libcst as cst
 
 from kernelband import pyast
-from kernelband.proposers.rewriter.analysis.identities import plain
+from kernelband.proposers.rewriter.analysis.identities import plain, unmasked
 from kernelband.proposers.rewriter.analysis.iterations import iteration
 from kernelband.proposers.rewriter.analysis.loops import Carried, Loop, Loops
 from kernelband.proposers.rewriter.analysis.reloads import Reloads
@@ -426,9 +426,10 @@ class Found:
                 if order[id(top.loop)] >= order[id(total.loop)] or _inside(total.loop, top.loop) \
                         or _inside(top.loop, total.loop):
                     continue
-                exponent = exponent_of(total.term, top.value)
-                if exponent is not None and holds(iteration(exponent.rest, total.loop),
-                                                  iteration(top.term, top.loop)):
+                (max_if, max_term), (sum_if, sum_term) = unmasked(top.term, "max"), unmasked(total.term, "sum")
+                exponent = exponent_of(sum_term, top.value)  # a max and a sum over the lanes of one mask
+                if exponent is not None and _dump(iteration(max_if, top.loop)) == _dump(iteration(sum_if, total.loop)) \
+                        and holds(iteration(exponent.rest, total.loop), iteration(max_term, top.loop)):
                     if self.reloads.written_between(top.loop.node, total.loop.node):
                         separated.append((top, total))
                         continue
