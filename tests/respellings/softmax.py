@@ -445,6 +445,31 @@ def softmax(x):
     return y
 '''
 
+# One block, loaded with `other=0.0`: the max over `tl.where(mask, x, -inf)`, the exponentials masked to 0 by
+# tl.where before the sum.
+ONE_BLOCK_WHERE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_one(X, Y, stride, N, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < N
+    x = tl.load(X + row * stride + offs, mask=mask, other=0.0)
+    m = tl.max(tl.where(mask, x, float("-inf")), axis=0)
+    e = tl.where(mask, tl.exp(x - m), 0.0)
+    tl.store(Y + row * stride + offs, e / tl.sum(e, axis=0), mask=mask)
+
+
+def softmax(x):
+    y = torch.empty_like(x)
+    softmax_one[(x.shape[0],)](x, y, x.stride(0), x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+    return y
+'''
+
 SPELLINGS = [
     Spelling("softmax", "two_loops_lanes", TWO_LOOPS_LANES, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
     Spelling("softmax", "while_scalar_exp2", WHILE_SCALAR_EXP2, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
@@ -459,4 +484,5 @@ SPELLINGS = [
     Spelling("softmax", "pointer_advance", POINTER_ADVANCE, "softmax", INPUTS, ("online_softmax", "single_pass")),
     Spelling("softmax", "mixed_loop_forms", MIXED_LOOP_FORMS, "softmax", INPUTS, ("online_softmax", "single_pass")),
     Spelling("softmax", "where_masked", WHERE_MASKED, "softmax", INPUTS, ("online_softmax", "single_pass")),
+    Spelling("softmax", "one_block_where", ONE_BLOCK_WHERE, "softmax", INPUTS, ("online_softmax",)),
 ]

@@ -403,8 +403,10 @@ class Found:
         blocks = [b for b in self.block if id(b.call) not in in_terms]
         for total in (b for b in blocks if b.op == "sum"):
             for top in (b for b in blocks if b.op == "max" and b.loop is total.loop and b.dim == total.dim):
-                exponent = exponent_of(total.operand, top.value)
-                if exponent is not None and top.dim is not None and holds(exponent.rest, top.operand):
+                (max_if, max_term), (sum_if, sum_term) = unmasked(top.operand, "max"), unmasked(total.operand, "sum")
+                exponent = exponent_of(sum_term, top.value)  # a max and a sum over the lanes of one mask
+                if exponent is not None and top.dim is not None and _dump(max_if) == _dump(sum_if) \
+                        and holds(exponent.rest, max_term):
                     if self.reloads.separated(top.operand) or self.reloads.separated(exponent.rest):
                         separated.append((top, total))
                         continue

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.facts import facts_of
+from kernelband.proposers.rewriter.analysis.identities import unmasked
 from kernelband.proposers.rewriter.analysis.reductions import BlockReduction, Exponent, exponent_of, holds
 from kernelband.proposers.rewriter.analysis.row_extent import RowExtent
 from kernelband.proposers.rewriter.analysis.source import Kernel
@@ -241,7 +242,8 @@ def _stats(kernel: Kernel, block: str, calls: dict[int, cst.Call]) -> dict[int, 
                 return f"{name}'s {reduction.op} over {block} depends on another reduction over the row"
             if reduction.op == "sum" and deps:
                 tops = [d for d in deps if d.op == "max"]
-                exponent = exponent_of(reduction.operand, tops[0].value) if len(tops) == 1 == len(deps) else None
+                exponent = exponent_of(unmasked(reduction.operand, "sum")[1], tops[0].value) \
+                    if len(tops) == 1 == len(deps) else None  # tl.where(mask, tl.exp(x - m), 0.0) rescales alike
                 if exponent is None or scale_code(exponent, kernel.tl_name) is None:
                     return f"{name}'s sum over {block} depends on another reduction over the row other than as " \
                            f"exp(x - max)"
