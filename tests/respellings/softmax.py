@@ -470,6 +470,38 @@ def softmax(x):
     return y
 '''
 
+# One block: a temperature and an additive mask applied to the loaded row, whose padding lanes are then set to
+# -inf by tl.where in place (`x = tl.where(valid, x, -inf)`), the exponentials summed unmasked.
+TEMPERATURE_BIAS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def masked_softmax_kernel(output_ptr, input_ptr, bias_ptr, input_row_stride, n_cols, inv_temperature,
+                          BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(axis=0)
+    col_offsets = tl.arange(0, BLOCK_SIZE)
+    valid = col_offsets < n_cols
+    x = tl.load(input_ptr + row * input_row_stride + col_offsets, mask=valid, other=0.0)
+    bias = tl.load(bias_ptr + col_offsets, mask=valid, other=0.0)
+    x = x * inv_temperature + bias
+    x = tl.where(valid, x, float("-inf"))
+    x_max = tl.max(x, axis=0)
+    num = tl.exp(x - x_max)
+    den = tl.sum(num, axis=0)
+    tl.store(output_ptr + row * input_row_stride + col_offsets, num / den, mask=valid)
+
+
+def softmax(x):
+    y = torch.empty_like(x)
+    bias = torch.linspace(-1.0, 1.0, x.shape[1], device=x.device)
+    masked_softmax_kernel[(x.shape[0],)](y, x, bias, x.stride(0), x.shape[1], 1.0 / 0.7,
+                                         BLOCK_SIZE=triton.next_power_of_2(x.shape[1]), num_warps=4)
+    return y
+'''
+
 SPELLINGS = [
     Spelling("softmax", "two_loops_lanes", TWO_LOOPS_LANES, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
     Spelling("softmax", "while_scalar_exp2", WHILE_SCALAR_EXP2, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
@@ -485,4 +517,5 @@ SPELLINGS = [
     Spelling("softmax", "mixed_loop_forms", MIXED_LOOP_FORMS, "softmax", INPUTS, ("online_softmax", "single_pass")),
     Spelling("softmax", "where_masked", WHERE_MASKED, "softmax", INPUTS, ("online_softmax", "single_pass")),
     Spelling("softmax", "one_block_where", ONE_BLOCK_WHERE, "softmax", INPUTS, ("online_softmax",)),
+    Spelling("softmax", "temperature_bias", TEMPERATURE_BIAS, "softmax", INPUTS, ("online_softmax",)),
 ]

@@ -238,6 +238,19 @@ def exponent_of(node: ast.AST, m: ast.AST) -> Exponent | None:
     return Exponent(base, scale, found[1])
 
 
+def paired(max_term: ast.AST, sum_term: ast.AST, m: ast.AST, mine=lambda n: n, theirs=lambda n: n) -> Exponent | None:
+    """The exponent of a sum's term exp(c * (g - m)) over the row of a max's term, g holding it; or of the two
+    masked to their identities by tl.where over one mask (`tl.where(mask, x, -inf)`, `tl.where(mask,
+    tl.exp(x - m), 0.0)`). `mine` and `theirs` read a value of the max's and of the sum's iteration alike."""
+    plain_ = ((ast.Constant(True), max_term), (ast.Constant(True), sum_term))
+    for (max_if, top), (sum_if, total) in (plain_, (unmasked(max_term, "max"), unmasked(sum_term, "sum"))):
+        exponent = exponent_of(total, m)
+        if exponent is not None and _dump(mine(max_if)) == _dump(theirs(sum_if)) \
+                and holds(theirs(exponent.rest), mine(top)):
+            return exponent
+    return None
+
+
 # -- the facts ------------------------------------------------------------------------------------------------
 @dataclass(eq=False)
 class BlockReduction:
@@ -403,10 +416,8 @@ class Found:
         blocks = [b for b in self.block if id(b.call) not in in_terms]
         for total in (b for b in blocks if b.op == "sum"):
             for top in (b for b in blocks if b.op == "max" and b.loop is total.loop and b.dim == total.dim):
-                (max_if, max_term), (sum_if, sum_term) = unmasked(top.operand, "max"), unmasked(total.operand, "sum")
-                exponent = exponent_of(sum_term, top.value)  # a max and a sum over the lanes of one mask
-                if exponent is not None and top.dim is not None and _dump(max_if) == _dump(sum_if) \
-                        and holds(exponent.rest, max_term):
+                exponent = paired(top.operand, total.operand, top.value)
+                if exponent is not None and top.dim is not None:
                     if self.reloads.separated(top.operand) or self.reloads.separated(exponent.rest):
                         separated.append((top, total))
                         continue
@@ -428,10 +439,9 @@ class Found:
                 if order[id(top.loop)] >= order[id(total.loop)] or _inside(total.loop, top.loop) \
                         or _inside(top.loop, total.loop):
                     continue
-                (max_if, max_term), (sum_if, sum_term) = unmasked(top.term, "max"), unmasked(total.term, "sum")
-                exponent = exponent_of(sum_term, top.value)  # a max and a sum over the lanes of one mask
-                if exponent is not None and _dump(iteration(max_if, top.loop)) == _dump(iteration(sum_if, total.loop)) \
-                        and holds(iteration(exponent.rest, total.loop), iteration(max_term, top.loop)):
+                exponent = paired(top.term, total.term, top.value, lambda n, loop=top.loop: iteration(n, loop),
+                                  lambda n, loop=total.loop: iteration(n, loop))
+                if exponent is not None:
                     if self.reloads.written_between(top.loop.node, total.loop.node):
                         separated.append((top, total))
                         continue
