@@ -502,6 +502,38 @@ def softmax(x):
     return y
 '''
 
+# Cross-entropy and the probabilities in one block, the loaded row's name bound again twice after the max
+# (`x = tl.exp(x - mx)`, then `x = x / s`), the label's logit picked by a sum over `tl.where(cols == t, x, 0.0)`.
+REBOUND_ROW = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def xent_kernel(x_ptr, t_ptr, loss_ptr, probs_ptr, stride, V, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+    t = tl.load(t_ptr + row)
+    x_t = tl.sum(tl.where(cols == t, x, 0.0), axis=0)
+    mx = tl.max(x, axis=0)
+    x = tl.exp(x - mx)
+    s = tl.sum(x, axis=0)
+    x = x / s
+    tl.store(probs_ptr + row * stride + cols, x, mask=cols < V)
+    tl.store(loss_ptr + row, tl.log(s) + mx - x_t)
+
+
+def softmax(x):
+    M, V = x.shape
+    t = (torch.arange(M) * 7 % V).to(x.device)
+    loss = torch.empty(M, device=x.device)
+    probs = torch.empty_like(x)
+    xent_kernel[(M,)](x, t, loss, probs, x.stride(0), V, BLOCK=triton.next_power_of_2(V))
+    return loss, probs
+'''
+
 SPELLINGS = [
     Spelling("softmax", "two_loops_lanes", TWO_LOOPS_LANES, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
     Spelling("softmax", "while_scalar_exp2", WHILE_SCALAR_EXP2, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
@@ -518,4 +550,5 @@ SPELLINGS = [
     Spelling("softmax", "where_masked", WHERE_MASKED, "softmax", INPUTS, ("online_softmax", "single_pass")),
     Spelling("softmax", "one_block_where", ONE_BLOCK_WHERE, "softmax", INPUTS, ("online_softmax",)),
     Spelling("softmax", "temperature_bias", TEMPERATURE_BIAS, "softmax", INPUTS, ("online_softmax",)),
+    Spelling("softmax", "rebound_row", REBOUND_ROW, "softmax", INPUTS, ("online_softmax",)),
 ]
