@@ -314,6 +314,42 @@ def rmsnorm(x, w):
     return out
 '''
 
+# The grid written in the launch's subscript with a trailing comma (`kernel[M,]`, a tuple of one axis, not a
+# name bound to a grid); strides of both axes passed, the block positionally.
+SUBSCRIPT_TUPLE_GRID = '''
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rms_norm_kernel(Y, X, W, x_stride_r, x_stride_c, N, eps, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    X += pid * x_stride_r
+    Y += pid * x_stride_r
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for off in range(0, N, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        x = tl.load(X + cols * x_stride_c, cols < N, other=0.0).to(tl.float32)
+        acc += x * x
+    rrms = 1 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
+    for off in range(0, N, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        x = tl.load(X + cols * x_stride_c, cols < N, other=0.0).to(tl.float32)
+        w = tl.load(W + cols, mask=cols < N, other=0.0)
+        tl.store(Y + cols * x_stride_c, x * rrms * w, mask=cols < N)
+
+
+def rmsnorm(x, w, eps=1e-6):
+    M = math.prod(x.shape[:-1])
+    N = x.shape[-1]
+    y = torch.empty_like(x)
+    rms_norm_kernel[M,](y, x, w, N, 1, N, eps, 16)
+    return y
+'''
+
 SPELLINGS = [
     Spelling("rows", "for_vector_literal", FOR_VECTOR_LITERAL, "rmsnorm", INPUTS, SPLIT, atol=1e-4, rtol=1e-4),
     Spelling("rows", "while_scalar_variable", WHILE_SCALAR_VARIABLE, "rmsnorm", INPUTS, SPLIT, atol=1e-4,
@@ -327,4 +363,5 @@ SPELLINGS = [
     Spelling("rows", "lane_vector", LANE_VECTOR, "rmsnorm", INPUTS, SPLIT, atol=1e-4, rtol=1e-4),
     Spelling("rows", "autotuned", AUTOTUNED, "rmsnorm", INPUTS, SPLIT, atol=1e-4, rtol=1e-4),
     Spelling("rows", "while_assigned_step", WHILE_ASSIGNED_STEP, "rmsnorm", INPUTS, SPLIT, atol=1e-4, rtol=1e-4),
+    Spelling("rows", "subscript_tuple_grid", SUBSCRIPT_TUPLE_GRID, "rmsnorm", INPUTS, SPLIT, atol=1e-4, rtol=1e-4),
 ]
