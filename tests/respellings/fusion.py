@@ -459,6 +459,43 @@ def add_rmsnorm(x, residual, weight):
     return out, h
 '''
 
+# An element-wise add over flattened inputs into a flat buffer, viewed as rows between the launches
+# (`h2 = h.view(rows, -1)`: the same memory, no element read) for a one-block RMSNorm; the host returns both.
+VIEW_BETWEEN = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_flat(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(c_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def rms_rows(x_ptr, w_ptr, y_ptr, stride, N, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(x_ptr + row * stride + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+    w = tl.load(w_ptr + cols, mask=mask)
+    tl.store(y_ptr + row * stride + cols, x * rstd * w, mask=mask)
+
+
+def add_rmsnorm(x, residual, weight):
+    flat = x.reshape(-1)
+    h = torch.empty_like(flat)
+    n = flat.numel()
+    add_flat[(triton.cdiv(n, 256),)](flat, residual.reshape(-1), h, n, BLOCK=256)
+    h2 = h.view(x.shape[0], -1)
+    out = torch.empty_like(h2)
+    rms_rows[(h2.shape[0],)](h2, weight, out, h2.stride(0), h2.shape[1], 1e-6, BLOCK=triton.next_power_of_2(h2.shape[1]))
+    return out, h2
+'''
+
 SPELLINGS = [
     Spelling("fusion", name, source, entry, INPUTS, ("launch_fusion",))
     for name, source, entry in (
@@ -474,5 +511,6 @@ SPELLINGS = [
         ("strided_totals", STRIDED_TOTALS, "shares"),
         ("second_pass_adds", SECOND_PASS_ADDS, "scale_then_add"),
         ("allocated_between", ALLOCATED_BETWEEN, "add_rmsnorm"),
+        ("view_between", VIEW_BETWEEN, "add_rmsnorm"),
     )
 ]

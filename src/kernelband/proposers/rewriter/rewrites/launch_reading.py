@@ -26,6 +26,9 @@ METADATA = frozenset({"stride", "size", "numel", "shape", "dim", "ndim", "dtype"
 # Allocations shaped like a tensor: `torch.empty_like(h)` and `h.new_empty(n)` read no element of h.
 SHAPED = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "new_empty", "new_zeros", "new_ones",
                     "new_full"})
+# Views that never copy: `v = h.view(M, N)` reads no element of h (v is h's memory, buffers.py follows it).
+VIEWS = frozenset({"view", "view_as", "t", "transpose", "permute", "squeeze", "unsqueeze", "expand", "expand_as",
+                   "narrow", "unflatten", "as_strided"})
 LAUNCH_SPEED = frozenset({"num_warps", "num_stages", "num_ctas"})  # options that change no result
 
 
@@ -95,12 +98,12 @@ def pure(node: cst.CSTNode) -> bool:
 
 
 def reads_data(ms: ModuleSource, node: cst.CSTNode, names: set[str]) -> bool:
-    """Whether the code reads the elements of one of these tensors, not only its sizes (`h.stride(0)`,
-    `torch.empty_like(h)`, `h.new_zeros(n)`)."""
+    """Whether the code reads the elements of one of these tensors, not only its sizes or memory (`h.stride(0)`,
+    `torch.empty_like(h)`, `h.new_zeros(n)`, `h.view(M, N)`)."""
     for name in loads(node):
         parent = ms.parents.get(id(name))
         if name.value in names and not (isinstance(parent, cst.Attribute) and parent.value is name
-                                        and parent.attr.value in METADATA | SHAPED) and not _shaped_like(ms, parent):
+                                        and parent.attr.value in METADATA | SHAPED | VIEWS) and not _shaped_like(ms, parent):
             return True
     return False
 
