@@ -1,5 +1,5 @@
 """RMSNorm over the rows of a matrix (y = x / sqrt(mean(x^2) + eps) * w), each row walked in blocks: a pass
-that sums the squares, then a pass that scales and stores. Spelled eight ways, each with rows of 37 columns
+that sums the squares, then a pass that scales and stores. Spelled ten ways, each with rows of 37 columns
 in blocks of 16 (three blocks, the last one partly masked), so that single_pass's twin takes each row in one
 block of 64, and 5 rows, so that split_rows splits them (a block of rows, one program's tile, it does not)."""
 

@@ -1,7 +1,9 @@
 """Softmax reductions over the rows of a float32 matrix (softmax, log-softmax, logsumexp, cross-entropy),
-spelled eight ways: two loop passes (for, while, range over cdiv; scalar and lane-wise running max; exp and
-exp2) and one block per row (1-D and a block of rows; a helper @triton.jit function; the block size set by the
-launch or by a heuristic). The inputs have rows longer than the interpreter's threshold for the chunked twin
+spelled many ways: two loop passes (for, while, range over cdiv, or one of each; scalar and lane-wise running
+max, a max written as tl.maximum or as a select; exp and exp2; a pointer advanced through the row; lanes masked
+by the load or by tl.where) and one block per row (1-D and a block of rows, reductions keeping their dimension
+or over axis=-1; a helper @triton.jit function; names bound again; the block size set by the launch or by a
+heuristic). The inputs have rows longer than the interpreter's threshold for the chunked twin
 (online_launch.CPU_LONG) and fewer than its SM count (the split twin's path), some lanes of the last block
 masked, and a maximum that comes late in a row."""
 
