@@ -421,6 +421,81 @@ def scale_then_add(x, y, weight):
     return out
 '''
 
+# An element-wise add over the flattened tensor (a `lambda meta:` grid) feeding a one-block RMSNorm, with the
+# output allocated between the launches like the sum (`torch.empty_like(h)` reads its sizes, not its values).
+ALLOCATED_BETWEEN = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(c_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, stride, N, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(x_ptr + row * stride + cols, mask=mask, other=0.0).to(tl.float32)
+    ms = tl.sum(x * x, axis=0) / N
+    w = tl.load(w_ptr + cols, mask=mask)
+    tl.store(y_ptr + row * stride + cols, x / tl.sqrt(ms + eps) * w, mask=mask)
+
+
+def add_rmsnorm(x, residual, weight):
+    h = torch.empty_like(x)
+    n = h.numel()
+    grid = lambda meta: (triton.cdiv(n, meta["BLOCK"]),)
+    add_kernel[grid](x, residual, h, n, BLOCK=1024)
+    out = torch.empty_like(h)
+    M, N = h.shape
+    rmsnorm_kernel[(M,)](h, weight, out, h.stride(0), N, 1e-6, BLOCK=triton.next_power_of_2(N))
+    return out, h
+'''
+
+# An element-wise add over flattened inputs into a flat buffer, viewed as rows between the launches
+# (`h2 = h.view(rows, -1)`: the same memory, no element read) for a one-block RMSNorm; the host returns both.
+VIEW_BETWEEN = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_flat(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(c_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def rms_rows(x_ptr, w_ptr, y_ptr, stride, N, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(x_ptr + row * stride + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+    w = tl.load(w_ptr + cols, mask=mask)
+    tl.store(y_ptr + row * stride + cols, x * rstd * w, mask=mask)
+
+
+def add_rmsnorm(x, residual, weight):
+    flat = x.reshape(-1)
+    h = torch.empty_like(flat)
+    n = flat.numel()
+    add_flat[(triton.cdiv(n, 256),)](flat, residual.reshape(-1), h, n, BLOCK=256)
+    h2 = h.view(x.shape[0], -1)
+    out = torch.empty_like(h2)
+    rms_rows[(h2.shape[0],)](h2, weight, out, h2.stride(0), h2.shape[1], 1e-6, BLOCK=triton.next_power_of_2(h2.shape[1]))
+    return out, h2
+'''
+
 SPELLINGS = [
     Spelling("fusion", name, source, entry, INPUTS, ("launch_fusion",))
     for name, source, entry in (
@@ -435,5 +510,7 @@ SPELLINGS = [
         ("column_partials", COLUMN_PARTIALS, "col_dot"),
         ("strided_totals", STRIDED_TOTALS, "shares"),
         ("second_pass_adds", SECOND_PASS_ADDS, "scale_then_add"),
+        ("allocated_between", ALLOCATED_BETWEEN, "add_rmsnorm"),
+        ("view_between", VIEW_BETWEEN, "add_rmsnorm"),
     )
 ]

@@ -1,5 +1,5 @@
 """RMSNorm over the rows of a matrix (y = x / sqrt(mean(x^2) + eps) * w), each row walked in blocks: a pass
-that sums the squares, then a pass that scales and stores. Spelled eight ways, each with rows of 37 columns
+that sums the squares, then a pass that scales and stores. Spelled ten ways, each with rows of 37 columns
 in blocks of 16 (three blocks, the last one partly masked), so that single_pass's twin takes each row in one
 block of 64, and 5 rows, so that split_rows splits them (a block of rows, one program's tile, it does not)."""
 
@@ -278,6 +278,78 @@ def rmsnorm(x, w):
     return y
 '''
 
+# While loops stepping by assignment (`off = off + BLOCK`, not `+=`), the bound written `cols < n - off`, the
+# square added on the left of the accumulator (`acc = x * x + acc`).
+WHILE_ASSIGNED_STEP = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rmsnorm_kernel(x_ptr, w_ptr, out_ptr, n_cols, eps, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    x_row = x_ptr + row * n_cols
+    o_row = out_ptr + row * n_cols
+    cols = tl.arange(0, BLOCK_SIZE)
+    acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+    off = 0
+    while off < n_cols:
+        x = tl.load(x_row + off + cols, mask=cols < n_cols - off, other=0.0).to(tl.float32)
+        acc = x * x + acc
+        off = off + BLOCK_SIZE
+    inv = tl.rsqrt(tl.sum(acc) / n_cols + eps)
+    off = 0
+    while off < n_cols:
+        m = cols < n_cols - off
+        x = tl.load(x_row + off + cols, mask=m, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + off + cols, mask=m, other=0.0)
+        tl.store(o_row + off + cols, x * inv * w, mask=m)
+        off = off + BLOCK_SIZE
+
+
+def rmsnorm(x, w):
+    out = torch.empty_like(x)
+    rmsnorm_kernel[(x.shape[0],)](x, w, out, x.shape[1], 1e-6, BLOCK_SIZE=16)
+    return out
+'''
+
+# The grid written in the launch's subscript with a trailing comma (`kernel[M,]`, a tuple of one axis, not a
+# name bound to a grid); strides of both axes passed, the block positionally.
+SUBSCRIPT_TUPLE_GRID = '''
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rms_norm_kernel(Y, X, W, x_stride_r, x_stride_c, N, eps, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    X += pid * x_stride_r
+    Y += pid * x_stride_r
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for off in range(0, N, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        x = tl.load(X + cols * x_stride_c, cols < N, other=0.0).to(tl.float32)
+        acc += x * x
+    rrms = 1 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
+    for off in range(0, N, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        x = tl.load(X + cols * x_stride_c, cols < N, other=0.0).to(tl.float32)
+        w = tl.load(W + cols, mask=cols < N, other=0.0)
+        tl.store(Y + cols * x_stride_c, x * rrms * w, mask=cols < N)
+
+
+def rmsnorm(x, w, eps=1e-6):
+    M = math.prod(x.shape[:-1])
+    N = x.shape[-1]
+    y = torch.empty_like(x)
+    rms_norm_kernel[M,](y, x, w, N, 1, N, eps, 16)
+    return y
+'''
+
 SPELLINGS = [
     Spelling("rows", "for_vector_literal", FOR_VECTOR_LITERAL, "rmsnorm", INPUTS, SPLIT, atol=1e-4, rtol=1e-4),
     Spelling("rows", "while_scalar_variable", WHILE_SCALAR_VARIABLE, "rmsnorm", INPUTS, SPLIT, atol=1e-4,
@@ -290,4 +362,6 @@ SPELLINGS = [
              rtol=1e-4),
     Spelling("rows", "lane_vector", LANE_VECTOR, "rmsnorm", INPUTS, SPLIT, atol=1e-4, rtol=1e-4),
     Spelling("rows", "autotuned", AUTOTUNED, "rmsnorm", INPUTS, SPLIT, atol=1e-4, rtol=1e-4),
+    Spelling("rows", "while_assigned_step", WHILE_ASSIGNED_STEP, "rmsnorm", INPUTS, SPLIT, atol=1e-4, rtol=1e-4),
+    Spelling("rows", "subscript_tuple_grid", SUBSCRIPT_TUPLE_GRID, "rmsnorm", INPUTS, SPLIT, atol=1e-4, rtol=1e-4),
 ]

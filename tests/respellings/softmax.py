@@ -1,7 +1,9 @@
 """Softmax reductions over the rows of a float32 matrix (softmax, log-softmax, logsumexp, cross-entropy),
-spelled eight ways: two loop passes (for, while, range over cdiv; scalar and lane-wise running max; exp and
-exp2) and one block per row (1-D and a block of rows; a helper @triton.jit function; the block size set by the
-launch or by a heuristic). The inputs have rows longer than the interpreter's threshold for the chunked twin
+spelled many ways: two loop passes (for, while, range over cdiv, or one of each; scalar and lane-wise running
+max, a max written as tl.maximum or as a select; exp and exp2; a pointer advanced through the row; lanes masked
+by the load or by tl.where) and one block per row (1-D and a block of rows, reductions keeping their dimension
+or over axis=-1; a helper @triton.jit function; names bound again; the block size set by the launch or by a
+heuristic). The inputs have rows longer than the interpreter's threshold for the chunked twin
 (online_launch.CPU_LONG) and fewer than its SM count (the split twin's path), some lanes of the last block
 masked, and a maximum that comes late in a row."""
 
@@ -243,6 +245,297 @@ def softmax(x):
     return loss
 '''
 
+# Two while loops, the lane-wise running max a select (`tl.where(cur > m, cur, m)`, not tl.maximum) started
+# from `-float("inf")`, then a third for loop that stores exp(x - max) times the sum's reciprocal.
+WHERE_MAX_WHILE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_fwd(out, inp, stride_row, n_cols, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    base = inp + row * stride_row
+    col = tl.arange(0, BLOCK_N)
+    row_max = tl.full((BLOCK_N,), -float("inf"), tl.float32)
+    start = 0
+    while start < n_cols:
+        cur = tl.load(base + start + col, mask=(start + col) < n_cols, other=-float("inf"))
+        row_max = tl.where(cur > row_max, cur, row_max)
+        start += BLOCK_N
+    mx = tl.max(row_max, 0)
+    total = tl.zeros((BLOCK_N,), tl.float32)
+    start = 0
+    while start < n_cols:
+        cur = tl.load(base + start + col, mask=(start + col) < n_cols, other=-float("inf"))
+        total += tl.exp(cur - mx)
+        start += BLOCK_N
+    inv = 1.0 / tl.sum(total, 0)
+    for start in range(0, n_cols, BLOCK_N):
+        cur = tl.load(base + start + col, mask=(start + col) < n_cols, other=-float("inf"))
+        tl.store(out + row * stride_row + start + col, tl.exp(cur - mx) * inv, mask=(start + col) < n_cols)
+
+
+def softmax(x):
+    y = torch.empty_like(x)
+    softmax_fwd[(x.shape[0],)](y, x, x.stride(0), x.shape[1], BLOCK_N=32, num_warps=4)
+    return y
+'''
+
+# One block, reductions over `axis=-1`, tl.math.exp, and the exponentials' name bound again to the result
+# (`p = p / tl.sum(p, axis=-1)`); a scale applied on load, the host viewing its input as rows.
+AXIS_LAST_REBOUND = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def attn_probs_kernel(S, P, stride_s, stride_p, seq_len, scale, BLOCK: tl.constexpr):
+    r = tl.program_id(0)
+    k = tl.arange(0, BLOCK)
+    s = tl.load(S + r * stride_s + k, mask=k < seq_len, other=-float("inf")).to(tl.float32) * scale
+    s_max = tl.max(s, axis=-1)
+    p = tl.math.exp(s - s_max)
+    p = p / tl.sum(p, axis=-1)
+    tl.store(P + r * stride_p + k, p.to(P.dtype.element_ty), mask=k < seq_len)
+
+
+def softmax(x):
+    rows = x.view(-1, x.shape[-1])
+    out = torch.empty_like(rows)
+    n_rows, seq_len = rows.shape
+    attn_probs_kernel[(n_rows,)](rows, out, rows.stride(0), out.stride(0), seq_len, 0.5,
+                                 BLOCK=max(triton.next_power_of_2(seq_len), 16))
+    return out.view_as(x)
+'''
+
+# A block of rows in one tile, the reductions keeping their reduced dimension (`keep_dims=True`, broadcast
+# without `[:, None]`), the row's max subtracted in place.
+KEEP_DIMS_ROWS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_rows_kernel(x_ptr, y_ptr, M, N, stride_m, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    offs = rows[:, None] * stride_m + cols[None, :]
+    x = tl.load(x_ptr + offs, mask=mask, other=float("-inf"))
+    x = x - tl.max(x, axis=1, keep_dims=True)
+    e = tl.exp(x)
+    y = e / tl.sum(e, axis=1, keep_dims=True)
+    tl.store(y_ptr + offs, y, mask=mask)
+
+
+def softmax(x):
+    M, N = x.shape
+    y = torch.empty_like(x)
+    BLOCK_N = triton.next_power_of_2(N)
+    BLOCK_M = 2
+    softmax_rows_kernel[(triton.cdiv(M, BLOCK_M),)](x, y, M, N, x.stride(0), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
+    return y
+'''
+
+# Two tl.range passes through one pointer tile advanced at the end of each (`ptrs += BLOCK`) and set back to the
+# row's start between them; a third pass that computes its addresses afresh.
+POINTER_ADVANCE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_looped(Y, X, stride, N, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    ptrs = X + row * stride + offs
+    m_vec = tl.full([BLOCK], float("-inf"), dtype=tl.float32)
+    for start in tl.range(0, N, BLOCK):
+        v = tl.load(ptrs, mask=start + offs < N, other=float("-inf"))
+        m_vec = tl.maximum(m_vec, v)
+        ptrs += BLOCK
+    m = tl.max(m_vec, axis=0)
+    ptrs = X + row * stride + offs
+    d_vec = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in tl.range(0, N, BLOCK):
+        v = tl.load(ptrs, mask=start + offs < N, other=float("-inf"))
+        d_vec += tl.exp(v - m)
+        ptrs += BLOCK
+    d = tl.sum(d_vec, axis=0)
+    for start in tl.range(0, N, BLOCK):
+        v = tl.load(X + row * stride + start + offs, mask=start + offs < N, other=float("-inf"))
+        tl.store(Y + row * stride + start + offs, tl.exp(v - m) / d, mask=start + offs < N)
+
+
+def softmax(x):
+    y = torch.empty_like(x)
+    M, N = x.shape
+    softmax_looped[(M,)](y, x, x.stride(0), N, BLOCK=32)
+    return y
+'''
+
+# The max pass counts element offsets (`range(0, N, BLOCK)`), the sum pass and the store pass block indices
+# (`range(tl.cdiv(N, BLOCK))`, offsets `i * BLOCK`); scalar running values.
+MIXED_LOOP_FORMS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_mixed(X, Y, stride, N, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    m = float("-inf")
+    for off in range(0, N, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        m = tl.maximum(m, tl.max(tl.load(X + row * stride + cols, mask=cols < N, other=float("-inf")), 0))
+    s = 0.0
+    for i in range(tl.cdiv(N, BLOCK)):
+        cols = i * BLOCK + tl.arange(0, BLOCK)
+        s += tl.sum(tl.exp(tl.load(X + row * stride + cols, mask=cols < N, other=float("-inf")) - m), 0)
+    for i in range(tl.cdiv(N, BLOCK)):
+        cols = i * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(X + row * stride + cols, mask=cols < N, other=float("-inf"))
+        tl.store(Y + row * stride + cols, tl.exp(x - m) / s, mask=cols < N)
+
+
+def softmax(x):
+    y = torch.empty_like(x)
+    softmax_mixed[(x.shape[0],)](x, y, x.stride(0), x.shape[1], BLOCK=32)
+    return y
+'''
+
+# Loads with `other=0.0` and the masked lanes set to each reduction's identity by tl.where: the max over
+# `tl.where(mask, x, -inf)`, the sum over `tl.where(mask, tl.exp(x - m), 0.0)`.
+WHERE_MASKED = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_kernel(X, Y, stride, N, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mx = tl.full([BLOCK], float("-inf"), tl.float32)
+    for start in range(0, N, BLOCK):
+        mask = start + offs < N
+        x = tl.load(X + row * stride + start + offs, mask=mask, other=0.0)
+        mx = tl.maximum(mx, tl.where(mask, x, float("-inf")))
+    row_max = tl.max(mx, axis=0)
+    den = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, N, BLOCK):
+        mask = start + offs < N
+        x = tl.load(X + row * stride + start + offs, mask=mask, other=0.0)
+        den += tl.where(mask, tl.exp(x - row_max), 0.0)
+    total = tl.sum(den, axis=0)
+    for start in range(0, N, BLOCK):
+        mask = start + offs < N
+        x = tl.load(X + row * stride + start + offs, mask=mask, other=0.0)
+        tl.store(Y + row * stride + start + offs, tl.exp(x - row_max) / total, mask=mask)
+
+
+def softmax(x):
+    y = torch.empty_like(x)
+    softmax_kernel[(x.shape[0],)](x, y, x.stride(0), x.shape[1], BLOCK=32)
+    return y
+'''
+
+# One block, loaded with `other=0.0`: the max over `tl.where(mask, x, -inf)`, the exponentials masked to 0 by
+# tl.where before the sum.
+ONE_BLOCK_WHERE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_one(X, Y, stride, N, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < N
+    x = tl.load(X + row * stride + offs, mask=mask, other=0.0)
+    m = tl.max(tl.where(mask, x, float("-inf")), axis=0)
+    e = tl.where(mask, tl.exp(x - m), 0.0)
+    tl.store(Y + row * stride + offs, e / tl.sum(e, axis=0), mask=mask)
+
+
+def softmax(x):
+    y = torch.empty_like(x)
+    softmax_one[(x.shape[0],)](x, y, x.stride(0), x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+    return y
+'''
+
+# One block: a temperature and an additive mask applied to the loaded row, whose padding lanes are then set to
+# -inf by tl.where in place (`x = tl.where(valid, x, -inf)`), the exponentials summed unmasked.
+TEMPERATURE_BIAS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def masked_softmax_kernel(output_ptr, input_ptr, bias_ptr, input_row_stride, n_cols, inv_temperature,
+                          BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(axis=0)
+    col_offsets = tl.arange(0, BLOCK_SIZE)
+    valid = col_offsets < n_cols
+    x = tl.load(input_ptr + row * input_row_stride + col_offsets, mask=valid, other=0.0)
+    bias = tl.load(bias_ptr + col_offsets, mask=valid, other=0.0)
+    x = x * inv_temperature + bias
+    x = tl.where(valid, x, float("-inf"))
+    x_max = tl.max(x, axis=0)
+    num = tl.exp(x - x_max)
+    den = tl.sum(num, axis=0)
+    tl.store(output_ptr + row * input_row_stride + col_offsets, num / den, mask=valid)
+
+
+def softmax(x):
+    y = torch.empty_like(x)
+    bias = torch.linspace(-1.0, 1.0, x.shape[1], device=x.device)
+    masked_softmax_kernel[(x.shape[0],)](y, x, bias, x.stride(0), x.shape[1], 1.0 / 0.7,
+                                         BLOCK_SIZE=triton.next_power_of_2(x.shape[1]), num_warps=4)
+    return y
+'''
+
+# Cross-entropy and the probabilities in one block, the loaded row's name bound again twice after the max
+# (`x = tl.exp(x - mx)`, then `x = x / s`), the label's logit picked by a sum over `tl.where(cols == t, x, 0.0)`.
+REBOUND_ROW = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def xent_kernel(x_ptr, t_ptr, loss_ptr, probs_ptr, stride, V, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+    t = tl.load(t_ptr + row)
+    x_t = tl.sum(tl.where(cols == t, x, 0.0), axis=0)
+    mx = tl.max(x, axis=0)
+    x = tl.exp(x - mx)
+    s = tl.sum(x, axis=0)
+    x = x / s
+    tl.store(probs_ptr + row * stride + cols, x, mask=cols < V)
+    tl.store(loss_ptr + row, tl.log(s) + mx - x_t)
+
+
+def softmax(x):
+    M, V = x.shape
+    t = (torch.arange(M) * 7 % V).to(x.device)
+    loss = torch.empty(M, device=x.device)
+    probs = torch.empty_like(x)
+    xent_kernel[(M,)](x, t, loss, probs, x.stride(0), V, BLOCK=triton.next_power_of_2(V))
+    return loss, probs
+'''
+
 SPELLINGS = [
     Spelling("softmax", "two_loops_lanes", TWO_LOOPS_LANES, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
     Spelling("softmax", "while_scalar_exp2", WHILE_SCALAR_EXP2, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
@@ -251,4 +544,13 @@ SPELLINGS = [
     Spelling("softmax", "block_of_rows_helper", BLOCK_OF_ROWS_HELPER, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
     Spelling("softmax", "heuristic_block", HEURISTIC_BLOCK, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
     Spelling("softmax", "cross_entropy", CROSS_ENTROPY, "softmax", INPUTS, ("online_softmax", "divisibility_hints")),
+    Spelling("softmax", "where_max_while", WHERE_MAX_WHILE, "softmax", INPUTS, ("online_softmax", "single_pass")),
+    Spelling("softmax", "axis_last_rebound", AXIS_LAST_REBOUND, "softmax", INPUTS, ("online_softmax",)),
+    Spelling("softmax", "keep_dims_rows", KEEP_DIMS_ROWS, "softmax", INPUTS, ("online_softmax",)),
+    Spelling("softmax", "pointer_advance", POINTER_ADVANCE, "softmax", INPUTS, ("online_softmax", "single_pass")),
+    Spelling("softmax", "mixed_loop_forms", MIXED_LOOP_FORMS, "softmax", INPUTS, ("online_softmax", "single_pass")),
+    Spelling("softmax", "where_masked", WHERE_MASKED, "softmax", INPUTS, ("online_softmax", "single_pass")),
+    Spelling("softmax", "one_block_where", ONE_BLOCK_WHERE, "softmax", INPUTS, ("online_softmax",)),
+    Spelling("softmax", "temperature_bias", TEMPERATURE_BIAS, "softmax", INPUTS, ("online_softmax",)),
+    Spelling("softmax", "rebound_row", REBOUND_ROW, "softmax", INPUTS, ("online_softmax",)),
 ]

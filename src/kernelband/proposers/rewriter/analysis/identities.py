@@ -93,3 +93,16 @@ class Identities(ast.NodeTransformer):
 def plain(node: ast.AST, shapes: Shapes) -> ast.AST:
     """A canonical form (owned by the caller: it is rewritten in place) with identity combinations dropped."""
     return Identities(shapes).visit(node)
+
+
+IDENTITY = {"max": -math.inf, "min": math.inf, "sum": 0.0}
+
+
+def unmasked(node: ast.AST, op: str) -> tuple[ast.AST, ast.AST]:
+    """(c, v) for `tl.where(c, v, identity)`, a value masked to the identity of the reduction `op` where c is
+    false (`tl.where(mask, tl.exp(x - m), 0.0)` in a sum): reduced, it is v's reduction over the lanes where c
+    holds; (True, node) for any other value."""
+    if tl_name(node) == "where" and len(node.args) == 3 and not node.keywords \
+            and constant(node.args[2]) == IDENTITY[op]:
+        return node.args[0], node.args[1]
+    return ast.Constant(True), node

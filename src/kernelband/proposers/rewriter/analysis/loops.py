@@ -143,16 +143,15 @@ class Loops:
                 and isinstance(test.comparisons[0].operator, cst.LessThan) and isinstance(test.left, cst.Name)):
             return None, None, None, None
         var = test.left.value
-        steps = [s.body[0] for s in node.body.body if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
-                 and isinstance(s.body[0], cst.AugAssign) and isinstance(s.body[0].operator, cst.AddAssign)
-                 and dotted(s.body[0].target) == var]
+        steps = [step for s in node.body.body if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
+                 for step in [_added(s.body[0], var)] if step is not None]
         if len(steps) != 1 or sum(var in assigned(s) for s in node.body.body) != 1:
             return None, None, None, None
         inits = [s for s in before if var in assigned(s)]
         init = None
         if inits and isinstance(inits[-1], cst.SimpleStatementLine) and isinstance(inits[-1].body[0], cst.Assign):
             init = self.values.expand(inits[-1].body[0].value)
-        return var, init, self.values.expand(test.comparisons[0].comparator), self.values.expand(steps[0].value)
+        return var, init, self.values.expand(test.comparisons[0].comparator), self.values.expand(steps[0])
 
     def _block(self, loop: Loop) -> set[str | int]:
         """What the loop advances by: the constexprs, and the integers the source fixes (`KernelValues.integer`:
@@ -264,11 +263,11 @@ class Loops:
                 for extra in rest[2:]:
                     term = ast.BinOp(term, ast.Add(), extra)
                 kind = self._sum_or_increment(loop, term)
-        elif tl_name(update) in ("maximum", "minimum") and len(update.args) == 2:
-            args = [ast.unparse(a) for a in update.args]
+        elif (picked := extremum(update)) is not None:
+            args = [ast.unparse(a) for a in picked[1]]
             if args.count(me) == 1:
-                term = update.args[1 - args.index(me)]
-                kind = "max" if tl_name(update) == "maximum" else "min"
+                term = picked[1][1 - args.index(me)]
+                kind = "max" if picked[0] == "maximum" else "min"
         elif tl_name(update) == "dot":
             acc = update.args[2] if len(update.args) > 2 else next(
                 (k.value for k in update.keywords if k.arg == "acc"), None)
@@ -288,6 +287,39 @@ class Loops:
         if any(tl_name(n) == "load" for n in ast.walk(term)):
             return "sum"
         return "increment"
+
+
+def _added(small: cst.BaseSmallStatement, var: str) -> cst.BaseExpression | None:
+    """E of `var += E`, `var = var + E` or `var = E + var` (E not reading var): one step of a counted loop."""
+    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) and dotted(small.target) == var:
+        return small.value
+    if not (isinstance(small, cst.Assign) and len(small.targets) == 1 and dotted(small.targets[0].target) == var
+            and isinstance(small.value, cst.BinaryOperation) and isinstance(small.value.operator, cst.Add)):
+        return None
+    left, right = small.value.left, small.value.right
+    for mine, step in ((left, right), (right, left)):
+        if dotted(mine) == var and var not in {n.value for n in loads(step)}:
+            return step
+    return None
+
+
+def extremum(node: ast.expr) -> tuple[str, list[ast.expr]] | None:
+    """("maximum" or "minimum", its two operands) for tl.maximum(a, b) and tl.minimum(a, b), and for a select
+    that picks the larger or the smaller of two values: tl.where(a > b, a, b) is max(a, b), as is
+    tl.where(b < a, a, b); tl.where(a < b, a, b) is min(a, b)."""
+    if tl_name(node) in ("maximum", "minimum") and len(node.args) == 2:
+        return tl_name(node), list(node.args)
+    if tl_name(node) != "where" or len(node.args) != 3 or node.keywords:
+        return None
+    test, a, b = node.args
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Gt | ast.GtE | ast.Lt | ast.LtE)):
+        return None
+    left, right, first, second = (ast.dump(n) for n in (test.left, test.comparators[0], a, b))
+    if (left, right) not in ((first, second), (second, first)) or first == second:
+        return None
+    larger = isinstance(test.ops[0], ast.Gt | ast.GtE) == (left == first)  # the test holds where a is the larger
+    return ("maximum" if larger else "minimum"), [a, b]
 
 
 def _first_use(statements: list, name: str) -> tuple[bool, bool]:

@@ -193,6 +193,10 @@ class Padding:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("float", "int") \
                 and len(node.args) == 1 and isinstance(node.args[0], ast.Constant):
             return _safe(float, node.args[0].value)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):  # -float("inf") is a number
+            inner = self.of(node.operand, where)
+            if _number(inner):
+                return -inner if isinstance(node.op, ast.USub) else inner
         if not self.lanes(node):
             return UNIFORM
         if isinstance(node, ast.Compare):

@@ -27,7 +27,8 @@ from functools import cached_property
 import libcst as cst
 
 from kernelband import pyast
-from kernelband.proposers.rewriter.analysis.identities import plain
+from kernelband.proposers.rewriter.analysis.identities import plain, unmasked
+from kernelband.proposers.rewriter.analysis.iterations import iteration
 from kernelband.proposers.rewriter.analysis.loops import Carried, Loop, Loops
 from kernelband.proposers.rewriter.analysis.reloads import Reloads
 from kernelband.proposers.rewriter.analysis.shapes import Shapes
@@ -237,6 +238,19 @@ def exponent_of(node: ast.AST, m: ast.AST) -> Exponent | None:
     return Exponent(base, scale, found[1])
 
 
+def paired(max_term: ast.AST, sum_term: ast.AST, m: ast.AST, mine=lambda n: n, theirs=lambda n: n) -> Exponent | None:
+    """The exponent of a sum's term exp(c * (g - m)) over the row of a max's term, g holding it; or of the two
+    masked to their identities by tl.where over one mask (`tl.where(mask, x, -inf)`, `tl.where(mask,
+    tl.exp(x - m), 0.0)`). `mine` and `theirs` read a value of the max's and of the sum's iteration alike."""
+    plain_ = ((ast.Constant(True), max_term), (ast.Constant(True), sum_term))
+    for (max_if, top), (sum_if, total) in (plain_, (unmasked(max_term, "max"), unmasked(sum_term, "sum"))):
+        exponent = exponent_of(total, m)
+        if exponent is not None and _dump(mine(max_if)) == _dump(theirs(sum_if)) \
+                and holds(theirs(exponent.rest), mine(top)):
+            return exponent
+    return None
+
+
 # -- the facts ------------------------------------------------------------------------------------------------
 @dataclass(eq=False)
 class BlockReduction:
@@ -402,8 +416,8 @@ class Found:
         blocks = [b for b in self.block if id(b.call) not in in_terms]
         for total in (b for b in blocks if b.op == "sum"):
             for top in (b for b in blocks if b.op == "max" and b.loop is total.loop and b.dim == total.dim):
-                exponent = exponent_of(total.operand, top.value)
-                if exponent is not None and top.dim is not None and holds(exponent.rest, top.operand):
+                exponent = paired(top.operand, total.operand, top.value)
+                if exponent is not None and top.dim is not None:
                     if self.reloads.separated(top.operand) or self.reloads.separated(exponent.rest):
                         separated.append((top, total))
                         continue
@@ -425,9 +439,9 @@ class Found:
                 if order[id(top.loop)] >= order[id(total.loop)] or _inside(total.loop, top.loop) \
                         or _inside(top.loop, total.loop):
                     continue
-                exponent = exponent_of(total.term, top.value)
-                if exponent is not None and holds(_iteration(exponent.rest, total.loop),
-                                                  _iteration(top.term, top.loop)):
+                exponent = paired(top.term, total.term, top.value, lambda n, loop=top.loop: iteration(n, loop),
+                                  lambda n, loop=total.loop: iteration(n, loop))
+                if exponent is not None:
                     if self.reloads.written_between(top.loop.node, total.loop.node):
                         separated.append((top, total))
                         continue
@@ -574,21 +588,6 @@ def _key(reduction: BlockReduction | Running) -> tuple:
     if isinstance(reduction, BlockReduction):
         return ("block", id(reduction.call))
     return ("running", id(reduction.loop.node), reduction.name)
-
-
-def _iteration(node: ast.AST, loop: Loop) -> ast.AST:
-    """A value of one iteration of a loop, its variable written alike whatever the loop calls it (two loops
-    over the same range read the same elements in the same iteration)."""
-
-    class _Mark(ast.NodeTransformer):
-        def visit_Call(self, call: ast.Call) -> ast.AST:
-            self.generic_visit(call)
-            if (is_call(call, "__loop") or is_call(call, "__var") and loop.form == "while") \
-                    and marker_arg(call) == loop.var:
-                return ast.Name("__iteration")
-            return call
-
-    return _Mark().visit(copy.deepcopy(node))
 
 
 def _inside(inner: Loop, outer: Loop) -> bool:

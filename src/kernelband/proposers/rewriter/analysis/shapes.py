@@ -165,10 +165,14 @@ class Shapes:
             axis = _axis(node, 1)
             if inner is None or axis == "?":
                 return None
+            keep = keywords.get("keep_dims", keywords.get("keepdims"))
+            kept = isinstance(keep, ast.Constant) and keep.value is True  # the reduced dimension stays, of 1
             if axis is None:
-                return ()
+                return tuple("1" for _ in inner) if kept else ()
             if not -len(inner) <= axis < len(inner):
                 return None
+            if kept:
+                return tuple("1" if i == axis % len(inner) else d for i, d in enumerate(inner))
             return tuple(d for i, d in enumerate(inner) if i != axis % len(inner))
         if name in SCANS:
             return self.of(args[0]) if args else None

@@ -241,11 +241,16 @@ class Launch:
     def kwarg(self, name: str) -> cst.Arg | None:
         return next((a for a in self.call.args if a.keyword is not None and a.keyword.value == name), None)
 
+    @property
+    def tupled(self) -> bool:
+        """Whether the subscript itself is the grid's tuple: `kernel[a, b]`, `kernel[n,]` (not `kernel[grid]`)."""
+        return len(self.subscript.slice) != 1 or isinstance(self.subscript.slice[0].comma, cst.Comma)
+
     @cached_property
     def grid_value(self) -> list[cst.BaseExpression]:
         """The grid, with a name assigned once in the launching function replaced by its value."""
         grid = self.grid
-        if len(grid) == 1 and isinstance(grid[0], cst.Name):
+        if len(grid) == 1 and isinstance(grid[0], cst.Name) and not self.tupled:
             value = self.scope.value(grid[0].value)
             if value is not None:
                 return [value]
@@ -255,7 +260,7 @@ class Launch:
     def meta_grid(self) -> tuple[str, cst.BaseExpression] | None:
         """(parameter name, body) when the grid is `lambda meta: ...` or a local `def grid(meta)`."""
         grid = self.grid_value
-        if len(grid) != 1:
+        if len(grid) != 1 or self.tupled:
             return None
         node = grid[0]
         if isinstance(node, cst.Lambda) and len(node.params.params) == 1:

@@ -144,6 +144,13 @@ class _Canon(ast.NodeTransformer):
                 return expanded
         return self.generic_visit(node)
 
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        self.generic_visit(node)
+        operand = node.operand
+        if isinstance(node.op, ast.USub) and isinstance(operand, ast.Constant) and type(operand.value) in (int, float):
+            return ast.Constant(-operand.value)  # `-1` is one literal, as an axis (`axis=-1`) or a step
+        return node
+
     def visit_Name(self, node: ast.Name) -> ast.AST:
         if node.id in self.env:
             return copy.deepcopy(self.env[node.id])

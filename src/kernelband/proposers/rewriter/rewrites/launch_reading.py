@@ -23,6 +23,12 @@ PURE_CALLS = frozenset({"empty", "empty_like", "zeros", "zeros_like", "ones", "o
                         "next_power_of_2", "min", "max", "int", "float", "len", "stride", "size", "numel", "dim",
                         "element_size", "view", "reshape", "ceil", "sqrt", "prod", "is_contiguous"})
 METADATA = frozenset({"stride", "size", "numel", "shape", "dim", "ndim", "dtype", "device", "element_size"})
+# Allocations shaped like a tensor: `torch.empty_like(h)` and `h.new_empty(n)` read no element of h.
+SHAPED = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "new_empty", "new_zeros", "new_ones",
+                    "new_full"})
+# Views that never copy: `v = h.view(M, N)` reads no element of h (v is h's memory, buffers.py follows it).
+VIEWS = frozenset({"view", "view_as", "t", "transpose", "permute", "squeeze", "unsqueeze", "expand", "expand_as",
+                   "narrow", "unflatten", "as_strided"})
 LAUNCH_SPEED = frozenset({"num_warps", "num_stages", "num_ctas"})  # options that change no result
 
 
@@ -92,13 +98,22 @@ def pure(node: cst.CSTNode) -> bool:
 
 
 def reads_data(ms: ModuleSource, node: cst.CSTNode, names: set[str]) -> bool:
-    """Whether the code reads the elements of one of these tensors, not only its sizes (`h.stride(0)`)."""
+    """Whether the code reads the elements of one of these tensors, not only its sizes or memory (`h.stride(0)`,
+    `torch.empty_like(h)`, `h.new_zeros(n)`, `h.view(M, N)`)."""
     for name in loads(node):
         parent = ms.parents.get(id(name))
         if name.value in names and not (isinstance(parent, cst.Attribute) and parent.value is name
-                                        and parent.attr.value in METADATA):
+                                        and parent.attr.value in METADATA | SHAPED | VIEWS) and not _shaped_like(ms, parent):
             return True
     return False
+
+
+def _shaped_like(ms: ModuleSource, arg: cst.CSTNode | None) -> bool:
+    """Whether a tensor is the first argument of an allocation shaped like it (`torch.empty_like(h)`), which
+    reads its sizes, dtype and device, never its elements."""
+    call = ms.parents.get(id(arg))
+    return isinstance(arg, cst.Arg) and arg.keyword is None and isinstance(call, cst.Call) and call.args[0] is arg \
+        and (dotted(call.func) or "").rpartition(".")[2] in SHAPED
 
 
 def options_of(site: Site) -> dict[str, cst.BaseExpression]:

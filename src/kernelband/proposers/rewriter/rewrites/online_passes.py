@@ -27,6 +27,7 @@ import ast
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.facts import facts_of
+from kernelband.proposers.rewriter.analysis.iterations import index_alias, same_blocks
 from kernelband.proposers.rewriter.analysis.loops import Loop
 from kernelband.proposers.rewriter.analysis.reductions import Exponent, Softmax, normal, source_of
 from kernelband.proposers.rewriter.analysis.source import Kernel
@@ -119,7 +120,8 @@ def merge(kernel: Kernel, entry: Softmax) -> Variant | str:
         for a, b in ((first.start, second.start), (first.end, second.end), (first.step, second.step)))
     if first.form == "cdiv" and second.form == "cdiv":
         same_walk = ast.unparse(values.expand(first.node.iter)) == ast.unparse(values.expand(second.node.iter))
-    if not same_walk or first.var is None or second.var is None:
+    mixed = not same_walk and same_blocks(first, second)  # one counts offsets, the other block indices
+    if not (same_walk or mixed) or first.var is None or second.var is None or mixed and first.var == second.var:
         return f"{name}'s max pass and sum pass do not walk the same iterations"
     if any(c.kind not in ("increment",) and c.name != total.name for c in second.carried.values()):
         return f"{name}'s sum pass carries more than its sum"
@@ -138,6 +140,11 @@ def merge(kernel: Kernel, entry: Softmax) -> Variant | str:
     between = body[i + 1:j]
     if not all(isinstance(s, cst.SimpleStatementLine) for s in between):
         return f"{name} branches or loops between its max pass and its sum pass"
+    # Pointers both passes advance alike, set back between them to where the max pass started them: one advance
+    # after the merged body serves both, and the setting back is left out.
+    pointers, restated, advances = _shared_pointers(kernel, first, second, between)
+    between = [s for s in between if s not in restated]
+    sum_body = [s for s in sum_body if s not in advances[1]]
     # What runs between: before the merged loop unless it reads what the max pass computes.
     made = assigned(*first.body) | {first.var, *first.carried}
     early, late = [], []
@@ -174,7 +181,7 @@ def merge(kernel: Kernel, entry: Softmax) -> Variant | str:
         head = statements(f"{prev} = {current}\n")
         tail = statements(f"{current} = {row_max}\n")
         early = early + statements(f"{current} = {row_max}\n")
-    free = _free(sum_body) - {second.var}
+    free = _free(sum_body) - {second.var} - pointers
     if free & (assigned(*first.body) | late_names) - {top.name} and not all(
             _reads_only_max(kernel, s, top.value, free & (assigned(*first.body) | late_names)) for s in sum_body):
         return f"{name}'s sum pass reads a value of its max pass other than the max"
@@ -190,9 +197,11 @@ def merge(kernel: Kernel, entry: Softmax) -> Variant | str:
                                      f"({code(term)})\n")
         else:
             merged_sum.append(statement.visit(replace))
-    alias = statements(f"{second.var} = {first.var}\n") if second.var != first.var else []
-    first_body = [s for s in first.body if s is not first_step]
-    new_body = [*head, *first_body, *tail, *alias, *merged_sum, *([first_step] if first_step is not None else [])]
+    alias = statements(index_alias(first, second) if mixed else f"{second.var} = {first.var}\n") \
+        if second.var != first.var else []
+    first_body = [s for s in first.body if s is not first_step and s not in advances[0]]
+    new_body = [*head, *first_body, *tail, *alias, *merged_sum, *advances[0],
+                *([first_step] if first_step is not None else [])]
     merged = first.node.with_changes(body=first.node.body.with_changes(body=new_body))
     later = body[j + 1:]
     if not _later_reads_ok(later, assigned(*sum_body) - {total.name} | ({second.var} if alias else set())):
@@ -202,6 +211,52 @@ def merge(kernel: Kernel, entry: Softmax) -> Variant | str:
     kind = "lane by lane" if lanes else "per row"
     return Variant("online_softmax", f"{name}'s max pass and exp-sum pass over its row as one pass with a running max "
                    f"({top.name}) and a rescaled sum ({total.name}), {kind}", frozenset({name}), (edit,))
+
+
+def _shared_pointers(kernel: Kernel, first: Loop, second: Loop, between: list[cst.CSTNode]) -> tuple:
+    """(names, statements between the passes that set them back, (each pass's statements that advance them)) for
+    the values both passes advance by the same fixed step at the end of their bodies (`ptrs += BLOCK`), where
+    every statement between the passes that sets one sets it to the value it had as the max pass began: in
+    each iteration the sum pass reads them as the max pass does."""
+    values = facts_of(kernel).values
+    names, restated, advances = set(), [], ([], [])
+    for name, carried in sorted(second.carried.items()):
+        mine = first.carried.get(name)
+        if carried.kind != "increment" or mine is None or mine.kind != "increment" \
+                or ast.dump(normal(carried.term)) != ast.dump(normal(mine.term)):
+            continue
+        steps = [_advance(loop, name) for loop in (first, second)]
+        sets = [s for s in between if name in assigned(s)]
+        start = values.env_at(first.node).get(name)
+        if None in steps or start is None or not sets or not all(
+                _sets_to(values, s, name, start) for s in sets) or _names(*between) & {name}:
+            continue
+        names.add(name)
+        restated += sets
+        advances[0].append(steps[0])
+        advances[1].append(steps[1])
+    return names, restated, advances
+
+
+def _advance(loop: Loop, name: str) -> cst.CSTNode | None:
+    """The statement `name += step` of a loop's body, where no statement after it but the loop's own step and
+    other such advances reads or sets name."""
+    body = [s for s in loop.body if s is not _step(loop)]
+    found = [i for i, s in enumerate(body) if name in assigned(s)]
+    if len(found) != 1 or not (isinstance(body[found[0]], cst.SimpleStatementLine) and len(body[found[0]].body) == 1
+                               and isinstance(body[found[0]].body[0], cst.AugAssign)
+                               and isinstance(body[found[0]].body[0].operator, cst.AddAssign)):
+        return None
+    return None if name in _names(*body[found[0] + 1:]) else body[found[0]]
+
+
+def _sets_to(values, statement: cst.CSTNode, name: str, start: ast.AST) -> bool:
+    """Whether a statement is `name = E` alone, E the value `start` (canonical)."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1
+            and dotted(statement.body[0].targets[0].target) == name):
+        return False
+    return ast.dump(normal(values.expand(statement.body[0].value))) == ast.dump(normal(start))
 
 
 def _names_of(kernel: Kernel, lines: list[cst.CSTNode], value: ast.AST) -> list[str]:
@@ -255,7 +310,8 @@ def _later_reads_ok(rest: list[cst.CSTNode], names: set[str]) -> bool:
     for statement in rest:
         if isinstance(statement, cst.For | cst.While):
             header = statement.iter if isinstance(statement, cst.For) else statement.test
-            if _names(header) & pending or _free(list(statement.body.body)) & pending:
+            target = {n.value for n in subnodes(statement.target, cst.Name)} if isinstance(statement, cst.For) else set()
+            if _names(header) & pending or _free(list(statement.body.body)) - target & pending:  # the target is set first
                 return False
         elif _names(statement) & pending:
             return False

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.facts import facts_of
+from kernelband.proposers.rewriter.analysis.identities import unmasked
 from kernelband.proposers.rewriter.analysis.reductions import BlockReduction, Exponent, exponent_of, holds
 from kernelband.proposers.rewriter.analysis.row_extent import RowExtent
 from kernelband.proposers.rewriter.analysis.source import Kernel
@@ -210,9 +211,6 @@ def _shapes_obstacle(kernel: Kernel, block: str, calls: dict[int, cst.Call]) -> 
             shape = facts.shapes.of(facts.values.expand(call.args[0].value))
             if shape and block in shape:
                 return f"{name} reduces a value along {block} by {dotted(call.func)} (not a max, min or sum)"
-        if id(call) in calls and any(a.keyword is not None and a.keyword.value in ("keep_dims", "keepdims")
-                                     for a in call.args):
-            return f"{name} keeps the reduced dimension of a reduction over {block}"
     for call in kernel.calls("dot"):
         if any(block in (facts.shapes.of(facts.values.expand(a.value)) or ()) for a in call.args[:2]):
             return f"a tl.dot of {name} multiplies values along {block}"
@@ -244,7 +242,8 @@ def _stats(kernel: Kernel, block: str, calls: dict[int, cst.Call]) -> dict[int, 
                 return f"{name}'s {reduction.op} over {block} depends on another reduction over the row"
             if reduction.op == "sum" and deps:
                 tops = [d for d in deps if d.op == "max"]
-                exponent = exponent_of(reduction.operand, tops[0].value) if len(tops) == 1 == len(deps) else None
+                exponent = exponent_of(unmasked(reduction.operand, "sum")[1], tops[0].value) \
+                    if len(tops) == 1 == len(deps) else None  # tl.where(mask, tl.exp(x - m), 0.0) rescales alike
                 if exponent is None or scale_code(exponent, kernel.tl_name) is None:
                     return f"{name}'s sum over {block} depends on another reduction over the row other than as " \
                            f"exp(x - max)"
@@ -358,11 +357,11 @@ def _phases(kernel: Kernel, walk: list) -> str:  # noqa: C901 - one rule per kin
                 late_items.add(item)
                 changed = True
     sums = {id(s.call) for leaf in leaves for s in leaf.stats if s.op == "sum"}
-    # The first loop: what the reductions' operands read, back to the loads.
-    needed = set().union(*[{n.value for n in loads(s.call)} for leaf in leaves for s in leaf.stats])
-    for leaf in reversed(leaves):
-        made = assigned(leaf.node)
+    needed: set[str] = set()  # the first loop: what the reductions' operands read, back to the loads
+    for leaf in reversed(leaves):  # each reduction reads what is made before it (`p = p / tl.sum(p)` makes p anew)
+        made, reads = assigned(leaf.node), set().union(*[{n.value for n in loads(s.call)} for s in leaf.stats])
         if not (made & needed) or leaf.kind == "scalar" and not leaf.late:
+            needed |= reads
             continue
         if leaf.late:
             return f"{name}'s reduction over the row reads {sorted(made & needed)[0]}, which another reduction " \

@@ -156,10 +156,10 @@ def grid_of(launch: Launch) -> tuple[list[cst.BaseExpression], str] | str:
             return f"the grid of the {launch.where} is computed from the autotuner's config, not known before it"
         grid, text = [body], code(body)
     else:
-        text = code(launch.grid[0]) if len(launch.grid) == 1 else f"({', '.join(code(g) for g in launch.grid)},)"
-    elements = list(grid[0].elements if len(grid) == 1 and isinstance(grid[0], cst.Tuple) else grid)
-    if len(grid) == 1 and not isinstance(grid[0], cst.Tuple) or any(isinstance(e, cst.StarredElement)
-                                                                   for e in elements):
+        text = code(launch.grid[0]) if not launch.tupled else f"({', '.join(code(g) for g in launch.grid)},)"
+    single = len(grid) == 1 and not launch.tupled  # one value that is the grid, not `kernel[n,]`
+    elements = list(grid[0].elements if single and isinstance(grid[0], cst.Tuple) else grid)
+    if single and not isinstance(grid[0], cst.Tuple) or any(isinstance(e, cst.StarredElement) for e in elements):
         return f"the grid of the {launch.where} does not have one or two axes known at the launch"
     values = [e.value if isinstance(e, cst.Element) else e for e in elements]
     ones = 0  # trailing axes of one program: left out, the split's axis takes the first of them
