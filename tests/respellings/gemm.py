@@ -1,4 +1,4 @@
-"""C = A @ B in float16 with float32 accumulation, spelled seven ways."""
+"""C = A @ B in float16 with float32 accumulation, spelled nine ways (one of them a linear layer, x @ W.T)."""
 
 from __future__ import annotations
 
@@ -324,6 +324,50 @@ def matmul(a, b):
     return c
 '''
 
+
+# y = x @ W.T with W (N, K) row-major loaded as a (BLOCK_N, BLOCK_K) tile and transposed by tl.trans, the K
+# offsets recomputed each step.
+TRANSPOSED_INPUTS = """
+x = torch.randn(48, 72).half()
+w = (torch.randn(40, 72) * 72 ** -0.5).half()
+args = [x, w]
+"""
+TRANSPOSED_WEIGHT = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def linear_fwd(x_ptr, w_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        offs_k = k + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
+                    mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0)
+        w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :],
+                    mask=(offs_n[:, None] < N) & (offs_k[None, :] < K), other=0.0)
+        acc += tl.dot(x, tl.trans(w))
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :], acc.to(tl.float16),
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def linear(x, w):
+    M, K = x.shape
+    N = w.shape[0]
+    y = torch.empty((M, N), device=x.device, dtype=torch.float16)
+    grid = (triton.cdiv(M, 32), triton.cdiv(N, 32))
+    linear_fwd[grid](x, w, y, M, N, K, x.stride(0), w.stride(0), y.stride(0), BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+    return y
+'''
+
+
+
 SPELLINGS = [
     Spelling("gemm", name, source, "matmul", INPUTS, TILES, interpretable=name != "block_pointers")
     for name, source in (("literal_grid", LITERAL_GRID), ("tuple_grid_variables", TUPLE_GRID_VARIABLES),
@@ -331,3 +375,4 @@ SPELLINGS = [
                          ("grid_function", GRID_FUNCTION), ("block_pointers", BLOCK_POINTERS),
                          ("count_down", COUNT_DOWN))
 ]
+SPELLINGS += [Spelling("gemm", "transposed_weight", TRANSPOSED_WEIGHT, "linear", TRANSPOSED_INPUTS, TILES)]
