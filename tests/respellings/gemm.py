@@ -1,4 +1,4 @@
-"""C = A @ B in float16 with float32 accumulation, spelled nine ways (one of them a linear layer, x @ W.T)."""
+"""C = A @ B in float16 with float32 accumulation, spelled eleven ways (two of them linear layers, x @ W.T, one batched)."""
 
 from __future__ import annotations
 
@@ -325,6 +325,58 @@ def matmul(a, b):
 '''
 
 
+# A linear layer y = relu(x @ W.T + b): W (N, K) read as a (K, N) tile through its strides, a 1-D grid, and an
+# epilogue that updates the accumulator in place (`acc = acc + bias`, then `acc = tl.maximum(acc, 0.0)`).
+LINEAR_INPUTS = """
+x = torch.randn(48, 72).half()
+w = (torch.randn(40, 72) * 72 ** -0.5).half()
+bias = torch.randn(40).half()
+args = [x, w, bias]
+"""
+LINEAR_BIAS_RELU = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def linear_relu_kernel(x_ptr, w_ptr, bias_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
+                       stride_ym, stride_yn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid = tl.program_id(0)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid_m = pid // num_pid_n
+    pid_n = pid % num_pid_n
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk
+    w_ptrs = w_ptr + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        x = tl.load(x_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < K - k * BLOCK_K), other=0.0)
+        w = tl.load(w_ptrs, mask=(offs_k[:, None] < K - k * BLOCK_K) & (offs_n[None, :] < N), other=0.0)
+        acc = tl.dot(x, w, acc)
+        x_ptrs += BLOCK_K * stride_xk
+        w_ptrs += BLOCK_K * stride_wk
+    bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
+    acc = acc + bias[None, :].to(tl.float32)
+    acc = tl.maximum(acc, 0.0)
+    y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    tl.store(y_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def linear_relu(x, weight, bias):
+    M, K = x.shape
+    N, _ = weight.shape
+    y = torch.empty((M, N), device=x.device, dtype=torch.float16)
+    BLOCK_M, BLOCK_N, BLOCK_K = 32, 32, 32
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    linear_relu_kernel[grid](x, weight, bias, y, M, N, K, x.stride(0), x.stride(1), weight.stride(0),
+                             weight.stride(1), y.stride(0), y.stride(1), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                             BLOCK_K=BLOCK_K, num_warps=4)
+    return y
+'''
+
 # y = x @ W.T with W (N, K) row-major loaded as a (BLOCK_N, BLOCK_K) tile and transposed by tl.trans, the K
 # offsets recomputed each step.
 TRANSPOSED_INPUTS = """
@@ -367,6 +419,54 @@ def linear(x, w):
 '''
 
 
+# A batched product on a 2-D grid (tiles on axis 0, the batch on axis 1), each operand's and the output's batch
+# base pointer computed before the K loop; the contiguous layout's strides read from the sizes.
+BATCHED_INPUTS = """
+a = torch.randn(2, 48, 72).half()
+b = (torch.randn(2, 72, 40) * 72 ** -0.5).half()
+args = [a, b]
+"""
+BATCHED_BASES = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def batched_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, batch_stride_a, batch_stride_b, batch_stride_c,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid = tl.program_id(0)
+    batch = tl.program_id(1)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    pid_m = pid // grid_n
+    pid_n = pid % grid_n
+    a_base = a_ptr + batch * batch_stride_a
+    b_base = b_ptr + batch * batch_stride_b
+    c_base = c_ptr + batch * batch_stride_c
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = tl.load(a_base + offs_m[:, None] * K + (k + offs_k)[None, :],
+                    mask=(offs_m[:, None] < M) & ((k + offs_k)[None, :] < K), other=0.0)
+        b = tl.load(b_base + (k + offs_k)[:, None] * N + offs_n[None, :],
+                    mask=((k + offs_k)[:, None] < K) & (offs_n[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+    tl.store(c_base + offs_m[:, None] * N + offs_n[None, :], acc.to(tl.float16),
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def bmm(a, b):
+    B, M, K = a.shape
+    N = b.shape[2]
+    a, b = a.contiguous(), b.contiguous()
+    c = torch.empty((B, M, N), device=a.device, dtype=torch.float16)
+    grid = (triton.cdiv(M, 32) * triton.cdiv(N, 32), B)
+    batched_matmul_kernel[grid](a, b, c, M, N, K, M * K, K * N, M * N, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+    return c
+'''
+
 
 SPELLINGS = [
     Spelling("gemm", name, source, "matmul", INPUTS, TILES, interpretable=name != "block_pointers")
@@ -375,4 +475,6 @@ SPELLINGS = [
                          ("grid_function", GRID_FUNCTION), ("block_pointers", BLOCK_POINTERS),
                          ("count_down", COUNT_DOWN))
 ]
-SPELLINGS += [Spelling("gemm", "transposed_weight", TRANSPOSED_WEIGHT, "linear", TRANSPOSED_INPUTS, TILES)]
+SPELLINGS += [Spelling("gemm", "linear_bias_relu", LINEAR_BIAS_RELU, "linear_relu", LINEAR_INPUTS, TILES),
+              Spelling("gemm", "transposed_weight", TRANSPOSED_WEIGHT, "linear", TRANSPOSED_INPUTS, TILES)]
+SPELLINGS += [Spelling("gemm", "batched_bases", BATCHED_BASES, "bmm", BATCHED_INPUTS, TILES)]
