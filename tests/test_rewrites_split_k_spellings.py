@@ -2,7 +2,7 @@
 interpreter's 4 "SMs"): an epilogue that updates the accumulator in place (a linear layer's `acc = acc + bias`,
 `acc = tl.maximum(acc, 0.0)`), where each split stores the loop's partial sum alone and the bias and ReLU apply
 once, to the full sum; and a batched product whose output base pointer is computed before the K loop, which the
-twin computes after it, from the workspace in a partial program."""
+twin computes after it, from the workspace in a partial program; and a K passed as a constexpr."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from respellings.gemm import BATCHED_BASES, LINEAR_BIAS_RELU  # noqa: E402
+from respellings.gemm import BATCHED_BASES, K_CONSTEXPR, LINEAR_BIAS_RELU  # noqa: E402
 from test_rewrites_matmul import interpreted_pair, kernel_text  # noqa: E402
 
 from kernelband.proposers.rewriter.proposer import options  # noqa: E402
@@ -110,3 +110,22 @@ for (B, M, N, K), expected in {shapes!r}.items():
     assert [g[-1] for g in grids[:1]] == ([expected] if expected > 1 else []), grids
 """
     interpreted_pair(BATCHED_BASES, new, check)
+
+
+@pytest.mark.slow
+def test_split_k_of_a_constexpr_k_gives_the_originals_outputs_in_the_interpreter():
+    """One 32 x 32 tile and K = 512 take SPLIT_K = 4, K = 256 takes 2 (each split keeps 4 K steps)."""
+    new = split_variant(K_CONSTEXPR)
+    assert "k_per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K" in new
+    shapes = {(16, 32, 512): 4, (20, 8, 256): 2, (64, 64, 96): 1}
+    check = f"""
+variant.matmul_k_const_split_k = Recorded(variant.matmul_k_const_split_k)
+for (M, N, K), expected in {shapes!r}.items():
+    a = torch.randn(M, K).half()
+    b = (torch.randn(K, N) * K**-0.5).half()
+    grids.clear()
+    got, want = variant.matmul(a, b), original.matmul(a, b)
+    assert torch.allclose(got.float(), want.float(), atol=1e-3, rtol=1e-2), (M, N, K)
+    assert [g[-1] for g in grids[:1]] == ([expected] if expected > 1 else []), grids
+"""
+    interpreted_pair(K_CONSTEXPR, new, check)

@@ -41,7 +41,8 @@ zeros (the dtype written out: a constexpr dtype parameter is not read);
 a name the loop assigns read after it (but the accumulator), or a store addressed or masked by what the epilogue
 computes from an accumulator it updates in place (a partial program stores the loop's sum and runs only the
 statements that address and mask the store; the full sum runs the whole epilogue); the output
-read before the loop ends; a store that is not a statement of its own after the loop, or one through a tensor
+read before the loop ends (an address derived from the output pointer before the loop, by an assignment with no
+call, from values the loop keeps and read only after it, is no read: the twin computes it after the loop); a store that is not a statement of its own after the loop, or one through a tensor
 descriptor (its workspace twin is not built); an autotuned kernel whose grid is not a lambda of its block sizes
 alone.
 """
@@ -146,7 +147,7 @@ def _loop(dk: DotKernel) -> dict | str:
     down = loop.form == "range" and same(loop.end, ast.Constant(0)) and isinstance(loop.step, ast.UnaryOp) \
         and isinstance(loop.step.op, ast.USub)
     end, start, step = (loop.start, loop.end, loop.step.operand) if down else (loop.end, loop.start, loop.step)
-    if isinstance(end, ast.Name) and kernel.param(end.id) is not None and not kernel.param(end.id).constexpr:
+    if isinstance(end, ast.Name) and kernel.param(end.id) is not None:  # a constexpr K splits as a value does
         end = end.id
     elif (end := facts.values.integer(end)) is None:  # a constant: every split reads its steps off it
         return f"the extent of {kernel.name}'s K loop is neither a constant nor a parameter the launch passes"
