@@ -1,4 +1,4 @@
-"""C = A @ B in float16 with float32 accumulation, spelled twelve ways (two of them linear layers, x @ W.T, one batched)."""
+"""C = A @ B in float16 with float32 accumulation, spelled thirteen ways (two of them linear layers, x @ W.T, one batched)."""
 
 from __future__ import annotations
 
@@ -513,6 +513,48 @@ def matmul(a, b):
 '''
 
 
+# A 1-D grid split into a row by `pid // n` and a column by subtraction (`pid - row * n`, the remainder spelled
+# out), the K loop over block indices with the pointers advanced each step.
+REMAINDER_BY_SUBTRACTION = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm_flat(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid = tl.program_id(0)
+    tiles_n = tl.cdiv(N, BN)
+    tile_m = pid // tiles_n
+    tile_n = pid - tile_m * tiles_n
+    rm = tile_m * BM + tl.arange(0, BM)
+    rn = tile_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a_ptrs = a_ptr + rm[:, None] * sam + rk[None, :] * sak
+    b_ptrs = b_ptr + rk[:, None] * sbk + rn[None, :] * sbn
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for kb in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K - kb * BK), other=0.0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < K - kb * BK) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+        a_ptrs += BK * sak
+        b_ptrs += BK * sbk
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(tl.float16),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def matmul(a, b):
+    M, K = a.shape
+    _, N = b.shape
+    c = torch.empty((M, N), device=a.device, dtype=torch.float16)
+    grid = (triton.cdiv(M, 32) * triton.cdiv(N, 32),)
+    mm_flat[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                  BM=32, BN=32, BK=32)
+    return c
+'''
+
+
 SPELLINGS = [
     Spelling("gemm", name, source, "matmul", INPUTS, TILES, interpretable=name != "block_pointers")
     for name, source in (("literal_grid", LITERAL_GRID), ("tuple_grid_variables", TUPLE_GRID_VARIABLES),
@@ -524,3 +566,4 @@ SPELLINGS += [Spelling("gemm", "linear_bias_relu", LINEAR_BIAS_RELU, "linear_rel
               Spelling("gemm", "transposed_weight", TRANSPOSED_WEIGHT, "linear", TRANSPOSED_INPUTS, TILES)]
 SPELLINGS += [Spelling("gemm", "batched_bases", BATCHED_BASES, "bmm", BATCHED_INPUTS, TILES)]
 SPELLINGS += [Spelling("gemm", "k_constexpr", K_CONSTEXPR, "matmul", K_CONSTEXPR_INPUTS, TILES)]
+SPELLINGS += [Spelling("gemm", "remainder_by_subtraction", REMAINDER_BY_SUBTRACTION, "matmul", INPUTS, TILES)]
