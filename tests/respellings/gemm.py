@@ -1,4 +1,4 @@
-"""C = A @ B in float16 with float32 accumulation, spelled fourteen ways (two of them linear layers, x @ W.T, one batched)."""
+"""C = A @ B in float16 with float32 accumulation, spelled fifteen ways (two of them linear layers, x @ W.T, one batched)."""
 
 from __future__ import annotations
 
@@ -609,3 +609,7 @@ SPELLINGS += [Spelling("gemm", "batched_bases", BATCHED_BASES, "bmm", BATCHED_IN
 SPELLINGS += [Spelling("gemm", "k_constexpr", K_CONSTEXPR, "matmul", K_CONSTEXPR_INPUTS, TILES)]
 SPELLINGS += [Spelling("gemm", "remainder_by_subtraction", REMAINDER_BY_SUBTRACTION, "matmul", INPUTS, TILES)]
 SPELLINGS += [Spelling("gemm", "guards", GUARDS, "matmul", INPUTS, TILES)]
+# The same linear layer with the weight's tile transposed by its `.T` attribute.
+TRANSPOSED_ATTRIBUTE = TRANSPOSED_WEIGHT.replace("tl.dot(x, tl.trans(w))", "tl.dot(x, w.T)")
+assert "w.T" in TRANSPOSED_ATTRIBUTE
+SPELLINGS += [Spelling("gemm", "transposed_attribute", TRANSPOSED_ATTRIBUTE, "linear", TRANSPOSED_INPUTS, TILES)]
