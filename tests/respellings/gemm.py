@@ -1,4 +1,4 @@
-"""C = A @ B in float16 with float32 accumulation, spelled fifteen ways (two of them linear layers, x @ W.T, one batched)."""
+"""C = A @ B in float16 with float32 accumulation, spelled seventeen ways (two of them linear layers, x @ W.T, one batched)."""
 
 from __future__ import annotations
 
@@ -596,6 +596,45 @@ def matmul(a, b):
 '''
 
 
+# The host's ceiling divisions spelled with their divisor less one written out, `(M + 31) // 32`, in a 1-D grid.
+CEIL_BY_HAND = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid = tl.program_id(0)
+    num_pid_n = (N + BLOCK_N - 1) // BLOCK_N
+    pid_m = pid // num_pid_n
+    pid_n = pid % num_pid_n
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + (k + offs_k)[None, :] * stride_ak,
+                    mask=(offs_m[:, None] < M) & ((k + offs_k)[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + (k + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn,
+                    mask=((k + offs_k)[:, None] < K) & (offs_n[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(tl.float16),
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def matmul(a, b):
+    M, K = a.shape
+    _, N = b.shape
+    c = torch.empty((M, N), device=a.device, dtype=torch.float16)
+    grid = (((M + 31) // 32) * ((N + 31) // 32),)
+    matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                        c.stride(1), BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+    return c
+'''
+
+
 SPELLINGS = [
     Spelling("gemm", name, source, "matmul", INPUTS, TILES, interpretable=name != "block_pointers")
     for name, source in (("literal_grid", LITERAL_GRID), ("tuple_grid_variables", TUPLE_GRID_VARIABLES),
@@ -613,3 +652,11 @@ SPELLINGS += [Spelling("gemm", "guards", GUARDS, "matmul", INPUTS, TILES)]
 TRANSPOSED_ATTRIBUTE = TRANSPOSED_WEIGHT.replace("tl.dot(x, tl.trans(w))", "tl.dot(x, w.T)")
 assert "w.T" in TRANSPOSED_ATTRIBUTE
 SPELLINGS += [Spelling("gemm", "transposed_attribute", TRANSPOSED_ATTRIBUTE, "linear", TRANSPOSED_INPUTS, TILES)]
+# The 2-D grid's ceiling divisions as math.ceil of a true division.
+MATH_CEIL = CEIL_BY_HAND.replace("import torch\n", "import math\n\nimport torch\n", 1).replace(
+    "    pid = tl.program_id(0)\n    num_pid_n = (N + BLOCK_N - 1) // BLOCK_N\n    pid_m = pid // num_pid_n\n"
+    "    pid_n = pid % num_pid_n\n", "    pid_m = tl.program_id(0)\n    pid_n = tl.program_id(1)\n").replace(
+    "grid = (((M + 31) // 32) * ((N + 31) // 32),)", "grid = (math.ceil(M / 32), math.ceil(N / 32))")
+assert "math.ceil(M / 32)" in MATH_CEIL and "pid_n = tl.program_id(1)" in MATH_CEIL
+SPELLINGS += [Spelling("gemm", "ceil_by_hand", CEIL_BY_HAND, "matmul", INPUTS, TILES),
+              Spelling("gemm", "math_ceil", MATH_CEIL, "matmul", INPUTS, TILES)]
