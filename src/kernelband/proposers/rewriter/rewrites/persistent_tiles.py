@@ -22,6 +22,8 @@ tile a program, as the original does).
 
 A parameter the kernel assigns (`GROUP_M = min(..., GROUP_M)`) becomes a local of each tile, set from the value
 passed at the tile's start, so the next tile of the same program starts where the original program did.
+A guard (`if pid_m * BLOCK_M >= M: return`) skips its tile, `if C: pass` with the rest of the tile as its else:
+a return would end the program and leave its later tiles undone.
 Refused, as not certain (beyond `matmul_launch.dot_kernel`): a grid lambda that reads anything else
 (a name the launch does not pass, a call but cdiv) or uses meta other than as meta["NAME"]; launches with
 different kinds of grid.
