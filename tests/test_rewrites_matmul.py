@@ -87,12 +87,12 @@ CARRIES = ("mm_kernel's K loop carries a_ptrs from one step to the next other th
     ("        acc = tl.dot(a, b, acc)\n", "        acc = tl.dot(a, b, acc)\n        big = tl.max(acc)\n",
      "mm_kernel reads the sum of its tl.dot inside the loop (a running value, not a sum over K)"),
     ("    tl.store(", "    a_ptrs += 0\n    tl.store(",
-     "mm_kernel reads what its K loop leaves (other than acc) after the loop, or changes acc"),
-    ("    tl.store(", "    acc = acc * 2.0\n    tl.store(",
-     "mm_kernel reads what its K loop leaves (other than acc) after the loop, or changes acc"),
+     "mm_kernel reads what its K loop leaves (other than acc) after the loop"),
+    ("    tl.store(", "    acc = acc * 2.0\n    tl.store(", None),  # an epilogue, run on the full sum only
     ("    acc = tl.zeros(", "    c_first = tl.load(c_ptr)\n    acc = tl.zeros(", "mm_kernel reads and writes c_ptr"),
     ("    tl.store(", "    tl.store(c_ptr, 0.0)\n    tl.store(", "mm_kernel stores 2 times, not once"),
-    ("    tl.store(", "    tl.atomic_add(", "mm_kernel has atomics or an early return"),
+    ("    tl.store(", "    tl.atomic_add(", "mm_kernel has atomics or a return other than a guard (`if C: return` in "
+                                             "its body)"),
     ("pid_n = tl.program_id(axis=1)", "pid_n = tl.program_id(axis=2)",
      "mm_kernel reads the program id on an axis not certain to be 0 or 1"),
     ("    return c\n", "    return c, mm_kernel\n", None),  # not a launch: still fine

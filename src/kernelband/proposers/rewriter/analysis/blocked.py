@@ -66,8 +66,6 @@ from kernelband.proposers.rewriter.analysis.values import (
     var,
 )
 
-# tl calls whose result keeps each element's lane along B: not shape-dependent for a block of any extent.
-LANE_KEEPING = frozenset({"trans", "permute", "broadcast_to"})
 ATOMICS = ("add", "max", "min", "xchg", "cas", "and", "or", "xor")
 HOST_CALLS = {"cdiv": "triton.cdiv", "minimum": "min", "maximum": "max"}
 
@@ -193,8 +191,8 @@ class _Check:
         role = self.blocks.roles[param]
         if role.tiles:
             return f"{name}'s {param} also tiles program coordinates (a program id scales it)"
-        if shaped := [s for s in role.shaped if s not in LANE_KEEPING]:
-            return f"tl.{shaped[0]}'s result depends on the extent of {param}"
+        if role.shaped:  # a lane-keeping call (`analysis.roles.LANE_KEEPING`) leaves it free
+            return f"tl.{role.shaped[0]}'s result depends on the extent of {param}"
         self._peel()
         why = self._loops()
         if why:

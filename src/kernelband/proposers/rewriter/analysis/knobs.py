@@ -51,6 +51,7 @@ class Knob:
     name: str | None  # the variable, for a named knob
     kind: str  # "literal", "local", "module", "default", "runtime" or "shared" (a name several constexprs take)
     launches: tuple[Launch, ...] = field(repr=False)
+    less_one: frozenset[int] = frozenset()  # ids of the nodes that hold the value less one (`(n + 63) // 64`)
 
     @property
     def label(self) -> str:
@@ -158,7 +159,8 @@ def _literal_knobs(launch: Launch, params: list[str], reasons: list[str]) -> lis
                 continue
             nodes = [launch.arg(p).value for p in part] + [n for d in mine for n in d.nodes]
             knobs.append(Knob(kernel, part, "tiled", value, tuple(nodes),
-                              frozenset(id(n) for d in mine for n in d.nodes), None, "literal", (launch,)))
+                              frozenset(id(n) for d in mine for n in d.nodes), None, "literal", (launch,),
+                              frozenset(id(n) for d in mine for n in d.less_one)))
     return knobs
 
 
@@ -174,6 +176,7 @@ def _named_knob(ms: ModuleSource, name: str, uses: list[tuple[Launch, str, cst.N
         return None
     nodes: list[cst.CSTNode] = [literal] if literal is not None else []
     grid_nodes: set[int] = set()
+    less_one: set[int] = set()
     for launch, param, arg_name in uses:
         divisions = [d for d in launch.ceil_divisions()
                      if (isinstance(d.divisor, cst.Name) and d.divisor.value == name)
@@ -185,11 +188,12 @@ def _named_knob(ms: ModuleSource, name: str, uses: list[tuple[Launch, str, cst.N
             changes = [n for n in division.nodes if literal is None or isinstance(n, cst.Integer)]
             nodes.extend(changes)
             grid_nodes |= {id(n) for n in changes}
+            less_one |= {id(n) for n in division.less_one}
         if literal is None:
             nodes.append(arg_name)
     unique = tuple({id(n): n for n in nodes}.values())
     return Knob(kernel, (param0,), role(kernel, param0), int_value(literal), unique, frozenset(grid_nodes),
-                name, kind, tuple(dict.fromkeys(u[0] for u in uses)))
+                name, kind, tuple(dict.fromkeys(u[0] for u in uses)), frozenset(less_one))
 
 
 def _shared_knobs(ms: ModuleSource, name: str, uses: list[tuple[Launch, str, cst.Name]],

@@ -38,6 +38,9 @@ from kernelband.proposers.rewriter.analysis.values import (
 
 SHAPE_DEPENDENT = SCANS | {"reshape", "view", "broadcast_to", "join", "split", "interleave", "cat", "histogram",
                            "gather", "permute", "trans"}
+# tl calls whose result keeps each element's lane along every dimension (a transpose moves a dimension, it does
+# not mix two): not shape-dependent for a tile of any extent, so they leave a tile size free.
+LANE_KEEPING = frozenset({"trans", "permute", "broadcast_to"})
 
 
 @dataclass(eq=False)
@@ -210,7 +213,7 @@ class Roles:
                             for axis in pid_axes(other):
                                 tiles.setdefault(name, set()).add(coordinate(other, axis))
                 name = tl_name(node) or method_name(node)
-                if name in SHAPE_DEPENDENT and (node.args or method_name(node)):
+                if name in SHAPE_DEPENDENT - LANE_KEEPING and (node.args or method_name(node)):
                     shape = self.shapes.of(node.args[0] if tl_name(node) else node.func.value)
                     dims = list(shape or ())
                     if name in SCANS and dims:  # a scan depends on the extent of the axis it runs along
@@ -330,4 +333,4 @@ def _names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
-__all__ = ["Role", "Roles", "coordinate", "field"]
+__all__ = ["LANE_KEEPING", "Role", "Roles", "coordinate", "field"]

@@ -109,8 +109,11 @@ class Shapes:
             return broadcast(*[self.of(v) for v in node.values])
         if isinstance(node, ast.IfExp):
             return broadcast(self.of(node.body), self.of(node.orelse))
-        if isinstance(node, ast.Attribute):
-            return self.of(node.value) if node.attr in ("T",) else ()
+        if isinstance(node, ast.Attribute):  # `x.T` is tl.trans(x): its dimensions reversed
+            if node.attr != "T":
+                return ()
+            inner = self.of(node.value)
+            return tuple(reversed(inner)) if inner is not None else None
         name = tl_name(node)
         if name is not None:
             return self._tl(name, node)

@@ -9,7 +9,7 @@ from here once (`facts`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import libcst as cst
@@ -327,11 +327,13 @@ def _returned(fn: cst.FunctionDef) -> cst.CSTNode:
 
 @dataclass
 class CeilDiv:
-    """`cdiv(numerator, divisor)` or `(numerator + divisor - 1) // divisor`: every node that is the divisor."""
+    """`cdiv(numerator, divisor)`, `(numerator + divisor - 1) // divisor`, `(numerator + 63) // 64` or
+    `math.ceil(numerator / divisor)`: every node that is the divisor, or (`less_one`) the divisor less one."""
 
     numerator: cst.BaseExpression
     divisor: cst.BaseExpression  # an Integer or a Name
     nodes: list[cst.BaseExpression]  # the divisor and its copies in the numerator
+    less_one: list[cst.BaseExpression] = field(default_factory=list)  # of nodes: an integer that is divisor - 1
 
 
 def _same(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
@@ -364,6 +366,19 @@ def ceil_divisions(root: cst.CSTNode) -> list[CeilDiv]:
         rest = [t for s, t in terms if s > 0 and not _same(t, op.right)]
         if copies and minus_one and rest:
             found.append(CeilDiv(rest[0], op.right, [op.right, *copies]))
+            continue
+        # `(n + 63) // 64`: the divisor less one written as its value
+        divisor = int_value(op.right) if isinstance(op.right, cst.Integer) else None
+        integers = [(s, t) for s, t in terms if int_value(t) is not None]
+        others = [t for _, t in terms if int_value(t) is None]
+        if divisor is not None and divisor > 1 and len(integers) == 1 and integers[0][0] > 0 \
+                and int_value(integers[0][1]) == divisor - 1 and all(s > 0 for s, _ in terms) and len(others) == 1:
+            found.append(CeilDiv(others[0], op.right, [op.right, integers[0][1]], [integers[0][1]]))
+    for call in subnodes(root, cst.Call):  # `math.ceil(n / 64)`
+        if (dotted(call.func) or "").rpartition(".")[2] == "ceil" and len(call.args) == 1 \
+                and isinstance(quotient := call.args[0].value, cst.BinaryOperation) \
+                and isinstance(quotient.operator, cst.Divide) and isinstance(quotient.right, cst.Integer | cst.Name):
+            found.append(CeilDiv(quotient.left, quotient.right, [quotient.right]))
     return found
 
 

@@ -268,6 +268,19 @@ def restated(statement: cst.CSTNode, constexprs: set[str]) -> str | None:
     return None
 
 
+def is_guard(statement: cst.CSTNode) -> bool:
+    """`if C: return` with nothing else in the branch and no else: a program with nothing to do (a tile past
+    the matrix) leaves, so what follows runs only where C is false."""
+    if not isinstance(statement, cst.If) or statement.orelse is not None:
+        return False
+    body = statement.body.body
+    if isinstance(statement.body, cst.IndentedBlock):
+        if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine):
+            return False
+        body = body[0].body
+    return len(body) == 1 and isinstance(body[0], cst.Return) and body[0].value is None
+
+
 def names_only(target: cst.BaseExpression) -> bool:
     """Whether an assignment target binds names and nothing else (`a`, `a, *b`), not an element or an attribute
     of an object (`x[0]`, `f.h`): only then does the assignment leave every object as it was."""

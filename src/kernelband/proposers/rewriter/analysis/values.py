@@ -151,6 +151,18 @@ class _Canon(ast.NodeTransformer):
             return ast.Constant(-operand.value)  # `-1` is one literal, as an axis (`axis=-1`) or a step
         return node
 
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        """`x - (x // n) * n` is the remainder `x % n` (under floor and truncating division alike), however it
+        is spelled: `pid - pid_m * n` with `pid_m = pid // n`."""
+        node = self.generic_visit(node)
+        if isinstance(node.op, ast.Sub) and isinstance(node.right, ast.BinOp) and isinstance(node.right.op, ast.Mult):
+            for quotient, divisor in ((node.right.left, node.right.right), (node.right.right, node.right.left)):
+                if isinstance(quotient, ast.BinOp) and isinstance(quotient.op, ast.FloorDiv) \
+                        and ast.dump(quotient.left) == ast.dump(node.left) \
+                        and ast.dump(quotient.right) == ast.dump(divisor):
+                    return ast.BinOp(node.left, ast.Mod(), divisor)
+        return node
+
     def visit_Name(self, node: ast.Name) -> ast.AST:
         if node.id in self.env:
             return copy.deepcopy(self.env[node.id])

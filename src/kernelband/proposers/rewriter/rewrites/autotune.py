@@ -367,9 +367,10 @@ class _ToMeta(cst.CSTTransformer):
     """A grid expression with the tuned block sizes read from `meta`; the locals of the launching function
     that depend on them are inlined (and must serve nothing but this grid)."""
 
-    def __init__(self, launch: Launch, ids: dict[int, str], names: dict[str, str], meta: str) -> None:
+    def __init__(self, launch: Launch, ids: dict[int, str], names: dict[str, str], meta: str,
+                 less_one: set[int] = frozenset()) -> None:
         super().__init__()
-        self.launch, self.ids, self.names, self.meta = launch, ids, names, meta
+        self.launch, self.ids, self.names, self.meta, self.less_one = launch, ids, names, meta, less_one
         self.load_ids: set[int] = set()
         self.inlined: dict[int, str] = {}  # id of the name replaced -> the name
 
@@ -401,7 +402,8 @@ class _ToMeta(cst.CSTTransformer):
                 self.inlined[id(original_node)] = original_node.value
                 return parenthesized(self.convert(value))
         if param is not None:
-            return cst.parse_expression(f'{self.meta}["{param}"]')
+            less = " - 1" if id(original_node) in self.less_one else ""
+            return cst.parse_expression(f'({self.meta}["{param}"]{less})' if less else f'{self.meta}["{param}"]')
         if isinstance(original_node, cst.Element | cst.Arg) and id(original_node.value) in self.inlined:
             return updated_node.with_changes(value=updated_node.value.with_changes(lpar=[], rpar=[]))
         return updated_node
@@ -414,15 +416,16 @@ def _grid_edit(launch: Launch, tuned: dict[str, Knob]) -> list[tuple[cst.CSTNode
         return []
     ids = {id(n): p for p, k in need.items() for n in k.nodes
            if id(n) in k.grid_nodes and (isinstance(n, cst.Integer) or k.kind == "shared")}
+    less_one = {i for k in need.values() for i in k.less_one}
     names = {k.name: p for p, k in need.items() if k.name is not None and k.kind != "shared"}
     grid = launch.grid_value
     if len(grid) == 1 and isinstance(grid[0], cst.Lambda):
-        converter = _ToMeta(launch, ids, names, grid[0].params.params[0].name.value)
+        converter = _ToMeta(launch, ids, names, grid[0].params.params[0].name.value, less_one)
         body = converter.convert(grid[0].body)
         edit = (grid[0], lambda node: node.with_changes(body=body))
     elif launch.meta_grid is None:
         meta = "META" if "meta" in {n.value for n in loads(*grid)} else "meta"
-        converter = _ToMeta(launch, ids, names, meta)
+        converter = _ToMeta(launch, ids, names, meta, less_one)
         edit = _new_grid(launch, [converter.convert(g) for g in grid], meta)
     else:
         return None

@@ -30,7 +30,7 @@ def _scaled(knob: Knob, factor: float, rewrite: str, why: str = "") -> Variant |
     new = int(knob.value * factor)
     if new * 1.0 != knob.value * factor or not knob.allows(new):
         return None
-    edits = tuple((node, set_int(new)) for node in knob.nodes)
+    edits = tuple((node, set_int(new - 1 if id(node) in knob.less_one else new)) for node in knob.nodes)
     if knob.kind == "literal":
         what = f"{knob.label} {knob.value} -> {new} at the {knob.where}"
     else:

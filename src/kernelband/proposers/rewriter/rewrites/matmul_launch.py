@@ -18,8 +18,9 @@ A kernel qualifies when it is a plain GEMM (`matmul_configs.dot_axes`; a tile th
 read as it is, neither twin changes a tile's size) and, for the twin's meaning to
 be certain: it is not autotuned (its launch sets every block size), unless the rewrite handles a grid of the
 autotuner's config (`autotuned`, `site(meta=True)`), its parameters have no defaults (the twin
-adds some), it reads the program id on axes 0 and 1 only, it has no atomics, no early return and exactly one
-tl.store, through one pointer parameter that nothing loads.
+adds some), it reads the program id on axes 0 and 1 only, it has no atomics, no early return but guards (`if C:
+return` in its body, a program with no tile to compute leaving: a twin keeps them, a persistent one skips the
+tile instead) and exactly one tl.store, through one pointer parameter that nothing loads.
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ from kernelband.proposers.rewriter.analysis.dots import Tile
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.host_values import plain
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, int_value, loads, subnodes
+from kernelband.proposers.rewriter.analysis.syntax import (
+    code,
+    fresh_name,
+    int_value,
+    is_guard,
+    loads,
+    subnodes,
+)
 from kernelband.proposers.rewriter.edits import (
     Edit,
     appended,
@@ -80,8 +88,9 @@ def dot_kernel(ms: ModuleSource, kernel: Kernel, autotuned: bool = False) -> Dot
                  for c in kernel.calls("program_id") + kernel.calls("num_programs")}
     if not axes_read <= {0, 1}:
         return f"{kernel.name} reads the program id on an axis not certain to be 0 or 1"
-    if kernel.atomics or subnodes(kernel.node.body, cst.Return):
-        return f"{kernel.name} has atomics or an early return"
+    guards = [s for s in kernel.node.body.body if is_guard(s)]
+    if kernel.atomics or len(subnodes(kernel.node.body, cst.Return)) != len(guards):
+        return f"{kernel.name} has atomics or a return other than a guard (`if C: return` in its body)"
     accesses = facts_of(kernel).accesses
     if len(accesses.stores) != 1:
         return f"{kernel.name} stores {len(accesses.stores)} times, not once"

@@ -22,6 +22,8 @@ tile a program, as the original does).
 
 A parameter the kernel assigns (`GROUP_M = min(..., GROUP_M)`) becomes a local of each tile, set from the value
 passed at the tile's start, so the next tile of the same program starts where the original program did.
+A guard (`if pid_m * BLOCK_M >= M: return`) skips its tile, `if C: pass` with the rest of the tile as its else:
+a return would end the program and leave its later tiles undone.
 Refused, as not certain (beyond `matmul_launch.dot_kernel`): a grid lambda that reads anything else
 (a name the launch does not pass, a call but cdiv) or uses meta other than as meta["NAME"]; launches with
 different kinds of grid.
@@ -32,7 +34,14 @@ from __future__ import annotations
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import assigned, code, dotted, fresh_name, int_value
+from kernelband.proposers.rewriter.analysis.syntax import (
+    assigned,
+    code,
+    dotted,
+    fresh_name,
+    int_value,
+    is_guard,
+)
 from kernelband.proposers.rewriter.edits import Found, Variant
 from kernelband.proposers.rewriter.rewrites.launch_reading import Rename
 from kernelband.proposers.rewriter.rewrites.matmul_launch import (
@@ -112,6 +121,19 @@ def _kernel_grid(launch: Launch) -> list[str] | str:
     return extents
 
 
+def _skipping(body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """The statements of one tile, each guard (`if C: return`) made to skip the rest of the tile, not to leave
+    the loop over tiles: `if C: pass` with the statements after it as its else."""
+    at = next((i for i, s in enumerate(body) if is_guard(s)), None)
+    if at is None:
+        return body
+    guard = body[at]
+    skip = cst.parse_statement(f"if {code(guard.test)}:\n    pass\nelse:\n    pass\n")
+    skip = skip.with_changes(leading_lines=guard.leading_lines, orelse=skip.orelse.with_changes(
+        body=skip.orelse.body.with_changes(body=_skipping(body[at + 1:]) or skip.orelse.body.body)))
+    return [*body[:at], skip]
+
+
 def _twin(kernel: Kernel, name: str, extents: list[str] | None) -> tuple[cst.FunctionDef, dict[str, str]]:
     """The persistent twin; the grid's extents are parameters G0 and G1, or with `extents` (the kernel's own
     expressions for them) locals."""
@@ -133,7 +155,8 @@ def _twin(kernel: Kernel, name: str, extents: list[str] | None) -> tuple[cst.Fun
     starts = [cst.parse_statement(f"{copy} = {name}\n") for name, copy in copies.items()]
     loop = cst.parse_statement(f"for {tile} in range({tl}.program_id(axis=0), {p['G0']} * {p['G1']}, "
                                f"{p['NUM_PROGS']}):\n    pass\n")
-    loop = loop.with_changes(body=loop.body.with_changes(body=[*starts, *body.body]), leading_lines=[cst.EmptyLine(
+    loop = loop.with_changes(body=loop.body.with_changes(body=[*starts, *_skipping(list(body.body))]),
+                             leading_lines=[cst.EmptyLine(
         comment=cst.Comment(f"# Persistent tiles: {p['NUM_PROGS']} programs, each taking every "
                             f"{p['NUM_PROGS']}-th tile of the original grid"))])
     return node.with_changes(name=cst.Name(name), body=node.body.with_changes(body=[*setup, loop])), p

@@ -38,8 +38,11 @@ at its first step);
 anything but the accumulator carried from step to step other than by a fixed increment (a split could not
 start part-way); the accumulator read in the loop other than to accumulate, or not started as float32 or int32
 zeros (the dtype written out: a constexpr dtype parameter is not read);
-a name the loop assigns read after it (but the accumulator), or the accumulator changed after it; the output
-read before the loop ends; a store that is not a statement of its own after the loop, or one through a tensor
+a name the loop assigns read after it (but the accumulator), or a store addressed or masked by what the epilogue
+computes from an accumulator it updates in place (a partial program stores the loop's sum and runs only the
+statements that address and mask the store; the full sum runs the whole epilogue); the output
+read before the loop ends (an address derived from the output pointer before the loop, by an assignment with no
+call, from values the loop keeps and read only after it, is no read: the twin computes it after the loop); a store that is not a statement of its own after the loop, or one through a tensor
 descriptor (its workspace twin is not built); an autotuned kernel whose grid is not a lambda of its block sizes
 alone.
 """
@@ -61,6 +64,7 @@ from kernelband.proposers.rewriter.analysis.syntax import (
     code,
     fresh_name,
     loads,
+    subnodes,
 )
 from kernelband.proposers.rewriter.analysis.values import same, tl_name
 from kernelband.proposers.rewriter.edits import Found, Variant
@@ -143,7 +147,7 @@ def _loop(dk: DotKernel) -> dict | str:
     down = loop.form == "range" and same(loop.end, ast.Constant(0)) and isinstance(loop.step, ast.UnaryOp) \
         and isinstance(loop.step.op, ast.USub)
     end, start, step = (loop.start, loop.end, loop.step.operand) if down else (loop.end, loop.start, loop.step)
-    if isinstance(end, ast.Name) and kernel.param(end.id) is not None and not kernel.param(end.id).constexpr:
+    if isinstance(end, ast.Name) and kernel.param(end.id) is not None:  # a constexpr K splits as a value does
         end = end.id
     elif (end := facts.values.integer(end)) is None:  # a constant: every split reads its steps off it
         return f"the extent of {kernel.name}'s K loop is neither a constant nor a parameter the launch passes"
@@ -168,9 +172,10 @@ def _loop(dk: DotKernel) -> dict | str:
     if acc_dtype is None:
         return f"{kernel.name}'s accumulator {acc} does not start as float32 or int32 zeros before the K loop"
     at = body.index(loop.node)
-    before, after = body[:at], body[at + 1:]
-    if _names(*after) & (assigned(loop.node.body) - {acc}) or acc in assigned(*after):
-        return f"{kernel.name} reads what its K loop leaves (other than {acc}) after the loop, or changes {acc}"
+    before, after = _addressing_after(body[:at], loop.node, dk.out), body[at + 1:]
+    before, after = before[0], before[1] + after
+    if _names(*after) & (assigned(loop.node.body) - {acc}):
+        return f"{kernel.name} reads what its K loop leaves (other than {acc}) after the loop"
     if dk.out in _names(*before, loop.node):
         return f"{kernel.name} reads {dk.out} before its K loop ends"
     store = next((s for s in after if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
@@ -179,8 +184,45 @@ def _loop(dk: DotKernel) -> dict | str:
         return f"{kernel.name}'s tl.store is not a statement of its own after the K loop"
     if facts.accesses.of(dk.store).form == "descriptor":
         return f"{kernel.name} stores through a tensor descriptor, whose workspace twin is not built here"
+    # An epilogue that updates the accumulator in place (`acc = acc + bias`, `acc = tl.maximum(acc, 0)`) runs
+    # on the full sum only: a partial program stores the loop's sum, running just the statements that address
+    # and mask the store.
+    needed = _store_names(dk.store)
+    addressing = _slice(after, store, set(needed))
+    if acc in needed | _names(*addressing):  # a partial sum would pick other addresses than the full sum
+        return f"{kernel.name}'s store addresses or masks with a value computed from {acc}"
+    updated = acc in assigned(*after[:after.index(store)])
     return {"loop": loop, "before": before, "after": after, "store": store, "acc": acc, "end": end,
-            "steps": steps, "down": down, "dtype": acc_dtype}
+            "steps": steps, "down": down, "dtype": acc_dtype, "addressing": addressing if updated else None}
+
+
+def _addressing_after(before: list[cst.CSTNode], loop: cst.CSTNode,
+                      out: str) -> tuple[list[cst.CSTNode], list[cst.CSTNode]]:
+    """(the statements before the K loop, those of them that only derive an address from the output pointer
+    `out`): a derived address (`c_base = c_ptr + batch * stride_cb`) computed before the loop has the value it
+    would have after it where nothing it reads changes in between, no call is made and what it binds is read
+    only after the loop, so the twin computes it after the loop, from the workspace where it stores there.
+    Where one does not qualify, none moves (and the output reads before the loop stay a refusal)."""
+    moved: list[cst.CSTNode] = []
+    for index, statement in enumerate(before):
+        if out not in _names(statement):
+            continue
+        binds = assigned(statement)
+        later = [*before[index + 1:], loop]
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Assign | cst.AnnAssign)) \
+                or subnodes(statement, cst.Call) or out in binds or not binds \
+                or (_names(statement) | binds) & assigned(*later) \
+                or binds & _names(*(s for s in later if out not in _names(s) or s is loop)):
+            return before, []
+        moved.append(statement)
+    return [s for s in before if not any(s is m for m in moved)], moved
+
+
+def _store_names(store: cst.Call) -> set[str]:
+    """The names a store's pointer, mask and boundary check read."""
+    parts = [store.args[0].value, arg_of(store, 2, "mask"), arg_of(store, 3, "boundary_check")]
+    return set().union(*(_names(p) for p in parts if p is not None))
 
 
 def _slice(after: list[cst.CSTNode], store: cst.CSTNode, needed: set[str]) -> list[cst.CSTNode]:
@@ -211,9 +253,7 @@ def _twin(dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[
     else:
         bounds = f", mask={code(mask)}, other=0.0" if mask is not None else ""
     # Each split's partial tile at the output's addresses, from the workspace's base for that split.
-    needed = _names(pointer) | (_names(mask) if mask is not None else set()) | (
-        _names(check) if check is not None else set())
-    addressing = [renamed(s, dk.out, local["ws_base"]) for s in _slice(after, store_line, set(needed))]
+    addressing = [renamed(s, dk.out, local["ws_base"]) for s in _slice(after, store_line, _store_names(store))]
     loop_text = (f"for {local['split']} in range(0, {p['SPLIT_K']}):\n"
                  f"    {acc} += {tl}.load({code(renamed(pointer, dk.out, local['ws_base']))}{bounds})\n"
                  f"    {local['ws_base']} += {span}\n")
@@ -260,7 +300,8 @@ def _twin(dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[
     at = after.index(store_line)
     partial_store = store_line.with_changes(body=[store_line.body[0].with_changes(value=store.with_changes(
         args=[store.args[0], store.args[1].with_changes(value=cst.Name(acc)), *store.args[2:]]))])
-    partial += [renamed(s, dk.out, local["ws_base"]) for s in [*after[:at], partial_store, *after[at + 1:]]]
+    epilogue = after[:at] if found["addressing"] is None else found["addressing"]
+    partial += [renamed(s, dk.out, local["ws_base"]) for s in [*epilogue, partial_store, *after[at + 1:]]]
     branch = cst.parse_statement(f"if {p['REDUCE']}:\n    pass\nelse:\n    pass\n")
     branch = branch.with_changes(body=branch.body.with_changes(body=reduce),
                                  orelse=branch.orelse.with_changes(body=branch.orelse.body.with_changes(body=partial)))
