@@ -32,6 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from kernelband.errors import UserError, run_script
+from kernelband.report.stats import ROOM
 from kernelband.store import Store
 
 
@@ -167,7 +168,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("database", help="a run database (.db)")
     ap.add_argument("--bench", type=int, required=True, help="the bench to read")
-    ap.add_argument("--room", type=float, default=1.1, help="a task has room when the best of all runs reaches this")
+    ap.add_argument("--room", type=float, default=ROOM,
+                    help="a task has room when the best of all runs reaches this (the report's threshold)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args()
     if args.room <= 1:
