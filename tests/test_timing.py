@@ -57,7 +57,7 @@ def _call(start: float, *kernels: float) -> list:
 def test_a_calls_span_runs_from_its_first_kernels_start_to_its_last_kernels_end():
     """worker/timing.call_spans on do_bench's sequence: a first call, 5 flushed calls for its estimate, warm-up
     calls without a flush, then the timed calls. Only the last `calls` count, each from its first kernel's
-    start to its last one's end (the gap between its kernels kept), the flush and the wait left out."""
+    start to its last one's end less the launch gaps between its kernels, the flush and the wait left out."""
     from kernelband.worker.timing import call_spans
 
     acts = [("candidate_0", 0.0, 2.0), ("candidate_1", 3.0, 4.0)]
@@ -67,11 +67,24 @@ def test_a_calls_span_runs_from_its_first_kernels_start_to_its_last_kernels_end(
     for i, (a, b) in enumerate([(2.0, 1.0), (2.5, 1.0), (2.0, 1.5)]):
         acts += _call(3000.0 + 300 * i, a, b)
     spans, why = call_spans(list(reversed(acts)), calls=3, waits=8)  # in any order
-    assert why == "" and spans == pytest.approx([0.004, 0.0045, 0.0045])
+    assert why == "" and spans == pytest.approx([0.003, 0.0035, 0.0035])  # less the 1 µs launch gaps
     # a candidate that queues a wait kernel of its own, or a call with no GPU work, is not read at all
     assert call_spans(acts, calls=3, waits=9)[0] == []
     bare = acts[:-3] + [("at::cuda::(anonymous namespace)::spin_kernel(long)", 3641.0, 3791.0)]  # no kernels
     assert call_spans(bare, calls=3, waits=8) == ([], "a timed call with no GPU activity")
+
+
+def test_a_span_leaves_out_launch_gaps_and_keeps_the_host_between_kernels():
+    """Rules 11 (worker/timing.busy_us): the GPU starts a queued kernel 1 or 2 µs after the last, by a state that
+    flips between measurements; such gaps are left out. A longer one (the host in between: a synchronisation,
+    work on the CPU) stays in, and kernels that overlap on two streams count once."""
+    from kernelband.worker.timing import LAUNCH_GAP_US, busy_us
+
+    assert busy_us([("a", 0.0, 4.2), ("b", 5.2, 8.2)]) == pytest.approx(7.2)
+    assert busy_us([("a", 0.0, 4.2), ("b", 6.2, 9.2)]) == pytest.approx(7.2)  # the other state: the same
+    host = 4.2 + LAUNCH_GAP_US + 20.0
+    assert busy_us([("a", 0.0, 4.2), ("copy", host, host + 1.0)]) == pytest.approx(host + 1.0)
+    assert busy_us([("a", 0.0, 4.0), ("b", 1.0, 5.0), ("c", 5.5, 6.0)]) == pytest.approx(5.5)
 
 
 def test_the_span_timer_reads_the_profilers_record_and_falls_back_to_events_without_one():
@@ -235,8 +248,28 @@ def test_a_shape_whose_calls_vary_is_measured_in_more_rounds_until_its_speedup_i
     assert run(0.08) == ["ref", "cand", "cand", "ref", "ref", "cand", "cand", "ref"]  # 0.8 % after two
     assert len(run(0.08, max_rounds=8)) == 12  # 0.46 % after six
     assert len(run(0.3, max_rounds=0)) == 4  # no extension asked for
-    assert interleave.speedup_se([1.0, 1.0], [2.0, 2.0]) == 0.0
-    assert interleave.speedup_se([1.0], [1.0, 1.1]) == float("inf")
+    assert interleave.speedup_se([[1.0, 1.0]], [[2.0, 2.0]]) == 0.0
+    assert interleave.speedup_se([[1.0]], [[1.0, 1.1]]) == float("inf")
+
+
+def test_rounds_that_disagree_ask_for_more_rounds_though_each_is_steady():
+    """Rules 11: a state that holds for a whole measurement and flips in the next (add_rmsnorm's launch gap on an
+    H200: its span 8.3 or 9.2 µs a measurement, each steady) shows in the rounds' spread, never in the
+    iterations': the shape gets its four rounds."""
+    from kernelband.evaluation import interleave
+
+    states = iter([0.0083, 0.0083, 0.0083, 0.0092] + [0.0083] * 8)
+    order = []
+
+    def measure(who):
+        order.append(who)
+        return interleave.Sample([next(states)] * 100)
+
+    interleave.measure_shape(measure, 2, True, "trimmed", None, 1.2, 2, None, 4, 0.005)
+    assert len(order) == 8
+    steady = [[0.0083] * 100, [0.0083] * 100]
+    assert interleave.speedup_se(steady, steady) == 0.0
+    assert interleave.speedup_se([[0.0083] * 100, [0.0092] * 100], steady) > 0.04
 
 
 def _record_loads(ev, monkeypatch) -> list:

@@ -96,13 +96,22 @@ class Attempt:
         return sum(abs(math.log(ms / usual)) for ms, usual in pairs if usual)
 
 
-def speedup_se(ref: list[float], cand: list[float]) -> float:
-    """The relative standard error of ref / cand from the two sides' iterations (each side's CV over the root
-    of its count, added in quadrature): an upper bound for the trimmed mean's, which sets the outliers aside."""
-    def rel(times: list[float]) -> float:
+def speedup_se(ref: list[list[float]], cand: list[list[float]]) -> float:
+    """The relative standard error of ref / cand from the two sides' rounds of iterations, each side's the
+    larger of two: its iterations' CV over the root of their count (an upper bound for the trimmed mean's,
+    which sets the outliers aside), and its rounds' spread over the root of their count, which sees a state
+    that holds for a whole measurement and not the next (the iterations alone never do). Added in
+    quadrature."""
+    def rel(rounds: list[list[float]]) -> float:
+        times = [t for r in rounds for t in r]
         mean = statistics.fmean(times)
-        return statistics.pstdev(times) / mean / math.sqrt(len(times)) if mean > 0 else math.inf
-    if len(ref) < 2 or len(cand) < 2:
+        if mean <= 0:
+            return math.inf
+        within = statistics.pstdev(times) / mean / math.sqrt(len(times))
+        means = [statistics.fmean(r) for r in rounds if r]
+        between = statistics.stdev(means) / mean / math.sqrt(len(means)) if len(means) > 1 else 0.0
+        return max(within, between)
+    if sum(map(len, ref)) < 2 or sum(map(len, cand)) < 2:
         return math.inf
     return math.hypot(rel(ref), rel(cand))
 
@@ -114,7 +123,7 @@ def measure_shape(measure: Callable[[str], Sample], rounds: int, ref_first: bool
     """`measure("ref")` / `measure("cand")` time one side once. Returns the attempt kept and all of them.
 
     An attempt is `rounds` ABBA rounds (who goes first in round 0: the reference if `ref_first`), then two
-    more at a time, up to `max_rounds`, while the speedup's standard error from the iterations
+    more at a time, up to `max_rounds`, while the speedup's standard error from the iterations and the rounds
     (`speedup_se`) is over `target_se`: a kernel of a few µs whose calls vary by several per cent gets the
     calls it needs, a steady one no more. A new attempt follows while the last one's reference time exceeds
     `expected * threshold` or its candidate time `cand_expected * threshold` (`threshold` 0, or neither side's
@@ -124,8 +133,7 @@ def measure_shape(measure: Callable[[str], Sample], rounds: int, ref_first: bool
         samples: dict[str, list[Sample]] = {"ref": [], "cand": []}
         r = 0
         while r < rounds or (r < max_rounds and speedup_se(
-                [t for x in samples["ref"] for t in x.times],
-                [t for x in samples["cand"] for t in x.times]) > target_se):
+                [x.times for x in samples["ref"]], [x.times for x in samples["cand"]]) > target_se):
             for _ in range(1 if r < rounds else min(2, max_rounds - r)):  # past `rounds`, ABBA pairs: drift cancels
                 order = ("ref", "cand") if (r % 2 == 0) == ref_first else ("cand", "ref")
                 for who in order:

@@ -57,9 +57,9 @@ class Preset:
     span_below_ms: float = 0.1
     span_task_ms: float | None = None  # None: no limit
     # ABBA rounds of a shape timed by spans (at least `rounds`), then two more at a time up to
-    # `span_rounds_max` while the speedup's standard error from the iterations is over `span_se`: a kernel of
-    # a few µs varies by 3-8 % from call to call, and its window drifts; more calls average the one, and
-    # rounds in ABBA order cancel the other where it is linear (interleave.measure_shape)
+    # `span_rounds_max` while the speedup's standard error from the iterations and the rounds is over
+    # `span_se`: a kernel of a few µs varies by 3-8 % from call to call, and its window drifts; more calls
+    # average the one, and rounds in ABBA order cancel the other where it is linear (interleave.measure_shape)
     span_rounds: int = 1
     span_rounds_max: int = 1
     span_se: float = 0.0
@@ -97,8 +97,10 @@ class Preset:
 # first (evaluation/interleave.py). Rules 9: under `default`, shapes under 0.1 ms are timed by their spans in every
 # task, not only in tasks under 0.2 ms in all (Preset.span_task_ms). Rules 10: under `default`, a shape timed by
 # spans is measured in 2 ABBA rounds, not 1, and in 4 where the speedup's standard error from the iterations is
-# over 0.5 % after 2 (Preset.span_rounds, span_rounds_max, span_se).
-RULES = 10
+# over 0.5 % after 2 (Preset.span_rounds, span_rounds_max, span_se). Rules 11: a span leaves out the launch gaps of
+# up to 3 µs between a call's kernels (worker/timing.py, `busy_us`), and the standard error that asks for more
+# rounds sees the rounds' spread too (interleave.speedup_se).
+RULES = 11
 
 # The note of an evaluation that skipped Nsight Compute by choice (`Evaluator.evaluate(profile=False)`).
 NCU_SKIPPED = "ncu: not run (the search's policy and proposer do not use φ)"

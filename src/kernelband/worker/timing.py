@@ -29,8 +29,13 @@ and to 17.3 µs by CUPTI's record of the kernels' execution, and across 9 proces
 by 1.8 % (CV) while CUPTI's held to 0.2 % (BENCHMARKS.md, timing repeatability). The per-process part lies in the
 launch. So `span` (Preset.timer, for shapes the parent finds short) runs the same do_bench under
 torch.profiler and gives each timed call's span on the GPU instead: from its first kernel's start to its
-last kernel's end, as CUPTI records them. A call of several kernels keeps the gaps between them, so
-fusing kernels still shows; only the first launch's start-up is left out.
+last kernel's end, as CUPTI records them, less the launch gaps between its kernels. The GPU starts a
+queued kernel 1 or 2 µs after the one before ends, and which of the two holds for a whole measurement
+and flips between measurements: add_rmsnorm's two kernels at 2048 x 768 on an H200 ran 4.2 and 3.0 µs
+every time, with 1.0 or 2.0 µs between them (benchmarks/span_gaps.py), so its span moved by 11 % from one
+round to the next. A gap over LAUNCH_GAP_US stays in: the host in between (a synchronisation, a copy, work
+on the CPU) is part of what the call costs. What a launch costs the program is the wall time per call
+(`call_time`), not the device time.
 """
 
 from __future__ import annotations
@@ -108,12 +113,28 @@ def ahead_for(fn, base_us: float, sleep=None, synchronize=None, clock=time.perf_
 
 
 SPIN_KERNEL = "spin_kernel"  # the GPU-ahead wait's kernel (torch.cuda._sleep), as CUPTI names it
+# The longest idle gap between two activities of one call that a span leaves out (µs): the GPU starting the next
+# queued kernel takes 1-2 µs; a gap with the host in between (a synchronisation, then a launch) takes longer.
+LAUNCH_GAP_US = 3.0
+
+
+def busy_us(group: list[tuple[str, float, float]]) -> float:
+    """A call's span (µs) from its first activity's start to its last one's end, less the idle gaps of up to
+    LAUNCH_GAP_US between them; activities that overlap (other streams) count once."""
+    acts = sorted(group, key=lambda a: a[1])
+    total, end = 0.0, acts[0][1]
+    for _, start, stop in acts:
+        if start > end and start - end > LAUNCH_GAP_US:
+            total += start - end  # the host in between: part of the call
+        total += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+    return total
 
 
 def call_spans(activities: list[tuple[str, float, float]], calls: int, waits: int) -> tuple[list[float], str]:
-    """Each of do_bench's last `calls` timed calls' span on the GPU (ms), from CUPTI's device activities
-    `(name, start_us, end_us)`: the calls are what follows each GPU-ahead wait's kernel, up to the activity
-    before the next one (the next call's L2 flush). Returns ([], why) when the activities cannot be read so:
+    """Each of do_bench's last `calls` timed calls' span on the GPU (ms, `busy_us`), from CUPTI's device
+    activities `(name, start_us, end_us)`: the calls are what follows each GPU-ahead wait's kernel, up to the
+    activity before the next one (the next call's L2 flush). Returns ([], why) when the activities cannot be read so:
     as many wait kernels as waits queued, and a kernel in every call, or nothing is trusted."""
     acts = sorted(activities, key=lambda a: a[1])
     marks = [i for i, a in enumerate(acts) if SPIN_KERNEL in a[0]]
@@ -127,7 +148,7 @@ def call_spans(activities: list[tuple[str, float, float]], calls: int, waits: in
         group = acts[m + 1:end]
         if not group:
             return [], "a timed call with no GPU activity"
-        spans.append((max(a[2] for a in group) - min(a[1] for a in group)) / 1000.0)
+        spans.append(busy_us(group) / 1000.0)
     return spans, ""
 
 
