@@ -56,6 +56,29 @@ def arg_of(call: cst.Call, index: int, keyword: str) -> cst.BaseExpression | Non
     return positional[index].value if index < len(positional) else None
 
 
+# Integer types of 32 bits or more: a cast to one keeps a multiple of a tile (at most 2^31) a multiple of it
+INTEGER_DTYPES = ("int32", "int64", "uint32", "uint64")
+
+
+def integer_cast_operand(node: cst.BaseExpression, tl_names: set[str] | frozenset[str]) -> cst.BaseExpression | None:
+    """X where `node` is X cast to an integer type of 32 bits or more (`X.to(tl.int64)`, `tl.cast(X, tl.int64)`):
+    where X is an integer, a program id or a multiple of a tile, so is the cast."""
+    if not isinstance(node, cst.Call) or any(a.star for a in node.args):
+        return None
+
+    def integer(dtype: cst.BaseExpression | None) -> bool:
+        base, _, attr = (dotted(dtype) or "" if dtype is not None else "").rpartition(".")
+        return attr in INTEGER_DTYPES and (base in tl_names or base == "triton.language")
+
+    if isinstance(node.func, cst.Attribute) and node.func.attr.value == "to":
+        return node.func.value if integer(arg_of(node, 0, "dtype")) else None
+    base, _, attr = (dotted(node.func) or "").rpartition(".")
+    if attr == "cast" and (base in tl_names or base == "triton.language"):
+        value = arg_of(node, 0, "input")
+        return value if value is not None and integer(arg_of(node, 1, "dtype")) else None
+    return None
+
+
 # Positional arguments of triton.Config after its kwargs dict, in Triton's order.
 CONFIG_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 

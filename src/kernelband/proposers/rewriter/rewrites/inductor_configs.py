@@ -20,7 +20,7 @@ import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import dotted, subnodes
+from kernelband.proposers.rewriter.analysis.syntax import dotted, integer_cast_operand, subnodes
 from kernelband.proposers.rewriter.rewrites.configs import (
     REDUCTIONS,
     Config,
@@ -67,11 +67,13 @@ def _hint(kernel: Kernel, parent: cst.CSTNode, grand: cst.CSTNode) -> bool:
 
 
 def _stride(kernel: Kernel, parent: cst.CSTNode) -> bool:
-    """`pid * P` (either order), where the other factor is the program id or derived from it."""
+    """`pid * P` (either order), where the other factor is the program id or derived from it, or either cast to a
+    wider integer."""
     if not (isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Multiply)):
         return False
     other = parent.right if isinstance(parent.left, cst.Name) and parent.left.value in facts_of(kernel).tile_sizes \
         else parent.left
+    other = integer_cast_operand(other, kernel.tl) or other  # `tl.program_id(0).to(tl.int64) * P`: the same stride
     return kernel.program_axis(other) is not None or (isinstance(other, cst.Name) and other.value in kernel.pid_names)
 
 
