@@ -177,6 +177,43 @@ def test_inductor_configs_refuse_a_row_kernel_whose_meaning_depends_on_the_block
     assert not variants and reasons == (reason,)
 
 
+ADD_2D = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add2d(a_ptr, b_ptr, c_ptr, M, N, stride, BR: tl.constexpr, BC: tl.constexpr):
+    r = tl.program_id(0) * BR + tl.arange(0, BR)[:, None]
+    c = tl.program_id(1) * BC + tl.arange(0, BC)[None, :]
+    mask = (r < M) & (c < N)
+    tl.store(c_ptr + r * stride + c, tl.load(a_ptr + r * stride + c, mask=mask) + tl.load(b_ptr + r * stride + c,
+                                                                                             mask=mask), mask=mask)
+
+
+def add(a, b):
+    M, N = a.shape
+    c = torch.empty_like(a)
+    add2d[(triton.cdiv(M, 16), triton.cdiv(N, 64))](a, b, c, M, N, a.stride(0), BR=16, BC=64)
+    return c
+"""
+
+
+def test_a_kernel_over_2d_tiles_gets_inductors_2d_pointwise_configs_with_xblock_along_its_rows():
+    """XBLOCK is the tile of the contiguous axis, the arange along the tile's last dimension (BC here); the grid's
+    literal tiles follow the config."""
+    from kernelband.proposers.rewriter.rewrites.inductor_configs import POINTWISE_2D_BLOCKS
+
+    [(rationale, new)] = made(ADD_2D, "inductor_configs")[0]
+    assert rationale.startswith("Inductor's 2-D pointwise configs")
+    got = [(int(c), int(r)) for c, r in re.findall(r'"BC": (\d+), "BR": (\d+)', new)]
+    assert got == list(POINTWISE_2D_BLOCKS)
+    assert 'triton.cdiv(M, meta["BR"]), triton.cdiv(N, meta["BC"])' in new
+    looped = ADD_2D.replace("    mask = (r < M) & (c < N)\n", "    for _ in range(2):\n        pass\n    mask = (r < M) & (c < N)\n")
+    assert made(looped, "inductor_configs") == ([], ("add2d reduces or loops inside its 2-D tile: not element-wise",))
+
+
 def test_inductor_configs_leave_tl_dot_and_2d_tiles_and_autotuned_kernels_alone():
     assert made(example("matmul").module_source, "inductor_configs")[1] == (
         "matmul_kernel tiles a tl.dot: matmul_configs tunes it",)

@@ -185,5 +185,5 @@ SPELLINGS = [
     Spelling("elementwise", "grid_stride", GRID_STRIDE, "affine", INPUTS, HINTS),
     Spelling("elementwise", "module_constant", MODULE_CONSTANT, "affine", INPUTS, BOTH),
     Spelling("elementwise", "meta_grid", META_GRID, "affine", INPUTS, BOTH),
-    Spelling("elementwise", "tiled_2d", TILED_2D, "affine", INPUTS_2D, HINTS),
+    Spelling("elementwise", "tiled_2d", TILED_2D, "affine", INPUTS_2D, BOTH),
 ]

@@ -5,6 +5,9 @@ one-step grid around the launch's values.
 * element-wise (one tiled block, 1-D, no reduction): `pointwise` for 1-D size hints, XBLOCK = bs with 256
   elements a warp and bs / 2 with 64, for bs = 256, 512, 1024 (Inductor picks bs from the element count, which
   only the run knows), and the XBLOCK 256/512 configs of its max-autotune list; num_stages = 1;
+* element-wise over 2-D tiles (two block sizes, each a program's tile): `pointwise` for 2-D size hints,
+  (XBLOCK, YBLOCK) = (32, 32), (64, 64), (256, 16), (16, 256), (1024, 1), (1, 1024), XBLOCK the axis whose
+  arange lies along the tile's last dimension, num_warps one per 256 elements within [1, 8]; num_stages = 1;
 * row (one looped block, one row a program): `triton_config_reduction` at XBLOCK = 1, RBLOCK from 128 to
   2,048 (its contiguous config) with num_warps = RBLOCK / 128 within [2, 16], and 4,096 and 8,192 for rows
   that the persistent configs would keep whole; num_stages = 1.
@@ -20,7 +23,7 @@ import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import dotted, integer_cast_operand, subnodes
+from kernelband.proposers.rewriter.analysis.syntax import code, dotted, integer_cast_operand, subnodes
 from kernelband.proposers.rewriter.rewrites.configs import (
     REDUCTIONS,
     Config,
@@ -33,10 +36,17 @@ from kernelband.proposers.rewriter.rewrites.configs import (
 
 POINTWISE_XBLOCKS = ((1024, 4), (512, 8), (512, 2), (256, 4), (256, 1), (128, 2), (256, 8), (512, 4))
 REDUCTION_RBLOCKS = (1024, 2048, 512, 256, 4096, 8192, 128)
+POINTWISE_2D_BLOCKS = ((32, 32), (64, 64), (256, 16), (16, 256), (1024, 1), (1, 1024))
 
 
 def pointwise(param: str) -> list[Config]:
     return [({param: x}, warps, 1) for x, warps in POINTWISE_XBLOCKS]
+
+
+def pointwise_2d(x: str, y: str) -> list[Config]:
+    """Inductor's 2-D pointwise configs, (XBLOCK, YBLOCK) with XBLOCK the contiguous axis, num_warps one per 256
+    elements within [1, 8]."""
+    return [({x: bx, y: by}, warps_for(bx * by, 256, 1, 8), 1) for bx, by in POINTWISE_2D_BLOCKS]
 
 
 def reduction(param: str) -> list[Config]:
@@ -108,6 +118,8 @@ def choose(ms: ModuleSource, kernel: Kernel) -> list[ConfigSet] | str:
     if kernel.uses_dot:
         return f"{kernel.name} tiles a tl.dot: matmul_configs tunes it"
     facts = facts_of(kernel)
+    if len(facts.tile_sizes) == 2:
+        return _tiled_2d(ms, kernel)
     if len(facts.tile_sizes) != 1:
         return f"{kernel.name} has {len(facts.tile_sizes)} constexprs that size its tiles, not one"
     if why := free_blocks(kernel):
@@ -127,3 +139,41 @@ def choose(ms: ModuleSource, kernel: Kernel) -> list[ConfigSet] | str:
             return [ConfigSet("Inductor's reduction configs", reduction(param))]
         return f"{kernel.name} reads {param} other than as a loop step, arange extent and accumulator shape"
     return f"{kernel.name}'s {param} neither scales the program id nor steps a loop"
+
+
+def _tiled_2d(ms: ModuleSource, kernel: Kernel) -> list[ConfigSet] | str:
+    """Inductor's 2-D pointwise configs for an element-wise kernel tiled by two block sizes, each the extent of
+    a tl.arange and the stride of a program id, nothing else: no loop, no reduction, every access masked. The
+    contiguous axis (XBLOCK) is the one whose arange lies along the tile's last dimension (`[None, :]`)."""
+    facts = facts_of(kernel)
+    params = [p.name for p in kernel.params if p.name in facts.tile_sizes]
+    if why := free_blocks(kernel):
+        return why
+    if not all(p in facts.tiled for p in params):
+        return f"{kernel.name} has 2 constexprs that size its tiles, not both a program's tile"
+    if any(kernel.calls(name) for name in REDUCTIONS) or subnodes(kernel.node.body, cst.For):
+        return f"{kernel.name} reduces or loops inside its 2-D tile: not element-wise"
+    if arange_extents(kernel) != set(params):
+        return f"{kernel.name}'s tl.arange extents are not its two tile sizes"
+    for param in params:
+        if not all(_extent(kernel, *u) or _stride(kernel, u[0]) or _hint(kernel, *u)
+                   for u in _uses(ms, kernel, param)):
+            return f"{kernel.name} reads {param} other than as its arange extent and program stride"
+    last = [p for p in params if _along_last(ms, kernel, p)]
+    x = last[0] if len(last) == 1 else params[1]
+    y = params[0] if x == params[1] else params[1]
+    return [ConfigSet("Inductor's 2-D pointwise configs", pointwise_2d(x, y))]
+
+
+def _along_last(ms: ModuleSource, kernel: Kernel, param: str) -> bool:
+    """Whether every `tl.arange(0, param)` is broadcast along the last of two dimensions (`[None, :]`)."""
+    found = False
+    for call in kernel.calls("arange"):
+        if code(call.args[-1].value) != param:
+            continue
+        sub = ms.parents.get(id(call))
+        if not (isinstance(sub, cst.Subscript) and sub.value is call and len(sub.slice) == 2
+                and isinstance(sub.slice[0].slice, cst.Index) and code(sub.slice[0].slice.value) == "None"):
+            return False
+        found = True
+    return found
