@@ -75,6 +75,76 @@ def unpacked(scope: Scope) -> dict[str, tuple[str | None, ...]]:
     return found
 
 
+ALLOCATE = frozenset({"empty", "zeros", "ones", "rand", "randn", "full"})  # torch.X(sizes, ...) / torch.X(*sizes)
+LIKE = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like"})
+NEW = frozenset({"new_empty", "new_zeros", "new_ones", "new_full"})
+KEEPS_RANK = frozenset({"contiguous", "clone", "to", "float", "half", "bfloat16", "int", "detach", "transpose",
+                        "cuda", "cpu", "type_as", "abs", "neg", "exp", "sigmoid"})
+RESHAPE = frozenset({"reshape", "view"})
+
+
+def ranks(scope: Scope) -> dict[str, int]:
+    """The tensors of a function whose rank its code fixes: sizes unpacked (`M, K = a.shape`), allocated with
+    a literal number of sizes (`torch.empty((M, N))`, `x.new_zeros(B, H, D)`), shaped like one whose rank is
+    known (`torch.empty_like(x)`, `torch.empty(x.shape)`), reshaped to one (`x.reshape(M, K)`), transposed
+    (`w.t()`) or converted (`x.contiguous()`, `x.to(...)`). Only names bound once (or parameters never bound)."""
+    found = {name: len(sizes) for name, sizes in unpacked(scope).items()}
+    values = {name: values[0] for name, values in scope.assigns.items()
+              if len(values) == 1 and values[0] is not None and name not in scope.params}
+    changed = True
+    while changed:
+        changed = False
+        for name, value in values.items():
+            if name not in found and (rank := _rank(value, found)) is not None:
+                found[name] = rank
+                changed = True
+    return found
+
+
+def _rank(node: cst.BaseExpression, known: dict[str, int]) -> int | None:
+    if isinstance(node, cst.Attribute) and node.attr.value == "T" and isinstance(node.value, cst.Name):
+        return 2 if known.get(node.value.value) == 2 else None
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute | cst.Name):
+        return None
+    func = dotted(node.func) or ""
+    method = node.func.attr.value if isinstance(node.func, cst.Attribute) else func
+    owner = node.func.value if isinstance(node.func, cst.Attribute) else None
+    positional = [a.value for a in node.args if a.keyword is None and not a.star]
+    starred = any(a.star for a in node.args)
+    sizes = [a.value for a in node.args if a.keyword is not None and a.keyword.value == "size"]
+    if func.startswith("torch.") and method in LIKE and positional:
+        return _tensor_rank(positional[0], known)
+    if func.startswith("torch.") and method in ALLOCATE or method in NEW and not func.startswith("torch."):
+        if starred:
+            return None
+        given = sizes or (positional[:1] if method.endswith("full") else positional)
+        return _sizes_rank(given, known)
+    if method in RESHAPE and owner is not None and not starred and positional:
+        return _sizes_rank(positional, known)
+    if method == "t" and owner is not None and not node.args:
+        return 2 if _tensor_rank(owner, known) == 2 else None
+    if method in KEEPS_RANK and owner is not None and not func.startswith("torch."):
+        return _tensor_rank(owner, known)
+    return None
+
+
+def _tensor_rank(node: cst.BaseExpression, known: dict[str, int]) -> int | None:
+    return known.get(node.value) if isinstance(node, cst.Name) else _rank(node, known)
+
+
+def _sizes_rank(given: list[cst.BaseExpression], known: dict[str, int]) -> int | None:
+    """How many sizes `(M, N)`, `M, N`, `x.shape` or `x.size()` are."""
+    if len(given) != 1:
+        return len(given) or None
+    node = given[0]
+    if (literal := _sequence(node)) is not None:
+        return len(literal)
+    if (sizes := _sizes_of(node)) is not None and sizes[1] in ("shape", "size"):
+        return known.get(sizes[0])
+    # one value: a size (an int) or a sequence of them, which the code does not say
+    return 1 if isinstance(node, cst.Integer) else None
+
+
 def _sizes_of(node: cst.BaseExpression) -> tuple[str, str] | None:
     """(tensor, "stride" | "size" | "shape") for `t.stride()`, `t.size()`, `t.shape`."""
     if isinstance(node, cst.Attribute) and node.attr.value == "shape" and isinstance(node.value, cst.Name):
@@ -125,8 +195,7 @@ def extent(node: cst.BaseExpression, scope: Scope, module: Scope) -> int | None:
         literal = _sequence(value)
         return len(literal) if literal is not None else None
     sizes = _sizes_of(node)
-    sizes_of = unpacked(scope).get(sizes[0]) if sizes is not None else None
-    return len(sizes_of) if sizes_of is not None else None
+    return ranks(scope).get(sizes[0]) if sizes is not None else None
 
 
 def keyword_dict(node: cst.BaseExpression, scope: Scope, module: Scope) -> dict[str, cst.BaseExpression] | None:
