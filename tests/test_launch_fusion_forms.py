@@ -286,8 +286,16 @@ def test_every_variant_of_the_fusion_spellings_compiles_for_sm90():
         compiles_for_sm90(spelling, [spelling.source, *[new for _, new in made(spelling.source)[0]]])
 
 
-def test_a_launch_whose_arguments_come_from_a_sequence_is_refused():
+def test_a_launch_whose_arguments_come_from_a_sequence_reads_them_where_they_are_known():
+    # a tuple bound once: its elements are the parameters' values, as if written out
     unpacked = INDEPENDENT.replace("scale[grid](x, a, rows, cols, 2.0, B=32)",
                                    "args = (x, a, rows, cols)\n    scale[grid](*args, 2.0, B=32)")
-    assert made(unpacked) == ([], ("the scale launch in both passes arguments unpacked from a sequence: which tensor "
-                                   "each parameter gets is not known",))
+    variants, reasons = made(unpacked)
+    assert len(variants) == len(made(INDEPENDENT)[0]) and "x_ptr=x" in variants[0][1].replace(" ", ""), reasons
+    # a sequence built at run time: its extent is the count the others leave; its elements are read from it, and
+    # what memory they are is not known, so the launches are not taken to be independent
+    built = INDEPENDENT.replace("scale[grid](x, a, rows, cols, 2.0, B=32)",
+                                "args = [x, a] + [rows, cols]\n    scale[grid](*args, 2.0, B=32)")
+    variants, reasons = made(built)
+    assert reasons == ("square reads y, which may be the memory scale writes as args",)
+    assert all("x_ptr=args[0], out_ptr=args[1], rows=args[2], n_cols=args[3]" in v for _, v in variants)

@@ -187,7 +187,13 @@ def _ok(speedup: float, interpreter: bool = False, tuned: list | None = None) ->
                       interpreter=interpreter, tuned=tuned or [], shapes=[ShapeResult(0, "n=1", False, cand_ms=0.5)])
 
 
-@pytest.mark.parametrize(("source", "why"), [(PRUNED, "prune_configs_by"), (STARRED, "starred")])
+# starred values whose extent the host does not say: which of them is the key's n is not known
+UNKNOWN_EXTENT = STARRED.replace("def f(x):\n    args = (x, x.numel())\n", "def f(x, args, more):\n").replace(
+    "](*args)", "](*args, *more)")
+
+
+@pytest.mark.parametrize(("source", "why"), [(PRUNED, "prune_configs_by"),
+                                             (UNKNOWN_EXTENT, "the extent of `*args` is not known")])
 def test_a_module_the_pinning_cannot_handle_goes_back_autotuned_with_a_note(source, why):
     assert pin(source, [_choice()]).source is None
     chosen = hand_back(source, _ok(1.3, tuned=[_choice()]), _ok(1.2),
@@ -196,6 +202,11 @@ def test_a_module_the_pinning_cannot_handle_goes_back_autotuned_with_a_note(sour
     assert chosen.handback.form is Form.AUTOTUNED and chosen.handback.reason is NotPinned.UNSUPPORTED
     assert why in chosen.handback.detail
     assert chosen.handback.to_dict()["reason"] == "unsupported"
+
+
+def test_a_launch_with_a_starred_tuple_pins_with_its_elements_as_the_key():
+    pinned = pin(STARRED, [_choice()]).source
+    assert pinned is not None and "x.numel()" in pinned and "](*args, **" in pinned
 
 
 SIMPLE = STARRED.replace("    args = (x, x.numel())\n", "").replace("](*args)", "](x, x.numel())")

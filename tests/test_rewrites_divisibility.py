@@ -254,8 +254,8 @@ def test_at_a_stride_of_1000_only_the_hinted_kernel_moves_16_bytes_at_a_time_on_
 # -- refusals --------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("old, new, reason", [
     (", mask=at < count", "", "axpy's loads and stores use no integer parameter in their offsets or masks"),
-    ("](x, y, out, x.numel())", "](*(x, y, out, x.numel()))",
-     "the axpy launch in twice passes starred arguments: which values are axpy's parameters is unknown"),
+    ("](x, y, out, x.numel())", "](*(x, y), *more, *more)",
+     "the extent of `*more` is not known: the parameters after it cannot be mapped (axpy launch in twice)"),
     ("    axpy[lambda meta: (triton.cdiv(x.numel(), meta[\"B\"]),)](x, y, out, x.numel())\n",
      "    x.numel() and axpy[lambda meta: (triton.cdiv(x.numel(), meta[\"B\"]),)](x, y, out, x.numel())\n",
      "the axpy launch in twice runs only on some evaluations of its line (a branch of an expression, a lambda), or "

@@ -80,9 +80,10 @@ class _Rename(cst.CSTTransformer):
 
     def leave_Call(self, original_node, updated_node):
         """Keywords name parameters of the function called: those of tl.load (mask=), torch.empty (dtype=) and
-        other imported functions keep their names."""
+        other imported functions keep their names; those of `dict(BLOCK=...)` are keys, renamed as the string keys
+        of a dict literal are."""
         func = original_node.func.value if isinstance(original_node.func, cst.Subscript) else original_node.func
-        if isinstance(func, cst.Name) and func.value in self.mapping:
+        if isinstance(func, cst.Name) and (func.value in self.mapping or func.value == "dict"):
             return updated_node
         return updated_node.with_changes(args=[
             new.with_changes(keyword=old.keyword) for old, new in zip(original_node.args, updated_node.args)])

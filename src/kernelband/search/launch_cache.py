@@ -110,7 +110,7 @@ def _launches(ms: ModuleSource, scope: Scope) -> list[Launch]:
     nested = {id(c) for fn in subnodes(scope.node.body, cst.FunctionDef) for c in subnodes(fn, cst.Call)}
     for call in subnodes(scope.node.body, cst.Call):
         if isinstance(call.func, cst.Subscript) and dotted(call.func.value) in copies and id(call) not in nested:
-            found.append(launch_of(copies[dotted(call.func.value)], call, scope))
+            found.append(launch_of(copies[dotted(call.func.value)], call, scope, ms.module_scope))
     return found
 
 

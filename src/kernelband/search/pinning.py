@@ -19,7 +19,7 @@ ran.
 
 `pin` returns the pinned source, or why the module cannot be pinned (the module is then handed back as it
 is): a `prune_configs_by`, a config's own `pre_hook`, a launch whose arguments cannot be read (a starred
-argument) or that is not a statement of its own, a key with values code cannot say.
+argument of unknown extent) or that is not a statement of its own, a key with values code cannot say.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import libcst as cst
 
 from kernelband import pyast
 from kernelband.evaluation.records import TunedChoice, TunedConfig
+from kernelband.proposers.rewriter.analysis.host_values import rereadable
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import (
     code,
@@ -226,10 +227,15 @@ class _Pinning:
         if not (isinstance(expr, cst.Expr) and isinstance(statement, cst.SimpleStatementLine)
                 and len(statement.body) == 1):
             raise CannotPin(f"the {where} is not a statement of its own: the lookup cannot go before it")
-        if any(a.star for a in launch.call.args):
-            raise CannotPin(f"the {where} passes starred arguments: the autotune key cannot be read from it")
-        params = {p.name for p in launch.kernel.params}
-        passed = {name: launch.call.args[i].value for name, i in launch.args.items() if name in params}
+        if launch.unmapped is not None:
+            raise CannotPin(f"{launch.unmapped} (the {where}): the autotune key cannot be read from it")
+        if mapping := next((a for a in launch.call.args if a.star == "**"), None):
+            raise CannotPin(f"the {where} passes `**{code(mapping.value).strip()}`: its keys would be passed twice "
+                            "with the chosen config's")
+        passed = {p.name: value for p in launch.kernel.params if (value := launch.value(p.name)) is not None}
+        if unread := [n for n in key_names if n in launch.spread and not rereadable(passed[n])]:
+            raise CannotPin(f"the {where} passes {', '.join(unread)} inside a starred value that cannot be read "
+                            "again before it")
         clash = [a.keyword.value for a in launch.call.args
                  if a.keyword is not None and a.keyword.value in ("num_warps", "num_stages", "num_ctas", "maxnreg")]
         if clash:

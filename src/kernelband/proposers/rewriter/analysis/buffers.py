@@ -416,12 +416,12 @@ def _site(ms: ModuleSource, launch: Launch, places: dict[int, Path]) -> Site | N
     kernel_touches = touches(launch.kernel)
     passed = {}
     for param in sorted(kernel_touches.pointers):
-        arg = launch.arg(param)
-        if arg is None:
+        value = launch.value(param)
+        if value is None:
             default = launch.kernel.param(param).default if launch.kernel.param(param) else None
             text, root = (code(default).strip() if default is not None else "nothing"), None
         else:
-            text, root = code(arg.value).strip(), root_of(arg.value)
+            text, root = code(value).strip(), root_of(value)
         passed[param] = Passed(param, text, root, param in kernel_touches.reads, param in kernel_touches.writes)
     return Site(launch, node if alone else None, places[id(node)], passed, kernel_touches)
 

@@ -191,10 +191,10 @@ def _meta_grid(launch: Launch, node: cst.Lambda) -> tuple[list[str] | None, str]
             continue
         key = sub.slice[0].slice.value if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index) \
             else None
-        arg = launch.arg(key.evaluated_value) if isinstance(key, cst.SimpleString) else None
-        if arg is None or kernel.autotune is not None or kernel.heuristics:
+        given = launch.value(key.evaluated_value) if isinstance(key, cst.SimpleString) else None
+        if given is None or kernel.autotune is not None or kernel.heuristics:
             return None, f"the grid of the {launch.where} depends on block sizes its launch does not pass"
-        values[id(sub)] = f"({code(arg.value).strip()})"
+        values[id(sub)] = f"({code(given).strip()})"
     if sum(1 for n in loads(body) if n.value == meta) != len(values):
         return None, f"the grid of the {launch.where} reads its meta argument other than by key"
     return [code(e.value.visit(_Replace(values))).strip() for e in body.elements], ""

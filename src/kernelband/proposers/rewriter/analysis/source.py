@@ -14,6 +14,7 @@ from functools import cached_property
 
 import libcst as cst
 
+from kernelband.proposers.rewriter.analysis.launch_args import Spread, map_args
 from kernelband.proposers.rewriter.analysis.syntax import (
     CDIV_NAMES,
     Scope,
@@ -220,7 +221,10 @@ class Launch:
     kernel: Kernel
     call: cst.Call
     scope: Scope
-    args: dict[str, int]  # kernel param -> index in call.args, where known (not after a *starred one)
+    args: dict[str, int]  # kernel param -> index in call.args of the argument that is its value
+    spread: dict[str, Spread] = field(default_factory=dict)  # params covered by a starred argument
+    keyed: dict[str, cst.BaseExpression] = field(default_factory=dict)  # keys of a readable `**dict`
+    unmapped: str | None = None  # why some params' values are not known (a starred argument of unknown extent)
 
     @property
     def where(self) -> str:
@@ -237,6 +241,17 @@ class Launch:
     def arg(self, name: str) -> cst.Arg | None:
         index = self.args.get(name)
         return self.call.args[index] if index is not None else None
+
+    def value(self, name: str) -> cst.BaseExpression | None:
+        """What the launch passes for a parameter (or a launch option of a `**dict`): its argument's value, the
+        element of a starred argument that covers it, or its value in a `**dict`; None where it passes none
+        that is known."""
+        arg = self.arg(name)
+        if arg is not None:
+            return arg.value
+        if name in self.spread:
+            return self.spread[name].value
+        return self.keyed.get(name)
 
     def kwarg(self, name: str) -> cst.Arg | None:
         return next((a for a in self.call.args if a.keyword is not None and a.keyword.value == name), None)
@@ -444,7 +459,7 @@ class ModuleSource:
                 kernel = self.kernels.get(dotted(call.func.value) or "")
                 if kernel is not None:
                     claimed.add(id(call))
-                    self.launches.append(_launch(kernel, call, scope))
+                    self.launches.append(_launch(kernel, call, scope, self.module_scope))
         self.launches.sort(key=lambda launch: order[id(launch.call)])
 
     def ancestors(self, nodes) -> set[int]:
@@ -488,18 +503,9 @@ class ModuleSource:
         return seen
 
 
-def _launch(kernel: Kernel, call: cst.Call, scope: Scope) -> Launch:
-    args: dict[str, int] = {}
-    positional, starred = 0, False
-    for index, arg in enumerate(call.args):
-        if arg.keyword is not None:
-            args[arg.keyword.value] = index
-        elif arg.star:
-            starred = True
-        elif not starred and positional < len(kernel.params):
-            args[kernel.params[positional].name] = index
-            positional += 1
-    return Launch(kernel, call, scope, args)
+def _launch(kernel: Kernel, call: cst.Call, scope: Scope, module: Scope) -> Launch:
+    mapping = map_args(kernel.params, list(kernel.node.decorators), call, scope, module)
+    return Launch(kernel, call, scope, mapping.args, mapping.spread, mapping.keyed, mapping.unmapped)
 
 
 def launch_statement(ms: ModuleSource, launch: Launch) -> cst.SimpleStatementLine | None:

@@ -36,7 +36,8 @@ new local just before the launch's line (`k[grid](...)`, `h = k[grid](...)`, `re
 to the launch. Parameters that every launch passes as a number
 Triton specializes already (1 or a multiple of 16), or as one that is not a multiple of 8, are left out.
 Refused: a kernel whose offsets and masks read no integer parameter, a launch that only some runs of its line
-make (a branch of an expression, a lambda) or outside a function, one with starred arguments or one that binds names as it evaluates them (`:=`), a parameter a
+make (a branch of an expression, a lambda) or outside a function, one with a starred argument whose extent
+is not known (analysis/launch_args.py) or one that binds names as it evaluates them (`:=`), a parameter a
 launch neither passes nor has a number as its default, and kernels with `*args` or keyword-only parameters.
 """
 
@@ -47,6 +48,7 @@ from collections.abc import Callable
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.facts import facts_of
+from kernelband.proposers.rewriter.analysis.host_values import rereadable
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, launch_value
 from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, int_value, restated, subnodes
 from kernelband.proposers.rewriter.edits import Found, Variant, appended, carried, keyword_arg, statements
@@ -86,16 +88,18 @@ def _values(ms: ModuleSource, launch: Launch, params: list[str]) -> dict[str, cs
     if _statement(ms, launch) is None:
         return (f"the {launch.where} runs only on some evaluations of its line (a branch of an expression, a "
                 "lambda), or outside a function: its values cannot be read before it")
-    if any(a.star for a in launch.call.args):
-        return f"the {launch.where} passes starred arguments: which values are {kernel.name}'s parameters is unknown"
+    if launch.unmapped is not None:
+        return f"{launch.unmapped} ({launch.where})"
     if any(subnodes(launch.call, kind) for kind in EFFECTS):
         return f"the {launch.where} binds names as it evaluates its arguments: they cannot be read before it"
     found = {}
     for name in params:
-        arg = launch.arg(name)
-        value = arg.value if arg is not None else kernel.param(name).default
-        if value is None or arg is None and int_value(value) is None:
+        given = launch.value(name)
+        value = given if given is not None else kernel.param(name).default
+        if value is None or given is None and int_value(value) is None:
             return f"the {launch.where} does not pass {name}, and its default is not a number"
+        if launch.arg(name) is None and given is not None and not rereadable(given):
+            return f"the {launch.where} passes {name} in `{code(given).strip()}`, which cannot be read again before it"
         found[name] = value
     return found
 

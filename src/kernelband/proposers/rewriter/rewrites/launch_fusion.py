@@ -89,8 +89,11 @@ def _one_block(side: Side, call: cst.Call) -> bool:
     tree = side.expand(side.kernel.address(call))
     mask = side.expand(arg_of(call, 2, "mask") or cst.Name("None"))
     aranges = [[n for n in ast.walk(t) if is_call(n, "__arange")] for t in (tree, mask)]
+    # a host value (`__host__(x.shape[1])`) is one scalar however it is indexed: only the kernel's own
+    # subscripts reshape
+    host = {id(n) for t in (tree, mask) for c in ast.walk(t) if is_call(c, "__host__") for n in ast.walk(c)}
     if [len(a) for a in aranges] != [1, 1] or ast.dump(aranges[0][0]) != ast.dump(aranges[1][0]) or any(
-            isinstance(n, ast.Subscript) for t in (tree, mask) for n in ast.walk(t)):
+            isinstance(n, ast.Subscript) and id(n) not in host for t in (tree, mask) for n in ast.walk(t)):
         return False
     terms, pending = [], [tree]
     while pending:
@@ -106,9 +109,8 @@ def _check_site(site: Site) -> None:
     if site.statement is None:
         raise NotCertain(f"the host keeps what the {site.where} returns (the compiled kernel), or the launch is "
                          "part of a larger expression")
-    if any(arg.star for arg in site.launch.call.args):
-        raise NotCertain(f"the {site.where} passes arguments unpacked from a sequence: which tensor each parameter "
-                         "gets is not known")
+    if site.launch.unmapped is not None:
+        raise NotCertain(f"{site.launch.unmapped} ({site.where})")
     if site.touches.unknown:
         raise NotCertain(f"{site.kernel.name} has an access whose pointer reaches no parameter here "
                          f"(`{site.touches.unknown[0]}`): which tensor it touches is not known")

@@ -34,6 +34,7 @@ import libcst as cst
 from kernelband import pyast
 from kernelband.proposers.rewriter.analysis.buffers import HostFunction, Site
 from kernelband.proposers.rewriter.analysis.facts import KernelFacts, facts_of
+from kernelband.proposers.rewriter.analysis.launch_args import unpacked
 from kernelband.proposers.rewriter.analysis.source import ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import arg_of, code, dotted, fresh_name, subnodes
 from kernelband.proposers.rewriter.analysis.values import add_terms, factors, is_call, marker_arg, same
@@ -50,7 +51,11 @@ from kernelband.proposers.rewriter.rewrites.launch_sites import Moved
 
 ELEMENTWISE = frozenset({"where", "maximum", "minimum", "exp", "exp2", "log", "log2", "sqrt", "sqrt_rn", "rsqrt",
                          "abs", "sigmoid", "sin", "cos", "erf", "floor", "ceil", "fma", "fdiv", "div_rn", "clamp"})
-DENSE = frozenset({"empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like"})
+DENSE = frozenset({"empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "new_empty",
+                   "new_zeros", "new_ones", "new_full"})
+SHAPED_LIKE = frozenset({"empty_like", "zeros_like", "ones_like", "full_like"})  # (x, ...): x's sizes
+TORCH_SIZED = frozenset({"torch.empty", "torch.zeros", "torch.ones", "torch.full"})  # (sizes, ...) or (*sizes)
+NEW_SIZED = frozenset({"new_empty", "new_zeros", "new_ones", "new_full"})  # t.new_empty(sizes): sizes, t's dtype
 
 
 def _host(node: ast.AST) -> str | None:
@@ -107,18 +112,56 @@ def _signed(node: ast.AST, sign: int = 1) -> list[tuple[int, ast.AST]]:
 
 
 def _numel_of(host: HostFunction, a: Site, n: str, h: str) -> bool:
-    """Whether host code `n` is certain to be h's number of elements."""
+    """Whether host code `n` is certain to be h's number of elements: `h.numel()`, or the number of elements
+    of a tensor whose sizes h is allocated with."""
     value = host.reaching(n, a) if n.isidentifier() else None
     text = code(value).strip() if value is not None else n
     if text == f"{h}.numel()":
         return True
-    allocation = host.reaching(h, a)
-    if not (isinstance(allocation, cst.Call) and dotted(allocation.func) == "torch.empty_like" and allocation.args
-            and isinstance(allocation.args[0].value, cst.Name)):
-        return False
-    like = allocation.args[0].value.value  # the same tensor wherever it is read: bound once
+    like = sized_like(host.scope, host.reaching(h, a))
     scope = host.scope
-    return text == f"{like}.numel()" and len(scope.assigns.get(like, [])) + (like in scope.params) == 1
+    return like is not None and text == f"{like}.numel()" \
+        and len(scope.assigns.get(like, [])) + (like in scope.params) == 1  # the same tensor wherever it is read
+
+
+def sized_like(scope, allocation: cst.BaseExpression | None) -> str | None:
+    """The tensor (a name) whose sizes an allocation takes: `torch.empty_like(x)`, `t.new_empty(x.shape)`,
+    `torch.empty(x.size(), ...)`, `torch.zeros((M, N), ...)` where `M, N = x.shape`; None for any other."""
+    if not isinstance(allocation, cst.Call):
+        return None
+    func = dotted(allocation.func) or ""
+    positional = [a.value for a in allocation.args if a.keyword is None and not a.star]
+    sizes = [a.value for a in allocation.args if a.keyword is not None and a.keyword.value == "size"]
+    if func.rpartition(".")[2] in SHAPED_LIKE and func.partition(".")[0] in ("torch", func) and positional:
+        return positional[0].value if isinstance(positional[0], cst.Name) else None
+    method = isinstance(allocation.func, cst.Attribute) and allocation.func.attr.value in NEW_SIZED \
+        and func.partition(".")[0] != "torch"
+    if not (method or func in TORCH_SIZED):
+        return None
+    if sizes or func.endswith("full"):  # `full(size, fill_value)`: the sizes first
+        given = sizes or positional[:1]
+    else:  # one value is the sizes (a tuple, `x.shape`, or the one size), several the sizes themselves
+        given = positional
+    return _sizes_tensor(scope, given)
+
+
+def _sizes_tensor(scope, given: list[cst.BaseExpression]) -> str | None:
+    """The tensor that sizes written as `x.shape`, `x.size()`, or the names `M, N = x.shape` binds, are all
+    the sizes of."""
+    if len(given) == 1:
+        node = given[0]
+        if isinstance(node, cst.Attribute) and node.attr.value == "shape" and isinstance(node.value, cst.Name):
+            return node.value.value
+        if isinstance(node, cst.Call) and not node.args and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value == "size" and isinstance(node.func.value, cst.Name):
+            return node.func.value.value
+        if isinstance(node, cst.Tuple | cst.List):
+            given = [e.value for e in node.elements if not isinstance(e, cst.StarredElement)] \
+                if not any(isinstance(e, cst.StarredElement) for e in node.elements) else []
+    names = tuple(g.value if isinstance(g, cst.Name) else None for g in given)
+    if not names or None in names or any(len(scope.assigns.get(n, [])) != 1 or n in scope.params for n in names):
+        return None
+    return next((t for t, sizes in unpacked(scope).items() if sizes == names), None)
 
 
 class _Names(ast.NodeTransformer):
@@ -367,7 +410,7 @@ def inline(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: Moved,
     every = [p for p in params2 + new_params if p.default is None] + [p for p in params2 + new_params if p.default]
     kernel = k2.node.with_changes(name=cst.Name(name), params=cst.Parameters(params=every), body=body,
                                   leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-    args = [keyword_arg(p.name, arg.value) for p in k2.params if (arg := b.launch.arg(p.name)) is not None]
+    args = [keyword_arg(p.name, value) for p in k2.params if (value := b.launch.value(p.name)) is not None]
     args += [keyword_arg(k, v) for k, v in options_of(b).items()]
     args += [keyword_arg(key, cst.parse_expression(given)) for key, given in extra.items()]
     call = b.launch.call.with_changes(func=b.launch.subscript.with_changes(value=cst.Name(name)), args=args)

@@ -74,9 +74,9 @@ class Side:
     def arg_code(self, param: str) -> str | None:
         if self.args is not None and param in self.args:
             return self.args[param]
-        arg = self.launch.arg(param)
-        if arg is not None:
-            return code(arg.value).strip()
+        value = self.launch.value(param)
+        if value is not None:
+            return code(value).strip()
         declared = self.kernel.param(param)
         return None if declared is None or declared.default is None else code(declared.default)
 
@@ -119,8 +119,9 @@ def _shaped_like(ms: ModuleSource, arg: cst.CSTNode | None) -> bool:
 def options_of(site: Site) -> dict[str, cst.BaseExpression]:
     """The launch's keywords that are not kernel parameters: num_warps, num_stages, ..."""
     launch = site.launch
-    return {a.keyword.value: a.value for a in launch.call.args
-            if a.keyword is not None and launch.kernel.param(a.keyword.value) is None}
+    given = {key: value for key, value in launch.keyed.items() if launch.kernel.param(key) is None}
+    return given | {a.keyword.value: a.value for a in launch.call.args
+                    if a.keyword is not None and launch.kernel.param(a.keyword.value) is None}
 
 
 def check_options(a: Site, b: Site) -> None:
@@ -135,8 +136,8 @@ def check_arguments(host: HostFunction, a: Site, b: Site) -> None:
     with effects: they are evaluated after both kernels' work is launched as one."""
     written = {w for w in a.writes if w is not None}
     for arg in b.launch.call.args:
-        if arg.star:
-            raise NotCertain(f"the {b.where} passes starred arguments")
+        if b.launch.unmapped is not None:
+            raise NotCertain(f"{b.launch.unmapped} ({b.where})")
         if not pure(arg.value):
             raise NotCertain(f"the {b.where} calls something that may have effects in its arguments")
         if not isinstance(arg.value, cst.Name) and reads_data(host.ms, arg.value, written):
@@ -235,9 +236,8 @@ def launch_args(site: Site, renames: dict[str, str], values: dict[str, cst.BaseE
     args = []
     for param in site.kernel.params:
         given = values.get(param.name) if values is not None else None
-        arg = site.launch.arg(param.name)
-        if given is None and arg is not None:
-            given = arg.value
+        if given is None:
+            given = site.launch.value(param.name)
         if given is not None:
             args.append(keyword_arg(renames.get(param.name, param.name), given))
     return args

@@ -67,8 +67,8 @@ class Moved:
             raise NotCertain(f"{', '.join(sorted(rebound & buffers))} is bound again between the {a.where} and "
                              f"the {b.where}: one name would be two tensors")
         launch = a.launch
-        if any(arg.star for arg in launch.call.args):
-            raise NotCertain(f"the {a.where} passes starred arguments")
+        if launch.unmapped is not None:
+            raise NotCertain(f"{launch.unmapped} ({a.where})")
         for arg in launch.call.args:
             if not pure(arg.value):
                 raise NotCertain(f"the {a.where} calls something that may have effects in its arguments")
@@ -81,6 +81,7 @@ class Moved:
             else:
                 self.args[id(arg)] = arg.value
         self.used = used
+        self._values: dict[str, cst.BaseExpression | None] = {}
         self._dims: list[cst.BaseExpression] | None = None
 
     def _snapshot(self, text: str, used: set[str]) -> cst.Name:
@@ -91,8 +92,16 @@ class Moved:
 
     def arg(self, param: str) -> cst.BaseExpression | None:
         """What the moved launch passes for a parameter of its kernel (its value where it stood)."""
-        arg = self.a.launch.arg(param)
-        return None if arg is None else self.args[id(arg)]
+        launch = self.a.launch
+        arg = launch.arg(param)
+        if arg is not None:
+            return self.args[id(arg)]
+        if param not in self._values:  # an element of a starred argument or a value of a `**dict`, read once
+            value = launch.value(param)
+            if value is not None and {n.value for n in loads(value)} & self.rebound:
+                value = self._snapshot(code(value).strip(), self.used)
+            self._values[param] = value
+        return self._values[param]
 
     def dims(self) -> list[cst.BaseExpression]:
         """The first launch's grid, one expression per dimension, with its values where it stood."""

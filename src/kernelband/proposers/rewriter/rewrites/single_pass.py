@@ -238,14 +238,14 @@ class _Launch:
         """What the launch passes for a kernel parameter: its code (an int where it is a number); None where
         the launch cannot say it (set by the autotuner or a heuristic, or an expression it would evaluate
         again)."""
-        arg = self.launch.arg(name)
-        if arg is not None and not arg.star:
-            number = int_value(arg.value)
-            if number is None and isinstance(arg.value, cst.Name):
-                kind, given = self.ms.name_value(self.launch.scope, arg.value.value)
+        passed = self.launch.value(name)  # an argument, an element of a starred one or a value of a `**dict`
+        if passed is not None:
+            number = int_value(passed)
+            if number is None and isinstance(passed, cst.Name):
+                kind, given = self.ms.name_value(self.launch.scope, passed.value)
                 number = int_value(given) if kind != "default" else None
-            return number if number is not None else code(arg.value) if rereadable(arg.value) else None
-        if self._set_elsewhere(name):
+            return number if number is not None else code(passed) if rereadable(passed) else None
+        if self.launch.unmapped is not None or self._set_elsewhere(name):
             return None
         param = self.kernel.param(name)
         if param is not None and param.default is not None and rereadable(param.default):
@@ -256,9 +256,9 @@ class _Launch:
         """A tile extent at the launch: its value, or the largest the literal autotune configs give it."""
         if name.isdigit():
             return int(name)
-        if self.tuned and name in self.tuned and self.launch.arg(name) is None:
+        if self.tuned and name in self.tuned and self.launch.value(name) is None:
             return max(self.tuned[name])
-        if self.tuned is None and self.launch.arg(name) is None and self.kernel.node.decorators[0] is self.kernel.autotune:
+        if self.tuned is None and self.launch.value(name) is None and self.kernel.node.decorators[0] is self.kernel.autotune:
             # configs the rewrite cannot read: the autotuner holds them at run time
             return f"max(config.kwargs.get({name!r}, 1) for config in {self.kernel.name}.configs)"
         return self.value(name)
@@ -305,9 +305,9 @@ class _Launch:
         if _never(host, low, bound, bool(row.padded), block):
             return None
         block_arg = launch.arg(row.param)
-        if block_arg is not None and block_arg.star:
-            return f"the {launch.where} passes {row.param} inside a starred argument"
-        warps = elements is not None and self.kernel.autotune is None
+        if row.param in launch.spread or row.param in launch.keyed:
+            return f"the {launch.where} passes {row.param} inside a starred argument: the twin's block cannot be set"
+        warps = elements is not None and self.kernel.autotune is None and "num_warps" not in launch.keyed
 
         def edit(line: cst.SimpleStatementLine) -> cst.If:
             small = line.body[0]
@@ -342,7 +342,7 @@ class _Launch:
         """The original's block at the launch: its value, or the least common multiple of the literal autotune
         configs' (each divides what it divides); None where the launch cannot say it."""
         param = self.row.param
-        if self.launch.arg(param) is None and self.tuned and param in self.tuned:
+        if self.launch.value(param) is None and self.tuned and param in self.tuned:
             return math.lcm(*self.tuned[param])
         return self.value(param)
 
