@@ -18,7 +18,8 @@ A kernel qualifies when it is a plain GEMM (`matmul_configs.dot_axes`; a tile th
 read as it is, neither twin changes a tile's size) and, for the twin's meaning to
 be certain: it is not autotuned (its launch sets every block size), unless the rewrite handles a grid of the
 autotuner's config (`autotuned`, `site(meta=True)`), its parameters have no defaults (the twin
-adds some), it reads the program id on axes 0 and 1 only, it has no atomics, no early return but guards (`if C:
+adds some), it reads the program id on axes 0 and 1 only (or on axis 2 too, for a twin that keeps each
+program's id there, `third`; never the grid's extent on axis 2), it has no atomics, no early return but guards (`if C:
 return` in its body, a program with no tile to compute leaving: a twin keeps them, a persistent one skips the
 tile instead) and exactly one tl.store, through one pointer parameter that nothing loads.
 """
@@ -88,9 +89,12 @@ def dot_kernel(ms: ModuleSource, kernel: Kernel, autotuned: bool = False, third:
         return f"a launch of {kernel.name} passes a parameter that has a default by position"
     ids_read = {int_value(c.args[0].value) if len(c.args) == 1 else None for c in kernel.calls("program_id")}
     extents_read = {int_value(c.args[0].value) if len(c.args) == 1 else None for c in kernel.calls("num_programs")}
-    if not (ids_read | extents_read) <= {0, 1} and not (third and ids_read <= {0, 1, 2} and extents_read <= {0, 1}):
-        return (f"{kernel.name} reads the grid's extent on axis 2 or the program id on an axis not certain to be 0, "
-                "1 or 2" if third else f"{kernel.name} reads the program id on an axis not certain to be 0 or 1")
+    if not third and not (ids_read | extents_read) <= {0, 1}:
+        return f"{kernel.name} reads the program id on an axis not certain to be 0 or 1"
+    if not (ids_read | extents_read) <= {0, 1, 2}:
+        return f"{kernel.name} reads the program id on an axis not certain to be 0, 1 or 2"
+    if 2 in extents_read:  # a twin that shares or walks axis 2 launches another extent there
+        return f"{kernel.name} reads the grid's extent on axis 2 (tl.num_programs(2))"
     guards = [s for s in kernel.node.body.body if is_guard(s)]
     if kernel.atomics or len(subnodes(kernel.node.body, cst.Return)) != len(guards):
         return f"{kernel.name} has atomics or a return other than a guard (`if C: return` in its body)"

@@ -14,6 +14,9 @@ The launch keeps the original where its grid has no more tiles than SMs (one til
     else:
         kernel[grid](...)
 
+A kernel that reads `tl.program_id(2)` (a batch on axis 2) loops over the tiles of all three axes, numbered
+axis 0 fastest: `tile % G0`, `tile // G0 % G1`, `tile // (G0 * G1)` (refused where its grid is the autotuner's).
+
 An autotuned kernel (after `matmul_configs`) has a grid of the config the autotuner picks, `lambda meta: ...`:
 its twin keeps the autotuner and computes G0 and G1 itself, from the lambda's tuple with `meta["X"]` read as
 its constexpr X, each name as the parameter the launch passes that name for, and cdiv as tl.cdiv; the launch's

@@ -11,6 +11,13 @@ the same casts, the same masks, the same store. The launch picks SPLIT_K from it
 
     SPLIT_K = min(16, SMs // tiles, cdiv(K, 4 * BLOCK_K))      (1 where len(grid) > 2)
 
+A kernel that reads `tl.program_id(2)` itself (a batch on axis 2) shares that axis with the splits: the partial
+launch has SPLIT_K programs for each of its values, split s of value b at b * SPLIT_K + s, and the twin reads
+b back (`pid // SPLIT_K`, the value itself in the reducing launch), so each program sees the id the original's
+did; its tiles count axis 2 too, and its grid may have three axes. `tl.num_programs(2)` stays a refusal.
+A K loop over whole K tiles, `range(K // BLOCK_K)`, splits its block indices as `range(tl.cdiv(K, BLOCK_K))`
+does: the splits together run the same indices, whether or not the K tile divides K.
+
 each split keeping at least 4 BLOCK_K steps, and launches the original kernel, unchanged, when SPLIT_K is 1.
 On a kernel autotuned already (after `matmul_configs`) the twin keeps the autotuner, and the split is chosen
 before the autotuner picks a config, from the largest tiles and the smallest BLOCK_K among its configs; any
