@@ -18,7 +18,8 @@ A kernel qualifies when it is a plain GEMM (`matmul_configs.dot_axes`; a tile th
 read as it is, neither twin changes a tile's size) and, for the twin's meaning to
 be certain: it is not autotuned (its launch sets every block size), unless the rewrite handles a grid of the
 autotuner's config (`autotuned`, `site(meta=True)`), its parameters have no defaults (the twin
-adds some), it reads the program id on axes 0 and 1 only, it has no atomics, no early return but guards (`if C:
+adds some), it reads the program id on axes 0 and 1 only (or on axis 2 too, for a twin that keeps each
+program's id there, `third`; never the grid's extent on axis 2), it has no atomics, no early return but guards (`if C:
 return` in its body, a program with no tile to compute leaving: a twin keeps them, a persistent one skips the
 tile instead) and exactly one tl.store, through one pointer parameter that nothing loads.
 """
@@ -66,11 +67,13 @@ class DotKernel:
     axes: dict[str, Tile]  # "M", "N", "K" -> the tile: a block-size parameter, or an integer the source fixes
     out: str  # the pointer parameter of its one tl.store
     store: cst.Call
+    third: bool = False  # it reads tl.program_id on axis 2 (a batch, say): a twin gives each program the same id
 
 
-def dot_kernel(ms: ModuleSource, kernel: Kernel, autotuned: bool = False) -> DotKernel | str:
+def dot_kernel(ms: ModuleSource, kernel: Kernel, autotuned: bool = False, third: bool = False) -> DotKernel | str:
     """The kernel with its block sizes and output; or why a twin of it is not certain to mean the same.
-    `autotuned`: a twin that handles a launch whose autotuner sets the block sizes is fine."""
+    `autotuned`: a twin that handles a launch whose autotuner sets the block sizes is fine. `third`: a twin
+    that keeps the program id of axis 2 for each program (it does not read the grid's extent there) is fine."""
     axes = dot_axes(kernel)
     if isinstance(axes, str):
         return axes
@@ -84,10 +87,14 @@ def dot_kernel(ms: ModuleSource, kernel: Kernel, autotuned: bool = False) -> Dot
         return f"{kernel.name} has stars, keyword-only or positional-only parameters"
     if not defaults_by_keyword(params, [launch.call for launch in ms.launches_of(kernel)]):
         return f"a launch of {kernel.name} passes a parameter that has a default by position"
-    axes_read = {int_value(c.args[0].value) if len(c.args) == 1 else None
-                 for c in kernel.calls("program_id") + kernel.calls("num_programs")}
-    if not axes_read <= {0, 1}:
+    ids_read = {int_value(c.args[0].value) if len(c.args) == 1 else None for c in kernel.calls("program_id")}
+    extents_read = {int_value(c.args[0].value) if len(c.args) == 1 else None for c in kernel.calls("num_programs")}
+    if not third and not (ids_read | extents_read) <= {0, 1}:
         return f"{kernel.name} reads the program id on an axis not certain to be 0 or 1"
+    if not (ids_read | extents_read) <= {0, 1, 2}:
+        return f"{kernel.name} reads the program id on an axis not certain to be 0, 1 or 2"
+    if 2 in extents_read:  # a twin that shares or walks axis 2 launches another extent there
+        return f"{kernel.name} reads the grid's extent on axis 2 (tl.num_programs(2))"
     guards = [s for s in kernel.node.body.body if is_guard(s)]
     if kernel.atomics or len(subnodes(kernel.node.body, cst.Return)) != len(guards):
         return f"{kernel.name} has atomics or a return other than a guard (`if C: return` in its body)"
@@ -102,7 +109,7 @@ def dot_kernel(ms: ModuleSource, kernel: Kernel, autotuned: bool = False) -> Dot
         return f"{kernel.name} reads and writes {out}"
     if not ms.launches_of(kernel):
         return f"{kernel.name} is launched nowhere in this module (a helper, run by the kernels that call it)"
-    return DotKernel(kernel, axes, out, store.call)
+    return DotKernel(kernel, axes, out, store.call, 2 in ids_read)
 
 
 @dataclass
@@ -116,8 +123,9 @@ class Site:
     meta: bool = False
 
 
-def site(ms: ModuleSource, dk: DotKernel, launch: Launch, meta: bool = False) -> Site | str:
-    """The launch, if host code can branch around it; `meta`: a grid that is a lambda of meta is fine."""
+def site(ms: ModuleSource, dk: DotKernel, launch: Launch, meta: bool = False, third: bool = False) -> Site | str:
+    """The launch, if host code can branch around it; `meta`: a grid that is a lambda of meta is fine; `third`: a
+    3-D grid is fine."""
     parent = ms.parents.get(id(launch.call))
     line = ms.parents.get(id(parent))
     if not (isinstance(parent, cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
@@ -136,7 +144,8 @@ def site(ms: ModuleSource, dk: DotKernel, launch: Launch, meta: bool = False) ->
         values = ", ".join([f"**{code(a.value)}" for a in mapping] + [
             f'"{key}": {code(a.value)}' for key, a in sorted(passed.items()) if a is not None])
         evaluated = f"({code(grid[0])})({{{values}}})"
-    if len(grid) > 2 or (len(grid) == 1 and isinstance(grid[0], cst.Tuple) and len(grid[0].elements) > 2):
+    if not third and (len(grid) > 2 or (len(grid) == 1 and isinstance(grid[0], cst.Tuple)
+                                        and len(grid[0].elements) > 2)):
         return f"the {launch.where} has a 3-D grid"
     if launch.meta_grid is None and any(isinstance(g, cst.Lambda) or isinstance(g, cst.Tuple) and any(
             isinstance(e, cst.StarredElement) for e in g.elements) for g in grid):

@@ -14,6 +14,9 @@ The launch keeps the original where its grid has no more tiles than SMs (one til
     else:
         kernel[grid](...)
 
+A kernel that reads `tl.program_id(2)` (a batch on axis 2) loops over the tiles of all three axes, numbered
+axis 0 fastest: `tile % G0`, `tile // G0 % G1`, `tile // (G0 * G1)` (refused where its grid is the autotuner's).
+
 An autotuned kernel (after `matmul_configs`) has a grid of the config the autotuner picks, `lambda meta: ...`:
 its twin keeps the autotuner and computes G0 and G1 itself, from the lambda's tuple with `meta["X"]` read as
 its constexpr X, each name as the parameter the launch passes that name for, and cdiv as tl.cdiv; the launch's
@@ -59,10 +62,12 @@ from kernelband.proposers.rewriter.rewrites.matmul_launch import (
 class _TileIds(cst.CSTTransformer):
     """tl.program_id / tl.num_programs on axes 0 and 1 replaced by the tile's coordinates and the grid's extents."""
 
-    def __init__(self, kernel: Kernel, tile: str, g0: str, g1: str) -> None:
+    def __init__(self, kernel: Kernel, tile: str, g0: str, g1: str, g2: str | None = None) -> None:
         super().__init__()
         self.kernel = kernel
         self.ids = {0: f"({tile} % {g0})", 1: f"({tile} // {g0})"}
+        if g2 is not None:  # a grid of three axes, numbered axis 0 fastest, then axis 1
+            self.ids.update({1: f"({tile} // {g0} % {g1})", 2: f"({tile} // ({g0} * {g1}))"})
         self.extents = {0: g0, 1: g1}
 
     def leave_Call(self, original_node, updated_node):
@@ -134,11 +139,12 @@ def _skipping(body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
     return [*body[:at], skip]
 
 
-def _twin(kernel: Kernel, name: str, extents: list[str] | None) -> tuple[cst.FunctionDef, dict[str, str]]:
-    """The persistent twin; the grid's extents are parameters G0 and G1, or with `extents` (the kernel's own
-    expressions for them) locals."""
-    node, p = new_params(kernel, [("G0", False), ("G1", False), ("NUM_PROGS", True)] if extents is None
-                         else [("NUM_PROGS", True)])
+def _twin(kernel: Kernel, name: str, extents: list[str] | None,
+          third: bool = False) -> tuple[cst.FunctionDef, dict[str, str]]:
+    """The persistent twin; the grid's extents are parameters G0 and G1 (and G2 where the kernel reads axis 2,
+    `third`), or with `extents` (the kernel's own expressions for them) locals."""
+    grid = [("G0", False), ("G1", False), ("G2", False)] if third else [("G0", False), ("G1", False)]
+    node, p = new_params(kernel, [*grid, ("NUM_PROGS", True)] if extents is None else [("NUM_PROGS", True)])
     used = set(kernel.names) | set(p.values())
     tile = fresh_name("tile", used)
     tl = kernel.tl_name
@@ -147,13 +153,14 @@ def _twin(kernel: Kernel, name: str, extents: list[str] | None) -> tuple[cst.Fun
         p["G0"], p["G1"] = fresh_name("grid_0", used), fresh_name("grid_1", used)
         setup = [cst.parse_statement(f"{p['G0']} = {extents[0]}\n"),
                  cst.parse_statement(f"{p['G1']} = {extents[1] if len(extents) > 1 else 1}\n")]
-    body = kernel.node.body.visit(_TileIds(kernel, tile, p["G0"], p["G1"]))
+    body = kernel.node.body.visit(_TileIds(kernel, tile, p["G0"], p["G1"], p.get("G2")))
     # A parameter the kernel assigns is a local of each tile's, starting from the value passed.
     changed = sorted(assigned(kernel.node.body) & {q.name for q in kernel.params})
     copies = {name: fresh_name(f"{name}_tile", used) for name in changed}
     body = body.visit(Rename(copies))
     starts = [cst.parse_statement(f"{copy} = {name}\n") for name, copy in copies.items()]
-    loop = cst.parse_statement(f"for {tile} in range({tl}.program_id(axis=0), {p['G0']} * {p['G1']}, "
+    count = f"{p['G0']} * {p['G1']}" + (f" * {p['G2']}" if "G2" in p else "")
+    loop = cst.parse_statement(f"for {tile} in range({tl}.program_id(axis=0), {count}, "
                                f"{p['NUM_PROGS']}):\n    pass\n")
     loop = loop.with_changes(body=loop.body.with_changes(body=[*starts, *_skipping(list(body.body))]),
                              leading_lines=[cst.EmptyLine(
@@ -165,12 +172,17 @@ def _twin(kernel: Kernel, name: str, extents: list[str] | None) -> tuple[cst.Fun
 def persistent_tiles(ms: ModuleSource) -> Found:
     variants, reasons = [], []
     for kernel in ms.kernels.values():
-        dk = dot_kernel(ms, kernel, autotuned=True)
+        dk = dot_kernel(ms, kernel, autotuned=True, third=True)
         if isinstance(dk, str):
             reasons.append(dk)
             continue
-        sites = [site(ms, dk, launch, meta=kernel.autotune is not None) for launch in ms.launches_of(kernel)]
+        sites = [site(ms, dk, launch, meta=kernel.autotune is not None, third=dk.third)
+                 for launch in ms.launches_of(kernel)]
         extents = [_kernel_grid(s.launch) if not isinstance(s, str) and s.meta else None for s in sites]
+        if dk.third and any(e is not None for e in extents):
+            reasons.append(f"{kernel.name} reads the program id on axis 2 and its grid is the autotuner's: its "
+                           "twin does not count a third axis of a grid of meta")
+            continue
         if why := next((s for s in [*sites, *extents] if isinstance(s, str)), None):
             reasons.append(why)
             continue
@@ -178,7 +190,7 @@ def persistent_tiles(ms: ModuleSource) -> Found:
             reasons.append(f"the launches of {kernel.name} do not all have a tuple grid, or the same grid of meta")
             continue
         twin = fresh_name(f"{kernel.name}_persistent", {n for s in ms.scopes for n in s.assigns} | set(ms.kernels))
-        node, p = _twin(kernel, twin, extents[0])
+        node, p = _twin(kernel, twin, extents[0], dk.third)
         edits = [with_twin(kernel, node)]
         for each in sites:
             names = host_names(each.launch, "grid", "tiles", "sms")
@@ -189,6 +201,13 @@ def persistent_tiles(ms: ModuleSource) -> Found:
                 count = f"{grid}(meta)[0] * ({grid}(meta)[1] if len({grid}(meta)) > 1 else 1)"
                 call = twin_call(each, twin, f"lambda meta: (min({sms}, {count}),)", {p["NUM_PROGS"]: sms})
                 edits.append(branched(each.line, setup, None, [call]))
+                continue
+            if dk.third:  # the tiles of all three axes, axis 2's extent 1 where the grid has two
+                setup = host_setup(each, names) + f"{tiles} = {tiles} * ({grid}[2] if len({grid}) > 2 else 1)\n"
+                extra = {p["G0"]: f"{grid}[0]", p["G1"]: f"({grid}[1] if len({grid}) > 1 else 1)",
+                         p["G2"]: f"({grid}[2] if len({grid}) > 2 else 1)", p["NUM_PROGS"]: sms}
+                call = twin_call(each, twin, f"({sms},)", extra)
+                edits.append(branched(each.line, setup, f"{tiles} > {sms}", [call]))
                 continue
             call = twin_call(each, twin, f"({sms},)", {p["G0"]: f"{grid}[0]", p["G1"]: f"{tiles} // {grid}[0]",
                                                         p["NUM_PROGS"]: sms})

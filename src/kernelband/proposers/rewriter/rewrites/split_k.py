@@ -11,6 +11,13 @@ the same casts, the same masks, the same store. The launch picks SPLIT_K from it
 
     SPLIT_K = min(16, SMs // tiles, cdiv(K, 4 * BLOCK_K))      (1 where len(grid) > 2)
 
+A kernel that reads `tl.program_id(2)` itself (a batch on axis 2) shares that axis with the splits: the partial
+launch has SPLIT_K programs for each of its values, split s of value b at b * SPLIT_K + s, and the twin reads
+b back (`pid // SPLIT_K`, the value itself in the reducing launch), so each program sees the id the original's
+did; its tiles count axis 2 too, and its grid may have three axes. `tl.num_programs(2)` stays a refusal.
+A K loop over whole K tiles, `range(K // BLOCK_K)`, splits its block indices as `range(tl.cdiv(K, BLOCK_K))`
+does: the splits together run the same indices, whether or not the K tile divides K.
+
 each split keeping at least 4 BLOCK_K steps, and launches the original kernel, unchanged, when SPLIT_K is 1.
 On a kernel autotuned already (after `matmul_configs`) the twin keeps the autotuner, and the split is chosen
 before the autotuner picks a config, from the largest tiles and the smallest BLOCK_K among its configs; any
@@ -147,6 +154,12 @@ def _loop(dk: DotKernel) -> dict | str:
     down = loop.form == "range" and same(loop.end, ast.Constant(0)) and isinstance(loop.step, ast.UnaryOp) \
         and isinstance(loop.step.op, ast.USub)
     end, start, step = (loop.start, loop.end, loop.step.operand) if down else (loop.end, loop.start, loop.step)
+    # `range(K // BLOCK_K)` over block indices counts the whole K tiles: a split takes its run of those indices,
+    # whether or not the K tile divides K (a tail the loop leaves is left by every split).
+    floor = loop.form == "range" and same(step, ast.Constant(1)) and isinstance(end, ast.BinOp) \
+        and isinstance(end.op, ast.FloorDiv) and block_k.spells(facts.values, end.right)
+    if floor:
+        end = end.left
     if isinstance(end, ast.Name) and kernel.param(end.id) is not None:  # a constexpr K splits as a value does
         end = end.id
     elif (end := facts.values.integer(end)) is None:  # a constant: every split reads its steps off it
@@ -154,7 +167,7 @@ def _loop(dk: DotKernel) -> dict | str:
     if not same(start, ast.Constant(0)):
         return (f"{kernel.name}'s K loop runs from {ast.unparse(loop.start)} to {ast.unparse(loop.end)}: neither "
                 "from 0 up nor down to 0 (a split's share of K would not be a run of its steps)")
-    if loop.form != "cdiv" and not block_k.spells(facts.values, step):
+    if loop.form != "cdiv" and not floor and not block_k.spells(facts.values, step):
         return f"{kernel.name}'s K loop does not advance by one K tile ({block_k.text}) a step"
     steps = []
     for name, carried in loop.carried.items():
@@ -193,7 +206,7 @@ def _loop(dk: DotKernel) -> dict | str:
         return f"{kernel.name}'s store addresses or masks with a value computed from {acc}"
     updated = acc in assigned(*after[:after.index(store)])
     return {"loop": loop, "before": before, "after": after, "store": store, "acc": acc, "end": end,
-            "steps": steps, "down": down, "dtype": acc_dtype, "addressing": addressing if updated else None}
+            "steps": steps, "down": down, "floor": floor, "dtype": acc_dtype, "addressing": addressing if updated else None}
 
 
 def _addressing_after(before: list[cst.CSTNode], loop: cst.CSTNode,
@@ -240,7 +253,8 @@ def _twin(dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[
     tl = kernel.tl_name
     node, p = new_params(kernel, [("ws_ptr", False), ("ws_span", False), ("SPLIT_K", True), ("REDUCE", True)])
     used = set(kernel.names) | set(p.values())
-    local = {n: fresh_name(n, used) for n in ("pid_k", "k_per_split", "k_start", "ws_base", "split", "k_steps")}
+    local = {n: fresh_name(n, used) for n in ("pid_k", "k_per_split", "k_start", "ws_base", "split", "k_steps",
+                                               "pid_z", "pid_2")}
     ws, span, acc, store_line = p["ws_ptr"], p["ws_span"], found["acc"], found["store"]
     after, loop, k_block = found["after"], found["loop"], dk.axes["K"].text
     store = dk.store
@@ -266,6 +280,11 @@ def _twin(dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[
         new_loop = loop.node.with_changes(iter=cst.parse_expression(
             f"range({end} - {start}, {tl}.maximum({end} - {start} - {local['k_per_split']}, 0), -{k_block})"))
         head = []
+    elif found["floor"]:
+        new_loop = loop.node.with_changes(iter=cst.parse_expression(
+            f"range({start} // {k_block}, {tl}.minimum({end} // {k_block}, "
+            f"({start} + {local['k_per_split']}) // {k_block}))"))
+        head = []
     elif loop.form == "range":
         new_loop = loop.node.with_changes(iter=cst.parse_expression(
             f"range({start}, {tl}.minimum({end}, {start} + {local['k_per_split']}), {k_block})"))
@@ -280,8 +299,11 @@ def _twin(dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[
         new_loop = loop.node.with_changes(test=test.with_changes(comparisons=[test.comparisons[0].with_changes(
             comparator=cst.parse_expression(f"{tl}.minimum({end}, {start} + {local['k_per_split']})"))]))
         head = [cst.parse_statement(f"{loop.var} = {start}\n")]
+    # A kernel that reads axis 2 itself shares it with the splits: SPLIT_K programs a value of its own, split s of
+    # value b at b * SPLIT_K + s.
+    axis_2 = f"{local['pid_z']} % {p['SPLIT_K']}" if dk.third else f"{tl}.program_id(axis=2)"
     partial = [cst.parse_statement(s) for s in (
-        f"{local['pid_k']} = {tl}.program_id(axis=2)\n",
+        f"{local['pid_k']} = {axis_2}\n",
         f"{local['k_per_split']} = {tl}.cdiv({tl}.cdiv({end}, {k_block}), {p['SPLIT_K']}) * {k_block}\n",
         f"{start} = {local['pid_k']} * {local['k_per_split']}\n",
         f"{local['k_steps']} = ({start} // {k_block}).to({tl}.int64)\n")]
@@ -309,13 +331,29 @@ def _twin(dk: DotKernel, found: dict, name: str) -> tuple[cst.FunctionDef, dict[
         f"# split-K: program_id(2) sums its share of K into a {found['dtype']} workspace; then, with {p['REDUCE']}, "
         "each tile sums the shares in order"))
     branch = branch.with_changes(leading_lines=[comment])
-    node = node.with_changes(name=cst.Name(name),
-                             body=node.body.with_changes(body=[*found["before"], branch]))
+    body = [*found["before"], branch]
+    if dk.third:  # every read of axis 2 is of the kernel's own value, the same in the partial and reducing programs
+        body = [s.visit(_AxisTwo(kernel, local["pid_2"])) for s in body]
+        body = [cst.parse_statement(f"{local['pid_z']} = {tl}.program_id(axis=2)\n"),
+                cst.parse_statement(f"if {p['REDUCE']}:\n    {local['pid_2']} = {local['pid_z']}\n"
+                                    f"else:\n    {local['pid_2']} = {local['pid_z']} // {p['SPLIT_K']}\n"), *body]
+    node = node.with_changes(name=cst.Name(name), body=node.body.with_changes(body=body))
     return node, p
 
 
-def _host(each: Site, twin: str, p: dict[str, str], k: str, block: str | None,
-          dtype: str) -> tuple[str, str, list[str]]:
+class _AxisTwo(cst.CSTTransformer):
+    """tl.program_id on axis 2 replaced by a name."""
+
+    def __init__(self, kernel, name: str) -> None:
+        super().__init__()
+        self.kernel, self.name = kernel, name
+
+    def leave_Call(self, original_node, updated_node):
+        return cst.Name(self.name) if self.kernel.program_axis(original_node) == 2 else updated_node
+
+
+def _host(each: Site, twin: str, p: dict[str, str], k: str, block: str | None, dtype: str,
+          third: bool = False) -> tuple[str, str, list[str]]:
     """(setup, condition, twin calls) at one launch. An autotuned kernel's launch counts its tiles at the config
     with the largest ones and, where its configs set BLOCK_K (`block` None), its K steps at the smallest, among
     the autotuner's configs: the split is chosen before the autotuner picks one, and must be the same for both
@@ -328,15 +366,22 @@ def _host(each: Site, twin: str, p: dict[str, str], k: str, block: str | None,
         setup = setup.replace(f"{grid} = tuple({each.grid})", f"{grid} = {each.grid}")
         meta = f"{config}.kwargs"
         count = f"{grid}({meta})[0] * ({grid}({meta})[1] if len({grid}({meta})) > 1 else 1)"
+        if third:
+            count += f" * ({grid}({meta})[2] if len({grid}({meta})) > 2 else 1)"
         setup += f"{tiles} = min({count} for {config} in {twin}.configs)\n"
         if block is None:
             block = f'min({meta}["{p["BLOCK_K"]}"] for {config} in {twin}.configs)'
         partial = f"lambda meta: tuple({grid}(meta)) + (1,) * (2 - len({grid}(meta))) + ({split},)"
+        if third:  # axis 2 holds SPLIT_K programs for each of the kernel's own
+            partial = f"lambda meta: (tuple({grid}(meta)) + (1, 1))[:2] + ((tuple({grid}(meta)) + (1, 1, 1))[2] * {split},)"
     else:
         partial = f"{grid} + (1,) * (2 - len({grid})) + ({split},)"
+        if third:
+            setup += f"{tiles} = {tiles} * ({grid}[2] if len({grid}) > 2 else 1)\n"
+            partial = f"({grid} + (1, 1))[:2] + (({grid} + (1, 1, 1))[2] * {split},)"
     setup += SPLIT.format(split=split, max_split=MAX_SPLIT, sms=names["sms"], tiles=tiles, k=k,
                           min_steps=MIN_STEPS, block_k=block, grid=grid)
-    if each.meta:
+    if each.meta or third:
         setup = setup.replace(f" if len({grid}) <= 2 else 1\n", "\n")
     extra = {p["ws_ptr"]: f"{names['ws']}[0, {each.out}.storage_offset():]", p["ws_span"]: f"{names['ws']}.shape[1]",
              p["SPLIT_K"]: split}
@@ -349,13 +394,13 @@ def _host(each: Site, twin: str, p: dict[str, str], k: str, block: str | None,
 def split_k(ms: ModuleSource) -> Found:
     variants, reasons = [], []
     for kernel in ms.kernels.values():
-        dk = dot_kernel(ms, kernel, autotuned=True)
+        dk = dot_kernel(ms, kernel, autotuned=True, third=True)
         found = dk if isinstance(dk, str) else _loop(dk)
         if isinstance(found, str):
             reasons.append(found)
             continue
         tuned = kernel.autotune is not None
-        sites = [site(ms, dk, launch, meta=tuned) for launch in ms.launches_of(kernel)]
+        sites = [site(ms, dk, launch, meta=tuned, third=dk.third) for launch in ms.launches_of(kernel)]
         if why := next((s for s in sites if isinstance(s, str)), None):
             reasons.append(why)
             continue
@@ -382,7 +427,7 @@ def split_k(ms: ModuleSource) -> Found:
             node, p = _twin(dk, found, twin)
             p["BLOCK_K"] = block_k.param
             edits = [with_twin(kernel, node)]
-            edits += [branched(each.line, *_host(each, twin, p, k, block, found["dtype"]))
+            edits += [branched(each.line, *_host(each, twin, p, k, block, found["dtype"], dk.third))
                       for each, (k, block) in zip(sites, args)]
             touched = frozenset({kernel.name, twin} | {x.scope.top for x in ms.launches_of(kernel)})
             variants.append(Variant("split_k", f"{kernel.name}'s K loop split over a third grid axis into up to "
