@@ -253,6 +253,32 @@ def softmax(x):
     return y
 '''
 
+# Log-softmax, one block a row: the sum of exp(x - max) masked to the row's lanes by tl.where, the max over
+# every lane (the lanes past the row loaded as -inf).
+LOG_SOFTMAX_WHERE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def log_softmax_rows(X, Y, n, row_stride, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_SIZE)
+    valid = offs < n
+    x = tl.load(X + row * row_stride + offs, mask=valid, other=float("-inf"))
+    x_max = tl.max(x, 0)
+    shifted = x - x_max
+    denom = tl.sum(tl.where(valid, tl.exp(shifted), 0.0), 0)
+    tl.store(Y + row * row_stride + offs, shifted - tl.log(denom), mask=valid)
+
+
+def log_softmax(x):
+    y = torch.empty_like(x)
+    log_softmax_rows[(x.shape[0],)](x, y, x.shape[1], x.stride(0), BLOCK_SIZE=triton.next_power_of_2(x.shape[1]))
+    return y
+'''
+
 SPELLINGS = [
     Spelling("user_rows", "cross_entropy_logsumexp", CROSS_ENTROPY_LSE, "cross_entropy", """
 x = torch.randn(5, 37)
@@ -292,6 +318,10 @@ args = [x]
 """, ('single_pass',), atol=1e-4, rtol=1e-4),
     Spelling("user_rows", "softmax_block_of_rows", SOFTMAX_BLOCK_OF_ROWS, "softmax", """
 x = torch.randn(7, 37)
+args = [x]
+""", ('online_softmax',), atol=1e-4, rtol=1e-4),
+    Spelling("user_rows", "log_softmax_where", LOG_SOFTMAX_WHERE, "log_softmax", """
+x = torch.randn(5, 37)
 args = [x]
 """, ('online_softmax',), atol=1e-4, rtol=1e-4),
 ]
