@@ -279,6 +279,33 @@ def log_softmax(x):
     return y
 '''
 
+# A zeroed output each program overwrites a BM x BN tile of, through a pointer tile built before the store.
+SCALE_ROWS_TILE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_rows_2d(x_ptr, s_ptr, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    pm = tl.program_id(0)
+    pn = tl.program_id(1)
+    rm = pm * BM + tl.arange(0, BM)
+    rn = pn * BN + tl.arange(0, BN)
+    ptrs = out_ptr + rm[:, None] * N + rn[None, :]
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    x = tl.load(x_ptr + rm[:, None] * N + rn[None, :], mask=mask, other=0.0)
+    s = tl.load(s_ptr + rm, mask=rm < M, other=0.0)
+    tl.store(ptrs, x * s[:, None], mask=mask)
+
+
+def scale_rows(x, s):
+    M, N = x.shape
+    out = torch.zeros(M, N, dtype=torch.float32)
+    scale_rows_2d[(triton.cdiv(M, 4), triton.cdiv(N, 16))](x, s, out, M, N, BM=4, BN=16)
+    return out
+'''
+
 SPELLINGS = [
     Spelling("user_rows", "cross_entropy_logsumexp", CROSS_ENTROPY_LSE, "cross_entropy", """
 x = torch.randn(5, 37)
@@ -324,4 +351,9 @@ args = [x]
 x = torch.randn(5, 37)
 args = [x]
 """, ('online_softmax',), atol=1e-4, rtol=1e-4),
+    Spelling("user_rows", "zeroed_output_2d_tile", SCALE_ROWS_TILE, "scale_rows", """
+x = torch.randn(5, 37)
+s = torch.randn(5)
+args = [x, s]
+""", ('zero_fill',)),
 ]
