@@ -377,3 +377,39 @@ def test_a_tile_short_of_a_dimension_is_refused_with_what_it_misses():
     assert refusal(narrow).endswith(
         "the transpose_kernel launch in transpose stores one block of 8 lanes along dimension 0 of out, not known to "
         "span its x.shape[1] elements")
+
+
+# One element a program: each row's mean stored through a pointer to it.
+MEANS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def row_means(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    dst = out_ptr + row
+    c = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n_cols + c, mask=c < n_cols, other=0.0)
+    tl.store(dst, tl.sum(x, axis=0) / n_cols)
+
+
+def means(x):
+    out = torch.zeros(x.shape[0], dtype=torch.float32)
+    row_means[(x.shape[0],)](x, out, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+    return out
+'''
+
+
+def test_one_element_a_program_over_a_grid_of_the_elements_is_allocated_empty():
+    new = one(MEANS)[1]
+    assert "torch.empty(x.shape[0], dtype=torch.float32)" in new
+    run_modules({"kb_means": MEANS, "kb_means_new": new}, """
+import torch, kb_means, kb_means_new
+x = torch.randn(6, 37)
+assert torch.equal(kb_means_new.means(x), kb_means.means(x))
+""")
+    short = changed(MEANS, "row_means[(x.shape[0],)]", "row_means[(x.shape[0] - 1,)]")
+    assert refusal(short).endswith("has a grid of cdiv(x.shape[0] - 1, 1) programs, which does not reach the numel "
+                                   "of out (out.numel() or x.shape[0])")

@@ -162,6 +162,12 @@ def _cover(kernel: Kernel, param: str, access) -> tuple[Cover | None, str]:
     unread = f"the store `{text}` in {kernel.name} has an index the coverage does not read"
     if len(bases) != 1 or len(aranges) != 1 or len(pids) != 1 \
             or not same(aranges[0].args[0], ast.Constant(0)):
+        if loop_node is None and len(bases) == 1 and len(pids) == 1 == len(rest) and not aranges \
+                and is_call(_unwrapped(pids[0]), "__pid") and same(_unwrapped(pids[0]).args[0], ast.Constant(0)):
+            bound = _bound(access.mask, rest)  # one element a program: a flat block of 1
+            if bound is False:
+                return None, _masked(kernel, text, access.call)
+            return Cover("flat", text, ast.Constant(1), bound), ""
         tile = tile_index(access.address, access.mask, param) if loop_node is None else ""
         if isinstance(tile, tuple) and len(tile) == 2:  # a 2-D tile of lanes, each dimension its own
             return Cover("tile", text, tile[0].block, None, tile=tile), ""
@@ -426,6 +432,8 @@ def _flat(terms: HostTerms, site: Site, cover: Cover, dims: list[str], tensor: T
     where = f"the {site.where}"
     block = _at_launch(terms, site, cover.block)
     division = _ceil_division(dims[0]) if dims else None
+    if block == "1" and dims and division is None:  # one element a program: the grid counts the elements
+        division = (dims[0], "1")
     if not _one_program_elsewhere(dims):
         return f"{where} has a grid of more than one axis ({', '.join(dims)}): its store covers axis 0 only"
     if division is None or block is None or division[1] != block:
