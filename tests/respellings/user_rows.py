@@ -306,6 +306,35 @@ def scale_rows(x, s):
     return out
 '''
 
+# RMSNorm whose row length is a constexpr: both passes tl.static_range loops over its blocks.
+RMSNORM_CONSTEXPR_WIDTH = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rms_fixed_width(X, W, Y, eps, D: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for off in tl.static_range(0, D, BLOCK):
+        c = off + tl.arange(0, BLOCK)
+        x = tl.load(X + row * D + c, mask=c < D, other=0.0)
+        acc += x * x
+    r = tl.rsqrt(tl.sum(acc, axis=0) / D + eps)
+    for off in tl.static_range(0, D, BLOCK):
+        c = off + tl.arange(0, BLOCK)
+        x = tl.load(X + row * D + c, mask=c < D, other=0.0)
+        w = tl.load(W + c, mask=c < D, other=0.0)
+        tl.store(Y + row * D + c, x * r * w, mask=c < D)
+
+
+def rmsnorm(x, w):
+    y = torch.empty_like(x)
+    rms_fixed_width[(x.shape[0],)](x, w, y, 1e-6, D=x.shape[1], BLOCK=16)
+    return y
+'''
+
 SPELLINGS = [
     Spelling("user_rows", "cross_entropy_logsumexp", CROSS_ENTROPY_LSE, "cross_entropy", """
 x = torch.randn(5, 37)
@@ -356,4 +385,9 @@ x = torch.randn(5, 37)
 s = torch.randn(5)
 args = [x, s]
 """, ('zero_fill',)),
+    Spelling("user_rows", "rmsnorm_constexpr_width", RMSNORM_CONSTEXPR_WIDTH, "rmsnorm", """
+x = torch.randn(5, 37)
+w = torch.randn(37)
+args = [x, w]
+""", ('single_pass', 'split_rows'), atol=1e-4, rtol=1e-4),
 ]
