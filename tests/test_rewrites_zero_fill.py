@@ -290,3 +290,126 @@ for n in (1, 16, 33, 1000):
     x = torch.randn(n)
     assert torch.equal(kb_variant.triton_mul2(x), kb_original.triton_mul2(x)), n
 """)
+
+
+# -- a 2-D tile of lanes a program (analysis/tile_index.py) ---------------------------------------------------------
+# Each program stores a BM x BN tile through a pointer tile built earlier, both dimensions masked by the tensor's.
+TILE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_rows_2d(x_ptr, s_ptr, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    pm = tl.program_id(0)
+    pn = tl.program_id(1)
+    rm = pm * BM + tl.arange(0, BM)
+    rn = pn * BN + tl.arange(0, BN)
+    ptrs = out_ptr + rm[:, None] * N + rn[None, :]
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    x = tl.load(x_ptr + rm[:, None] * N + rn[None, :], mask=mask, other=0.0)
+    s = tl.load(s_ptr + rm, mask=rm < M, other=0.0)
+    tl.store(ptrs, x * s[:, None], mask=mask)
+
+
+def scale_rows(x, s):
+    M, N = x.shape
+    out = torch.zeros(M, N, dtype=torch.float32)
+    scale_rows_2d[(triton.cdiv(M, 4), triton.cdiv(N, 16))](x, s, out, M, N, BM=4, BN=16)
+    return out
+'''
+
+# One program, the whole tile transposed: the lanes of the output's rows scaled by its row length, written
+# before those of its columns; each dimension one block of its extent.
+TRANSPOSE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def transpose_kernel(src, dst, s0, s1, d0, d1, ROWS: tl.constexpr, COLS: tl.constexpr):
+    r = tl.arange(0, ROWS)
+    c = tl.arange(0, COLS)
+    tile = tl.load(src + c[None, :] * s1 + r[:, None] * s0)
+    tl.store(dst + c[None, :] * d0 + r[:, None] * d1, tile)
+
+
+def transpose(x):
+    rows, cols = x.shape
+    out = torch.zeros(cols, rows, dtype=x.dtype)
+    transpose_kernel[(1,)](x, out, x.stride(0), x.stride(1), out.stride(0), out.stride(1), rows, cols)
+    return out
+'''
+
+
+def test_a_tile_of_lanes_covering_each_dimension_is_allocated_empty_and_gives_the_same_outputs():
+    tile, transposed = one(TILE)[1], one(TRANSPOSE)[1]
+    assert "torch.empty(M, N, dtype=torch.float32)" in tile and "zeros" not in tile
+    assert "torch.empty(cols, rows, dtype=x.dtype)" in transposed
+    run_modules({"kb_tile": TILE, "kb_tile_new": tile, "kb_t": TRANSPOSE, "kb_t_new": transposed}, """
+import torch, kb_tile, kb_tile_new, kb_t, kb_t_new
+torch.manual_seed(0)
+for m, n in ((1, 1), (4, 16), (5, 37), (9, 70)):
+    x, s = torch.randn(m, n), torch.randn(m)
+    assert torch.equal(kb_tile_new.scale_rows(x, s), kb_tile.scale_rows(x, s)), (m, n)
+x = torch.randn(8, 16)
+assert torch.equal(kb_t_new.transpose(x), kb_t.transpose(x))
+""")
+
+
+def test_a_tile_short_of_a_dimension_is_refused_with_what_it_misses():
+    unmasked = changed(TILE, "tl.store(ptrs, x * s[:, None], mask=mask)", "tl.store(ptrs, x * s[:, None])")
+    assert refusal(unmasked).endswith(
+        "the scale_rows_2d launch in scale_rows stores dimension 0 of out unmasked over triton.cdiv(x.shape[0], 4) "
+        "programs of 4: they write every element only where 4 divides x.shape[0]")
+    short = changed(TILE, "triton.cdiv(N, 16))", "triton.cdiv(N, 32))")
+    assert refusal(short).endswith(
+        "the scale_rows_2d launch in scale_rows has triton.cdiv(x.shape[1], 32) programs of 16 along dimension 1 of "
+        "out, bounded by x.shape[1]: not cdiv(x.shape[1], 16)")
+    swapped = changed(TILE, "ptrs = out_ptr + rm[:, None] * N + rn[None, :]",
+                      "ptrs = out_ptr + rm[:, None] + rn[None, :] * M")
+    assert refusal(swapped).endswith(
+        "the scale_rows_2d launch in scale_rows scales a dimension of its stored tile by x.shape[0], which is not a "
+        "stride of out")
+    narrow = changed(TRANSPOSE, "rows, cols)\n", "rows, 8)\n")
+    assert refusal(narrow).endswith(
+        "the transpose_kernel launch in transpose stores one block of 8 lanes along dimension 0 of out, not known to "
+        "span its x.shape[1] elements")
+
+
+# One element a program: each row's mean stored through a pointer to it.
+MEANS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def row_means(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    dst = out_ptr + row
+    c = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n_cols + c, mask=c < n_cols, other=0.0)
+    tl.store(dst, tl.sum(x, axis=0) / n_cols)
+
+
+def means(x):
+    out = torch.zeros(x.shape[0], dtype=torch.float32)
+    row_means[(x.shape[0],)](x, out, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+    return out
+'''
+
+
+def test_one_element_a_program_over_a_grid_of_the_elements_is_allocated_empty():
+    new = one(MEANS)[1]
+    assert "torch.empty(x.shape[0], dtype=torch.float32)" in new
+    run_modules({"kb_means": MEANS, "kb_means_new": new}, """
+import torch, kb_means, kb_means_new
+x = torch.randn(6, 37)
+assert torch.equal(kb_means_new.means(x), kb_means.means(x))
+""")
+    short = changed(MEANS, "row_means[(x.shape[0],)]", "row_means[(x.shape[0] - 1,)]")
+    assert refusal(short).endswith("has a grid of cdiv(x.shape[0] - 1, 1) programs, which does not reach the numel "
+                                   "of out (out.numel() or x.shape[0])")

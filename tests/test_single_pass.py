@@ -51,6 +51,20 @@ def changed(old: str, new: str, source: str = ROW_SUM) -> str:
     ("range(0, n_cols, BLOCK)", "range(0, tl.load(x_ptr).to(tl.int32), BLOCK)",
      "the extent of row_sum_kernel's loop over blocks of BLOCK (tl.load(x_ptr).to(tl.int32)) is not a value the "
      "launch can read (a kernel parameter or a value of them)"),
+    # backward walks: read as the forward walk over their blocks where they cover the row, else what they walk
+    ("range(0, n_cols, BLOCK)", "range(n_cols, 0, -BLOCK)",
+     "a loop of row_sum_kernel counts down from n_cols by BLOCK: its variable is what is left of the row, not a "
+     "block's offset"),
+    ("range(0, n_cols, BLOCK)", "range(tl.cdiv(n_cols, BLOCK) * BLOCK - BLOCK, BLOCK, -BLOCK)",
+     "a loop of row_sum_kernel over blocks of BLOCK walks backwards down to 2 * BLOCK, not to 0 (part of a row)"),
+    ("range(0, n_cols, BLOCK)", "range(n_cols - BLOCK, -BLOCK, -BLOCK)",
+     "a loop of row_sum_kernel walks blocks of BLOCK backwards from n_cols - BLOCK, not from a multiple of BLOCK "
+     "less one block"),
+    ("    for start in range(0, n_cols, BLOCK):\n        acc += tl.load(",
+     "    for start in range(tl.cdiv(n_cols, BLOCK) * BLOCK - BLOCK, -BLOCK, -BLOCK):\n        scale *= 0.5\n"
+     "        acc += scale * tl.load(",
+     "row_sum_kernel's acc combines in scale, which its loop also carries from block to block: one block "
+     "computes something else"),
     ("range(0, n_cols, BLOCK)", "range(0, n_cols, 2 * BLOCK)",
      "a loop of row_sum_kernel runs over n_cols in steps of 2 * BLOCK, not over a row length in blocks of BLOCK"),
     ("        acc += tl.load(", "        if start > 100:\n            break\n        acc += tl.load(",

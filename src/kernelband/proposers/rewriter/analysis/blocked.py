@@ -7,7 +7,8 @@ passes over the same row, or sit inside a 2-D tile (a block of rows, the loop ov
 One block of B >= n computes what the loops compute where B is free to take any value and the loops cover
 [0, n) exactly:
 
-* every loop stepping by B starts at 0, runs to the same n, and runs to its end (no break, continue or return);
+* every loop stepping by B starts at 0 (a backward walk read as the forward walk over its blocks: `walks`), runs
+  to the same n, and runs to its end (no break, continue or return);
   or, read under one block (`tl.cdiv(n, B) == 1`: `peeled`), runs no block at all (an unmasked main loop
   before a masked tail), and then the twin leaves it out and no check reads it;
   n is a value of the kernel's parameters, which the launch can compute, or differs by program under a bound
@@ -65,6 +66,7 @@ from kernelband.proposers.rewriter.analysis.values import (
     tl_name,
     var,
 )
+from kernelband.proposers.rewriter.analysis.walks import Walk, forward
 
 ATOMICS = ("add", "max", "min", "xchg", "cas", "and", "or", "xor")
 HOST_CALLS = {"cdiv": "triton.cdiv", "minimum": "min", "maximum": "max"}
@@ -171,6 +173,7 @@ class _Check:
         self.values, self.shapes = blocks.values, blocks.shapes
         self.stepping = self.loops = blocks.loops.stepping(param)
         self.peeled = Peeled()
+        self.walks: dict[int, Walk] = {}
         self.sites, self.accesses = blocks.sites, blocks.accesses.all
         self.hidden: set[int] = set()  # the nodes of the loops that run no block
 
@@ -193,6 +196,12 @@ class _Check:
             return f"{name}'s {param} also tiles program coordinates (a program id scales it)"
         if role.shaped:  # a lane-keeping call (`analysis.roles.LANE_KEEPING`) leaves it free
             return f"tl.{role.shaped[0]}'s result depends on the extent of {param}"
+        for loop in self.loops:  # a backward walk read as the forward walk over the same blocks
+            walk = forward(loop, name, param)
+            if isinstance(walk, str):
+                return walk
+            self.walks[id(loop.node)] = walk
+        self.loops = [self.walks[id(loop.node)].loop for loop in self.loops]
         self._peel()
         why = self._loops()
         if why:
@@ -235,7 +244,8 @@ class _Check:
             if loop.form == "other" or loop.end is None or loop.start is None:
                 return f"a loop of {name} steps by {param} over a range the analysis cannot read"
             if loop.form == "cdiv":
-                divisor = self.values.expand(_range_args(loop)[-1]).args[1]
+                walk = self.walks[id(loop.node)]
+                divisor = (walk.count if walk.backward else self.values.expand(_range_args(loop)[-1])).args[1]
                 if not same(divisor, ast.Name(param, ast.Load())):
                     return f"a loop of {name} counts blocks of {readable(divisor)}, not of {param}"
             elif not same(loop.step, ast.Name(param, ast.Load())):
@@ -390,10 +400,10 @@ class _Check:
 
     # -- loads, stores and reductions along B -------------------------------------------------------------
     def _b_loop(self, loop: Loop | None) -> Loop | None:
-        ids = {id(b) for b in self.loops}
-        while loop is not None and id(loop) not in ids:
+        mine = {id(b.node): b for b in self.loops}  # a backward loop's forward reading stands for it
+        while loop is not None and id(loop.node) not in mine:
             loop = loop.parent
-        return loop
+        return None if loop is None else mine[id(loop.node)]
 
     def _along(self, shape) -> bool:
         return shape is None or self.param in shape

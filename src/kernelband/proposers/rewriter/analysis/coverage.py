@@ -31,6 +31,7 @@ from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.host_flow import Path, Step, grid
 from kernelband.proposers.rewriter.analysis.source import Kernel
 from kernelband.proposers.rewriter.analysis.syntax import arg_of, assigned, code, dotted, subnodes
+from kernelband.proposers.rewriter.analysis.tile_index import TileDim, tile_index
 from kernelband.proposers.rewriter.analysis.values import (
     add_terms,
     factors,
@@ -46,12 +47,13 @@ class Cover:
     """A store through the parameter that every program runs, in one of the module docstring's forms. Its
     expressions are canonical, in the kernel's parameters."""
 
-    form: str  # "flat" or "rows"
+    form: str  # "flat", "rows" or "tile"
     store: str  # its code, for reasons
     block: ast.expr  # B: the extent of its tl.arange
     bound: ast.expr | None  # flat: n of `offs < n`; rows: n_cols (the mask's bound or the loop's end)
     stride: ast.expr | None = None  # rows: S, what the row's program id is scaled by
     looped: bool = False  # rows: the columns walked by a loop over blocks
+    tile: tuple[TileDim, ...] = ()  # tile: the stored tile's dimensions (analysis/tile_index.py)
 
 
 @dataclass
@@ -160,6 +162,15 @@ def _cover(kernel: Kernel, param: str, access) -> tuple[Cover | None, str]:
     unread = f"the store `{text}` in {kernel.name} has an index the coverage does not read"
     if len(bases) != 1 or len(aranges) != 1 or len(pids) != 1 \
             or not same(aranges[0].args[0], ast.Constant(0)):
+        if loop_node is None and len(bases) == 1 and len(pids) == 1 == len(rest) and not aranges \
+                and is_call(_unwrapped(pids[0]), "__pid") and same(_unwrapped(pids[0]).args[0], ast.Constant(0)):
+            bound = _bound(access.mask, rest)  # one element a program: a flat block of 1
+            if bound is False:
+                return None, _masked(kernel, text, access.call)
+            return Cover("flat", text, ast.Constant(1), bound), ""
+        tile = tile_index(access.address, access.mask, param) if loop_node is None else ""
+        if isinstance(tile, tuple) and len(tile) == 2:  # a 2-D tile of lanes, each dimension its own
+            return Cover("tile", text, tile[0].block, None, tile=tile), ""
         return None, f"{unread}: not {param} + program id * S + tl.arange(0, B)"
     block = aranges[0].args[1]
     pid_factors = [_unwrapped(f) for f in factors(_unwrapped(pids[0]))]
@@ -331,8 +342,8 @@ def _covers(hf: HostFunction, terms: HostTerms, site: Site, param: str, tensor: 
         return why
     reasons = []
     for cover in written.covers:
-        why = _flat(terms, site, cover, dims, tensor) if cover.form == "flat" \
-            else _rows(terms, site, cover, dims, tensor)
+        check = {"flat": _flat, "rows": _rows, "tile": _tile}[cover.form]
+        why = check(terms, site, cover, dims, tensor)
         if why is None:
             return None
         reasons.append(why)
@@ -421,6 +432,8 @@ def _flat(terms: HostTerms, site: Site, cover: Cover, dims: list[str], tensor: T
     where = f"the {site.where}"
     block = _at_launch(terms, site, cover.block)
     division = _ceil_division(dims[0]) if dims else None
+    if block == "1" and dims and division is None:  # one element a program: the grid counts the elements
+        division = (dims[0], "1")
     if not _one_program_elsewhere(dims):
         return f"{where} has a grid of more than one axis ({', '.join(dims)}): its store covers axis 0 only"
     if division is None or block is None or division[1] != block:
@@ -464,3 +477,52 @@ def _rows(terms: HostTerms, site: Site, cover: Cover, dims: list[str], tensor: T
         return None
     return f"{where} passes a block ({block}) not known to be at least the row length {width}: one block may " \
            "not reach every column"
+
+
+def _tile(terms: HostTerms, site: Site, cover: Cover, dims: list[str], tensor: Tensor) -> str | None:
+    """A 2-D tile's dimensions, each along one of the tensor's (its stride the row length, or 1), each spanning
+    its extent: a program axis of cdiv(extent, B) programs with the lanes bounded by the extent, or one block of
+    lanes at 0 as long as the extent (bounded by it where longer)."""
+    where = f"the {site.where}"
+    if tensor.dims is None or len(tensor.dims) != 2 or not tensor.contiguous:
+        return f"{tensor.name} is not allocated with two stated dimensions, row-major: the tile of {where} may " \
+               "not be its elements"
+    cols = {tensor.dims[1], f"{tensor.name}.shape[1]", f"{tensor.name}.shape[-1]", f"{tensor.name}.stride(0)"}
+    extents = ({tensor.dims[0], f"{tensor.name}.shape[0]"}, cols - {f"{tensor.name}.stride(0)"})
+    along: dict[int, TileDim] = {}
+    for dim in cover.tile:
+        stride = _at_launch(terms, site, dim.stride)
+        axis = 0 if stride in cols else 1 if stride in ("1", f"{tensor.name}.stride(1)") else None
+        if stride is None:
+            return f"{where} scales a dimension of its stored tile by {ast.unparse(dim.stride)}, whose value at the " \
+                   "launch the coverage does not read"
+        if axis is None or axis in along:
+            return f"{where} scales a dimension of its stored tile by {stride}, which is not a stride of {tensor.name}"
+        along[axis] = dim
+    used = {dim.axis for dim in cover.tile if dim.axis is not None}
+    if any(d != "1" for i, d in enumerate(dims) if i not in used):
+        return f"{where} has a grid ({', '.join(dims)}) with programs along an axis its store does not tile"
+    for axis, dim in along.items():
+        block = _at_launch(terms, site, dim.block)
+        bound = _at_launch(terms, site, dim.bound) if dim.bound is not None else None
+        extent = extents[axis]
+        if dim.axis is None:
+            if block in extent and bound in extent | {None}:
+                continue
+            width = bound if bound in extent else None
+            tree = pyast.parse(block or "None", mode="eval").body
+            if width is not None and isinstance(tree, ast.Call) \
+                    and ast.unparse(tree.func).rpartition(".")[2] == "next_power_of_2" and len(tree.args) == 1 \
+                    and ast.unparse(tree.args[0]) in extent:
+                continue
+            return f"{where} stores one block of {block} lanes along dimension {axis} of {tensor.name}, not known " \
+                   f"to span its {tensor.dims[axis]} elements"
+        count = dims[dim.axis] if dim.axis < len(dims) else "1"
+        division = _ceil_division(count)
+        if bound is None:
+            return f"{where} stores dimension {axis} of {tensor.name} unmasked over {count} programs of {block}: " \
+                   f"they write every element only where {block} divides {tensor.dims[axis]}"
+        if bound not in extent or division is None or division[1] != block or division[0] not in extent:
+            return f"{where} has {count} programs of {block} along dimension {axis} of {tensor.name}, bounded by " \
+                   f"{bound}: not cdiv({tensor.dims[axis]}, {block})"
+    return None

@@ -239,13 +239,14 @@ def exponent_of(node: ast.AST, m: ast.AST) -> Exponent | None:
 
 
 def paired(max_term: ast.AST, sum_term: ast.AST, m: ast.AST, mine=lambda n: n, theirs=lambda n: n) -> Exponent | None:
-    """The exponent of a sum's term exp(c * (g - m)) over the row of a max's term, g holding it; or of the two
-    masked to their identities by tl.where over one mask (`tl.where(mask, x, -inf)`, `tl.where(mask,
-    tl.exp(x - m), 0.0)`). `mine` and `theirs` read a value of the max's and of the sum's iteration alike."""
-    plain_ = ((ast.Constant(True), max_term), (ast.Constant(True), sum_term))
-    for (max_if, top), (sum_if, total) in (plain_, (unmasked(max_term, "max"), unmasked(sum_term, "sum"))):
+    """The exponent of a sum's term exp(c * (g - m)) over the row of a max's term, g holding it, the sum plain or
+    masked to 0 by tl.where (`tl.where(mask, tl.exp(x - m), 0.0)`: rescaled as a sum over every lane is) against a
+    max over every lane or one masked to -inf by the same mask. `mine` and `theirs` read either iteration's value."""
+    whole, summed = (ast.Constant(True), max_term), unmasked(sum_term, "sum")
+    for (max_if, top), (sum_if, total) in ((whole, (ast.Constant(True), sum_term)),
+                                           (unmasked(max_term, "max"), summed), (whole, summed)):
         exponent = exponent_of(total, m)
-        if exponent is not None and _dump(mine(max_if)) == _dump(theirs(sum_if)) \
+        if exponent is not None and (max_if is whole[0] or _dump(mine(max_if)) == _dump(theirs(sum_if))) \
                 and holds(theirs(exponent.rest), mine(top)):
             return exponent
     return None

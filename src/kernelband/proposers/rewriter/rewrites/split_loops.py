@@ -204,7 +204,7 @@ def _counted(kernel: Kernel, loop: Loop, what: str) -> str:
     if loop.exits or node.orelse is not None:
         return f"{name}'s {what} leaves its loop early"
     if loop.var is None or loop.form not in ("range", "cdiv", "while") or isinstance(node, cst.For) and (
-            kernel.is_tl(node.iter.func, "static_range") or any(a.star for a in node.iter.args)):
+            any(a.star for a in node.iter.args)):
         return f"{name}'s {what} is not a counted loop (range, tl.range, or while v < n with v += step)"
     step = loop.step
     positive = isinstance(step, ast.Constant) and isinstance(step.value, int) and step.value > 0 \
@@ -304,7 +304,9 @@ def _run(kernel: Kernel, loop: Loop, names: dict[str, str], used: set[str],
     if isinstance(node, cst.For):
         keywords = [a for a in node.iter.args if a.keyword is not None]
         bounds = [cst.Arg(cst.parse_expression(v)) for v in (lo, hi, step)]
-        new = node.with_changes(iter=node.iter.with_changes(args=[*bounds, *keywords]))
+        # a static_range unrolls bounds fixed at compile time: a program's run has bounds read at run time
+        func = cst.parse_expression(f"{tl}.range") if kernel.is_tl(node.iter.func, "static_range") else node.iter.func
+        new = node.with_changes(iter=node.iter.with_changes(func=func, args=[*bounds, *keywords]))
     else:
         text += f"{loop.var} = {lo}\n"
         comparison = node.test.comparisons[0].with_changes(comparator=cst.Name(hi))
