@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from interpreted import run_modules
+from respellings.user_rows import SCALE_ROWS_TILE
 from test_rewrites_structural import made, made_plain
 
 from kernelband.tasks import tritonbench as tb
@@ -294,31 +295,7 @@ for n in (1, 16, 33, 1000):
 
 # -- a 2-D tile of lanes a program (analysis/tile_index.py) ---------------------------------------------------------
 # Each program stores a BM x BN tile through a pointer tile built earlier, both dimensions masked by the tensor's.
-TILE = '''
-import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def scale_rows_2d(x_ptr, s_ptr, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
-    pm = tl.program_id(0)
-    pn = tl.program_id(1)
-    rm = pm * BM + tl.arange(0, BM)
-    rn = pn * BN + tl.arange(0, BN)
-    ptrs = out_ptr + rm[:, None] * N + rn[None, :]
-    mask = (rm[:, None] < M) & (rn[None, :] < N)
-    x = tl.load(x_ptr + rm[:, None] * N + rn[None, :], mask=mask, other=0.0)
-    s = tl.load(s_ptr + rm, mask=rm < M, other=0.0)
-    tl.store(ptrs, x * s[:, None], mask=mask)
-
-
-def scale_rows(x, s):
-    M, N = x.shape
-    out = torch.zeros(M, N, dtype=torch.float32)
-    scale_rows_2d[(triton.cdiv(M, 4), triton.cdiv(N, 16))](x, s, out, M, N, BM=4, BN=16)
-    return out
-'''
+TILE = SCALE_ROWS_TILE  # the corpus's spelling (tests/respellings/user_rows.py)
 
 # One program, the whole tile transposed: the lanes of the output's rows scaled by its row length, written
 # before those of its columns; each dimension one block of its extent.
