@@ -306,6 +306,7 @@ def make(args, examples: list[str]) -> int:
     command = [sys.executable, "-c", "from kernelband.cli import main; main()", "bench", "--suite", "examples",
                "--tasks", ",".join(examples), "--policies", args.policy, "-n", str(args.iterations), "-q",
                str(args.batch), "--seeds", "1", "--finalists", str(args.finalists), "--db", args.db]
+    command += ["--no-ncu"] if args.no_ncu else []
     print("making the hand-backs:", " ".join(command[3:]), file=sys.stderr, flush=True)
     return subprocess.run(command, timeout=args.timeout * len(examples)).returncode
 
@@ -323,6 +324,8 @@ def main() -> int:
     parser.add_argument("-n", "--iterations", type=int, default=1, help="with --make: iterations per example")
     parser.add_argument("-q", "--batch", type=int, default=2, help="with --make: arms per iteration")
     parser.add_argument("--finalists", type=int, default=1, help="with --make: kernels re-checked at the end")
+    parser.add_argument("--no-ncu", action="store_true", help="with --make: no Nsight Compute profiles (shorter runs; "
+                        "the hand-back is still a searched one)")
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--calls", type=int, default=CALLS, help="back-to-back calls a round, at most")
     parser.add_argument("--round-ms", type=float, default=ROUND_MS, help="fewer calls where a round would take longer")

@@ -119,3 +119,22 @@ def test_the_script_measures_each_examples_smallest_and_largest_shape_in_a_fresh
     bad = subprocess.run([sys.executable, str(SCRIPT), "--db", str(tmp_path / "missing.db")], capture_output=True,
                          text=True, timeout=60, env=env)
     assert bad.returncode == 2 and bad.stderr.startswith("error: no run database")
+
+
+def test_make_hands_the_modules_back_through_kernelband_bench_and_passes_no_ncu(monkeypatch, tmp_path: Path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("call_cost", SCRIPT)
+    call_cost = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "call_cost", call_cost)  # its dataclasses look their module up
+    spec.loader.exec_module(call_cost)
+    commands = []
+    monkeypatch.setattr(call_cost.subprocess, "run",
+                        lambda command, timeout: commands.append(command) or subprocess.CompletedProcess(command, 0))
+    monkeypatch.setattr(sys, "argv", ["call_cost.py", "--make", "--no-ncu", "--examples", "softmax", "--db",
+                                      str(tmp_path / "none.db")])
+    assert call_cost.main() == 2  # the bench made nothing here, so there is no database to read
+    [command] = commands
+    bench = command[command.index("bench"):]
+    assert bench[bench.index("--tasks") + 1] == "softmax" and "--no-ncu" in bench
+    assert bench[bench.index("--db") + 1] == str(tmp_path / "none.db")

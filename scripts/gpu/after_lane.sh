@@ -7,6 +7,9 @@
 #   setsid nohup bash scripts/gpu/after_lane.sh > /dev/null 2>&1 < /dev/null &   # from the same copy as the sweep
 #   AFTER_NOW=1 AFTER_GPUS=1,2,3 ...: at once, on GPUs 1-3, where the lane has one run left on GPU 0
 #   EVAL_SELF_RESUME=docs/results/reach/h200/side/eval_self_part.json.xz ...: only the processes that part lacks
+#   AFTER_ALONE=1 ...: no sweep beside it, so no minute's wait for one to install libcst
+#   CALL_COST_S=600 ...: first issue 50's per-call cost on the idle GPU (call_cost.py --make --no-ncu), at most
+#   that many seconds, into $S/call_cost.json; EVAL_SELF_S (the self-evaluation's stop) counts call_cost's time in
 set -u
 cd "$(dirname "$0")/../.."
 S=${KB_STATE:-kernelband-runs/reach}
@@ -19,10 +22,17 @@ log() { echo "$(date -u +%T) after: $*" >> "$S/session.log"; }
 n=$(nvidia-smi -L 2>/dev/null | wc -l)
 gpus=${AFTER_GPUS:-$(seq -s, 0 $(( n > 1 ? n - 2 : 0 )))}
 # the sweep beside installs the carried wheels (libcst) as it starts: give it a minute, then install them here
-for _ in $(seq 12); do "$py" -c "import libcst" 2> /dev/null && break; sleep 5; done
+[ "${AFTER_ALONE:-0}" = 1 ] || for _ in $(seq 12); do "$py" -c "import libcst" 2> /dev/null && break; sleep 5; done
 "$py" -c "import libcst" 2> /dev/null || "$py" -m pip install --no-index --no-deps -q .wheels/*.whl
+t0=$SECONDS
+if [ -n "${CALL_COST_S:-}" ]; then
+  log "call_cost begins on GPU ${gpus%%,*}"
+  CUDA_VISIBLE_DEVICES=${gpus%%,*} timeout "$CALL_COST_S" "$py" benchmarks/call_cost.py --make --no-ncu \
+    --db "$S/call_cost.db" --out "$S/call_cost.json" > "$S/call_cost.log" 2>&1
+  log "call_cost exit $?"
+fi
 log "eval_self begins on GPUs $gpus"
-timeout "${EVAL_SELF_S:-1500}" "$py" benchmarks/eval_self.py --runs 10 --tolerance 0.02 --gpus "$gpus" \
+timeout $(( ${EVAL_SELF_S:-1500} - (SECONDS - t0) )) "$py" benchmarks/eval_self.py --runs 10 --tolerance 0.02 --gpus "$gpus" \
   --out "$S/eval_self.json" ${EVAL_SELF_RESUME:+--resume "$EVAL_SELF_RESUME"} > "$S/eval_self.log" \
   2> "$S/eval_self.err"
 log "eval_self exit $?"
