@@ -47,7 +47,8 @@ def changed(old: str, new: str, source: str = ROW_SUM) -> str:
      "the row's length (n_cols) reads n_cols, which the row_sum_kernel launch in row_sum does not pass as a value it "
      "can read again"),
     ("range(0, n_cols, BLOCK)", "range(BLOCK, n_cols, BLOCK)",
-     "a loop of row_sum_kernel over blocks of BLOCK starts at BLOCK, not 0"),
+     "a loop of row_sum_kernel over blocks of BLOCK walks from BLOCK, not from the row's start: one block of "
+     "the whole row covers other lanes than it does"),
     ("range(0, n_cols, BLOCK)", "range(0, tl.load(x_ptr).to(tl.int32), BLOCK)",
      "the extent of row_sum_kernel's loop over blocks of BLOCK (tl.load(x_ptr).to(tl.int32)) is not a value the "
      "launch can read (a kernel parameter or a value of them)"),
@@ -66,7 +67,20 @@ def changed(old: str, new: str, source: str = ROW_SUM) -> str:
      "row_sum_kernel's acc combines in scale, which its loop also carries from block to block: one block "
      "computes something else"),
     ("range(0, n_cols, BLOCK)", "range(0, n_cols, 2 * BLOCK)",
-     "a loop of row_sum_kernel runs over n_cols in steps of 2 * BLOCK, not over a row length in blocks of BLOCK"),
+     "a loop of row_sum_kernel steps by 2 * BLOCK over n_cols, not by BLOCK: it does not walk a row in blocks of BLOCK"),
+    # a loop over block indices whose count does not follow the block: one block for the row walks another row
+    ("    for start in range(0, n_cols, BLOCK):\n        acc += tl.load(x_ptr + row * n_cols + start + cols, "
+     "mask=start + cols < n_cols",
+     "    for i in range(n_cols // BLOCK):\n        acc += tl.load(x_ptr + row * n_cols + i * BLOCK + cols, "
+     "mask=i * BLOCK + cols < n_cols",
+     "a loop of row_sum_kernel walks the n_cols // BLOCK whole blocks of BLOCK in n_cols, rounded down: a block "
+     "wider than n_cols would walk none of it"),
+    ("    for start in range(0, n_cols, BLOCK):\n        acc += tl.load(x_ptr + row * n_cols + start + cols, "
+     "mask=start + cols < n_cols",
+     "    for i in range(n_cols):\n        acc += tl.load(x_ptr + row * n_cols + i * BLOCK + cols, "
+     "mask=i * BLOCK + cols < n_cols",
+     "a loop of row_sum_kernel walks n_cols blocks, a count the kernel is given apart from BLOCK: one block as "
+     "wide as the row would need that count changed with it"),
     ("        acc += tl.load(", "        if start > 100:\n            break\n        acc += tl.load(",
      "a loop of row_sum_kernel over blocks of BLOCK leaves early (break, continue or return)"),
     ("    cols = tl.arange(0, BLOCK)\n", "    cols = tl.arange(0, BLOCK) + tl.program_id(1) * BLOCK\n",

@@ -103,12 +103,14 @@ TAIL_LOAD = '        x = tl.load(x_ptr + cols, mask=cols < n_cols, other=float("
     ("    for start in range(main, n_cols, TILE):\n        cols = start + tl.arange(0, TILE)\n" + TAIL_LOAD + "        tl.store",
      "    for start in range(n_cols // 2, n_cols, TILE):\n        cols = start + tl.arange(0, TILE)\n"
      + TAIL_LOAD + "        tl.store",
-     "a loop of softmax_kernel over blocks of TILE starts at tl.cdiv(n_cols, TILE) * TILE - TILE, not 0"),
+     "a loop of softmax_kernel over blocks of TILE walks from tl.cdiv(n_cols, TILE) * TILE - TILE, not from the "
+     "row's start: one block of the whole row covers other lanes than it does"),
     # the first pass's tail stops short of the row's end
     ("    for start in range(main, n_cols, TILE):\n        cols = start + tl.arange(0, TILE)\n" + TAIL_LOAD + "        new_m",
      "    for start in range(main, n_cols - 1, TILE):\n        cols = start + tl.arange(0, TILE)\n" + TAIL_LOAD
      + "        new_m",
-     "a loop of softmax_kernel over blocks of TILE starts at tl.cdiv(n_cols, TILE) * TILE - TILE, not 0"),
+     "a loop of softmax_kernel over blocks of TILE walks from tl.cdiv(n_cols, TILE) * TILE - TILE, not from the "
+     "row's start: one block of the whole row covers other lanes than it does"),
 ])
 def test_a_tail_that_one_block_may_not_cover_keeps_the_refusal(old, new, reason):
     assert old in MAIN_TAIL

@@ -24,6 +24,7 @@ from functools import cached_property
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.accesses import Access, Accesses
+from kernelband.proposers.rewriter.analysis.block_reads import readable
 from kernelband.proposers.rewriter.analysis.loops import Loop, Loops
 from kernelband.proposers.rewriter.analysis.shapes import SCANS, Shapes
 from kernelband.proposers.rewriter.analysis.syntax import subnodes
@@ -256,7 +257,7 @@ class Roles:
             for node in ast.walk(expression):
                 if isinstance(node, ast.Name) and node.id in names and not self._tile_use(node, parents):
                     parent = parents.get(id(node), node)
-                    found.setdefault(node.id, []).append(ast.unparse(parent)[:60])
+                    found.setdefault(node.id, []).append(readable(parent)[:60])
         return found
 
     def _tile_use(self, node: ast.Name, parents: dict[int, ast.AST]) -> bool:
