@@ -1,5 +1,6 @@
 """GEMMs written as users write them: a batch on grid axis 2, a batch split out of a 1-D grid, an int8 GEMM
-with scales, A transposed by its strides, a linear layer counting whole K tiles, tiles the source fixes, block pointers over a block-index loop."""
+with scales, A transposed by its strides, a linear layer counting whole K tiles, tiles the source fixes, block
+pointers over a block-index loop, unmasked tiles behind the host's assert that they divide the sizes."""
 
 
 from __future__ import annotations
@@ -301,6 +302,52 @@ w = (torch.randn(48, 128) * 128 ** -0.5).half()
 args = [x, w, torch.randn(48).half()]
 """
 
+# Unmasked loads and store, the sizes' divisibility asserted on the host; a meta grid bound to a name (`grid =
+# lambda META: ...`), the K loop a `while`, the accumulator passed as `acc=`.
+UNMASKED_ASSERTED = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
+                  BLOCK_SIZE_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_am = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    offs_bn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    a_ptrs = a_ptr + offs_am[:, None] * K + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * N + offs_bn[None, :]
+    accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    k = 0
+    while k < K:
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        accumulator = tl.dot(a, b, acc=accumulator)
+        a_ptrs += BLOCK_SIZE_K
+        b_ptrs += BLOCK_SIZE_K * N
+        k += BLOCK_SIZE_K
+    tl.store(c_ptr + offs_am[:, None] * N + offs_bn[None, :], accumulator.to(tl.float16))
+
+
+def matmul(a, b):
+    M, K = a.shape
+    _, N = b.shape
+    assert M % 128 == 0 and N % 128 == 0 and K % 64 == 0, "sizes must be multiples of the tiles"
+    c = torch.empty((M, N), device=a.device, dtype=torch.float16)
+    grid = lambda META: (triton.cdiv(M, META["BLOCK_SIZE_M"]), triton.cdiv(N, META["BLOCK_SIZE_N"]))
+    matmul_kernel[grid](a, b, c, M, N, K, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64)
+    return c
+'''
+
+ASSERTED_INPUTS = """
+a = torch.randn(256, 128).half()
+b = (torch.randn(128, 256) * 128 ** -0.5).half()
+args = [a, b]
+"""
+
 SPELLINGS = [
     Spelling("gemm", "bmm_pid2", BMM_PROGRAM_ID_2, "bmm", BATCH_INPUTS, TILES),
     Spelling("gemm", "bmm_flat", BMM_FLAT_GRID, "bmm", BATCH_INPUTS, TILES[:3]),
@@ -309,4 +356,5 @@ SPELLINGS = [
     Spelling("gemm", "literal_tiles", MODULE_CONSTANT_TILES, "matmul", INPUTS, ("split_k", "persistent_tiles", "grouped_ordering")),
     Spelling("gemm", "linear_gelu", LINEAR_GELU, "linear_gelu", LINEAR_INPUTS, TILES[1:]),
     Spelling("gemm", "block_ptr", BLOCK_POINTER_CDIV, "matmul", INPUTS, TILES, interpretable=False),
+    Spelling("gemm", "unmasked_asserted", UNMASKED_ASSERTED, "matmul", ASSERTED_INPUTS, TILES),
 ]
