@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 from interpreted import run_modules
+from respellings import Spelling
+from respellings.check import same_outputs
 from respellings.fusion import COLUMN_PARTIALS, SECOND_PASS_ADDS, STRIDED_TOTALS
 
 from kernelband.proposers.rewriter.proposer import options
@@ -124,7 +126,7 @@ OTHER_INDEX = "rmsnorm_kernel reads h at other addresses or under another mask t
      "add_kernel stores to h inside a block or in a compound statement"),
     ("    tl.store(h_ptr + row * n_cols + cols, x + y, mask=mask)\n",
      "    tl.store(h_ptr + row * n_cols + cols, x + y)\n",
-     "add_kernel's store to h is unmasked or stores a literal: its shape is not certain"),
+     "add_kernel's store to h is unmasked and not one value a program"),
     ("    cols = tl.arange(0, BLOCK_SIZE)\n    mask = cols < n_cols\n    x =",
      "    cols = tl.arange(0, BLOCK_SIZE) // 2\n    mask = cols < n_cols\n    x =",
      "add_kernel's store to h is not one 1-D block `... + tl.arange(0, B)` under a mask over it"),
@@ -151,6 +153,61 @@ def test_launch_fusion_refuses_where_the_meaning_is_not_certain(old, new, reason
     base = source()
     changed = base.replace(old, new, 1)
     assert changed != base
+    variants, reasons = side_by_side(changed)
+    assert not variants and reasons == (reason,)
+
+
+ROW_MEAN = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mean_kernel(x_ptr, mean_ptr, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n + cols, mask=cols < n, other=0.0)
+    tl.store(mean_ptr + row, tl.sum(x, axis=0) / n)
+
+
+@triton.jit
+def center_kernel(x_ptr, mean_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mu = tl.load(mean_ptr + row)
+    tl.store(out_ptr + row * n + cols, tl.load(x_ptr + row * n + cols, mask=cols < n) - mu, mask=cols < n)
+
+
+def center(x):
+    rows, n = x.shape
+    mean = torch.empty(rows, device=x.device)
+    out = torch.empty_like(x)
+    mean_kernel[(rows,)](x, mean, n, BLOCK=triton.next_power_of_2(n))
+    center_kernel[(rows,)](x, mean, out, n, BLOCK=triton.next_power_of_2(n))
+    return out
+"""
+
+
+def test_one_value_a_program_is_kept_in_registers_where_the_same_program_reads_it_back():
+    [(rationale, new)] = side_by_side(ROW_MEAN)[0]
+    assert "center_kernel reads mean from registers, mean no longer stored" in rationale
+    fused = new.split("def mean_kernel_center_kernel_fused(")[1].split("\n\n\n")[0]
+    assert "    mu = mean_value.to(mean_ptr_1.dtype.element_ty)\n" in fused and "tl.store(mean_ptr" not in fused
+    same_outputs(Spelling("fusion", "row_mean", ROW_MEAN, "center", "args = [torch.randn(5, 37)]", ()), [new])
+
+
+@pytest.mark.parametrize("old, new, reason", [
+    ("mu = tl.load(mean_ptr + row)", "mu = tl.load(mean_ptr + row - 1)",  # the program before's mean
+     "center_kernel reads mean at other addresses or under another mask than mean_kernel writes it"),
+    ("mu = tl.load(mean_ptr + row)", "mu = tl.load(mean_ptr + row, mask=row < 3, other=0.0)",
+     "center_kernel reads mean at other addresses or under another mask than mean_kernel writes it"),
+    ("tl.store(mean_ptr + row, tl.sum(x, axis=0) / n)", "tl.store(mean_ptr + row + cols, x / n)",  # a row's lanes
+     "mean_kernel's store to mean is unmasked and not one value a program"),
+])
+def test_one_value_a_program_is_refused_where_another_program_or_lane_reads_it(old, new, reason):
+    changed = ROW_MEAN.replace(old, new)
+    assert changed != ROW_MEAN
     variants, reasons = side_by_side(changed)
     assert not variants and reasons == (reason,)
 

@@ -406,6 +406,48 @@ b = torch.randn(4, 100)
 args = [a, b]
 """
 
+# Row into row on one grid: the first kernel stores one value a program (a row's mean, unmasked), the second
+# reads it back at the same address; the host returns the means too.
+ROW_MEAN_THEN_CENTER = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def row_mean_kernel(x_ptr, mean_ptr, stride_x, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for off in range(0, n_cols, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + row * stride_x + cols, mask=cols < n_cols, other=0.0)
+    tl.store(mean_ptr + row, tl.sum(acc, axis=0) / n_cols)
+
+
+@triton.jit
+def center_kernel(x_ptr, mean_ptr, out_ptr, stride_x, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    mu = tl.load(mean_ptr + row)
+    for off in range(0, n_cols, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        v = tl.load(x_ptr + row * stride_x + cols, mask=cols < n_cols, other=0.0)
+        tl.store(out_ptr + row * stride_x + cols, v - mu, mask=cols < n_cols)
+
+
+def center_rows(x):
+    n_rows, n_cols = x.shape
+    mean = torch.empty(n_rows, device=x.device, dtype=torch.float32)
+    out = torch.empty_like(x)
+    row_mean_kernel[(n_rows,)](x, mean, x.stride(0), n_cols, BLOCK=256)
+    center_kernel[(n_rows,)](x, mean, out, x.stride(0), n_cols, BLOCK=256)
+    return out, mean
+'''
+
+ROW_MEAN_THEN_CENTER_INPUTS = """
+x = torch.randn(6, 600)
+args = [x]
+"""
+
 SPELLINGS = [
     Spelling("fusion", name, source, entry, inputs, ("launch_fusion", "divisibility_hints"))
     for name, source, entry, inputs in (
@@ -418,5 +460,6 @@ SPELLINGS = [
         ("two_starred_literals", FLAT_THEN_LAYER_NORM_TWO_STARRED, "add_layer_norm", FLAT_THEN_LAYER_NORM_TWO_STARRED_INPUTS),
         ("starred_lists_and_defaults", CLAMP_THEN_CUMSUM, "clamp_cumsum", CLAMP_THEN_CUMSUM_INPUTS),
         ("independent_starred_strides", INDEPENDENT_STARRED, "scale_and_shift", INDEPENDENT_STARRED_INPUTS),
+        ("row_mean_then_center", ROW_MEAN_THEN_CENTER, "center_rows", ROW_MEAN_THEN_CENTER_INPUTS),
     )
 ]

@@ -230,8 +230,24 @@ class Loops:
     def _read_before_written(self, loop: Loop, name: str) -> bool:
         return _first_use(loop.node.body.body, name)[0]
 
+    def _taken(self, statements: list) -> list:
+        """The statements that run in this specialization: a compile-time branch (`values.choices`) gives way to
+        the statements of the arm it takes."""
+        found = []
+        for statement in statements:
+            choice = self.values.choices.get(id(statement)) if isinstance(statement, cst.If) else None
+            if choice is None:
+                found.append(statement)
+            elif choice == 0:
+                found += self._taken(list(statement.body.body))
+            elif isinstance(statement.orelse, cst.If):
+                found += self._taken([statement.orelse])
+            elif statement.orelse is not None:
+                found += self._taken(list(statement.orelse.body.body))
+        return found
+
     def _kind(self, loop: Loop, name: str) -> Carried:
-        writes = [s for s in loop.node.body.body if name in assigned(s)]
+        writes = [s for s in self._taken(list(loop.node.body.body)) if name in assigned(s)]
         shape = self.shapes.of_name(name)
         if len(writes) == 1 and isinstance(writes[0], cst.If):  # a sum that some branches add to
             adds = [a for a in subnodes(writes[0], cst.AugAssign) if dotted(a.target) == name]

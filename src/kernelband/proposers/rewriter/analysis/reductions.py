@@ -542,9 +542,9 @@ class Reductions:
     @cached_property
     def softmax(self) -> list[Softmax]:
         """Every softmax reduction some specialization has (each once, as the first one that has it finds it).
-        Loop passes are read per specialization only where the merged reading has a running max."""
+        Loop passes are read per specialization only where some reading has a running max."""
         found, seen = [], set()
-        loops = any(r.op == "max" for r in self.base.running)
+        loops = any(r.op == "max" for each in self.each for r in each.running)  # a static branch may set it
         for each in self.each:
             for entry in each.one_block + (each.two_pass if loops or each is self.base else []):
                 key = (entry.form, _key(entry.max), _key(entry.sum))

@@ -130,10 +130,10 @@ class Kernel:
         return contains(node, {id(c) for c in self.loads})
 
     def bases(self, address: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> set[str]:
-        """The parameters an address expression is a pointer into: the bare names of its `+` chain,
-        followed through locals (`row_ptr = x_ptr + row * stride`)."""
+        """The parameters an address expression is a pointer into: the bare names of its `+` chain and of what a
+        `-` takes an offset from (`h_ptr + row - 1`), followed through locals (`row_ptr = x_ptr + row * stride`)."""
         found: set[str] = set()
-        for term in add_chain(address):
+        for term in _pointer_terms(address):
             if not isinstance(term, cst.Name) or term.value in seen:
                 continue
             if self.param(term.value) is not None:
@@ -161,6 +161,13 @@ class Kernel:
         read = set().union(*[self.bases(a) for c in self.loads if (a := self.address(c)) is not None])
         written = set().union(*[self.bases(a) for c in self.stores if (a := self.address(c)) is not None])
         return [p.name for p in self.params if p.name in read & written]
+
+
+def _pointer_terms(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The terms of an address that may be its pointer: those of a `+` chain, and the left side of a `-`."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract):
+        return _pointer_terms(node.left)
+    return [t for term in add_chain(node) for t in (_pointer_terms(term) if term is not node else [term])]
 
 
 def add_chain(node: cst.BaseExpression) -> list[cst.BaseExpression]:

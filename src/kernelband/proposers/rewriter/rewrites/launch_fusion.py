@@ -54,6 +54,7 @@ from typing import NamedTuple
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.buffers import HostFunction, Site, host_functions
+from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.host_flow import Order
 from kernelband.proposers.rewriter.analysis.source import ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import arg_of, code, fresh_name, subnodes
@@ -103,6 +104,14 @@ def _one_block(side: Side, call: cst.Call) -> bool:
         else:
             terms.append(node)
     return any(t is aranges[0][0] for t in terms)
+
+
+def _scalar(kernel, call: cst.Call) -> bool:
+    """Whether the store writes one value a program: an address and a value with no lanes (`tl.store(mean_ptr +
+    row, total)`), so that the same address read by the same program is that value."""
+    facts = facts_of(kernel)
+    address, value = (facts.values.expand(node) for node in (kernel.address(call), arg_of(call, 1, "value")))
+    return facts.shapes.of(address) == () and facts.shapes.of(value) == ()
 
 
 def _check_site(site: Site) -> None:
@@ -214,15 +223,20 @@ def _same_grid(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: Mo
     if not (isinstance(ms.parents.get(id(store)), cst.Expr) and line in k1.node.body.body and len(line.body) == 1):
         raise NotCertain(f"{k1.name} stores to {h} inside a block or in a compound statement")
     value, mask = arg_of(store, 1, "value"), arg_of(store, 2, "mask")
-    if value is None or isinstance(value, cst.Integer | cst.Float) or mask is None:
-        raise NotCertain(f"{k1.name}'s store to {h} is unmasked or stores a literal: its shape is not certain")
-    if not _one_block(one, store):
+    if value is None or isinstance(value, cst.Integer | cst.Float):
+        raise NotCertain(f"{k1.name}'s store to {h} stores a literal: its shape is not certain")
+    scalar = mask is None and _scalar(k1, store)
+    if mask is None and not scalar:
+        raise NotCertain(f"{k1.name}'s store to {h} is unmasked and not one value a program")
+    if not scalar and not _one_block(one, store):
         raise NotCertain(f"{k1.name}'s store to {h} is not one 1-D block `... + tl.arange(0, B)` under a mask over it")
-    address, where = one.canonical(k1.address(store)), one.canonical(mask)
+    address = one.canonical(k1.address(store))
     h2 = b.params_of(h)
     reads = [c for c in k2.loads if k2.bases(k2.address(c)) & h2]
     for load in reads:
-        if two.canonical(k2.address(load)) != address or two.canonical(arg_of(load, 1, "mask")) != where:
+        read_mask = arg_of(load, 1, "mask")
+        if two.canonical(k2.address(load)) != address or (
+                read_mask is not None if scalar else two.canonical(read_mask) != one.canonical(mask)):
             raise NotCertain(f"{k2.name} reads {h} at other addresses or under another mask than {k1.name} "
                              f"writes it")
     return _fused(ms, host, a, b, moved, h, store, reads, used)
@@ -242,6 +256,9 @@ def _fused(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: Moved,
     calls = {}
     for load in reads:  # the replacements are not renamed again: they are written in the new names
         mask, other = arg_of(load, 1, "mask"), arg_of(load, 2, "other")
+        if mask is None:  # one value a program, read where it was stored
+            calls[id(load)] = cast
+            continue
         otherwise = cast if other is None else code(other.visit(Rename(renames)))  # no other: the lanes are free
         calls[id(load)] = f"{tl}.where({code(mask.visit(Rename(renames)))}, {cast}, {otherwise}).to({hp}.dtype.element_ty)"
     body2 = k2.node.body.visit(Rename(renames, calls))
