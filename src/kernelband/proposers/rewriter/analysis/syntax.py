@@ -3,6 +3,7 @@ the names an expression loads, and the scopes (module or function) that assign t
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -170,17 +171,42 @@ def contains(node: cst.CSTNode, wanted: set[int]) -> bool:
     return found
 
 
-def subnodes(node: cst.CSTNode, kind: type) -> list:
-    found = []
+# The trees walked last, each in pre-order with every node's span in it: the analyses ask for the nodes of one
+# kind under a kernel, a loop or a statement many times over, and a libcst walk costs far more than a slice.
+_TREES: OrderedDict[int, tuple[list[cst.CSTNode], dict[int, tuple[int, int]]]] = OrderedDict()
+_TREES_KEPT = 16
 
-    class _Collect(cst.CSTVisitor):
+
+def _preorder(root: cst.CSTNode) -> tuple[list[cst.CSTNode], dict[int, tuple[int, int]]]:
+    nodes: list[cst.CSTNode] = []
+    spans: dict[int, tuple[int, int]] = {}
+    starts: dict[int, int] = {}
+
+    class _Order(cst.CSTVisitor):
         def on_visit(self, n: cst.CSTNode) -> bool:
-            if isinstance(n, kind):
-                found.append(n)
+            starts[id(n)] = len(nodes)
+            nodes.append(n)
             return True
 
-    node.visit(_Collect())
-    return found
+        def on_leave(self, n: cst.CSTNode) -> None:
+            spans[id(n)] = (starts[id(n)], len(nodes))
+
+    root.visit(_Order())
+    return nodes, spans
+
+
+def subnodes(node: cst.CSTNode, kind: type) -> list:
+    """The nodes of a kind in a subtree, the node itself included, in the order a visitor meets them."""
+    for key, (nodes, spans) in reversed(_TREES.items()):
+        span = spans.get(id(node))
+        if span is not None and nodes[span[0]] is node:  # the cached trees hold their nodes: ids are not reused
+            _TREES.move_to_end(key)
+            return [n for n in nodes[span[0]:span[1]] if isinstance(n, kind)]
+    nodes, spans = _preorder(node)
+    _TREES[id(node)] = (nodes, spans)
+    while len(_TREES) > _TREES_KEPT:
+        _TREES.popitem(last=False)
+    return [n for n in nodes if isinstance(n, kind)]
 
 
 # -- scopes -----------------------------------------------------------------------------------------------
