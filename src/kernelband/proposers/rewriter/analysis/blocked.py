@@ -66,7 +66,7 @@ from kernelband.proposers.rewriter.analysis.values import (
     tl_name,
     var,
 )
-from kernelband.proposers.rewriter.analysis.walks import Walk, forward
+from kernelband.proposers.rewriter.analysis.walks import Walk, forward, not_a_row
 
 ATOMICS = ("add", "max", "min", "xchg", "cas", "and", "or", "xor")
 HOST_CALLS = {"cdiv": "triton.cdiv", "minimum": "min", "maximum": "max"}
@@ -249,7 +249,7 @@ class _Check:
                 if not same(divisor, ast.Name(param, ast.Load())):
                     return f"a loop of {name} counts blocks of {readable(divisor)}, not of {param}"
             elif not same(loop.step, ast.Name(param, ast.Load())):
-                return _not_a_row(name, param, loop)
+                return not_a_row(name, param, loop)
             if id(loop) not in self.peeled.from_zero and not same(loop.start, ast.Constant(0)):
                 return (f"a loop of {name} over blocks of {param} walks from {readable(loop.start)}, not from the "
                         "row's start: one block of the whole row covers other lanes than it does")
@@ -585,18 +585,3 @@ class _Host(ast.NodeTransformer):
         if name in HOST_CALLS:
             return ast.Call(pyast.parse(HOST_CALLS[name], mode="eval").body, node.args, node.keywords)
         return node
-
-
-def _not_a_row(name: str, param: str, loop) -> str:
-    """Why a loop that steps by other than B walks something else than a row in blocks of B: a count of blocks by
-    their index, rounded down or fixed apart from B, or a stride of its own."""
-    block = ast.Name(param, ast.Load())
-    if not same(loop.step, ast.Constant(1)):
-        return (f"a loop of {name} steps by {readable(loop.step)} over {readable(loop.end)}, not by {param}: it does "
-                f"not walk a row in blocks of {param}")
-    end = loop.end
-    if isinstance(end, ast.BinOp) and isinstance(end.op, ast.FloorDiv) and same(end.right, block):
-        return (f"a loop of {name} walks the {readable(end)} whole blocks of {param} in {readable(end.left)}, "
-                f"rounded down: a block wider than {readable(end.left)} would walk none of it")
-    return (f"a loop of {name} walks {readable(end)} blocks, a count the kernel is given apart from {param}: one "
-            "block as wide as the row would need that count changed with it")

@@ -22,8 +22,8 @@ import libcst as cst
 
 from kernelband.proposers.rewriter.analysis import grids
 from kernelband.proposers.rewriter.analysis.facts import facts_of
-from kernelband.proposers.rewriter.analysis.source import CeilDiv, Kernel, Launch, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import CDIV_NAMES, code, dotted, int_value, subnodes
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.syntax import code, int_value
 from kernelband.proposers.rewriter.analysis.values import names_in, tl_name
 
 
@@ -59,28 +59,6 @@ def _divided(ms: ModuleSource, launch: Launch, division, passed: dict[str, str])
     return {passed[t] for t in grids.numerator_codes(launch, division) if t in passed}
 
 
-def _meta_ceilings(body: cst.CSTNode, meta: str, param: str) -> list[CeilDiv]:
-    """The ceilings of a meta grid that divide by the value the autotuner or launch gives `param`:
-    `triton.cdiv(M, META["BLOCK_M"])` or `(M + META["BLOCK_M"] - 1) // META["BLOCK_M"]`."""
-    keys = (f'{meta}["{param}"]', f"{meta}['{param}']")
-
-    def divides(node: cst.BaseExpression) -> bool:
-        return isinstance(node, cst.Subscript) and code(node).strip() in keys
-
-    found = []
-    for call in subnodes(body, cst.Call):
-        if (dotted(call.func) or "").rpartition(".")[2] in CDIV_NAMES and len(call.args) == 2 \
-                and divides(call.args[1].value):
-            found.append(CeilDiv(call.args[0].value, call.args[1].value, [call.args[1].value]))
-    for op in subnodes(body, cst.BinaryOperation):
-        if isinstance(op.operator, cst.FloorDivide) and divides(op.right) \
-                and isinstance(op.left, cst.BinaryOperation) and isinstance(op.left.operator, cst.Subtract) \
-                and int_value(op.left.right) == 1 and isinstance(op.left.left, cst.BinaryOperation) \
-                and isinstance(op.left.left.operator, cst.Add) and divides(op.left.left.right):
-            found.append(CeilDiv(op.left.left.left, op.right, [op.right, op.left.left.right]))
-    return found
-
-
 def _gridded(ms: ModuleSource, kernel: Kernel, param: str) -> set[str | int]:
     """Parameters whose argument every launch's grid divides by the value it passes as `param`, or the
     integer every launch's grid divides so."""
@@ -91,8 +69,9 @@ def _gridded(ms: ModuleSource, kernel: Kernel, param: str) -> set[str | int]:
         here: set[str | int] = set()
         if launch.meta_grid is not None:
             meta, body = launch.meta_grid
-            for division in _meta_ceilings(body, meta, param):
-                here |= _divided(ms, launch, division, passed)
+            for division in grids.ceil_divisions_in(body, subscripts=True):
+                if code(division.divisor).strip() in (f'{meta}["{param}"]', f"{meta}['{param}']"):
+                    here |= _divided(ms, launch, division, passed)
         else:
             arg = launch.arg(param)
             value = int_value(arg.value) if arg is not None else None

@@ -61,8 +61,8 @@ def _kernel_counts(ms: ModuleSource, launch: Launch, param: str) -> set[str]:
     return found
 
 
-def ceil_divisions_in(node: cst.CSTNode) -> list[CeilDiv]:
-    return ceil_divisions(node)
+def ceil_divisions_in(node: cst.CSTNode, subscripts: bool = False) -> list[CeilDiv]:
+    return ceil_divisions(node, subscripts)
 
 
 def numerator_codes(launch: Launch, division: CeilDiv) -> set[str]:

@@ -353,7 +353,7 @@ class CeilDiv:
     `math.ceil(numerator / divisor)`: every node that is the divisor, or (`less_one`) the divisor less one."""
 
     numerator: cst.BaseExpression
-    divisor: cst.BaseExpression  # an Integer or a Name
+    divisor: cst.BaseExpression  # an Integer or a Name (a Subscript where asked for)
     nodes: list[cst.BaseExpression]  # the divisor and its copies in the numerator
     less_one: list[cst.BaseExpression] = field(default_factory=list)  # of nodes: an integer that is divisor - 1
 
@@ -361,6 +361,8 @@ class CeilDiv:
 def _same(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
     if isinstance(a, cst.Integer) and isinstance(b, cst.Integer):
         return int_value(a) == int_value(b)
+    if isinstance(a, cst.Subscript) and isinstance(b, cst.Subscript):
+        return a.deep_equals(b)
     return isinstance(a, cst.Name) and isinstance(b, cst.Name) and a.value == b.value
 
 
@@ -371,16 +373,19 @@ def _signed_terms(node: cst.BaseExpression, sign: int = 1) -> list[tuple[int, cs
     return [(sign, node)]
 
 
-def ceil_divisions(root: cst.CSTNode) -> list[CeilDiv]:
+def ceil_divisions(root: cst.CSTNode, subscripts: bool = False) -> list[CeilDiv]:
+    """The ceiling divisions under `root` whose divisor is an integer or a name; with `subscripts`, also a
+    subscript (a meta grid's `META["BLOCK_M"]`)."""
+    kinds = (cst.Integer, cst.Name, cst.Subscript) if subscripts else (cst.Integer, cst.Name)
     found = []
     for call in subnodes(root, cst.Call):
         name = dotted(call.func) or ""
         if name.rpartition(".")[2] in CDIV_NAMES and len(call.args) == 2:
             divisor = call.args[1].value
-            if isinstance(divisor, cst.Integer | cst.Name):
+            if isinstance(divisor, kinds):
                 found.append(CeilDiv(call.args[0].value, divisor, [divisor]))
     for op in subnodes(root, cst.BinaryOperation):
-        if not isinstance(op.operator, cst.FloorDivide) or not isinstance(op.right, cst.Integer | cst.Name):
+        if not isinstance(op.operator, cst.FloorDivide) or not isinstance(op.right, kinds):
             continue
         terms = _signed_terms(op.left)
         copies = [t for s, t in terms if s > 0 and _same(t, op.right)]

@@ -3,6 +3,7 @@ the names an expression loads, and the scopes (module or function) that assign t
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -175,6 +176,7 @@ def contains(node: cst.CSTNode, wanted: set[int]) -> bool:
 # kind under a kernel, a loop or a statement many times over, and a libcst walk costs far more than a slice.
 _TREES: OrderedDict[int, tuple[list[cst.CSTNode], dict[int, tuple[int, int]]]] = OrderedDict()
 _TREES_KEPT = 16
+_TREES_LOCK = threading.Lock()  # the coverage tool and the search run the rewriter from several threads
 
 
 def _preorder(root: cst.CSTNode) -> tuple[list[cst.CSTNode], dict[int, tuple[int, int]]]:
@@ -197,15 +199,17 @@ def _preorder(root: cst.CSTNode) -> tuple[list[cst.CSTNode], dict[int, tuple[int
 
 def subnodes(node: cst.CSTNode, kind: type) -> list:
     """The nodes of a kind in a subtree, the node itself included, in the order a visitor meets them."""
-    for key, (nodes, spans) in reversed(_TREES.items()):
-        span = spans.get(id(node))
-        if span is not None and nodes[span[0]] is node:  # the cached trees hold their nodes: ids are not reused
-            _TREES.move_to_end(key)
-            return [n for n in nodes[span[0]:span[1]] if isinstance(n, kind)]
+    with _TREES_LOCK:
+        for key, (nodes, spans) in reversed(_TREES.items()):
+            span = spans.get(id(node))
+            if span is not None and nodes[span[0]] is node:  # the cached trees hold their nodes: no id reused
+                _TREES.move_to_end(key)
+                return [n for n in nodes[span[0]:span[1]] if isinstance(n, kind)]
     nodes, spans = _preorder(node)
-    _TREES[id(node)] = (nodes, spans)
-    while len(_TREES) > _TREES_KEPT:
-        _TREES.popitem(last=False)
+    with _TREES_LOCK:
+        _TREES[id(node)] = (nodes, spans)
+        while len(_TREES) > _TREES_KEPT:
+            _TREES.popitem(last=False)
     return [n for n in nodes if isinstance(n, kind)]
 
 

@@ -9,7 +9,7 @@ analyses of a row read, with its direction kept as a fact (`Walk.backward`).
 
 A backward loop whose values are not such a set is refused with what it walks instead: down to a value other
 than the row's start (part of a row), or a variable that counts what is left of the row (`range(n, 0, -B)`), not
-a block's offset.
+a block's offset; so is a forward loop that steps by other than the block (`not_a_row`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections import Counter
 
 from kernelband.proposers.rewriter.analysis.block_reads import readable
 from kernelband.proposers.rewriter.analysis.loops import Loop
-from kernelband.proposers.rewriter.analysis.values import tl_name
+from kernelband.proposers.rewriter.analysis.values import same, tl_name
 
 Linear = Counter  # the dump of each term -> its integer coefficient ("" the constant)
 
@@ -119,3 +119,18 @@ def forward(loop: Loop, kernel: str, param: str) -> Walk | str:
     end = count.args[0] if tl_name(count) == "cdiv" and len(count.args) == 2 \
         and ast.dump(count.args[1]) == ast.dump(s) else past
     return Walk(dataclasses.replace(loop, start=ast.Constant(0), end=end, step=s), True)
+
+
+def not_a_row(name: str, param: str, loop: Loop) -> str:
+    """Why a loop that steps by other than B walks something else than a row in blocks of B: a count of blocks by
+    their index, rounded down or fixed apart from B, or a stride of its own."""
+    block = ast.Name(param, ast.Load())
+    if not same(loop.step, ast.Constant(1)):
+        return (f"a loop of {name} steps by {readable(loop.step)} over {readable(loop.end)}, not by {param}: it does "
+                f"not walk a row in blocks of {param}")
+    end = loop.end
+    if isinstance(end, ast.BinOp) and isinstance(end.op, ast.FloorDiv) and same(end.right, block):
+        return (f"a loop of {name} walks the {readable(end)} whole blocks of {param} in {readable(end.left)}, "
+                f"rounded down: a block wider than {readable(end.left)} would walk none of it")
+    return (f"a loop of {name} walks {readable(end)} blocks, a count the kernel is given apart from {param}: one "
+            "block as wide as the row would need that count changed with it")
