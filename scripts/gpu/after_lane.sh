@@ -10,6 +10,9 @@
 #   AFTER_ALONE=1 ...: no sweep beside it, so no minute's wait for one to install libcst
 #   CALL_COST_S=600 ...: first issue 50's per-call cost on the idle GPU (call_cost.py --make --no-ncu), at most
 #   that many seconds, into $S/call_cost.json; EVAL_SELF_S (the self-evaluation's stop) counts call_cost's time in
+#   CALL_COST_DB=docs/results/reach/h200/call_cost_part.db.xz ...: call_cost's database begins as that part (its
+#   finished hand-backs are kept, its unfinished runs resumed)
+#   PLACE_BIAS=1 ...: after the self-evaluation, benchmarks/place_bias.py in three fresh processes ($S/place_bias.log)
 set -u
 cd "$(dirname "$0")/../.."
 S=${KB_STATE:-kernelband-runs/reach}
@@ -26,6 +29,7 @@ gpus=${AFTER_GPUS:-$(seq -s, 0 $(( n > 1 ? n - 2 : 0 )))}
 "$py" -c "import libcst" 2> /dev/null || "$py" -m pip install --no-index --no-deps -q .wheels/*.whl
 t0=$SECONDS
 if [ -n "${CALL_COST_S:-}" ]; then
+  [ -n "${CALL_COST_DB:-}" ] && [ ! -f "$S/call_cost.db" ] && xz -dc "$CALL_COST_DB" > "$S/call_cost.db"
   log "call_cost begins on GPU ${gpus%%,*}"
   CUDA_VISIBLE_DEVICES=${gpus%%,*} timeout "$CALL_COST_S" "$py" benchmarks/call_cost.py --make --no-ncu \
     --db "$S/call_cost.db" --out "$S/call_cost.json" > "$S/call_cost.log" 2>&1
@@ -41,4 +45,13 @@ if [ "$left" -gt 0 ]; then
 else
   log "eval_self skipped: call_cost took the whole EVAL_SELF_S"
 fi
+if [ "${PLACE_BIAS:-0}" = 1 ]; then
+  log "place_bias begins on GPU ${gpus%%,*}"
+  for _ in 1 2 3; do
+    CUDA_VISIBLE_DEVICES=${gpus%%,*} timeout 120 "$py" benchmarks/place_bias.py --ring >> "$S/place_bias.log" 2>&1
+  done
+  log "place_bias done"
+fi
 touch "$S/after.done"
+# alone, nothing else in $S waits: gpu_collect.sh may return at once
+[ "${AFTER_ALONE:-0}" = 1 ] && touch "$S/done"
