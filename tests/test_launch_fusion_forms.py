@@ -126,7 +126,8 @@ def test_a_value_the_first_launch_reads_and_that_is_bound_again_before_the_secon
      "is not certain"),
     ("square[grid](y, b,", "square[grid](a, b,",  # reads what the first writes, on another grid
      "square reads a on another grid than scale writes it (a program may read what other programs wrote), and scale "
-     "does not address `P + pid * B + tl.arange(0, B)`"),
+     "does not address `P + pid * B + tl.arange(0, B)`; nor can scale compute square where it stores a: y.numel() is "
+     "not certain to be a.numel()"),
     ("square[grid](y, b,", "square[grid](y, x,",
      "square writes x, which scale also reads: in one launch the order of their accesses to it is not certain"),
     ("    b = torch.empty_like(y)\n", "    b = y.view(-1)\n",  # a view of an input the first may read

@@ -449,7 +449,7 @@ def test_block_size_scales_the_launch_literal_and_the_grid_literal_together():
 def test_a_tiled_block_whose_grid_ignores_it_is_left_alone():
     fixed = ADD.replace("grid = (triton.cdiv(n, 256),)", "grid = (n // 256,)")  # floor: not a ceil-div
     assert variants(fixed, "block_size") == []
-    assert any("does not follow BLOCK_SIZE" in r for r in options(fixed, ("block_size",)).reasons)
+    assert any("counts the whole tiles of BLOCK_SIZE = 256 only" in r for r in options(fixed, ("block_size",)).reasons)
 
 
 def test_a_block_that_covers_a_whole_row_is_left_alone():

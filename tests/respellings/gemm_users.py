@@ -1,6 +1,7 @@
 """GEMMs written as users write them: a batch on grid axis 2, a batch split out of a 1-D grid, an int8 GEMM
 with scales, A transposed by its strides, a linear layer counting whole K tiles, tiles the source fixes, block
-pointers over a block-index loop, unmasked tiles behind the host's assert that they divide the sizes."""
+pointers over a block-index loop, unmasked tiles behind the host's assert that they divide the sizes, grids and
+K loops that count whole tiles (floor divisions), tensor descriptors made in the kernel."""
 
 
 from __future__ import annotations
@@ -348,6 +349,122 @@ b = (torch.randn(128, 256) * 128 ** -0.5).half()
 args = [a, b]
 """
 
+# Unmasked tiles behind the host's assert, the grid a floor division with the tile written as a literal
+# (`(M // 64, N // 64)`) and the K loop over whole blocks (`range(0, K // BLOCK_K)`): each counts whole tiles only.
+FLOOR_GRID = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K // BLOCK_K):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(tl.float16))
+
+
+def matmul(a, b):
+    M, K = a.shape
+    K2, N = b.shape
+    assert K == K2
+    assert M % 64 == 0 and N % 64 == 0 and K % 32 == 0
+    c = torch.empty((M, N), device=a.device, dtype=torch.float16)
+    grid = (M // 64, N // 64)
+    matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                        BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)
+    return c
+'''
+
+# Masked rows and columns, but a meta grid that counts whole tiles (`M // META["BLOCK_M"]`) and a K loop over whole
+# blocks: a tile that does not divide the size would leave part of it undone, so the configs keep to those that do.
+FLOOR_META_MASKED = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K // BLOCK_K):
+        a = tl.load(a_ptrs, mask=offs_m[:, None] < M, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_n[None, :] < N, other=0.0)
+        acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def matmul(a, b):
+    M, K = a.shape
+    K2, N = b.shape
+    assert K == K2
+    c = torch.empty((M, N), device=a.device, dtype=torch.float16)
+    grid = lambda META: (M // META["BLOCK_M"], N // META["BLOCK_N"])
+    matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                        BLOCK_M=128, BLOCK_N=64, BLOCK_K=32)
+    return c
+'''
+
+# Tensor descriptors made in the kernel (`tl.make_tensor_descriptor`, TMA on Hopper), loaded and stored by tile
+# offsets; the host sets Triton's allocator for their workspace. The interpreter runs no descriptor: the variants
+# are compiled for sm_90 here and run by the GPU test.
+TENSOR_DESCRIPTORS = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def matmul_tma(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
+        b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])
+        acc = tl.dot(a, b, acc)
+    c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(tl.float16))
+
+
+def matmul(a, b):
+    M, K = a.shape
+    _, N = b.shape
+    c = torch.empty((M, N), device=a.device, dtype=torch.float16)
+
+    def alloc_fn(size, alignment, stream):
+        return torch.empty(size, device="cuda", dtype=torch.int8)
+
+    triton.set_allocator(alloc_fn)
+    grid = (triton.cdiv(M, 128), triton.cdiv(N, 128))
+    matmul_tma[grid](a, b, c, M, N, K, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64)
+    return c
+'''
+
 SPELLINGS = [
     Spelling("gemm", "bmm_pid2", BMM_PROGRAM_ID_2, "bmm", BATCH_INPUTS, TILES),
     Spelling("gemm", "bmm_flat", BMM_FLAT_GRID, "bmm", BATCH_INPUTS, TILES[:3]),
@@ -357,4 +474,8 @@ SPELLINGS = [
     Spelling("gemm", "linear_gelu", LINEAR_GELU, "linear_gelu", LINEAR_INPUTS, TILES[1:]),
     Spelling("gemm", "block_ptr", BLOCK_POINTER_CDIV, "matmul", INPUTS, TILES, interpretable=False),
     Spelling("gemm", "unmasked_asserted", UNMASKED_ASSERTED, "matmul", ASSERTED_INPUTS, TILES),
+    Spelling("gemm", "floor_grid", FLOOR_GRID, "matmul", ASSERTED_INPUTS, TILES),
+    Spelling("gemm", "floor_meta_masked", FLOOR_META_MASKED, "matmul", ASSERTED_INPUTS, TILES),
+    Spelling("gemm", "tensor_descriptors", TENSOR_DESCRIPTORS, "matmul", ASSERTED_INPUTS,
+             ("matmul_configs", "persistent_tiles", "grouped_ordering"), interpretable=False),
 ]

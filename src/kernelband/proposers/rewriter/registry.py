@@ -79,7 +79,7 @@ REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "fused_absmax": fused_absmax,
     "inductor_configs": config_sets("inductor_configs", inductor_configs.choose),
     # the tl.dot tile rewrites carry the divisibility hints: their tiles pay only with 16-byte loads
-    "matmul_configs": aligned(config_sets("matmul_configs", matmul_configs.choose)),
+    "matmul_configs": aligned(config_sets("matmul_configs", matmul_configs.choose, floors=True)),
     "single_pass": single_pass,
     "online_softmax": online_softmax,
     "split_rows": split_rows,

@@ -92,8 +92,10 @@ def role(kernel: Kernel, param: str) -> str | None:
     return "tiled" if param in facts.tiled else "looped" if param in facts.looped else None
 
 
-def find(ms: ModuleSource) -> tuple[list[Knob], list[str]]:
-    """The module's knobs in source order, and why other block sizes are not knobs."""
+def find(ms: ModuleSource, floors: bool = False) -> tuple[list[Knob], list[str]]:
+    """The module's knobs in source order, and why other block sizes are not knobs. With `floors`, a grid that
+    counts the whole tiles only (`M // 64`) follows its tile too: for a caller that keeps to the tiles that
+    divide the size (`extents.unbounded_extents`), since any other would leave the rest of it undone."""
     knobs: list[Knob] = []
     reasons: list[str] = []
     named: dict[tuple, list[tuple[Launch, str, cst.Name]]] = {}
@@ -117,11 +119,11 @@ def find(ms: ModuleSource) -> tuple[list[Knob], list[str]]:
                 named.setdefault((id(home.node), arg.value.value), []).append((launch, param, arg.value))
             else:
                 reasons.append(f"{param} at the {launch.where} is an expression ({_short(arg.value)})")
-        knobs.extend(_literal_knobs(launch, literals, reasons))
+        knobs.extend(_literal_knobs(launch, literals, reasons, floors))
     for (_, name), uses in named.items():
         if len({(id(launch.kernel), param) for launch, param, _ in uses}) > 1:
-            knobs.extend(_shared_knobs(ms, name, uses, reasons))
-        elif (knob := _named_knob(ms, name, uses, reasons)) is not None:
+            knobs.extend(_shared_knobs(ms, name, uses, reasons, floors))
+        elif (knob := _named_knob(ms, name, uses, reasons, floors)) is not None:
             knobs.append(knob)
     order = {id(launch): i for i, launch in enumerate(ms.launches)}
     knobs.sort(key=lambda k: (order[id(k.launches[0])], facts_of(k.kernel).tile_sizes.index(k.params[0])))
@@ -133,10 +135,23 @@ def _short(node: cst.CSTNode) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _literal_knobs(launch: Launch, params: list[str], reasons: list[str]) -> list[Knob]:
+def _divisions(launch: Launch, floors: bool) -> list:
+    return launch.tile_divisions() if floors else launch.ceil_divisions()
+
+
+def _unfollowed(launch: Launch, what: str, floors: bool, matches) -> str:
+    """Why the grid does not follow a tile: it never divides by it, or (`floors` off) it counts its whole tiles
+    only, which another tile would leave part of the size undone by, or reach past."""
+    if not floors and any(d.floor and matches(d) for d in launch.tile_divisions()):
+        return (f"the grid of the {launch.where} counts the whole tiles of {what} only (a floor division): another "
+                "tile that does not divide the size would leave part of it undone")
+    return f"the grid of the {launch.where} does not follow {what}"
+
+
+def _literal_knobs(launch: Launch, params: list[str], reasons: list[str], floors: bool = False) -> list[Knob]:
     kernel = launch.kernel
     meta, _ = launch.meta_use
-    divisions = [d for d in launch.ceil_divisions() if isinstance(d.divisor, cst.Integer)]
+    divisions = [d for d in _divisions(launch, floors) if isinstance(d.divisor, cst.Integer)]
     knobs = []
     for param in params:
         if role(kernel, param) == "looped":
@@ -155,7 +170,8 @@ def _literal_knobs(launch: Launch, params: list[str], reasons: list[str]) -> lis
         for part in parts:
             mine = [d for d in same if len(group) == 1 or not separable or owners[id(d)] == list(part)]
             if not mine and not all(p in meta for p in part):
-                reasons.append(f"the grid of the {launch.where} does not follow {'/'.join(part)} = {value}")
+                reasons.append(_unfollowed(launch, f"{'/'.join(part)} = {value}", floors,
+                                           lambda d, value=value: int_value(d.divisor) == value))
                 continue
             nodes = [launch.arg(p).value for p in part] + [n for d in mine for n in d.nodes]
             knobs.append(Knob(kernel, part, "tiled", value, tuple(nodes),
@@ -165,7 +181,7 @@ def _literal_knobs(launch: Launch, params: list[str], reasons: list[str]) -> lis
 
 
 def _named_knob(ms: ModuleSource, name: str, uses: list[tuple[Launch, str, cst.Name]],
-                reasons: list[str]) -> Knob | None:
+                reasons: list[str], floors: bool = False) -> Knob | None:
     launch0, param0, _ = uses[0]
     kernel = launch0.kernel
     kind, value = ms.name_value(launch0.scope, name)
@@ -178,11 +194,12 @@ def _named_knob(ms: ModuleSource, name: str, uses: list[tuple[Launch, str, cst.N
     grid_nodes: set[int] = set()
     less_one: set[int] = set()
     for launch, param, arg_name in uses:
-        divisions = [d for d in launch.ceil_divisions()
+        divisions = [d for d in _divisions(launch, floors)
                      if (isinstance(d.divisor, cst.Name) and d.divisor.value == name)
                      or (literal is not None and int_value(d.divisor) == int_value(literal))]
         if role(kernel, param) == "tiled" and not divisions and param not in launch.meta_use[0]:
-            reasons.append(f"the grid of the {launch.where} does not follow {name}")
+            reasons.append(_unfollowed(launch, name, floors,
+                                       lambda d: isinstance(d.divisor, cst.Name) and d.divisor.value == name))
             return None
         for division in divisions:
             changes = [n for n in division.nodes if literal is None or isinstance(n, cst.Integer)]
@@ -197,7 +214,7 @@ def _named_knob(ms: ModuleSource, name: str, uses: list[tuple[Launch, str, cst.N
 
 
 def _shared_knobs(ms: ModuleSource, name: str, uses: list[tuple[Launch, str, cst.Name]],
-                  reasons: list[str]) -> list[Knob]:
+                  reasons: list[str], floors: bool = False) -> list[Knob]:
     """One name passed as several constexprs (`BM=BLOCK, BN=BLOCK`): a knob for each, scaled where the launch
     passes it and where the grid counts that constexpr's tiles (`grids.owners`), the name itself left alone."""
     kernels = {id(launch.kernel) for launch, _, _ in uses}
@@ -221,7 +238,7 @@ def _shared_knobs(ms: ModuleSource, name: str, uses: list[tuple[Launch, str, cst
                 continue
             launches.append(launch)
             nodes.append(arg_name)
-            divisions = [d for d in launch.ceil_divisions()
+            divisions = [d for d in _divisions(launch, floors)
                          if isinstance(d.divisor, cst.Name) and d.divisor.value == name]
             owned = grids.owners(ms, launch, divisions, params)
             mine = [d for d in divisions if owned[id(d)] == [param]]

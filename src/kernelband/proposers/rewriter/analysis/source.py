@@ -123,11 +123,19 @@ class Kernel:
 
     @cached_property
     def pipelinable(self) -> bool:
-        """A loop that loads: what num_stages pipelines."""
+        """A loop that loads, through a pointer or a tensor descriptor: what num_stages pipelines."""
         return any(self._loads_in(loop) for loop in subnodes(self.node.body, cst.For))
 
+    @cached_property
+    def descriptor_loads(self) -> list[cst.Call]:
+        """`desc.load([...])`: in a Triton kernel only a tensor descriptor (made in the kernel or on the host)
+        has a method of that name."""
+        return [c for c in subnodes(self.node.body, cst.Call) if isinstance(c.func, cst.Attribute)
+                and c.func.attr.value == "load" and isinstance(c.func.value, cst.Name)
+                and c.func.value.value not in self.tl]
+
     def _loads_in(self, node: cst.CSTNode) -> bool:
-        return contains(node, {id(c) for c in self.loads})
+        return contains(node, {id(c) for c in (*self.loads, *self.descriptor_loads)})
 
     def bases(self, address: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> set[str]:
         """The parameters an address expression is a pointer into: the bare names of its `+` chain and of what a
@@ -337,6 +345,13 @@ class Launch:
             found.extend(ceil_divisions(node))
         return found
 
+    def tile_divisions(self) -> list[CeilDiv]:
+        """The grid's ceiling divisions and its floor divisions (`M // 64`, `floor` set)."""
+        found = []
+        for node in self.region:
+            found.extend(tile_divisions(node))
+        return found
+
 
 def _returned(fn: cst.FunctionDef) -> cst.CSTNode:
     """What a one-statement function returns (`def grid(meta): return (...)`), else its body."""
@@ -356,6 +371,9 @@ class CeilDiv:
     divisor: cst.BaseExpression  # an Integer or a Name (a Subscript where asked for)
     nodes: list[cst.BaseExpression]  # the divisor and its copies in the numerator
     less_one: list[cst.BaseExpression] = field(default_factory=list)  # of nodes: an integer that is divisor - 1
+    # `numerator // divisor`: the whole tiles only, so the tiles cover the numerator exactly where the tile
+    # divides it (a grid written so assumes it does)
+    floor: bool = False
 
 
 def _same(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
@@ -407,6 +425,17 @@ def ceil_divisions(root: cst.CSTNode, subscripts: bool = False) -> list[CeilDiv]
                 and isinstance(quotient.operator, cst.Divide) and isinstance(quotient.right, cst.Integer | cst.Name):
             found.append(CeilDiv(quotient.left, quotient.right, [quotient.right]))
     return found
+
+
+def tile_divisions(root: cst.CSTNode, subscripts: bool = False) -> list[CeilDiv]:
+    """`ceil_divisions`, and the plain floor divisions `n // d` (d an integer or a name; a subscript where asked
+    for) that are no part of one."""
+    ceilings = ceil_divisions(root, subscripts)
+    taken = {id(n) for c in ceilings for n in c.nodes}
+    kinds = (cst.Integer, cst.Name, cst.Subscript) if subscripts else (cst.Integer, cst.Name)
+    floors = [CeilDiv(op.left, op.right, [op.right], floor=True) for op in subnodes(root, cst.BinaryOperation)
+              if isinstance(op.operator, cst.FloorDivide) and isinstance(op.right, kinds) and id(op.right) not in taken]
+    return ceilings + floors
 
 
 # -- the module -------------------------------------------------------------------------------------------

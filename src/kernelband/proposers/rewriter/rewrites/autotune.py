@@ -155,7 +155,7 @@ def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: lis
         edits.extend((call, set_kwarg(name, total)) for call, total in sized)
         key = [*key, name]
     prune = None
-    if divides:  # accesses along these tiles are not masked: a config runs only where its tiles divide the sizes
+    if divides:  # unmasked or counted in whole tiles: a config runs only where its tiles divide the sizes
         prune = fresh_name(f"_{kernel.name}_tiles_divide", {n for s in ms.scopes for n in s.assigns} | set(ms.kernels))
     decorator = _decorator(configs, key, _restored(ms, kernel), prune)
     edits.append((kernel.node, _add_decorator(kernel, decorator)))
@@ -170,8 +170,10 @@ def _autotuned(ms: ModuleSource, kernel: Kernel, knobs: list[Knob], reasons: lis
                    f"key {key}", touched, tuple(edits), cleanup if scope.name != "<module>" else None)
 
 
-def config_sets(rewrite: str, choose: Chooser) -> Callable[[ModuleSource], Found]:
-    """A rewrite that autotunes each kernel over the fixed config lists `choose` draws for it."""
+def config_sets(rewrite: str, choose: Chooser, floors: bool = False) -> Callable[[ModuleSource], Found]:
+    """A rewrite that autotunes each kernel over the fixed config lists `choose` draws for it; with `floors`, a
+    grid that counts whole tiles (`M // 64`) is rewritten with its tile (`choose` then prunes the configs to the
+    tiles that divide the size)."""
     def rewrite_fn(ms: ModuleSource) -> Found:
         variants, reasons = [], []
         for kernel in ms.kernels.values():
@@ -183,7 +185,7 @@ def config_sets(rewrite: str, choose: Chooser) -> Callable[[ModuleSource], Found
             if kernel.autotune is not None:
                 variants.extend(v for chosen in sets if (v := _merged_configs(kernel, rewrite, chosen, reasons)))
                 continue
-            knobs = [k for k in knobs_mod.find(ms)[0] if k.kernel is kernel]
+            knobs = [k for k in knobs_mod.find(ms, floors)[0] if k.kernel is kernel]
             variants.extend(v for chosen in sets if (v := _autotuned(ms, kernel, knobs, reasons, (rewrite, chosen))))
         return Found(variants, reasons)
     return rewrite_fn
@@ -307,7 +309,7 @@ def _divides_function(name: str, divides: tuple[tuple[str, str], ...]) -> cst.Fu
     pairs = ", ".join(f'("{tile}", "{size}")' for tile, size in divides)
     text = (f"def {name}(configs, named_args, **kwargs):\n"
             f'    """The configs whose tiles divide the sizes they tile (the kernel\'s accesses along them are not '
-            'masked); the launch\'s own, first, where none does."""\n'
+            'masked, or its grid or loop counts whole tiles only); the launch\'s own, first, where none does."""\n'
             f"    kept = [c for c in configs if all(named_args[size] % c.kwargs[tile] == 0 for tile, size in "
             f"({pairs},))]\n"
             f"    return kept or configs[:1]\n")

@@ -5,7 +5,8 @@ path, no other launch between them) as one launch. What the pair does with memor
   very mask the same program wrote it: one kernel whose body is the first kernel's body followed by the
   second's, the value kept in registers (below);
 - ... on another grid, the first kernel element-wise over its tensors flattened: it is computed where the
-  second reads its output (launch_inline.py);
+  second reads its output (launch_inline.py); or the second one so: it is computed where the first stores its
+  input (launch_epilogue.py);
 - ... the second kernel one program combining what the first one's programs wrote (a two-stage reduction): the
   last program of the first kernel to finish combines (launch_reduction.py);
 - neither kernel touches what the other writes: one launch whose programs run one body or the other by program
@@ -60,6 +61,7 @@ from kernelband.proposers.rewriter.analysis.source import ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import arg_of, code, fresh_name, subnodes
 from kernelband.proposers.rewriter.analysis.values import is_call
 from kernelband.proposers.rewriter.edits import Found, Variant, keyword_arg
+from kernelband.proposers.rewriter.rewrites.launch_epilogue import NotElementwise, epilogue
 from kernelband.proposers.rewriter.rewrites.launch_horizontal import horizontal
 from kernelband.proposers.rewriter.rewrites.launch_inline import inline
 from kernelband.proposers.rewriter.rewrites.launch_reading import (
@@ -75,6 +77,7 @@ from kernelband.proposers.rewriter.rewrites.launch_reading import (
     options_of,
     renames_of,
     same_grid,
+    top_level_store,
     used_names,
 )
 from kernelband.proposers.rewriter.rewrites.launch_reduction import reduction
@@ -193,8 +196,15 @@ def _interleaved(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: 
     try:
         return inline(ms, host, a, b, moved, h, used)
     except NotCertain as why:
-        raise NotCertain(f"{k2.name} reads {h} on another grid than {k1.name} writes it (a program may read what "
-                         f"other programs wrote), and {why}") from None
+        try:
+            return epilogue(ms, host, a, b, moved, h, used)
+        except NotElementwise:  # the second kernel is no element-wise one: the first form's reason is the one
+            raise NotCertain(f"{k2.name} reads {h} on another grid than {k1.name} writes it (a program may read "
+                             f"what other programs wrote), and {why}") from None
+        except NotCertain as after:
+            raise NotCertain(f"{k2.name} reads {h} on another grid than {k1.name} writes it (a program may read "
+                             f"what other programs wrote), and {why}; nor can {k1.name} compute {k2.name} where it "
+                             f"stores {h}: {after}") from None
 
 
 def _same_grid(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: Moved, h: str,
@@ -212,16 +222,7 @@ def _same_grid(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: Mo
         raise NotCertain(f"{k1.name} and {k2.name} are not both plain @triton.jit")
     if subnodes(k1.node.body, cst.Return):
         raise NotCertain(f"{k1.name} returns early: the second kernel's part would not run")
-    if h in a.reads:
-        raise NotCertain(f"{k1.name} reads {h} as well as writing it")
-    h1 = a.params_of(h)
-    stores = [c for c in k1.stores if k1.bases(k1.address(c)) & h1]
-    if len(stores) != 1:
-        raise NotCertain(f"{k1.name} stores to {h} {len(stores)} times, not once")
-    [store] = stores
-    line = ms.parents.get(id(ms.parents.get(id(store))))
-    if not (isinstance(ms.parents.get(id(store)), cst.Expr) and line in k1.node.body.body and len(line.body) == 1):
-        raise NotCertain(f"{k1.name} stores to {h} inside a block or in a compound statement")
+    store = top_level_store(ms, a, h)
     value, mask = arg_of(store, 1, "value"), arg_of(store, 2, "mask")
     if value is None or isinstance(value, cst.Integer | cst.Float):
         raise NotCertain(f"{k1.name}'s store to {h} stores a literal: its shape is not certain")

@@ -58,18 +58,18 @@ TORCH_SIZED = frozenset({"torch.empty", "torch.zeros", "torch.ones", "torch.full
 NEW_SIZED = frozenset({"new_empty", "new_zeros", "new_ones", "new_full"})  # t.new_empty(sizes): sizes, t's dtype
 
 
-def _host(node: ast.AST) -> str | None:
+def host_code(node: ast.AST) -> str | None:
     """The host code X of a `__host__(X)` marker."""
     if is_call(node, "__host__"):
         return ast.unparse(node.args[0])
     return None
 
 
-def _flat_offsets(one: Side, address: cst.BaseExpression) -> tuple[str, str, str]:
+def flat_offsets(one: Side, address: cst.BaseExpression) -> tuple[str, str, str]:
     """(pointer, block, the offsets' text) of `P + pid * B + tl.arange(0, B)` (in any order), in host code."""
     terms = add_terms(one.expand(address))
     tensors = {p.code for p in one.site.passed.values()}
-    pointers = [t for t in terms if _host(t) in tensors]
+    pointers = [t for t in terms if host_code(t) in tensors]
     aranges = [t for t in terms if is_call(t, "__arange")]
     rest = [t for t in terms if t not in pointers and t not in aranges]
     if len(pointers) != 1 or len(aranges) != 1 or len(rest) != 1 or ast.unparse(aranges[0].args[0]) != "0":
@@ -79,7 +79,29 @@ def _flat_offsets(one: Side, address: cst.BaseExpression) -> tuple[str, str, str
     if not (isinstance(stride, ast.BinOp) and isinstance(stride.op, ast.Mult) and sorted(
             ast.unparse(x) for x in (stride.left, stride.right)) == sorted(["__pid(0)", block])):
         raise NotCertain(f"{one.kernel.name} does not address `P + pid * B + tl.arange(0, B)`")
-    return _host(pointers[0]), block, " + ".join(sorted(ast.unparse(t) for t in (stride, aranges[0])))
+    return host_code(pointers[0]), block, " + ".join(sorted(ast.unparse(t) for t in (stride, aranges[0])))
+
+
+def flat_store(host: HostFunction, side: Side, store: cst.Call, dims: list[str], h: str) -> tuple[str, str]:
+    """(block, offsets) of an element-wise kernel's store `P + pid * B + tl.arange(0, B)` masked by `offsets < n`,
+    launched on the grid `dims` (host code), n / B rounded up, with n certain to be h.numel(): its programs write
+    every element below n."""
+    kernel, site = side.kernel, side.site
+    _, block, offsets = flat_offsets(side, kernel.address(store))
+    mask = side.expand(arg_of(store, 2, "mask") or cst.Name("None"))
+    if not (isinstance(mask, ast.Compare) and len(mask.ops) == 1 and isinstance(mask.ops[0], ast.Lt)
+            and " + ".join(sorted(ast.unparse(t) for t in add_terms(mask.left))) == offsets
+            and host_code(mask.comparators[0]) is not None):
+        raise NotCertain(f"{kernel.name}'s store is not masked by `offsets < n`")
+    n = host_code(mask.comparators[0])
+    division = ceil_division(pyast.parse(dims[0], mode="eval").body) if len(dims) == 1 else None
+    wanted = (n, host_code(pyast.parse(block, mode="eval").body))
+    if division is None or [ast.dump(pyast.parse(x, mode="eval")) for x in division] != [
+            ast.dump(pyast.parse(x, mode="eval")) for x in wanted]:
+        raise NotCertain(f"the grid of the {site.where} is not n / B rounded up for its mask's n and block")
+    if not numel_of(host, site, n, h):
+        raise NotCertain(f"{n} is not certain to be {h}.numel()")
+    return block, offsets
 
 
 def ceil_division(node: ast.AST) -> tuple[str, str] | None:
@@ -111,7 +133,7 @@ def _signed(node: ast.AST, sign: int = 1) -> list[tuple[int, ast.AST]]:
     return [(sign, node)]
 
 
-def _numel_of(host: HostFunction, a: Site, n: str, h: str) -> bool:
+def numel_of(host: HostFunction, a: Site, n: str, h: str) -> bool:
     """Whether host code `n` is certain to be h's number of elements: `h.numel()`, or the number of elements
     of a tensor whose sizes h is allocated with."""
     value = host.reaching(n, a) if n.isidentifier() else None
@@ -120,8 +142,32 @@ def _numel_of(host: HostFunction, a: Site, n: str, h: str) -> bool:
         return True
     like = sized_like(host.scope, host.reaching(h, a))
     scope = host.scope
-    return like is not None and text == f"{like}.numel()" \
-        and len(scope.assigns.get(like, [])) + (like in scope.params) == 1  # the same tensor wherever it is read
+    if like is not None and text == f"{like}.numel()" \
+            and len(scope.assigns.get(like, [])) + (like in scope.params) == 1:  # the same tensor wherever read
+        return True
+    sizes = allocated_sizes(host.reaching(h, a))
+    product = sorted(ast.unparse(f) for f in factors(pyast.parse(text, mode="eval").body))
+    return sizes is not None and sorted(sizes) == product and all(
+        len(scope.assigns.get(s, [])) + (s in scope.params) == 1 for s in sizes if s.isidentifier())
+
+
+def allocated_sizes(allocation: cst.BaseExpression | None) -> list[str] | None:
+    """The sizes an allocation is given one by one, as code (`torch.empty((M, N), ...)`, `torch.empty(M, N)`,
+    `x.new_empty((M, N))`): names and integers only; None for any other."""
+    if not isinstance(allocation, cst.Call):
+        return None
+    func = dotted(allocation.func) or ""
+    method = isinstance(allocation.func, cst.Attribute) and allocation.func.attr.value in NEW_SIZED \
+        and func.partition(".")[0] != "torch"
+    if not (method or func in TORCH_SIZED) or func.endswith("full"):
+        return None
+    given = [a.value for a in allocation.args if a.keyword is not None and a.keyword.value == "size"] or [
+        a.value for a in allocation.args if a.keyword is None and not a.star]
+    if len(given) == 1 and isinstance(given[0], cst.Tuple | cst.List):
+        given = [e.value for e in given[0].elements]
+    if not given or not all(isinstance(g, cst.Name | cst.Integer) for g in given):
+        return None
+    return [code(g).strip() for g in given]
 
 
 def sized_like(scope, allocation: cst.BaseExpression | None) -> str | None:
@@ -164,7 +210,7 @@ def _sizes_tensor(scope, given: list[cst.BaseExpression]) -> str | None:
     return next((t for t, sizes in unpacked(scope).items() if sizes == names), None)
 
 
-class _Names(ast.NodeTransformer):
+class Names(ast.NodeTransformer):
     """Names replaced by expressions (given as code); `tl.` written as the reader's name for triton.language."""
 
     def __init__(self, names: dict[str, str], tl: str) -> None:
@@ -176,13 +222,14 @@ class _Names(ast.NodeTransformer):
         return ast.Name(self.tl) if node.id == "tl" else node
 
 
-class _Inline(ast.NodeTransformer):
+class Inline(ast.NodeTransformer):
     """The stored value of an element-wise kernel, in canonical form (locals by their values, helpers inlined),
     with each load replaced by a placeholder; refuses anything but element-wise arithmetic on loads, scalar
     parameters and constants."""
 
     def __init__(self, one: Side) -> None:
         self.one, self.loads, self.params = one, [], set()  # loads: the pointer each placeholder reads
+        self.addresses: list[ast.expr] = []  # and the address it reads, canonical
         self.pointers = one.site.touches.pointers
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
@@ -194,6 +241,7 @@ class _Inline(ast.NodeTransformer):
             if len(pointers) != 1:
                 raise NotCertain(f"{kernel.name} loads through a pointer not named in the load")
             self.loads.append(pointers[0])
+            self.addresses.append(node.args[0])
             return ast.Name(f"__load_{len(self.loads) - 1}")
         if is_call(node, "__var"):
             raise NotCertain(f"{kernel.name} stores a value that a loop or a branch sets")
@@ -218,7 +266,7 @@ class _Inline(ast.NodeTransformer):
         return super().generic_visit(node)
 
 
-def _reader_address(two: Side, load: cst.Call, h2: set[str], pointer: str) -> str:
+def reader_address(two: Side, load: cst.Call, h2: set[str], pointer: str) -> str:
     """The text of the reader's load address with the intermediate's pointer replaced by `pointer`: directly a
     term of the address, or of a local assigned once at the top level that is a term of it."""
     address = two.kernel.address(load)
@@ -268,26 +316,26 @@ def _covers(two: Side, facts: KernelFacts, load: cst.Call, h: str, rows: str) ->
     if access is None or mask is None or access.form != "pointer":
         return None
     terms = add_terms(two.expand(two.kernel.address(load)))
-    pointer = [t for t in terms if _host(t) == h]
+    pointer = [t for t in terms if host_code(t) == h]
     programs = [t for t in terms if "__pid" in ast.unparse(t)]
     lanes = [t for t in terms if t not in pointer and t not in programs]
     if len(pointer) != 1 or len(programs) != 1:
         return None
     found = [f for f in factors(programs[0]) if not is_call(f, "__pid")]
     if [ast.unparse(f) for f in factors(programs[0]) if is_call(f, "__pid")] != ["__pid(0)"] or len(found) != 1 \
-            or _host(found[0]) is None:
+            or host_code(found[0]) is None:
         return None
-    stride = _host(found[0])
+    stride = host_code(found[0])
     test = two.expand(mask)
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Lt)
-            and _host(test.comparators[0]) is not None
+            and host_code(test.comparators[0]) is not None
             and sorted(ast.dump(t) for t in add_terms(test.left)) == sorted(ast.dump(t) for t in lanes)):
         return None
-    extent = _host(test.comparators[0])
+    extent = host_code(test.comparators[0])
     aranges = [t for t in lanes if is_call(t, "__arange")]
-    if len(aranges) != 1 or ast.unparse(aranges[0].args[0]) != "0" or _host(aranges[0].args[1]) is None:
+    if len(aranges) != 1 or ast.unparse(aranges[0].args[0]) != "0" or host_code(aranges[0].args[1]) is None:
         return None
-    block = _host(aranges[0].args[1])
+    block = host_code(aranges[0].args[1])
     rest = [t for t in lanes if t is not aranges[0]]
     if stride is None or subnodes(two.kernel.node.body, cst.Return):
         return None
@@ -304,12 +352,12 @@ def _covers(two: Side, facts: KernelFacts, load: cst.Call, h: str, rows: str) ->
     if loop.form == "cdiv":
         parts = factors(index)
         if len(parts) != 2 or not any(is_call(p, "__loop") and marker_arg(p) == loop.var for p in parts) \
-                or not any(_host(p) == block for p in parts) or _host(end) != extent:
+                or not any(host_code(p) == block for p in parts) or host_code(end) != extent:
             return None
         return condition
     if marker is None or not (is_call(index, marker) and marker_arg(index) == loop.var):
         return None
-    if not (same(start, ast.Constant(0)) and _host(step) == block and _host(end) == extent):
+    if not (same(start, ast.Constant(0)) and host_code(step) == block and host_code(end) == extent):
         return None
     return condition
 
@@ -343,27 +391,13 @@ def inline(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: Moved,
             and (dotted(allocation.func) or "").rpartition(".")[2] in DENSE):
         raise NotCertain(f"{h} is not certain to be dense")
     [store] = k1.stores
-    _, block, offsets = _flat_offsets(one, k1.address(store))
-    mask = one.expand(arg_of(store, 2, "mask") or cst.Name("None"))
-    if not (isinstance(mask, ast.Compare) and len(mask.ops) == 1 and isinstance(mask.ops[0], ast.Lt)
-            and " + ".join(sorted(ast.unparse(t) for t in add_terms(mask.left))) == offsets
-            and _host(mask.comparators[0]) is not None):
-        raise NotCertain(f"{k1.name}'s store is not masked by `offsets < n`")
-    n = _host(mask.comparators[0])
-    dims = [pyast.parse(code(d).strip(), mode="eval").body for d in moved.dims()]
-    division = ceil_division(dims[0]) if len(dims) == 1 else None
-    wanted = (n, _host(pyast.parse(block, mode="eval").body))
-    if division is None or [ast.dump(pyast.parse(x, mode="eval")) for x in division] != [
-            ast.dump(pyast.parse(x, mode="eval")) for x in wanted]:
-        raise NotCertain(f"the grid of the {a.where} is not n / B rounded up for its mask's n and block")
-    if not _numel_of(host, a, n, h):
-        raise NotCertain(f"{n} is not certain to be {h}.numel()")
+    block, offsets = flat_store(host, one, store, [code(d).strip() for d in moved.dims()], h)
     for load in k1.loads:
-        _, b_, o = _flat_offsets(one, k1.address(load))
+        _, b_, o = flat_offsets(one, k1.address(load))
         if (b_, o) != (block, offsets) or one.canonical(arg_of(load, 1, "mask")) != one.canonical(
                 arg_of(store, 2, "mask")):
             raise NotCertain(f"{k1.name} loads at other offsets or under another mask than it stores")
-    walker = _Inline(one)
+    walker = Inline(one)
     value = walker.visit(one.values.expand(arg_of(store, 1, "value")))
     if not walker.loads:
         raise NotCertain(f"{k1.name} stores a value computed from no load: its shape is not certain")
@@ -391,13 +425,13 @@ def inline(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: Moved,
         mask2, other = arg_of(load, 1, "mask"), arg_of(load, 2, "other")
         loads = {}
         for i, base in enumerate(walker.loads):
-            address = _reader_address(two, load, h2, params[base])
+            address = reader_address(two, load, h2, params[base])
             loads[f"__load_{i}"] = f"{k1.tl_name}.load({address}" + (
                 f", mask={code(mask2)})" if mask2 is not None else ")")
-        text = ast.unparse(_Names({**params, **loads}, k2.tl_name).visit(copy.deepcopy(value)))
+        text = ast.unparse(Names({**params, **loads}, k2.tl_name).visit(copy.deepcopy(value)))
         if load is covering:
             kept = fresh_name(f"{h}_value", used)
-            line = _line_of(ms, load)
+            line = line_of(ms, load)
             before[id(line)] = [f"{kept} = {text}\n",
                                 f"{k2.tl_name}.store({code(k2.address(load))}, {kept}, mask={code(mask2)})\n"]
             text = kept
@@ -422,7 +456,7 @@ def inline(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: Moved,
                    edits)
 
 
-def _line_of(ms: ModuleSource, node: cst.CSTNode) -> cst.SimpleStatementLine:
+def line_of(ms: ModuleSource, node: cst.CSTNode) -> cst.SimpleStatementLine:
     while not isinstance(node, cst.SimpleStatementLine):
         node = ms.parents[id(node)]
     return node

@@ -231,6 +231,23 @@ def joined_params(first: Kernel, second: Kernel, renames: dict[str, str],
     return cst.Parameters(params=[p for p in params if p.default is None] + [p for p in params if p.default])
 
 
+def top_level_store(ms: ModuleSource, site: Site, h: str) -> cst.Call:
+    """The kernel's one store of the buffer h, a statement of its body's top level; NotCertain where it stores h
+    more often, elsewhere, or also reads it."""
+    kernel = site.kernel
+    if h in site.reads:
+        raise NotCertain(f"{kernel.name} reads {h} as well as writing it")
+    stores = [c for c in kernel.stores if kernel.bases(kernel.address(c)) & site.params_of(h)]
+    if len(stores) != 1:
+        raise NotCertain(f"{kernel.name} stores to {h} {len(stores)} times, not once")
+    [store] = stores
+    line = ms.parents.get(id(ms.parents.get(id(store))))
+    if not (isinstance(ms.parents.get(id(store)), cst.Expr) and line in kernel.node.body.body
+            and len(line.body) == 1):
+        raise NotCertain(f"{kernel.name} stores to {h} inside a block or in a compound statement")
+    return store
+
+
 def launch_args(site: Site, renames: dict[str, str], values: dict[str, cst.BaseExpression] | None = None) -> list:
     """The launch's arguments for its kernel's parameters, by keyword (the parameters renamed)."""
     args = []

@@ -117,6 +117,10 @@ class Moved:
         self._dims = out
         return out
 
+    def call(self) -> cst.Call:
+        """The first launch's call, grid and arguments with the values they had where it stood."""
+        return self._copy().body[0].value
+
     def _copy(self) -> cst.SimpleStatementLine:
         """The first launch's line, with the values it had where it stood."""
         a = self.a

@@ -98,6 +98,18 @@ WORKSPACE = ("torch.empty(({split}, {out}.untyped_storage().nbytes() // {out}.el
              "device={out}.device, dtype=torch.{dtype})")
 
 
+def _descriptor_over(kernel, statement: cst.CSTNode, pointer: str) -> str | None:
+    """The name a statement binds to `tl.make_tensor_descriptor(pointer, ...)`, else None."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(assign := statement.body[0], cst.Assign) and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name) and isinstance(call := assign.value, cst.Call)):
+        return None
+    made = kernel.is_tl(call.func, "make_tensor_descriptor") or kernel.is_tl(call.func,
+                                                                             "_experimental_make_tensor_descriptor")
+    first = call.args[0].value if call.args else None
+    return assign.targets[0].target.value if made and isinstance(first, cst.Name) and first.value == pointer else None
+
+
 def _names(*nodes: cst.CSTNode) -> set[str]:
     return {n.value for n in loads(*nodes)}
 
@@ -189,7 +201,9 @@ def _loop(dk: DotKernel) -> dict | str:
     before, after = before[0], before[1] + after
     if _names(*after) & (assigned(loop.node.body) - {acc}):
         return f"{kernel.name} reads what its K loop leaves (other than {acc}) after the loop"
-    if dk.out in _names(*before, loop.node):
+    # a tensor descriptor made over the output reads nothing: its own loads would
+    made = {d for s in before if (d := _descriptor_over(kernel, s, dk.out)) is not None}
+    if ({dk.out} | made) & _names(*[s for s in before if _descriptor_over(kernel, s, dk.out) is None], loop.node):
         return f"{kernel.name} reads {dk.out} before its K loop ends"
     store = next((s for s in after if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
                   and isinstance(s.body[0], cst.Expr) and s.body[0].value is dk.store), None)
