@@ -13,6 +13,8 @@
 #   CALL_COST_DB=docs/results/reach/h200/call_cost_part.db.xz ...: call_cost's database begins as that part (its
 #   finished hand-backs are kept, its unfinished runs resumed)
 #   PLACE_BIAS=1 ...: after the self-evaluation, benchmarks/place_bias.py in three fresh processes ($S/place_bias.log)
+#   RESPELL_GPU="expr" ...: then the corpus spellings that pytest -k expression picks, run on the GPU
+#   (tests/test_respellings.py -m gpu; $S/respell_gpu.log): variants the interpreter cannot run (descriptors)
 set -u
 cd "$(dirname "$0")/../.."
 S=${KB_STATE:-kernelband-runs/reach}
@@ -51,6 +53,12 @@ if [ "${PLACE_BIAS:-0}" = 1 ]; then
     CUDA_VISIBLE_DEVICES=${gpus%%,*} timeout 120 "$py" benchmarks/place_bias.py --ring >> "$S/place_bias.log" 2>&1
   done
   log "place_bias done"
+fi
+if [ -n "${RESPELL_GPU:-}" ]; then
+  log "respellings on GPU ${gpus%%,*}: $RESPELL_GPU"
+  CUDA_VISIBLE_DEVICES=${gpus%%,*} timeout 300 "$py" -m pytest -q -o addopts= -p no:cacheprovider -m gpu tests/test_respellings.py \
+    -k "$RESPELL_GPU" > "$S/respell_gpu.log" 2>&1
+  log "respellings exit $?"
 fi
 touch "$S/after.done"
 # alone, nothing else in $S waits: gpu_collect.sh may return at once
