@@ -1,7 +1,8 @@
 """Two launches that launch_fusion makes one where the second is element-wise over the first's output flattened:
 it is computed where the first stores that output (launch_epilogue.py). A GEMM then a bias and a ReLU (the bias
 read at the output's column, `offs % N`), a GEMM then a scaled ReLU with a residual read at the same elements,
-a row softmax then a scale cast to fp16 whose host returns the probabilities too (their store kept)."""
+a row softmax then a scale cast to fp16 whose host returns the probabilities too (their store kept), Triton's
+autotuned tutorial matmul then a bias and GELU."""
 
 from __future__ import annotations
 
@@ -143,8 +144,80 @@ def softmax_scaled(x, s=2.0):
     return out, probs
 '''
 
+# Triton's tutorial matmul (autotuned, over one config so that the interpreter runs it; grouped order, a `lambda META` grid, the store through `c_ptrs`), then a
+# bias and an exact GELU over its output flattened.
+TUTORIAL_BIAS_GELU = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(
+    configs=[
+        triton.Config({"BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8}, num_stages=3, num_warps=4),
+    ],
+    key=["M", "N", "K"],
+)
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+                  GROUP_SIZE_M: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    num_pid_in_group = GROUP_SIZE_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_SIZE_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_SIZE_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
+    offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+    accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_SIZE_K, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
+        accumulator = tl.dot(a, b, accumulator)
+        a_ptrs += BLOCK_SIZE_K * stride_ak
+        b_ptrs += BLOCK_SIZE_K * stride_bk
+    c = accumulator.to(tl.float16)
+    offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
+    c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
+    tl.store(c_ptrs, c, mask=c_mask)
+
+
+@triton.jit
+def bias_gelu(x_ptr, b_ptr, y_ptr, n_elements, n_cols, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
+    b = tl.load(b_ptr + offsets % n_cols, mask=mask).to(tl.float32)
+    v = x + b
+    y = 0.5 * v * (1 + tl.erf(v * 0.7071067811865476))
+    tl.store(y_ptr + offsets, y, mask=mask)
+
+
+def linear_gelu(a, w, bias):
+    M, K = a.shape
+    K, N = w.shape
+    c = torch.empty((M, N), device=a.device, dtype=torch.float16)
+    grid = lambda META: (triton.cdiv(M, META["BLOCK_SIZE_M"]) * triton.cdiv(N, META["BLOCK_SIZE_N"]),)
+    matmul_kernel[grid](a, w, c, M, N, K, a.stride(0), a.stride(1), w.stride(0), w.stride(1), c.stride(0), c.stride(1))
+    y = torch.empty_like(c)
+    n = c.numel()
+    bias_gelu[(triton.cdiv(n, 1024),)](c, bias, y, n, N, BLOCK_SIZE=1024)
+    return y
+'''
+
 SPELLINGS = [
     Spelling("fusion", "epilogue_gemm_bias_relu", GEMM_BIAS_RELU, "linear_relu", GEMM_INPUTS, ("launch_fusion",)),
     Spelling("fusion", "epilogue_gemm_residual", GEMM_RESIDUAL, "linear_relu", RESIDUAL_INPUTS, ("launch_fusion",)),
+    Spelling("fusion", "epilogue_tutorial_gelu", TUTORIAL_BIAS_GELU, "linear_gelu", GEMM_INPUTS, ("launch_fusion",)),
     Spelling("fusion", "epilogue_rows_then_scale", ROWS_THEN_SCALE, "softmax_scaled", ROW_INPUTS, ("launch_fusion",)),
 ]

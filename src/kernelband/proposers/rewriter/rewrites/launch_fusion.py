@@ -186,7 +186,10 @@ def _interleaved(ms: ModuleSource, host: HostFunction, a: Site, b: Site, moved: 
         if w != r:
             raise NotCertain(f"{k2.name} reads {r}, which may be the memory {k1.name} writes as {w}")
     shared = sorted({w for w, _ in flows})
-    grid = same_grid(host, a, b, moved.dims())
+    try:
+        grid = same_grid(host, a, b, moved.dims())
+    except NotCertain:  # the first grid is not known (a meta grid of an autotuned kernel): not the second's
+        grid = False
     if len(shared) > 1:
         raise NotCertain(f"{k2.name} reads {', '.join(shared)}, which {k1.name} writes" + (
             "" if grid else f", on another grid: its programs may read what other programs of {k1.name} write"))
