@@ -45,7 +45,7 @@ if [ "$left" -gt 0 ]; then
     2> "$S/eval_self.err"
   log "eval_self exit $?"
 else
-  log "eval_self skipped: call_cost took the whole EVAL_SELF_S"
+  log "eval_self skipped: no time left of EVAL_SELF_S"
 fi
 if [ "${PLACE_BIAS:-0}" = 1 ]; then
   log "place_bias begins on GPU ${gpus%%,*}"
