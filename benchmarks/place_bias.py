@@ -51,8 +51,12 @@ def spans_us(calls: list, wait_us: float) -> list[float]:
             torch.cuda._sleep(int(wait_us * 2000))
             fn()
         torch.cuda.synchronize()
-    return [(e.end_ns() - e.start_ns()) / 1e3 for e in prof.profiler.kineto_results.events()
-            if e.device_type() == DeviceType.CUDA and "softmax_kernel" in e.name()]
+    gpu = [e for e in prof.profiler.kineto_results.events() if e.device_type() == DeviceType.CUDA]
+    found = [(e.end_ns() - e.start_ns()) / 1e3 for e in gpu if "softmax_kernel" in e.name()]
+    if len(found) != len(calls):
+        raise SystemExit(f"{len(found)} softmax_kernel records for {len(calls)} calls; kernels seen: "
+                         f"{sorted({e.name() for e in gpu})[:8]}")
+    return found
 
 
 def time_shape(rows: int, cols: int, args: argparse.Namespace) -> dict:
