@@ -104,8 +104,14 @@ def main() -> None:
     ap.add_argument("--wait-us", type=float, default=150.0)
     ap.add_argument("--ring", action="store_true", help="also time calls cycling over all the pairs")
     args = ap.parse_args()
-    for text in args.shapes.split(","):
-        rows, cols = map(int, text.split("x"))
+    try:
+        shapes = [tuple(map(int, text.split("x"))) for text in args.shapes.split(",")]
+    except ValueError:
+        shapes = []
+    if not shapes or any(len(s) != 2 or min(s) < 1 for s in shapes) or min(args.copies, args.repeats, args.calls) < 1:
+        ap.exit(2, f"error: --shapes is ROWSxCOLS[,ROWSxCOLS...] of positive integers (got {args.shapes!r}), and "
+                   "--copies, --repeats and --calls at least 1\n")
+    for rows, cols in shapes:
         row = time_shape(rows, cols, args)
         print(json.dumps({**row, "device": torch.cuda.get_device_name()}), flush=True)
 

@@ -31,7 +31,11 @@ gpus=${AFTER_GPUS:-$(seq -s, 0 $(( n > 1 ? n - 2 : 0 )))}
 "$py" -c "import libcst" 2> /dev/null || "$py" -m pip install --no-index --no-deps -q .wheels/*.whl
 t0=$SECONDS
 if [ -n "${CALL_COST_S:-}" ]; then
-  [ -n "${CALL_COST_DB:-}" ] && [ ! -f "$S/call_cost.db" ] && xz -dc "$CALL_COST_DB" > "$S/call_cost.db"
+  if [ -n "${CALL_COST_DB:-}" ] && [ ! -f "$S/call_cost.db" ]; then
+    # a part that cannot be read leaves no empty database behind: call_cost then begins afresh
+    xz -dc "$CALL_COST_DB" > "$S/call_cost.db.part" 2>> "$S/session.log" && mv "$S/call_cost.db.part" "$S/call_cost.db" \
+      || { rm -f "$S/call_cost.db.part"; log "CALL_COST_DB $CALL_COST_DB unreadable: call_cost begins afresh"; }
+  fi
   log "call_cost begins on GPU ${gpus%%,*}"
   CUDA_VISIBLE_DEVICES=${gpus%%,*} timeout "$CALL_COST_S" "$py" benchmarks/call_cost.py --make --no-ncu \
     --db "$S/call_cost.db" --out "$S/call_cost.json" > "$S/call_cost.log" 2>&1
