@@ -36,6 +36,7 @@ from kernelband.proposers.rewriter.edits import Variant, keyword_arg
 from kernelband.proposers.rewriter.rewrites.launch_inline import (
     Inline,
     Names,
+    NotFlat,
     flat_offsets,
     flat_store,
     line_of,
@@ -72,14 +73,14 @@ def _consumer(host: HostFunction, b: Site, h: str) -> tuple[Side, ast.expr, Inli
             or k2.atomics:
         raise NotElementwise(f"{k2.name} is not one straight-line block with one store")
     [store] = k2.stores
+    dims, unknown = host.grid(b)
     try:
-        flat_offsets(two, k2.address(store))
-    except NotCertain as why:
+        if dims is None:
+            flat_offsets(two, k2.address(store))
+            raise NotCertain(unknown)
+        flat_store(host, two, store, dims, h)
+    except NotFlat as why:  # its store is no flat block: the form does not apply at all
         raise NotElementwise(str(why)) from None
-    dims, why = host.grid(b)
-    if dims is None:
-        raise NotCertain(why)
-    flat_store(host, two, store, dims, h)
     for load in k2.loads:
         if two.canonical(arg_of(load, 1, "mask")) != two.canonical(arg_of(store, 2, "mask")):
             raise NotCertain(f"{k2.name} loads under another mask than it stores")

@@ -65,6 +65,10 @@ def host_code(node: ast.AST) -> str | None:
     return None
 
 
+class NotFlat(NotCertain):
+    """An address that is not one block of B per program over a flattened tensor."""
+
+
 def flat_offsets(one: Side, address: cst.BaseExpression) -> tuple[str, str, str]:
     """(pointer, block, the offsets' text) of `P + pid * B + tl.arange(0, B)` (in any order), in host code."""
     terms = add_terms(one.expand(address))
@@ -73,12 +77,12 @@ def flat_offsets(one: Side, address: cst.BaseExpression) -> tuple[str, str, str]
     aranges = [t for t in terms if is_call(t, "__arange")]
     rest = [t for t in terms if t not in pointers and t not in aranges]
     if len(pointers) != 1 or len(aranges) != 1 or len(rest) != 1 or ast.unparse(aranges[0].args[0]) != "0":
-        raise NotCertain(f"{one.kernel.name} does not address `P + pid * B + tl.arange(0, B)`")
+        raise NotFlat(f"{one.kernel.name} does not address `P + pid * B + tl.arange(0, B)`")
     block = ast.unparse(aranges[0].args[1])
     stride = rest[0]
     if not (isinstance(stride, ast.BinOp) and isinstance(stride.op, ast.Mult) and sorted(
             ast.unparse(x) for x in (stride.left, stride.right)) == sorted(["__pid(0)", block])):
-        raise NotCertain(f"{one.kernel.name} does not address `P + pid * B + tl.arange(0, B)`")
+        raise NotFlat(f"{one.kernel.name} does not address `P + pid * B + tl.arange(0, B)`")
     return host_code(pointers[0]), block, " + ".join(sorted(ast.unparse(t) for t in (stride, aranges[0])))
 
 
