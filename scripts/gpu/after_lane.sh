@@ -6,7 +6,7 @@
 #
 #   setsid nohup bash scripts/gpu/after_lane.sh > /dev/null 2>&1 < /dev/null &   # from the same copy as the sweep
 #   AFTER_NOW=1 AFTER_GPUS=1,2,3 ...: at once, on GPUs 1-3, where the lane has one run left on GPU 0
-#   EVAL_SELF_RESUME=docs/results/reach/h200/side/eval_self_part.json.xz ...: only the processes that part lacks
+#   EVAL_SELF_RESUME=docs/results/reach/h200/side/eval_self_rules11.json.xz ...: only the processes that part lacks
 #   AFTER_ALONE=1 ...: no sweep beside it, so no minute's wait for one to install libcst
 #   CALL_COST_S=600 ...: first issue 50's per-call cost on the idle GPU (call_cost.py --make --no-ncu), at most
 #   that many seconds, into $S/call_cost.json; EVAL_SELF_S (the self-evaluation's stop) counts call_cost's time in
