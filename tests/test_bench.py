@@ -91,16 +91,22 @@ def test_a_bench_without_a_strategies_file_keeps_the_catalogue_it_began_with(mon
 
 
 @pytest.mark.slow
-def test_a_bench_keeps_the_strategies_it_began_with(tmp_path: Path):
+def test_a_bench_keeps_the_strategies_and_no_baselines_it_began_with(tmp_path: Path):
     db, spec = tmp_path / "bench.db", tmp_path / "s.toml"
     spec.write_text('replace_all = true\n[[strategies]]\nname = "tiling"\ndescription = "Coarsen only."\n'
                     'target = "SM"\nrewrites = ["coarsen"]\n')
     proc = _cli("bench", "--suite", "examples", "--tasks", "vector_add", "--policies", "greedy", "-n", "1",
-                "--seeds", "1", "--proposer", "rewrite", "--strategies", str(spec), "--db", str(db), "--json")
+                "--seeds", "1", "--proposer", "rewrite", "--strategies", str(spec), "--db", str(db), "--json",
+                "--no-baselines")
     assert proc.returncode == 0, proc.stderr[-2000:]
     bench_id = json.loads(proc.stdout)["bench_id"]
-    kept = Store(db).bench(bench_id)["config"]["strategies"]
-    assert [(s["name"], s["rewrites"]) for s in kept] == [("tiling", ["coarsen"])]
+    config = Store(db).bench(bench_id)["config"]
+    assert [(s["name"], s["rewrites"]) for s in config["strategies"]] == [("tiling", ["coarsen"])]
+    # --no-baselines reaches the evaluator (its reason, not the interpreter's) and the bench keeps it
+    [run] = Store(db).runs(bench_id)
+    assert config["baselines"] is False and "not asked for" in run.summary["vs_compile_skipped"]
+    kept_off = invoke("bench", "--resume", str(bench_id), "--db", str(db), "--no-baselines")
+    assert kept_off.returncode == 2 and "--no-baselines with --resume" in kept_off.stderr
     with sqlite3.connect(db) as con:
         made = con.execute("SELECT strategy, rationale FROM candidates WHERE id > 0").fetchall()
     assert len(made) == 1 and all(st == "tiling" and why.startswith("coarsen:") for st, why in made), made

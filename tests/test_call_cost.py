@@ -136,5 +136,14 @@ def test_make_hands_the_modules_back_through_kernelband_bench_and_passes_no_ncu(
     assert call_cost.main() == 2  # the bench made nothing here, so there is no database to read
     [command] = commands
     bench = command[command.index("bench"):]
-    assert bench[bench.index("--tasks") + 1] == "softmax" and "--no-ncu" in bench
+    assert bench[bench.index("--tasks") + 1] == "softmax" and "--no-ncu" in bench and "--no-baselines" in bench
     assert bench[bench.index("--db") + 1] == str(tmp_path / "none.db")
+    # a database carried from an earlier session: only the examples it has no finished run of are made
+    carried = tmp_path / "carried.db"
+    carried.touch()
+    monkeypatch.setattr(call_cost, "handed_back", lambda db, bench, examples: [{"task": "examples:softmax", "file": ""}])
+    monkeypatch.setattr(sys, "argv", ["call_cost.py", "--make", "--examples", "softmax,transpose", "--db",
+                                      str(carried)])
+    call_cost.main()
+    bench = commands[-1][commands[-1].index("bench"):]
+    assert bench[bench.index("--tasks") + 1] == "transpose" and len(commands) == 2

@@ -125,9 +125,13 @@ def test_persistent_tiles_loop_over_the_fixed_tiles_of_the_original_grid(spellin
 
 
 def test_matmul_configs_sets_the_tiles_a_parameter_sizes_and_keeps_the_fixed_ones():
+    # every tile fixed: read through the literals lifted to constexprs (rewrites/literal_tiles.py), M and N one
+    # square tile, so only the tables' square configs
     variants, reasons = made(INLINE, "matmul_configs")
-    assert variants == [] and reasons == (
-        "mm_kernel's M, N and K tiles are all fixed by the source (64, 64, 32): no config has a tile to set",)
+    assert [rationale.split(": @")[0] for rationale, _ in variants] == [
+        "mm_kernel's literal tiles as constexprs (BLOCK_MN=64, BLOCK_K=32); Triton's matmul tutorial configs",
+        "mm_kernel's literal tiles as constexprs (BLOCK_MN=64, BLOCK_K=32); Inductor's mm configs"]
+    assert 'triton.Config({"BLOCK_MN": 128, "BLOCK_K": 32}' in variants[0][1]
     [(tutorial, new), (inductor, _)], _ = made_plain(MIXED, "matmul_configs")
     assert tutorial.startswith("Triton's matmul tutorial configs: @triton.autotune on mm_kernel: 9 configs over "
                                "BLOCK_M, BLOCK_N, num_warps, num_stages")

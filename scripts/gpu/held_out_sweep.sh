@@ -29,6 +29,10 @@ POLICIES=${POLICIES:-kernelband,random,beam,coordinate}
 COLD=${COLD-kernelband}  # COLD= (empty): no cold lane
 FILL=${FILL-kernelband}
 SEEDS=${SEEDS:-5}
+# torch eager and torch.compile are not timed in these benches (--no-baselines): the verdict compares policies with
+# each other, and a max-autotune compile of every shape of every task in every session costs GPU minutes that the
+# searches need. BASELINES=1 times them.
+[ "${BASELINES:-0}" = 1 ] && baselines=() || baselines=(--no-baselines)
 if [ "${SMOKE:-0}" = 1 ]; then
   S=${KB_STATE:-kernelband-runs/held_out-smoke}
   SEEDS=1
@@ -128,7 +132,7 @@ bench() {  # part suite split knowledge policies: the bench begun or resumed on 
     # shellcheck disable=SC2086
     "$py" -m kernelband bench --suite "$suite" --split "$split" ${only[$split]} ${knowledge:+--knowledge $knowledge} \
       --policies "$policies" --seeds "$SEEDS" --proposer rewrite --db "$S/$part.db" "${where[@]}" "${search[@]}" \
-      "${run[@]}" --json > "$S/bench-$name.json" 2> "$S/bench-$name.log"
+      "${run[@]}" "${baselines[@]}" --json > "$S/bench-$name.json" 2> "$S/bench-$name.log"
   fi
   read -r id status <<< "$(state "$part" "$suite" "$split" "$knowledge")"
   log "$name: bench ${id:-none} ${status:-not begun}"

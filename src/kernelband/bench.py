@@ -85,6 +85,9 @@ class BenchConfig:
     # the knowledge store the policies warm-start from and add to: "" the bench's own database, "off" none,
     # else a path (knowledge.py)
     knowledge: str = ""
+    # torch eager and torch.compile timed beside each run's kernels (evaluation/baselines.py); False: not timed,
+    # for benches that only need the kernels (a compile with max-autotune per shape costs more than a short run)
+    baselines: bool = True
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)

@@ -190,7 +190,7 @@ class _Runner:
         config = BenchConfig(**setup.config)
         mode = "interpreter" if setup.interpreter else detect_mode()
         self.evaluator = Evaluator(mode=mode, warm=2, device_index=0, preset=config.preset,
-                                   use_ncu=setup.use_ncu).__enter__()
+                                   use_ncu=setup.use_ncu, baselines=config.baselines).__enter__()
         self.evaluator.keep_references(setup.runs + 1)
         self.bench = Bench(StoreProxy(server, setup.db_path), config, [self.evaluator],
                            lambda: make_proposer(setup.proposer), setup.tritonbench_path, bench_id=setup.bench_id,

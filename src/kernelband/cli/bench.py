@@ -41,6 +41,7 @@ def bench_cmd(
     interpreter: bool = flag("--interpreter", "use the Triton interpreter even with a GPU"),
     tritonbench: str | None = typer.Option(None, "--tritonbench", help="TritonBench data (json or checkout)"),
     no_ncu: bool = flag("--no-ncu", "do not profile with Nsight Compute"),
+    no_baselines: bool = flag("--no-baselines", "do not time torch eager and torch.compile (no compile wait)"),
     strategies: str | None = typer.Option(None, "--strategies",
                                           help="strategy config file (.toml or .json), kept with the bench"),
     split: str | None = typer.Option(None, "--split", help="train or test: only that side of the fixed split "
@@ -74,8 +75,9 @@ def bench_cmd(
                     raise UserError("--strategies with --resume: a bench keeps the strategies it began with")
                 config = BenchConfig(**store.bench(resume)["config"])
                 config.refresh_baselines = refresh_baselines
-                if split is not None or knowledge is not None:
-                    raise UserError("--split or --knowledge with --resume: a bench keeps those it began with")
+                if split is not None or knowledge is not None or no_baselines:
+                    raise UserError("--split, --knowledge or --no-baselines with --resume: a bench keeps those it "
+                                    "began with")
             else:
                 names = [p.strip() for p in policies.split(",") if p.strip()]
                 unknown = [p for p in names if p not in POLICIES]
@@ -89,7 +91,7 @@ def bench_cmd(
                 config = BenchConfig(suite, names, parse_seeds(seeds), iterations, batch, kind, preset,
                                      [t.strip() for t in tasks.split(",")] if tasks else [], refresh_baselines,
                                      finalists, BenchConfig.strategies_from(strategies), check_split(split),
-                                     knowledge_option(knowledge))
+                                     knowledge_option(knowledge), baselines=not no_baselines)
                 # an unknown suite or task: refused before the evaluator (torch) is imported and its workers start
                 planned_jobs(config, tritonbench)
             if ray_address is None and gpu_model is not None:
@@ -154,7 +156,8 @@ def _local(store, config, choice, gpus, runs_per_gpu: int, interpreter: bool, tr
     indices = _gpu_indices(gpus) if mode == "gpu" else [0]
     with ExitStack() as stack:
         evaluators = [stack.enter_context(Evaluator(mode=mode, warm=2, device_index=i, preset=config.preset,
-                                                    use_ncu=False if no_ncu else None)) for i in indices]
+                                                    use_ncu=False if no_ncu else None,
+                                                    baselines=config.baselines)) for i in indices]
         bench = Bench(store, config, evaluators, lambda: make_proposer(choice(config.proposer)), tritonbench,
                       bench_id=resume, on_event=_bench_event, runs_per_gpu=runs_per_gpu, tasks_now=_names(tasks_now))
         stacks.dump_on(signal.SIGUSR1)  # a sweep that seems stuck: `kill -USR1 PID` shows where

@@ -79,6 +79,37 @@ def carried(rewrite: Callable[[ModuleSource], Found], follow: Callable[[ModuleSo
     return carrying
 
 
+@dataclass(frozen=True, eq=False)
+class Respelled:
+    """The module written another way that computes the same (literal tiles as constexprs, helper calls
+    inlined), for the rewrites that read only that way."""
+
+    ms: ModuleSource
+    why: str  # what was written otherwise, for a variant's rationale
+    touches: frozenset[str]
+
+
+def respelling(rewrite: Callable[[ModuleSource], Found],
+               respell: Callable[[ModuleSource], Respelled | str | None]) -> Callable[[ModuleSource], Found]:
+    """`rewrite`, and where it makes no variant of a module, its variants of the module `respell` writes, each
+    including the respelling (its reasons then those of the respelled module). `respell` may say instead why
+    it cannot write the module otherwise: that joins the rewrite's reasons."""
+    def run(ms: ModuleSource) -> Found:
+        found = rewrite(ms)
+        if found.variants:
+            return found
+        other = respell(ms)
+        if not isinstance(other, Respelled):
+            return Found(found.variants, [*found.reasons, other]) if other else found
+        again = rewrite(other.ms)
+        if not again.variants:
+            return found
+        return Found([Composed(v.rewrite, f"{other.why}; {v.rationale}", v.touches | other.touches, (),
+                               move=v.move, text=v.apply(other.ms)) for v in again.variants], again.reasons)
+    run.plain = getattr(rewrite, "plain", rewrite)
+    return run
+
+
 def followed(ms: ModuleSource, variant: Variant, follow: Callable[[ModuleSource], Found],
              short: Callable[[str], str], rounds: int) -> Variant:
     text, stated = variant.apply(ms), []

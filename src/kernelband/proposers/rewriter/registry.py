@@ -1,5 +1,7 @@
 """The rewriter's built-in source transformations, by name. Each takes a parsed module and returns every
-variant it can make of it, in a fixed order, with the reasons it cannot do more.
+variant it can make of it, in a fixed order, with the reasons it cannot do more. Where one makes nothing of a
+module as written, some read it re-spelled: literal tiles as constexprs (literal_tiles.py), helper calls written
+out (inline_helpers.py).
 
     block_size        scale a block-size constexpr (x2, /2, x4, /4) with the grid that follows it
     vector_width      more elements per thread: a larger 1-D block for the same warps, or fewer warps
@@ -56,8 +58,10 @@ from kernelband.proposers.rewriter.rewrites.data_masks import data_masks
 from kernelband.proposers.rewriter.rewrites.divisibility_hints import aligned, divisibility_hints
 from kernelband.proposers.rewriter.rewrites.fused_absmax import fused_absmax
 from kernelband.proposers.rewriter.rewrites.grouped_ordering import grouped_ordering
+from kernelband.proposers.rewriter.rewrites.inline_helpers import inlining
 from kernelband.proposers.rewriter.rewrites.launch_fusion import launch_fusion
 from kernelband.proposers.rewriter.rewrites.launch_options import num_stages, num_warps
+from kernelband.proposers.rewriter.rewrites.literal_tiles import lifting
 from kernelband.proposers.rewriter.rewrites.online_softmax import online_softmax
 from kernelband.proposers.rewriter.rewrites.persistent_tiles import persistent_tiles
 from kernelband.proposers.rewriter.rewrites.rows import rows
@@ -67,22 +71,26 @@ from kernelband.proposers.rewriter.rewrites.split_rows import split_rows
 from kernelband.proposers.rewriter.rewrites.zero_fill import dropping_fills, zero_fill
 
 REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
-    "block_size": block_size,
-    "vector_width": vector_width,
+    # the rewrites that set a tile's size read literal tiles (`tl.arange(0, 1024)`) as constexprs where the
+    # module as written gives them none (rewrites/literal_tiles.py)
+    "block_size": lifting(block_size),
+    "vector_width": lifting(vector_width),
     "num_warps": num_warps,
     "num_stages": num_stages,
-    "autotune": autotune,
+    "autotune": lifting(autotune),
     "cache_hints": cache_hints,
     "grouped_ordering": grouped_ordering,
     "coarsen": coarsen,
     "rows": rows,
     "fused_absmax": fused_absmax,
-    "inductor_configs": config_sets("inductor_configs", inductor_configs.choose),
+    "inductor_configs": lifting(config_sets("inductor_configs", inductor_configs.choose)),
     # the tl.dot tile rewrites carry the divisibility hints: their tiles pay only with 16-byte loads
-    "matmul_configs": aligned(config_sets("matmul_configs", matmul_configs.choose, floors=True)),
-    "single_pass": single_pass,
-    "online_softmax": online_softmax,
-    "split_rows": split_rows,
+    "matmul_configs": aligned(lifting(config_sets("matmul_configs", matmul_configs.choose, floors=True))),
+    # the rewrites that merge or split a kernel's loops read them where helper calls are written out
+    # (rewrites/inline_helpers.py) where the module as written gives them none
+    "single_pass": inlining(single_pass),
+    "online_softmax": inlining(online_softmax),
+    "split_rows": inlining(split_rows),
     "contiguity_hints": contiguity_hints,
     "data_masks": data_masks,
     "split_k": aligned(split_k),

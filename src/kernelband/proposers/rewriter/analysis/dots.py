@@ -87,6 +87,11 @@ class Dot:
     def axes(self) -> dict[str, Tile]:
         return {"M": self.m, "N": self.n, "K": self.k}
 
+    @property
+    def square(self) -> bool:
+        """One constexpr sizes both its M and N tiles."""
+        return self.m is not None and self.m.param is not None and self.n is not None and self.m.param == self.n.param
+
 
 class Dots:
     def __init__(self, roles: Roles, loops: Loops, callees: list[Dots] | None = None) -> None:
@@ -184,9 +189,10 @@ class Dots:
         for axis, tile in (("M", dot.m), ("N", dot.n)):
             if not self._tiles_pid(tile):
                 return f"{name}'s {axis} tile ({tile.code}) scales no program id"
-        params = [t.param for t in (dot.m, dot.n, dot.k) if t.param is not None]
-        if len(set(params)) != len(params):
-            return f"one constexpr sizes two of {name}'s M, N and K tiles"
+        # one constexpr may size both M and N (a square tile, `BLOCK` for both), never K as well: K's tile is
+        # a loop step, and a split or a config of K must leave the output tile as it is
+        if dot.k.param is not None and dot.k.param in (dot.m.param, dot.n.param):
+            return f"one constexpr sizes {name}'s K tile and its {'M' if dot.k.param == dot.m.param else 'N'} tile"
         return ""
 
     @staticmethod

@@ -49,7 +49,9 @@ def dot_axes(kernel: Kernel) -> dict[str, Tile] | str:
     dots = facts_of(kernel).dots
     if not dots.all:
         return f"{kernel.name} has no tl.dot, nor calls a helper that has one"
-    plain = dots.plain
+    # a square product (one constexpr for M and N, as an attention's Q @ K^T over BT x BT) counts where it is
+    # the kernel's only kind: beside another product it is that kernel's side computation, not its GEMM
+    plain = [d for d in dots.plain if not d.square] or dots.plain
     if not plain:
         return dots.all[0].why
     if len({(d.m, d.n, d.k) for d in plain}) != 1:
@@ -160,12 +162,15 @@ def free_tiles(ms: ModuleSource, kernel: Kernel) -> ConfigSet | str:
 
 def _configs(axes: dict[str, str], table: tuple) -> list:
     """A table's configs on the tiles a config can set; where the source fixes a tile, two rows that differ only
-    there are one config."""
+    there are one config, and where one constexpr sizes both M and N (a square tile), only the rows with equal M
+    and N tiles are configs."""
     configs = []
     for *tiles, stages, warps in table:
-        config = ({axes[axis]: value for axis, value in zip("MNK", tiles) if axis in axes}, warps, stages)
-        if config not in configs:
-            configs.append(config)
+        values: dict[str, int] = {}
+        if all(values.setdefault(axes[axis], value) == value for axis, value in zip("MNK", tiles) if axis in axes):
+            config = (values, warps, stages)
+            if config not in configs:
+                configs.append(config)
     return configs
 
 
