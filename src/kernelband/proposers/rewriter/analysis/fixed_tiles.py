@@ -142,7 +142,8 @@ def fixed_tiles(kernel: Kernel) -> tuple[list[FixedTile], str]:
             tiles.append(FixedTile(value, tuple(nodes), axes.get(value, "")))
         elif not why:
             why = (f"{kernel.name}'s tile of {value} is also the integer {value} elsewhere "
-                   f"({code(_statement(stray, parents)).strip()[:80]}): it may mean that number, not the tile")
+                   f"({code(_statement(stray, parents)).strip().splitlines()[0][:80]}): it may mean that number, not "
+                   "the tile")
     return tiles, why
 
 
