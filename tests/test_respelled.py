@@ -51,6 +51,7 @@ import triton.language as tl
 
 @triton.jit
 def _advance(p, n):
+    """The value n elements on."""
     p += n
     return tl.load(p)
 
@@ -81,5 +82,6 @@ def test_an_inlined_helper_that_assigns_its_parameter_works_on_a_local_and_one_t
     inlined = inline(ModuleSource(HELPERS))
     body = inlined.ms.source.split("def k(")[1]
     assert inlined.why == "_advance inlined in k"
-    assert "p_1 = p\n    p_1 += n\n    v = tl.load(p_1)\n" in body  # the caller's p is left as it was
+    # the caller's p is left as it was, and the helper's docstring stays with the helper
+    assert "p_1 = p\n    p_1 += n\n    v = tl.load(p_1)\n" in body and "elements on" not in body
     assert "w = _early(p, n)" in body and "tl.store(y_ptr, v + w + tl.load(p))" in body

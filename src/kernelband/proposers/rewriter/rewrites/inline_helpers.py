@@ -38,6 +38,11 @@ class _Renamed(cst.CSTTransformer):
         return updated_node.with_changes(keyword=original_node.keyword)
 
 
+def _docstring(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+        and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.SimpleString)
+
+
 def _inlinable(helper: Kernel) -> bool:
     """One return, the body's last statement (or none), no nested function, no *args or **kwargs."""
     body = helper.node.body.body
@@ -110,7 +115,7 @@ def _inlined(helper: Kernel, call: cst.Call, target: cst.BaseExpression | None,
             head.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(local))], value)]))
     for name in sorted(written - set(bound)):
         mapping[name] = cst.Name(fresh_name(name, used))
-    body = [s.visit(_Renamed(mapping)) for s in helper.node.body.body]
+    body = [s.visit(_Renamed(mapping)) for s in helper.node.body.body if not _docstring(s)]
     if body and isinstance(body[-1], cst.SimpleStatementLine) and isinstance(body[-1].body[0], cst.Return):
         value = body.pop().body[0].value
         if target is not None:
