@@ -141,9 +141,9 @@ def fixed_tiles(kernel: Kernel) -> tuple[list[FixedTile], str]:
         if stray is None:
             tiles.append(FixedTile(value, tuple(nodes), axes.get(value, "")))
         elif not why:
-            why = (f"{kernel.name}'s tile of {value} is also the integer {value} elsewhere "
-                   f"({code(_statement(stray, parents)).strip().splitlines()[0][:80]}): it may mean that number, not "
-                   "the tile")
+            why = (f"{kernel.name} uses its tile's size, {value}, also as a value that is not a tile's size "
+                   f"({code(_statement(stray, parents)).strip().splitlines()[0][:80]}): which of its uses the tile's "
+                   "size sets is not certain")
     return tiles, why
 
 
