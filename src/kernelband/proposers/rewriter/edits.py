@@ -88,6 +88,15 @@ class Respelled:
     why: str  # what was written otherwise, for a variant's rationale
     touches: frozenset[str]
 
+    @staticmethod
+    def written(ms: ModuleSource, edits: Sequence[tuple[cst.CSTNode, Edit]], why: str,
+                touches: frozenset[str]) -> Respelled | None:
+        """The module with the edits applied, parsed again; None where it does not parse."""
+        try:
+            return Respelled(ModuleSource(Variant("respell", why, touches, tuple(edits)).apply(ms)), why, touches)
+        except cst.ParserSyntaxError:
+            return None
+
 
 def respelling(rewrite: Callable[[ModuleSource], Found],
                respell: Callable[[ModuleSource], Respelled | str | None]) -> Callable[[ModuleSource], Found]:

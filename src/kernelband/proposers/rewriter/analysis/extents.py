@@ -23,7 +23,7 @@ import libcst as cst
 
 from kernelband.proposers.rewriter.analysis import grids
 from kernelband.proposers.rewriter.analysis.facts import facts_of
-from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource
+from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, tile_divisions
 from kernelband.proposers.rewriter.analysis.syntax import code, int_value
 from kernelband.proposers.rewriter.analysis.values import names_in, tl_name
 
@@ -71,7 +71,7 @@ def _gridded(ms: ModuleSource, kernel: Kernel, param: str) -> tuple[set[str | in
         here: set[str | int] = set()
         if launch.meta_grid is not None:
             meta, body = launch.meta_grid
-            mine = [d for d in grids.tile_divisions_in(body, subscripts=True)
+            mine = [d for d in tile_divisions(body, subscripts=True)
                     if code(d.divisor).strip() in (f'{meta}["{param}"]', f"{meta}['{param}']")]
         else:
             arg = launch.arg(param)

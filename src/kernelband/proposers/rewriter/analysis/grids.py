@@ -16,13 +16,7 @@ import ast
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.facts import kernel_facts
-from kernelband.proposers.rewriter.analysis.source import (
-    CeilDiv,
-    Launch,
-    ModuleSource,
-    ceil_divisions,
-    tile_divisions,
-)
+from kernelband.proposers.rewriter.analysis.source import CeilDiv, Launch, ModuleSource, ceil_divisions
 from kernelband.proposers.rewriter.analysis.syntax import code, int_value, subnodes
 from kernelband.proposers.rewriter.analysis.values import is_call, names_in, tl_name
 
@@ -69,10 +63,6 @@ def _kernel_counts(ms: ModuleSource, launch: Launch, param: str) -> set[str]:
 
 def ceil_divisions_in(node: cst.CSTNode, subscripts: bool = False) -> list[CeilDiv]:
     return ceil_divisions(node, subscripts)
-
-
-def tile_divisions_in(node: cst.CSTNode, subscripts: bool = False) -> list[CeilDiv]:
-    return tile_divisions(node, subscripts)
 
 
 def numerator_codes(launch: Launch, division: CeilDiv) -> set[str]:

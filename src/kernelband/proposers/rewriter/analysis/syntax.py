@@ -334,6 +334,11 @@ def is_guard(statement: cst.CSTNode) -> bool:
     return len(body) == 1 and isinstance(body[0], cst.Return) and body[0].value is None
 
 
+def plain_signature(params: cst.Parameters) -> bool:
+    """No *args, **kwargs or keyword-only parameters: every parameter binds by position or by its name."""
+    return not params.kwonly_params and not isinstance(params.star_arg, cst.Param) and params.star_kwarg is None
+
+
 def names_only(target: cst.BaseExpression) -> bool:
     """Whether an assignment target binds names and nothing else (`a`, `a, *b`), not an element or an attribute
     of an object (`x[0]`, `f.h`): only then does the assignment leave every object as it was."""

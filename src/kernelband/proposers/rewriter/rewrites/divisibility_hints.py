@@ -50,7 +50,14 @@ import libcst as cst
 from kernelband.proposers.rewriter.analysis.facts import facts_of
 from kernelband.proposers.rewriter.analysis.host_values import rereadable
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, launch_value
-from kernelband.proposers.rewriter.analysis.syntax import code, fresh_name, int_value, restated, subnodes
+from kernelband.proposers.rewriter.analysis.syntax import (
+    code,
+    fresh_name,
+    int_value,
+    plain_signature,
+    restated,
+    subnodes,
+)
 from kernelband.proposers.rewriter.edits import Found, Variant, appended, carried, keyword_arg, statements
 from kernelband.proposers.rewriter.rewrites.matmul_launch import branched, host_names
 
@@ -185,8 +192,7 @@ def _stated(kernel: Kernel) -> set[str]:
 
 
 def _variant(ms: ModuleSource, kernel: Kernel, params: list[str], launches: list[Launch]) -> Variant | str:
-    signature = kernel.node.params
-    if signature.kwonly_params or isinstance(signature.star_arg, cst.Param) or signature.star_kwarg is not None:
+    if not plain_signature(kernel.node.params):
         return f"{kernel.name} has *args, **kwargs or keyword-only parameters"
     given = [_values(ms, launch, params) for launch in launches]
     if why := next((g for g in given if isinstance(g, str)), None):

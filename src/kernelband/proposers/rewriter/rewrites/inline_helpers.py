@@ -17,8 +17,14 @@ from collections.abc import Callable
 import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import assigned, dotted, fresh_name, subnodes
-from kernelband.proposers.rewriter.edits import Edit, Found, Respelled, Variant, respelling
+from kernelband.proposers.rewriter.analysis.syntax import (
+    assigned,
+    dotted,
+    fresh_name,
+    plain_signature,
+    subnodes,
+)
+from kernelband.proposers.rewriter.edits import Edit, Found, Respelled, respelling
 
 
 class _Renamed(cst.CSTTransformer):
@@ -47,8 +53,7 @@ def _inlinable(helper: Kernel) -> bool:
     """One return, the body's last statement (or none), no nested function, no *args or **kwargs."""
     body = helper.node.body.body
     returns = subnodes(helper.node.body, cst.Return)
-    signature = helper.node.params
-    if signature.kwonly_params or isinstance(signature.star_arg, cst.Param) or signature.star_kwarg is not None:
+    if not plain_signature(helper.node.params):
         return False
     if subnodes(helper.node.body, cst.FunctionDef) or subnodes(helper.node.body, cst.Lambda):
         return False
@@ -130,6 +135,7 @@ def inline(ms: ModuleSource) -> Respelled | None:
     stay); None where no kernel has one."""
     edits: list[tuple[cst.CSTNode, Edit]] = []
     said: list[str] = []
+    touched: set[str] = set()
     for kernel in ms.kernels.values():
         if not ms.launches_of(kernel):
             continue  # a helper itself, or a kernel launched elsewhere: nothing here reads its loops
@@ -144,14 +150,10 @@ def inline(ms: ModuleSource) -> Respelled | None:
                     names.append(found[1].name)
         if names:
             said.append(f"{', '.join(dict.fromkeys(names))} inlined in {kernel.name}")
+            touched.add(kernel.name)
     if not edits:
         return None
-    touched = frozenset(s.split(" inlined in ")[1] for s in said)
-    try:
-        inlined = ModuleSource(Variant("inline", "", touched, tuple(edits)).apply(ms))
-    except cst.ParserSyntaxError:
-        return None
-    return Respelled(inlined, "; ".join(said), touched)
+    return Respelled.written(ms, edits, "; ".join(said), frozenset(touched))
 
 
 def inlining(rewrite: Callable[[ModuleSource], Found]) -> Callable[[ModuleSource], Found]:

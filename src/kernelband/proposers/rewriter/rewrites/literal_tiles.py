@@ -17,12 +17,11 @@ import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.fixed_tiles import FixedTile, fixed_tiles
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
-from kernelband.proposers.rewriter.analysis.syntax import fresh_name
+from kernelband.proposers.rewriter.analysis.syntax import fresh_name, plain_signature
 from kernelband.proposers.rewriter.edits import (
     Edit,
     Found,
     Respelled,
-    Variant,
     appended,
     defaults_by_keyword,
     keyword_arg,
@@ -46,9 +45,8 @@ def _kernel_edits(ms: ModuleSource, kernel: Kernel) -> tuple[list[tuple[cst.CSTN
     launches = ms.launches_of(kernel)
     if not launches or kernel.autotune is not None or kernel.heuristics or any(lc.unmapped for lc in launches):
         return None  # the launches (or an autotuner's configs) would have to set the parameter too
-    signature = kernel.node.params
-    if signature.kwonly_params or isinstance(signature.star_arg, cst.Param) or signature.star_kwarg is not None \
-            or not defaults_by_keyword(signature, [lc.call for lc in launches]):
+    if not plain_signature(kernel.node.params) or not defaults_by_keyword(kernel.node.params,
+                                                                          [lc.call for lc in launches]):
         return None
     tiles, why = fixed_tiles(kernel)
     if not tiles:
@@ -89,12 +87,7 @@ def lift(ms: ModuleSource) -> Respelled | str | None:
         touched |= {kernel.name} | {lc.scope.top or kernel.name for lc in ms.launches_of(kernel)}
     if not edits:
         return why
-    text = Variant("lift", "", frozenset(touched), tuple(edits)).apply(ms)
-    try:
-        lifted = ModuleSource(text)
-    except cst.ParserSyntaxError:
-        return None
-    return Respelled(lifted, "; ".join(said), frozenset(touched))
+    return Respelled.written(ms, edits, "; ".join(said), frozenset(touched))
 
 
 def lifting(rewrite: Callable[[ModuleSource], Found]) -> Callable[[ModuleSource], Found]:

@@ -202,8 +202,8 @@ def _loop(dk: DotKernel) -> dict | str:
     if _names(*after) & (assigned(loop.node.body) - {acc}):
         return f"{kernel.name} reads what its K loop leaves (other than {acc}) after the loop"
     # a tensor descriptor made over the output reads nothing: its own loads would
-    made = {d for s in before if (d := _descriptor_over(kernel, s, dk.out)) is not None}
-    if ({dk.out} | made) & _names(*[s for s in before if _descriptor_over(kernel, s, dk.out) is None], loop.node):
+    made = {id(s): d for s in before if (d := _descriptor_over(kernel, s, dk.out)) is not None}
+    if ({dk.out} | set(made.values())) & _names(*[s for s in before if id(s) not in made], loop.node):
         return f"{kernel.name} reads {dk.out} before its K loop ends"
     store = next((s for s in after if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
                   and isinstance(s.body[0], cst.Expr) and s.body[0].value is dk.store), None)
