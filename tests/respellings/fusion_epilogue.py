@@ -24,8 +24,8 @@ ROW_INPUTS = """
 args = [torch.randn(6, 100)]
 """
 
-# A GEMM into a float32 buffer, then bias + ReLU over it flattened into fp16; the element count is `M * N`.
-GEMM_BIAS_RELU = '''
+# The GEMM both GEMM spellings begin with: a float32 output.
+GEMM = '''
 import torch
 import triton
 import triton.language as tl
@@ -43,7 +43,10 @@ def mm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, 
         a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :], mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0.0)
         b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :], mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc += tl.dot(a, b)
-    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))'''
+
+# A GEMM into a float32 buffer, then bias + ReLU over it flattened into fp16; the element count is `M * N`.
+GEMM_BIAS_RELU = GEMM + '''
 
 
 @triton.jit
@@ -67,25 +70,7 @@ def linear_relu(a, b, bias):
 '''
 
 # The same GEMM, then ReLU scaled by a scalar plus a residual read at the same elements; `c.numel()` elements.
-GEMM_RESIDUAL = '''
-import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def mm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    pm = tl.program_id(0)
-    pn = tl.program_id(1)
-    rm = pm * BM + tl.arange(0, BM)
-    rn = pn * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, K, BK):
-        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :], mask=(rm[:, None] < M) & ((k + rk)[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :], mask=((k + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += tl.dot(a, b)
-    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+GEMM_RESIDUAL = GEMM + '''
 
 
 @triton.jit
