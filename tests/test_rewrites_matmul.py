@@ -573,10 +573,11 @@ def matmul(a, b):
 def test_a_gemm_through_tensor_descriptors_gets_its_tile_rewrites_and_keeps_its_outputs(rewrite):
     """Tensor descriptors bound every access (TMA pads and clips): the tiles are free, read from the
     descriptors' block shapes. Each variant (each config alone) gives the original's outputs in the interpreter."""
+    from respellings import Spelling
+    from respellings.check import same_outputs
+
     made_, _ = made(MM_DESCRIPTORS, rewrite)
     assert made_
-    for _, new in made_:
-        for _, each in one_config_each(new):
-            interpreted_pair(MM_DESCRIPTORS, each, "a = torch.randn(70, 48).half(); b = torch.randn(48, 56).half()\n"
-                             "assert torch.allclose(variant.matmul(a, b).float(), original.matmul(a, b).float(), "
-                             "atol=2e-2, rtol=1e-2)")
+    spelling = Spelling("gemm", "descriptors", MM_DESCRIPTORS, "matmul",
+                        "args = [torch.randn(70, 48).half(), torch.randn(48, 56).half()]", (rewrite,), atol=2e-2)
+    same_outputs(spelling, [each for _, new in made_ for _, each in one_config_each(new)])  # in one process

@@ -94,6 +94,10 @@ def child(args) -> None:
     if not interpreter and any(s.get("timer") == "span" for s in shapes):
         warm_profiler()
     thread, compiled = _compile_meanwhile(args.compile_backend, args.compile_mode)
+    if interpreter and thread is not None:
+        # The interpreter patches triton.language module-wide while a kernel runs, so a trace in another
+        # thread can meet it half-patched; on the interpreter the times mean nothing, and the compile goes first.
+        thread.join()
     module = harness_mod.import_file("handed_back", args.file)
     harness = harness_mod.for_task(task.wire(), module, Path(args.file).read_text(), mode)
     index = {s["label"]: s["index"] for s in harness.describe(mode)["shapes"]}
@@ -137,6 +141,13 @@ def handed_back(db: str, bench: int | None) -> list[dict]:
     return found
 
 
+def _last_frame(stderr: str) -> str:
+    """A child's traceback cut to its innermost frame and the exception: where it failed, and what."""
+    lines = stderr.strip().splitlines()
+    frames = [i for i, line in enumerate(lines) if line.lstrip().startswith('File "')]
+    return " | ".join(line.strip() for line in lines[frames[-1]:]) if frames else (lines[-1] if lines else "")
+
+
 def repeat(run: dict, processes: int, tritonbench: str | None, backend: str, mode: str | None,
            timeout: float) -> dict:
     command = [sys.executable, __file__, "--child", "--task", run["task"], "--file", run["file"],
@@ -149,7 +160,7 @@ def repeat(run: dict, processes: int, tritonbench: str | None, backend: str, mod
         proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
         if proc.returncode != 0 or not lines:
-            errors.append(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}")
+            errors.append(_last_frame(proc.stderr) or f"exit {proc.returncode}")
             continue
         reply = json.loads(lines[-1])
         per_process.append(reply["times"])

@@ -25,6 +25,7 @@ from kernelband.proposers.rewriter.analysis.syntax import (
     loads,
     make_scope,
     subnodes,
+    walk,
 )
 
 
@@ -462,7 +463,7 @@ class ModuleSource:
         self.module = cst.parse_module(source)
         self.cache: dict[str, dict] = {}  # the analysis's facts, computed once (analysis/facts.py)
         parents = _Parents()
-        self.module.visit(parents)
+        walk(self.module, parents)
         self.parents = parents.parents
         self.tl = _tl_aliases(self.module)
         self.imported = _imported(self.module)

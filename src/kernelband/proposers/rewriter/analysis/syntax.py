@@ -111,11 +111,11 @@ class _Loads(cst.CSTVisitor):
         self.names.append(node)
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
@@ -128,21 +128,21 @@ class _Loads(cst.CSTVisitor):
             for element in target.elements:
                 self._target(element.value)
         elif not isinstance(target, cst.Name):
-            target.visit(self)
+            walk(target, self)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
         if node.value is not None:
-            node.value.visit(self)
+            walk(node.value, self)
         return False
 
     def visit_Param(self, node: cst.Param) -> bool:
         if node.default is not None:
-            node.default.visit(self)
+            walk(node.default, self)
         return False
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        node.params.visit(self)
-        node.body.visit(self)
+        walk(node.params, self)
+        walk(node.body, self)
         return False
 
     def visit_ImportAlias(self, node: cst.ImportAlias) -> bool:
@@ -153,7 +153,7 @@ def loads(*nodes: cst.CSTNode | None) -> list[cst.Name]:
     visitor = _Loads()
     for node in nodes:
         if node is not None:
-            node.visit(visitor)
+            walk(node, visitor)
     return visitor.names
 
 
@@ -168,7 +168,7 @@ def contains(node: cst.CSTNode, wanted: set[int]) -> bool:
                 found = True
             return not found
 
-    node.visit(_Find())
+    walk(node, _Find())
     return found
 
 
@@ -197,20 +197,44 @@ def _preorder(root: cst.CSTNode) -> tuple[list[cst.CSTNode], dict[int, tuple[int
     return nodes, spans
 
 
-def subnodes(node: cst.CSTNode, kind: type) -> list:
-    """The nodes of a kind in a subtree, the node itself included, in the order a visitor meets them."""
+def _cached(node: cst.CSTNode) -> tuple[list[cst.CSTNode], dict[int, tuple[int, int]]]:
+    """The cached pre-order of a tree that holds the node (made, with the node as its root, if none does)."""
     with _TREES_LOCK:
         for key, (nodes, spans) in reversed(_TREES.items()):
             span = spans.get(id(node))
             if span is not None and nodes[span[0]] is node:  # the cached trees hold their nodes: no id reused
                 _TREES.move_to_end(key)
-                return [n for n in nodes[span[0]:span[1]] if isinstance(n, kind)]
+                return nodes, spans
     nodes, spans = _preorder(node)
     with _TREES_LOCK:
         _TREES[id(node)] = (nodes, spans)
         while len(_TREES) > _TREES_KEPT:
             _TREES.popitem(last=False)
-    return [n for n in nodes if isinstance(n, kind)]
+    return nodes, spans
+
+
+def subnodes(node: cst.CSTNode, kind: type) -> list:
+    """The nodes of a kind in a subtree, the node itself included, in the order a visitor meets them."""
+    nodes, spans = _cached(node)
+    start, end = spans[id(node)]
+    return [n for n in nodes[start:end] if isinstance(n, kind)]
+
+
+def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
+    """`node.visit(visitor)` for a visitor that only reads: the same calls in the same order, over the cached
+    pre-order. libcst's own walk rebuilds every node it passes, which costs the analyses most of their time."""
+    nodes, spans = _cached(node)
+    index, end = spans[id(node)]
+    open_: list[tuple[int, cst.CSTNode]] = []  # the nodes visited and not yet left, with where each ends
+    while index < end:
+        while open_ and open_[-1][0] <= index:
+            visitor.on_leave(open_.pop()[1])
+        current = nodes[index]
+        start, stop = spans[id(current)]
+        open_.append((stop, current))
+        index = start + 1 if visitor.on_visit(current) else stop
+    while open_:
+        visitor.on_leave(open_.pop()[1])
 
 
 # -- scopes -----------------------------------------------------------------------------------------------
@@ -293,7 +317,7 @@ def assigned(*nodes: cst.CSTNode) -> set[str]:
     scope = Scope(cst.Module(body=[]), None)
     visitor = _Assigns(scope)
     for node in nodes:
-        node.visit(visitor)
+        walk(node, visitor)
     return set(scope.assigns)
 
 
@@ -334,6 +358,13 @@ def is_guard(statement: cst.CSTNode) -> bool:
     return len(body) == 1 and isinstance(body[0], cst.Return) and body[0].value is None
 
 
+def docstring(statement: cst.CSTNode) -> bool:
+    """Whether a statement is a string alone on its line (a function's docstring where it comes first)."""
+    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+        and isinstance(statement.body[0], cst.Expr) \
+        and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
+
+
 def plain_signature(params: cst.Parameters) -> bool:
     """No *args, **kwargs or keyword-only parameters: every parameter binds by position or by its name."""
     return not params.kwonly_params and not isinstance(params.star_arg, cst.Param) and params.star_kwarg is None
@@ -355,11 +386,11 @@ def make_scope(node: cst.FunctionDef | cst.Module, top: str | None) -> Scope:
     if isinstance(node, cst.FunctionDef):
         for param in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params):
             scope.params[param.name.value] = param
-        node.body.visit(visitor)
+        walk(node.body, visitor)
     else:
         for statement in node.body:
             if isinstance(statement, cst.FunctionDef | cst.ClassDef):
                 visitor._add(statement.name, None)
             else:
-                statement.visit(visitor)
+                walk(statement, visitor)
     return scope
