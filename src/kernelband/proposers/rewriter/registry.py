@@ -59,6 +59,7 @@ from kernelband.proposers.rewriter.rewrites.divisibility_hints import aligned, d
 from kernelband.proposers.rewriter.rewrites.fused_absmax import fused_absmax
 from kernelband.proposers.rewriter.rewrites.grouped_ordering import grouped_ordering
 from kernelband.proposers.rewriter.rewrites.inline_helpers import inlining
+from kernelband.proposers.rewriter.rewrites.inline_wrappers import wrapping
 from kernelband.proposers.rewriter.rewrites.launch_fusion import launch_fusion
 from kernelband.proposers.rewriter.rewrites.launch_options import num_stages, num_warps
 from kernelband.proposers.rewriter.rewrites.literal_tiles import lifting
@@ -96,7 +97,9 @@ REWRITES: dict[str, Callable[[ModuleSource], Found]] = {
     "split_k": aligned(split_k),
     "persistent_tiles": aligned(persistent_tiles),
     "divisibility_hints": divisibility_hints,
-    "launch_fusion": launch_fusion,
+    # launch_fusion reads two launches in one body: where each is in a function of its own that a third calls,
+    # it reads them with the calls written out (rewrites/inline_wrappers.py)
+    "launch_fusion": wrapping(launch_fusion),
     "zero_fill": zero_fill,
 }
 # every other rewrite drops the host's dead zero fills too (rewrites/zero_fill.py, `dropping_fills`)

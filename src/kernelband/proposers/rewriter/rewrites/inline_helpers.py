@@ -19,6 +19,7 @@ import libcst as cst
 from kernelband.proposers.rewriter.analysis.source import Kernel, ModuleSource
 from kernelband.proposers.rewriter.analysis.syntax import (
     assigned,
+    docstring,
     dotted,
     fresh_name,
     plain_signature,
@@ -27,7 +28,7 @@ from kernelband.proposers.rewriter.analysis.syntax import (
 from kernelband.proposers.rewriter.edits import Edit, Found, Respelled, respelling
 
 
-class _Renamed(cst.CSTTransformer):
+class Renamed(cst.CSTTransformer):
     """Names replaced by a mapping: reads and assignments alike; attributes and keywords kept."""
 
     def __init__(self, mapping: dict[str, cst.BaseExpression]) -> None:
@@ -42,11 +43,6 @@ class _Renamed(cst.CSTTransformer):
 
     def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
         return updated_node.with_changes(keyword=original_node.keyword)
-
-
-def _docstring(statement: cst.BaseStatement) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
-        and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.SimpleString)
 
 
 def _inlinable(helper: Kernel) -> bool:
@@ -81,9 +77,9 @@ def _call_of(statement: cst.BaseStatement, ms: ModuleSource) -> tuple[cst.Call, 
     return call, helper, target
 
 
-def _bindings(helper: Kernel, call: cst.Call) -> dict[str, cst.BaseExpression] | None:
+def bindings(signature: cst.Parameters, call: cst.Call) -> dict[str, cst.BaseExpression] | None:
     """Each parameter's argument (a default where none is passed); None where the call does not bind them all."""
-    params = helper.node.params.params
+    params = signature.params
     bound: dict[str, cst.BaseExpression] = {}
     positional = [a.value for a in call.args if a.keyword is None]
     if len(positional) > len(params):
@@ -105,7 +101,7 @@ def _bindings(helper: Kernel, call: cst.Call) -> dict[str, cst.BaseExpression] |
 
 def _inlined(helper: Kernel, call: cst.Call, target: cst.BaseExpression | None,
              used: set[str]) -> list[cst.BaseStatement] | None:
-    bound = _bindings(helper, call)
+    bound = bindings(helper.node.params, call)
     if bound is None:
         return None
     written = assigned(helper.node.body)
@@ -120,7 +116,7 @@ def _inlined(helper: Kernel, call: cst.Call, target: cst.BaseExpression | None,
             head.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(local))], value)]))
     for name in sorted(written - set(bound)):
         mapping[name] = cst.Name(fresh_name(name, used))
-    body = [s.visit(_Renamed(mapping)) for s in helper.node.body.body if not _docstring(s)]
+    body = [s.visit(Renamed(mapping)) for s in helper.node.body.body if not docstring(s)]
     if body and isinstance(body[-1], cst.SimpleStatementLine) and isinstance(body[-1].body[0], cst.Return):
         value = body.pop().body[0].value
         if target is not None:

@@ -20,7 +20,7 @@ import libcst as cst
 
 from kernelband.proposers.rewriter.analysis.host_values import plain
 from kernelband.proposers.rewriter.analysis.source import Kernel, Launch, ModuleSource, launch_statement
-from kernelband.proposers.rewriter.analysis.syntax import code, dotted, fresh_name, subnodes
+from kernelband.proposers.rewriter.analysis.syntax import code, docstring, dotted, fresh_name, subnodes
 from kernelband.proposers.rewriter.edits import set_kwarg
 from kernelband.proposers.rewriter.rewrites.coarsen import separator
 from kernelband.proposers.rewriter.rewrites.online_rows import Plan, twin_body
@@ -166,9 +166,9 @@ def in_kernel(ms: ModuleSource, plan: Plan, long_: str, chunk: str) -> list | st
         while original and isinstance(original[-1], cst.SimpleStatementLine) and all(
                 isinstance(s, cst.Return) and s.value is None for s in original[-1].body):
             original.pop()
-        doc = original[:1] if original and _docstring(original[0]) and region is kernel.node.body else []
+        doc = original[:1] if original and docstring(original[0]) and region is kernel.node.body else []
         branch = cst.parse_statement(f"if {size} > {long_}:\n    pass\nelse:\n    pass\n")
-        twin_part = body[1:] if doc and body and _docstring(body[0]) else body
+        twin_part = body[1:] if doc and body and docstring(body[0]) else body
         return [*doc, branch.with_changes(body=branch.body.with_changes(body=twin_part),
                                           orelse=branch.orelse.with_changes(body=branch.orelse.body.with_changes(
                                               body=original[len(doc):] or [cst.SimpleStatementLine([cst.Pass()])])))]
@@ -180,11 +180,6 @@ def in_kernel(ms: ModuleSource, plan: Plan, long_: str, chunk: str) -> list | st
     edits.append((region, lambda node: node.with_changes(body=both(node))))
     edits.append((kernel.node, edit))
     return edits
-
-
-def _docstring(statement: cst.CSTNode) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Expr) \
-        and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
 
 
 def host_knows(ms: ModuleSource, plan: Plan) -> bool:
