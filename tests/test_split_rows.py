@@ -375,6 +375,17 @@ def test_a_chain_of_sums_in_other_spellings_is_split():
     assert all(f"def {s.format(k='zscore')}(" in new for s in CHAIN)
 
 
+def test_a_softmax_in_loop_passes_is_a_chain_whose_running_max_combines_by_its_max():
+    """The max pass's partials are combined by tl.max, the exp-sum pass's by tl.sum against that max (the corpus,
+    tests/respellings/softmax.py, runs every loop-form spelling's split in the interpreter)."""
+    from respellings.softmax import WHILE_SCALAR_EXP2
+
+    [(rationale, new)], _ = made(WHILE_SCALAR_EXP2)
+    assert "a running max" in rationale and "combine by their max" in rationale
+    stages = new[new.index("_partials("):]
+    assert "m = tl.max(tl.load(" in stages and "s = tl.sum(tl.load(" in stages
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("source, entry, kernel, cases", [
     (layernorm(), "layernorm", "layernorm_kernel",
@@ -392,11 +403,11 @@ def test_a_chain_split_gives_the_originals_outputs_in_the_interpreter(source, en
 
 @pytest.mark.parametrize("old, new, why", [
     ("        acc += d * d\n",
-     "        acc += d * d\n        peak = tl.maximum(peak, tl.abs(d))\n",
-     "layernorm_kernel's sum loop carries peak from one block to the next, which is neither a sum nor a fixed step "
-     "(a program that starts at a later block does not know its value there)"),
+     "        acc += d * d\n        peak = peak * 0.5 + tl.abs(d)\n",
+     "layernorm_kernel's sum loop carries peak from one block to the next, which is neither a sum, a running max "
+     "or min nor a fixed step (a program that starts at a later block does not know its value there)"),
     ("        acc += d * d\n",
-     "        peak = tl.maximum(peak, tl.abs(d))\n",
+     "        peak = peak * 0.5 + tl.abs(d)\n",
      "layernorm_kernel's loop after its row sums carries peak from one block to the next, which is neither a sum "
      "nor a fixed step (a program that starts at a later block does not know its value there)"),
     ("        acc += d * d\n",
@@ -405,7 +416,8 @@ def test_a_chain_split_gives_the_originals_outputs_in_the_interpreter(source, en
      "before a program's run of the blocks is another program's)"),
 ])
 def test_a_chain_whose_later_loop_is_not_a_sum_of_the_row_is_refused_with_the_fact(old, new, why):
-    """A running max in the variance loop, with its sum or alone; the variance loop reading its own sum."""
+    """A decaying running value in the variance loop, with its sum or alone; the variance loop reading its own
+    sum."""
     start = "    acc = tl.zeros([BLOCK_SIZE], tl.float32)\n    for start in range(0, n_cols, BLOCK_SIZE):\n        mask"
     source = layernorm().replace(old, new).replace(
         start, "    peak = tl.zeros([BLOCK_SIZE], tl.float32)\n" + start)

@@ -54,6 +54,7 @@ from kernelband.proposers.rewriter.rewrites.online_split import (
     stage_names,
 )
 
+OPS = ("sum", "max", "min")  # what a loop of the row may carry: partials combine by the same op
 FILL_WARPS = 32  # warps a SM that the split aims at: half of what an SM holds, enough to keep loads in flight
 MAX_SPLIT = 32  # programs a row at most: a split wider than the row's blocks leaves programs with none
 DEFAULT_WARPS = 4  # Triton's num_warps where a launch passes none
@@ -62,8 +63,9 @@ DEFAULT_WARPS = 4  # Triton's num_warps where a launch passes none
 @dataclass(eq=False)
 class Sum:
     name: str
-    lanes: bool  # a tile of the block's lanes, summed after the loop; else one value
+    lanes: bool  # a tile of the block's lanes, reduced after the loop; else one value
     reads: list[cst.Call] = field(default_factory=list)  # tl.sum(lanes) after the loop, each read as the row's sum
+    op: str = "sum"  # or "max", "min": a running maximum's partials combine by their maximum
     part: str = ""  # the partials' pointer parameter
     row: str = ""  # the row's sum in stage 2, where the lanes were summed
 
@@ -86,6 +88,11 @@ def summing_loops(kernel: Kernel) -> list[Loop]:
     return [loop for loop in facts_of(kernel).loops.all if any(c.kind == "sum" for c in loop.carried.values())]
 
 
+def reducing_loops(kernel: Kernel) -> list[Loop]:
+    """The loops that carry a sum, a running maximum or a running minimum of the row."""
+    return [loop for loop in facts_of(kernel).loops.all if any(c.kind in OPS for c in loop.carried.values())]
+
+
 def loop_split(kernel: Kernel) -> LoopSplit | str:  # noqa: C901 - one check per fact
     """The split of the kernel's first loop, which sums its row, and of the loops of sums that follow it one
     after another; or the fact that stands in the way."""
@@ -94,7 +101,7 @@ def loop_split(kernel: Kernel) -> LoopSplit | str:  # noqa: C901 - one check per
     if kernel.calls("dot"):
         return f"{name} multiplies with tl.dot (split_k splits such loops)"
     tops = [loop for loop in facts.loops.all if any(s is loop.node for s in body)]
-    summing = summing_loops(kernel)
+    summing = reducing_loops(kernel)
     if any(loop not in tops for loop in summing):
         return f"{name} sums its row in a loop that sits in a loop or a branch"
     loop = tops[0]
@@ -164,15 +171,21 @@ def _phase(kernel: Kernel, loop: Loop, rest: list[cst.BaseStatement]) -> Phase |
                 return f"{name}'s sum loop advances {carried.name} other than by adding a fixed step"
             steps[carried.name] = step
             continue
-        if carried.kind != "sum":
-            return f"{name}'s sum loop carries {carried.name} from one block to the next, which is neither a sum nor " \
-                   f"a fixed step (a program that starts at a later block does not know its value there)"
-        if not _zero_start(facts.values.env_at(loop.node).get(carried.name)):
+        if carried.kind not in OPS:
+            return f"{name}'s sum loop carries {carried.name} from one block to the next, which is neither a sum, a " \
+                   f"running max or min nor a fixed step (a program that starts at a later block does not know " \
+                   f"its value there)"
+        start = facts.values.env_at(loop.node).get(carried.name)
+        if carried.kind == "sum" and not _zero_start(start):
             return f"{name}'s sum {carried.name} does not start from 0 (each run of the blocks would add its start)"
+        if carried.kind != "sum" and not _float_start(start):
+            # a maximum's start counts once however many runs take it, but its partials are kept in float32
+            return f"{name}'s running {carried.kind} {carried.name} does not start from a float (its partials are " \
+                   f"kept in float32)"
         if carried.shape is None or len(carried.shape) > 1:
             return f"{name}'s sum {carried.name} is " + ("of a shape not known" if carried.shape is None else
                                                          "a tile of more than one dimension (a block of rows)")
-        sums.append(Sum(carried.name, bool(carried.shape)))
+        sums.append(Sum(carried.name, bool(carried.shape), op=carried.kind))
     if not sums:
         return f"{name}'s loop over its row carries no sum"
     for total in sums:
@@ -189,6 +202,15 @@ def _phase(kernel: Kernel, loop: Loop, rest: list[cst.BaseStatement]) -> Phase |
     if read:
         return f"{name} reads {read} after its sum loop, which the loop leaves as its last block set it"
     return Phase(loop, sums, steps)
+
+
+def _float_start(value: ast.AST | None) -> bool:
+    """A start written as a float: a float constant (`-float("inf")` included) or a float dtype."""
+    return value is not None and any(
+        isinstance(n, ast.Constant) and isinstance(n.value, float)
+        or isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "float"
+        or isinstance(n, ast.Attribute) and n.attr in ("float32", "float16", "bfloat16", "float64")
+        for n in ast.walk(value))
 
 
 def _zero_start(value: ast.AST | None) -> bool:
@@ -226,7 +248,7 @@ def _read_after(kernel: Kernel, total: Sum, rest: list[cst.BaseStatement]) -> st
     """Why the sum is read after its loop in a way the split cannot give; records each tl.sum of its lanes."""
     facts = facts_of(kernel)
     parents = kernel.ms.parents
-    sums = {id(b.call): b for b in facts.reductions.block if b.op == "sum"}
+    sums = {id(b.call): b for b in facts.reductions.block if b.op == total.op}
     shape = facts.shapes.of_name(total.name)
     for statement in rest:
         for name in (n for n in loads(statement) if n.value == total.name):
@@ -235,7 +257,8 @@ def _read_after(kernel: Kernel, total: Sum, rest: list[cst.BaseStatement]) -> st
             call = parents.get(id(parents.get(id(name))))
             found = sums.get(id(call)) if isinstance(call, cst.Call) else None
             if found is None or call.args[0].value is not name or found.dim != (shape or (None,))[0]:
-                return f"{kernel.name} reads its lanes {total.name} after the loop other than summed over them"
+                done = "summed" if total.op == "sum" else f"reduced by their {total.op}"
+                return f"{kernel.name} reads its lanes {total.name} after the loop other than {done} over them"
             total.reads.append(call)
         if isinstance(statement, cst.SimpleStatementLine) and total.name in assigned(statement):
             break  # set anew on every path: what follows reads another value
@@ -341,7 +364,7 @@ def loop_edits(ms: ModuleSource, found: LoopSplit) -> tuple[list, str] | str:
     for stage in range(len(keys)):  # stage i: the sums of the loops before the i-th added, then its loop
         made = [*header(tl, names, axis), *body[:at[0]]]
         for i in range(min(stage, chain)):
-            made += statements("".join(f"{s.row} = {tl}.sum({tl}.load({s.part} + {offsets}), 0)\n"
+            made += statements("".join(f"{s.row} = {tl}.{s.op}({tl}.load({s.part} + {offsets}), 0)\n"
                                        for s in found.phases[i].sums))
             for statement in body[at[i] + 1:at[i + 1] if i + 1 < chain else len(body)]:
                 if id(statement) not in later:
@@ -361,7 +384,7 @@ def loop_edits(ms: ModuleSource, found: LoopSplit) -> tuple[list, str] | str:
                 return run
             made += [s.visit(rows) for s in run]
             made += statements("".join(f"{tl}.store({s.part} + {where}, "
-                                       f"{f'{tl}.sum({s.name}, 0)' if s.lanes else s.name})\n" for s in phase.sums))
+                                       f"{f'{tl}.{s.op}({s.name}, 0)' if s.lanes else s.name})\n" for s in phase.sums))
         stages.append(made)
     pointers = [s.part for s in sums]
     stages = [stage_def(kernel, names[key], made, pointers, {names["split"]: 2}) for key, made in zip(keys, stages)]
@@ -375,17 +398,22 @@ def loop_edits(ms: ModuleSource, found: LoopSplit) -> tuple[list, str] | str:
     edits.append((kernel.node, lambda node: cst.FlattenSentinel([node, *stages])))
     tail = ("then each adds its row's SPLIT partials in one fixed order and runs what follows"
             + (", its loops over its run" if found.later else "") + f" ({names['combine']})")
+    def said(s: Sum) -> str:
+        return s.name if s.op == "sum" else f"{s.name}, a running {s.op}"
+
     if chain == 1:
-        what = (f"{name}'s row sums ({', '.join(s.name for s in sums)}) split over SPLIT programs a row where "
+        what = (f"{name}'s row sums ({', '.join(map(said, sums))}) split over SPLIT programs a row where "
                 f"the rows are too few for the SMs: each sums its run of the loop's blocks ({names['partials']}), "
                 + tail)
     else:
-        listed = "; then ".join(", ".join(s.name for s in phase.sums) for phase in found.phases)
+        listed = "; then ".join(", ".join(map(said, phase.sums)) for phase in found.phases)
         middle = ", ".join(names[key] for key in keys[1:-1])
         what = (f"{name}'s chain of row sums ({listed}) split over SPLIT programs a row where the rows are too "
                 f"few for the SMs, one stage a loop of sums: each sums its run of the first loop's blocks "
                 f"({names['partials']}); for each later loop, each adds its row's SPLIT partials of the sums "
                 f"before it in one fixed order and sums its run of that loop's blocks ({middle}); " + tail)
+    if any(s.op != "sum" for s in sums):
+        what += "; a running max's or min's partials combine by their max or min"
     return edits, what
 
 

@@ -15,7 +15,9 @@ block), whatever the names:
   sums that read the sums before them (LayerNorm's variance around its mean, a user's one-block LayerNorm) each
   take a stage of partials a level of the chain, between the two (row_chain.py).
 
-A row whose max is taken with a sum of exp(x - max) over it is online_softmax's, which splits it too.
+A softmax whose passes are loops over the row's blocks (a running max, then a sum of exp(x - max) against it) is
+such a chain: the loop of the max takes the first stage, its partials combined by their maximum. A softmax held in
+one block, or one already online, is online_softmax's, which splits it too.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from kernelband.proposers.rewriter.rewrites.online_launch import CHUNK, host_kno
 from kernelband.proposers.rewriter.rewrites.online_rows import plan
 from kernelband.proposers.rewriter.rewrites.online_split import split_edits
 from kernelband.proposers.rewriter.rewrites.row_chain import ChainPlan, chain_bodies, chain_plan
-from kernelband.proposers.rewriter.rewrites.split_loops import fill, loop_edits, loop_split, summing_loops
+from kernelband.proposers.rewriter.rewrites.split_loops import fill, loop_edits, loop_split, reducing_loops
 
 # Rows not split take the chunked twin only past this many elements on a GPU. The twin walks a row of sums once
 # a pass where the original holds it in registers: at 16,384 floats it took 1.4-2.8x the original's time on an
@@ -41,18 +43,22 @@ def split_rows(ms: ModuleSource) -> Found:
     variants, reasons = [], []
     for kernel in ms.kernels.values():
         reductions = facts_of(kernel).reductions
-        if reductions.softmax or reductions.online:
-            reasons.append(f"{kernel.name} takes a max of its row with a sum of exp(x - max): online_softmax "
-                           f"splits such rows")
+        looped = reducing_loops(kernel)
+        if (reductions.softmax or reductions.online) and not (
+                looped and not reductions.online and all(f.form == "two_pass" for f in reductions.softmax)):
+            reasons.append(f"{kernel.name} keeps a running max with a sum rescaled as it grows: a split's partials "
+                           f"would need the rescaling" if reductions.online else
+                           f"{kernel.name} takes a max of its row with a sum of exp(x - max) in one block: "
+                           f"online_softmax splits such rows")
             continue
-        if not summing_loops(kernel) and not any(b.op == "sum" for b in reductions.block):
+        if not looped and not any(b.op == "sum" for b in reductions.block):
             reasons.append(f"{kernel.name} takes no sum over a row")
             continue
         if not ms.launches_of(kernel):
             reasons.append(f"{kernel.name} is launched nowhere in this module (a helper, run by the kernels that "
                            f"call it)")
             continue
-        made = _loop(ms, kernel) if summing_loops(kernel) else _one_block(ms, kernel)
+        made = _loop(ms, kernel) if looped else _one_block(ms, kernel)
         if isinstance(made, str):
             reasons.append(made)
             continue
