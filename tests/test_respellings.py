@@ -6,6 +6,7 @@ sm_90."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 import sys
@@ -35,9 +36,15 @@ def every_variant(spelling) -> list[str]:
     return [each for variant in made for _, each in one_config_each(variant)]
 
 
+@functools.cache
 def variants(source: str, rewrite: str) -> tuple[list[str], tuple[str, ...]]:
+    """Made once per worker: a spelling's tests share an xdist group, so its variants are made for the first."""
     found = options(source, (rewrite,))
     return [v.apply(found.module) for v in found.variants], found.reasons
+
+
+def grouped(spellings) -> list:
+    return [pytest.param(s, id=s.id, marks=pytest.mark.xdist_group(f"spelling-{s.id}")) for s in spellings]
 
 
 def test_each_pattern_has_at_least_six_spellings():
@@ -54,7 +61,7 @@ def test_the_renamer_leaves_no_defined_name_but_the_entry():
     compile(new, "<renamed>", "exec")
 
 
-@pytest.mark.parametrize("spelling", SPELLINGS, ids=lambda s: s.id)
+@pytest.mark.parametrize("spelling", grouped(SPELLINGS))
 def test_every_rewrite_of_the_pattern_fires_on_the_spelling_and_on_it_renamed(spelling):
     for source in (spelling.source, renamed(spelling.source, spelling.entry)):
         for rewrite in spelling.rewrites:
@@ -64,7 +71,7 @@ def test_every_rewrite_of_the_pattern_fires_on_the_spelling_and_on_it_renamed(sp
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spelling", SPELLINGS, ids=lambda s: s.id)
+@pytest.mark.parametrize("spelling", grouped(SPELLINGS))
 def test_every_variant_of_the_spelling_gives_the_originals_outputs(spelling):
     made = every_variant(spelling)
     assert made
