@@ -29,6 +29,16 @@ def rms_kernel(x_ptr, w_ptr, y_ptr, stride, N, eps, BLOCK_N: tl.constexpr):
     tl.store(y_ptr + row * stride + cols, (v * r * w).to(y_ptr.dtype.element_ty), mask=mask)
 '''
 
+# The norm's wrapper, the same in the spellings below.
+_RMSNORM = '''
+
+def rmsnorm(x, w, eps=1e-6):
+    y = torch.empty_like(x)
+    M, N = x.shape
+    rms_kernel[(M,)](x, w, y, x.stride(0), N, eps, BLOCK_N=triton.next_power_of_2(N))
+    return y
+'''
+
 # Each launch in a wrapper of its own; the caller returns the norm and the sum, the call in a tuple.
 TUPLE_RETURN = _KERNELS + '''
 
@@ -37,14 +47,7 @@ def add(a, b):
     n = a.numel()
     add_kernel[(triton.cdiv(n, 1024),)](a, b, out, n, BLOCK=1024)
     return out
-
-
-def rmsnorm(x, w, eps=1e-6):
-    y = torch.empty_like(x)
-    M, N = x.shape
-    rms_kernel[(M,)](x, w, y, x.stride(0), N, eps, BLOCK_N=triton.next_power_of_2(N))
-    return y
-
+''' + _RMSNORM + '''
 
 def fused_add_rmsnorm(x, residual, weight):
     h = add(x, residual)
@@ -61,14 +64,7 @@ def add(a, b):
     grid = lambda meta: (triton.cdiv(n, meta["BLOCK"]),)
     add_kernel[grid](a, b, out, n, BLOCK=512)
     return out
-
-
-def rmsnorm(x, w, eps=1e-6):
-    y = torch.empty_like(x)
-    M, N = x.shape
-    rms_kernel[(M,)](x, w, y, x.stride(0), N, eps, BLOCK_N=triton.next_power_of_2(N))
-    return y
-
+''' + _RMSNORM + '''
 
 def block(x, residual, weight):
     x = add(x, residual)

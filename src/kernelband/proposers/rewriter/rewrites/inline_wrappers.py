@@ -19,6 +19,7 @@ the calls inlined.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -59,18 +60,34 @@ def _inlinable(function: cst.FunctionDef) -> bool:
         and last.body[0] is returns[0]
 
 
-def _free(function: cst.FunctionDef) -> set[str]:
-    """The names a function reads and does not bind: the module's (and builtins)."""
-    lambdas = {p.name.value for lam in subnodes(function.body, cst.Lambda) for p in lam.params.params}
-    params = {p.name.value for p in function.params.params}
-    return {n.value for n in loads(function.body)} - assigned(function.body) - params - lambdas
+@dataclass(frozen=True, eq=False)
+class _Wrapper:
+    """A launching function that can be written out where called, with what inlining it reads, found once."""
+
+    node: cst.FunctionDef
+    written: frozenset[str]  # the names its body binds
+    lambdas: frozenset[str]  # its lambdas' parameters
+    free: frozenset[str]  # the names it reads and does not bind: the module's (and builtins)
+    returned: str | None  # the name its last statement returns, where it returns a name
+
+    @staticmethod
+    def of(function: cst.FunctionDef) -> _Wrapper:
+        written = frozenset(assigned(function.body))
+        lambdas = frozenset(p.name.value for lam in subnodes(function.body, cst.Lambda) for p in lam.params.params)
+        params = {p.name.value for p in function.params.params}
+        last = function.body.body[-1]
+        value = last.body[0].value if isinstance(last, cst.SimpleStatementLine) \
+            and isinstance(last.body[0], cst.Return) else None
+        return _Wrapper(function, written, lambdas,
+                        frozenset({n.value for n in loads(function.body)} - written - params - lambdas),
+                        value.value if isinstance(value, cst.Name) else None)
 
 
-def _launching(ms: ModuleSource) -> dict[str, cst.FunctionDef]:
+def _launching(ms: ModuleSource) -> dict[str, _Wrapper]:
     """The module-level functions that launch a kernel themselves and can be written out where called."""
     tops = {lc.scope.node.name.value for lc in ms.launches
             if isinstance(lc.scope.node, cst.FunctionDef) and lc.scope.top == lc.scope.node.name.value}
-    return {s.name.value: s for s in ms.module.body
+    return {s.name.value: _Wrapper.of(s) for s in ms.module.body
             if isinstance(s, cst.FunctionDef) and s.name.value in tops and _inlinable(s)}
 
 
@@ -84,26 +101,19 @@ class _Caller:
         self.used = self.bound | read | set(ms.module_scope.assigns) | set(ms.kernels) \
             | {n.value for n in subnodes(scope.node, cst.Name)}
 
-    def inlined(self, function: cst.FunctionDef, call: cst.Call, target: str | None = None
+    def inlined(self, wrapper: _Wrapper, call: cst.Call, target: str | None = None
                 ) -> tuple[list[cst.BaseStatement], cst.BaseExpression | None] | None:
         """The statements that run the call's body here, and the value it returns (None: it returns none).
         `target`: the name the caller binds the value to, which the local the function returns takes
         (`h = add(x, r)` with `return out`: the buffer is `h` from its allocation on, so no `h = out` stands
         between the launch that writes it and the one that reads it); an argument that reads it is bound to a
         local of its own first (`x = add(x, r)`)."""
-        bound = bindings(function.params, call)
-        if bound is None or any(a.star for a in call.args):
-            return None
-        written = assigned(function.body)
-        last = function.body.body[-1]
-        returned = last.body[0].value if isinstance(last, cst.SimpleStatementLine) \
-            and isinstance(last.body[0], cst.Return) else None
-        mapping_first = {returned.value: cst.Name(target)} if target is not None \
-            and isinstance(returned, cst.Name) and returned.value in written - set(bound) else {}
-        lambdas = {p.name.value for lam in subnodes(function.body, cst.Lambda) for p in lam.params.params}
-        free = _free(function) - set(bound)
-        if free & self.bound:
-            return None  # the caller's own name would stand for the module's
+        bound = bindings(wrapper.node.params, call)
+        if bound is None or wrapper.free & self.bound:
+            return None  # an argument missing, or the caller's own name would stand for the module's
+        written = wrapper.written
+        mapping_first = {wrapper.returned: cst.Name(target)} if target is not None \
+            and wrapper.returned in written - set(bound) else {}
         mapping: dict[str, cst.BaseExpression] = {}
         head: list[cst.BaseStatement] = []
         for name, value in bound.items():
@@ -117,16 +127,16 @@ class _Caller:
         mapping.update(mapping_first)
         for name in sorted(written - set(bound) - set(mapping_first)):
             mapping[name] = cst.Name(fresh_name(name, self.used))
-        if lambdas & set(mapping):
+        if wrapper.lambdas & set(mapping):
             return None  # a lambda's parameter shares a name with a local: the renaming would reach it
-        body = [s.visit(Renamed(mapping)) for s in function.body.body if not docstring(s)]
+        body = [s.visit(Renamed(mapping)) for s in wrapper.node.body.body if not docstring(s)]
         value = None
         if isinstance(body[-1], cst.SimpleStatementLine) and isinstance(body[-1].body[0], cst.Return):
             value = body.pop().body[0].value
         return [*head, *body], value
 
 
-def _calls(node: cst.BaseExpression, wrappers: dict[str, cst.FunctionDef]) -> list[cst.Call] | None:
+def _calls(node: cst.BaseExpression, wrappers: dict[str, _Wrapper]) -> list[cst.Call] | None:
     """The wrapper calls an expression makes, in the order Python makes them (arguments first), where all it
     evaluates besides is names and constants; else None."""
     if isinstance(node, SIMPLE):
@@ -141,7 +151,7 @@ def _calls(node: cst.BaseExpression, wrappers: dict[str, cst.FunctionDef]) -> li
     return None if any(p is None for p in parts) else [c for p in parts for c in p]
 
 
-def _parts(statement: cst.BaseStatement, wrappers: dict[str, cst.FunctionDef]):
+def _parts(statement: cst.BaseStatement, wrappers: dict[str, _Wrapper]):
     """The statement's small statement and the wrapper calls its value makes, or None where it is of no form
     read here (module doc)."""
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
@@ -154,7 +164,7 @@ def _parts(statement: cst.BaseStatement, wrappers: dict[str, cst.FunctionDef]):
 
 
 def _rewritten(caller: _Caller, statement: cst.SimpleStatementLine, small, calls: list[cst.Call],
-               wrappers: dict[str, cst.FunctionDef]) -> list[cst.BaseStatement] | None:
+               wrappers: dict[str, _Wrapper]) -> list[cst.BaseStatement] | None:
     out: list[cst.BaseStatement] = []
     values: dict[int, cst.BaseExpression] = {}
 
@@ -209,7 +219,7 @@ def inline(ms: ModuleSource) -> Respelled | None:
     if not wrappers:
         return None
     own = {id(lc.scope) for lc in ms.launches}
-    read = set().union(*(_free(w) for w in wrappers.values()))
+    read = set().union(*(w.free for w in wrappers.values()))
     edits: list[tuple[cst.CSTNode, Edit]] = []
     said: list[str] = []
     touched: set[str] = set()

@@ -84,10 +84,6 @@ class LoopSplit:
     later: list[Loop]  # the loops after them, each run over the j-th run of its iterations
 
 
-def summing_loops(kernel: Kernel) -> list[Loop]:
-    return [loop for loop in facts_of(kernel).loops.all if any(c.kind == "sum" for c in loop.carried.values())]
-
-
 def reducing_loops(kernel: Kernel) -> list[Loop]:
     """The loops that carry a sum, a running maximum or a running minimum of the row."""
     return [loop for loop in facts_of(kernel).loops.all if any(c.kind in OPS for c in loop.carried.values())]

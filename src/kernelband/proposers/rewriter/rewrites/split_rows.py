@@ -17,7 +17,7 @@ block), whatever the names:
 
 A softmax whose passes are loops over the row's blocks (a running max, then a sum of exp(x - max) against it) is
 such a chain: the loop of the max takes the first stage, its partials combined by their maximum. A softmax held in
-one block, or one already online, is online_softmax's, which splits it too.
+one block is online_softmax's, which splits it; one already online (a sum rescaled as the max grows) is not split.
 """
 
 from __future__ import annotations
